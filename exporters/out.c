@@ -1,0 +1,185 @@
+/* mt_out: the buffered sink every exporter writes through. A 256 KiB buffer in front of either a
+ * FILE (stdout, plain files) or a zlib gzFile (paths ending in ".gz"), so exporters can emit
+ * millions of small pieces without a libc call each. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "memtrace/export.h"
+
+#define OUT_BUF (256u * 1024u)
+
+struct mt_out {
+    FILE *f;
+    gzFile gz;
+    int own_file, failed;
+    size_t n;
+    char buf[OUT_BUF];
+};
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+mt_out *mt_out_open(const char *path, char *err, size_t errlen)
+{
+    mt_out *o = calloc(1, sizeof *o);
+    if (!o) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (strcmp(path, "-") == 0) {
+        o->f = stdout;
+    } else if (ends_with(path, ".gz")) {
+        o->gz = gzopen(path, "wb6");
+        if (!o->gz) {
+            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : ENOMEM));
+            free(o);
+            return NULL;
+        }
+    } else {
+        o->f = fopen(path, "wb");
+        if (!o->f) {
+            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            free(o);
+            return NULL;
+        }
+        o->own_file = 1;
+    }
+    return o;
+}
+
+mt_out *mt_out_from_file(FILE *f)
+{
+    mt_out *o = calloc(1, sizeof *o);
+    if (o) o->f = f;
+    return o;
+}
+
+static void drain(mt_out *o)
+{
+    if (!o->n) return;
+    if (o->gz) {
+        if (gzwrite(o->gz, o->buf, (unsigned)o->n) != (int)o->n) o->failed = 1;
+    } else if (fwrite(o->buf, 1, o->n, o->f) != o->n) {
+        o->failed = 1;
+    }
+    o->n = 0;
+}
+
+void mt_out_write(mt_out *o, const void *p, size_t n)
+{
+    if (o->n + n > OUT_BUF) drain(o);
+    if (n > OUT_BUF) {
+        if (o->gz) {
+            if (gzwrite(o->gz, p, (unsigned)n) != (int)n) o->failed = 1;
+        } else if (fwrite(p, 1, n, o->f) != n) {
+            o->failed = 1;
+        }
+        return;
+    }
+    memcpy(o->buf + o->n, p, n);
+    o->n += n;
+}
+
+void mt_out_puts(mt_out *o, const char *s) { mt_out_write(o, s, strlen(s)); }
+
+void mt_out_printf(mt_out *o, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (len < 0) return;
+    if ((size_t)len < sizeof small) {
+        mt_out_write(o, small, (size_t)len);
+        return;
+    }
+    char *big = malloc((size_t)len + 1);
+    if (!big) {
+        o->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    mt_out_write(o, big, (size_t)len);
+    free(big);
+}
+
+/* Length of the valid UTF-8 sequence at s, 0 if it is not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+    if (s[0] < 0x80) return 1;
+    size_t n = (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 2 && s[0] < 0xc2) return 0; /* overlong */
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+void mt_out_json_string(mt_out *o, const char *s)
+{
+    mt_out_write(o, "\"", 1);
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p) {
+        const unsigned char *run = p;
+        while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p > run) mt_out_write(o, run, (size_t)(p - run));
+        if (!*p) break;
+        if (*p == '"' || *p == '\\') {
+            char esc[2] = {'\\', (char)*p++};
+            mt_out_write(o, esc, 2);
+        } else if (*p < 0x20) {
+            mt_out_printf(o, "\\u%04x", *p++);
+        } else {
+            size_t n = utf8_len(p);
+            if (n) {
+                mt_out_write(o, p, n);
+                p += n;
+            } else {
+                mt_out_puts(o, "\\ufffd"); /* JSON must be valid UTF-8 */
+                p++;
+            }
+        }
+    }
+    mt_out_write(o, "\"", 1);
+}
+
+int mt_out_close(mt_out *o)
+{
+    if (!o) return 0;
+    drain(o);
+    int failed = o->failed;
+    if (o->gz) {
+        if (gzclose(o->gz) != Z_OK) failed = 1;
+    } else if (o->own_file) {
+        if (fclose(o->f) != 0) failed = 1;
+    } else if (fflush(o->f) != 0) {
+        failed = 1;
+    }
+    free(o);
+    return failed ? -1 : 0;
+}
+
+const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+        return buf;
+    }
+    double v = (double)bytes / 1024.0;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}

@@ -1,0 +1,262 @@
+/* The JSON report (`memtrace report --json`): the same facts as the text report, for programs.
+ * Field meanings are in docs/analysis.md. Byte counts and times are integers (ns since the
+ * trace start unless the name ends in _unix_ns); shares are fractions 0..1. */
+#include <string.h>
+
+#include "util.h"
+
+static void key(mt_out *o, const char *k) /* "k": */
+{
+    mt_out_json_string(o, k);
+    mt_out_write(o, ":", 1);
+}
+
+static void u64f(mt_out *o, const char *k, uint64_t v, int comma)
+{
+    key(o, k);
+    mt_out_printf(o, "%llu%s", (unsigned long long)v, comma ? "," : "");
+}
+
+static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
+                       size_t top, mt_namebuf *nb)
+{
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < l->n && i < top; i++) {
+        const mt_stack_stat *s = &l->v[i];
+        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, nb) < 0) return -1;
+        mt_out_puts(o, i ? ",{" : "{");
+        u64f(o, "bytes", s->bytes, 1);
+        u64f(o, "count", s->count, 1);
+        key(o, "share");
+        mt_out_printf(o, "%.6f,", whole ? (double)s->bytes / (double)whole : 0.0);
+        key(o, "first_user_frame");
+        mt_out_json_string(o, s->driver ? nb->v[0] : mt_frames_first_user(a->frames, s->stack));
+        mt_out_write(o, ",", 1);
+        key(o, "frames");
+        mt_out_write(o, "[", 1);
+        for (size_t k = 0; k < nb->n; k++) {
+            if (k) mt_out_write(o, ",", 1);
+            mt_out_json_string(o, nb->v[k]);
+        }
+        mt_out_puts(o, "]}");
+    }
+    mt_out_write(o, "]", 1);
+    return 0;
+}
+
+static void kinds_object(mt_out *o, const uint64_t *by_kind)
+{
+    mt_out_write(o, "{", 1);
+    int first = 1;
+    for (unsigned k = 0; k < MT_KIND_MAX_; k++) {
+        if (!by_kind[k]) continue;
+        if (!first) mt_out_write(o, ",", 1);
+        u64f(o, mt_kind_name(k), by_kind[k], 0);
+        first = 0;
+    }
+    mt_out_write(o, "}", 1);
+}
+
+static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d, size_t top,
+                         mt_namebuf *nb)
+{
+    const mt_usage *u = &d->u;
+    char root[32];
+    mt_out_write(o, "{", 1);
+    key(o, "device");
+    mt_out_printf(o, "%d,", u->is_host ? -1 : u->device);
+    key(o, "root");
+    mt_out_json_string(o, mt_device_root_name(d, root, sizeof root));
+    mt_out_write(o, ",", 1);
+    if (d->name) {
+        key(o, "name");
+        mt_out_json_string(o, d->name);
+        mt_out_write(o, ",", 1);
+    }
+    u64f(o, "capacity_bytes", d->capacity, 1);
+    u64f(o, "peak_bytes", u->peak, 1);
+    u64f(o, "peak_time_ns", d->peak_time_ns, 1);
+    u64f(o, "peak_time_unix_ns", a->header.start_realtime_ns + d->peak_time_ns, 1);
+    u64f(o, "peak_event", u->peak_seq, 1);
+    u64f(o, "api_peak_bytes", u->api_peak, 1);
+    u64f(o, "api_peak_time_ns", d->api_peak_time_ns, 1);
+    u64f(o, "driver_bytes_at_peak", d->driver_at_peak, 1);
+    key(o, "by_kind_at_peak");
+    kinds_object(o, d->by_kind_at_peak);
+    mt_out_write(o, ",", 1);
+    u64f(o, "total_alloc_bytes", u->alloc_bytes, 1);
+    u64f(o, "total_alloc_count", u->alloc_count, 1);
+    u64f(o, "free_count", u->free_count, 1);
+    u64f(o, "failed_count", u->failed_count, 1);
+    u64f(o, "zero_byte_allocs", u->zero_byte_allocs, 1);
+    u64f(o, "end_bytes", u->in_use, 1);
+    u64f(o, "vmm_reserved_peak_bytes", u->vmm_reserved_peak, 1);
+    u64f(o, "vmm_mapped_peak_bytes", u->vmm_mapped_peak, 1);
+    if (u->has_pool_info) {
+        u64f(o, "pool_reserved_peak_bytes", u->pool_reserved_peak, 1);
+        u64f(o, "pool_reserved_end_bytes", u->pool_reserved, 1);
+    }
+    u64f(o, "leak_bytes", d->leak_bytes, 1);
+    u64f(o, "leak_count", d->leak_count, 1);
+    key(o, "peak_stacks");
+    if (stack_array(o, a, &d->peak_stacks, u->peak, top, nb) < 0) return -1;
+    mt_out_write(o, ",", 1);
+    key(o, "leaks");
+    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, nb) < 0) return -1;
+    mt_out_write(o, ",", 1);
+    key(o, "timeline");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < d->n_timeline; i++) {
+        mt_out_puts(o, i ? ",{" : "{");
+        u64f(o, "time_ns", d->timeline[i].time_ns, 1);
+        u64f(o, "bytes", d->timeline[i].in_use, 1);
+        key(o, "by_kind");
+        kinds_object(o, d->timeline[i].by_kind);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "]}");
+    return 0;
+}
+
+static int trace_object(mt_out *o, mt_analysis *a, size_t top)
+{
+    mt_namebuf nb = {0};
+    int rc = 0;
+    mt_out_write(o, "{", 1);
+    key(o, "trace");
+    mt_out_json_string(o, a->path);
+    mt_out_write(o, ",", 1);
+    u64f(o, "pid", a->pid, 1);
+    key(o, "command");
+    mt_out_json_string(o, a->comm);
+    mt_out_write(o, ",", 1);
+    key(o, "cmdline");
+    mt_out_json_string(o, a->cmdline);
+    mt_out_write(o, ",", 1);
+    u64f(o, "start_unix_ns", a->header.start_realtime_ns, 1);
+    u64f(o, "duration_ns", a->duration_ns, 1);
+    u64f(o, "records", a->records, 1);
+    u64f(o, "events", a->events, 1);
+    u64f(o, "dropped", a->dropped, 1);
+    key(o, "truncated");
+    mt_out_puts(o, a->truncated ? "true," : "false,");
+    if (a->truncated) {
+        key(o, "truncated_reason");
+        mt_out_json_string(o, a->truncated_msg);
+        mt_out_write(o, ",", 1);
+    }
+    key(o, "ended_cleanly");
+    mt_out_puts(o, a->ended_cleanly ? "true," : "false,");
+    key(o, "warnings");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < a->n_warnings; i++) {
+        if (i) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, a->warnings[i]);
+    }
+    mt_out_puts(o, "],");
+    key(o, "devices");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < a->n_devices && rc == 0; i++) {
+        if (i) mt_out_write(o, ",", 1);
+        rc = device_object(o, a, &a->devices[i], top, &nb);
+    }
+    mt_out_puts(o, "],");
+    key(o, "host");
+    if (a->host && rc == 0) rc = device_object(o, a, a->host, top, &nb);
+    else mt_out_puts(o, "null");
+    mt_out_write(o, ",", 1);
+    /* Totals over all GPU devices (host memory is not device memory). */
+    uint64_t ab = 0, ac = 0, fc = 0, lb = 0, lc = 0;
+    for (size_t i = 0; i < a->n_devices; i++) {
+        ab += a->devices[i].u.alloc_bytes;
+        ac += a->devices[i].u.alloc_count;
+        fc += a->devices[i].u.free_count;
+        lb += a->devices[i].leak_bytes;
+        lc += a->devices[i].leak_count;
+    }
+    key(o, "totals");
+    mt_out_write(o, "{", 1);
+    u64f(o, "devices", a->n_devices, 1);
+    u64f(o, "alloc_bytes", ab, 1);
+    u64f(o, "alloc_count", ac, 1);
+    u64f(o, "free_count", fc, 1);
+    u64f(o, "leak_bytes", lb, 1);
+    u64f(o, "leak_count", lc, 1);
+    u64f(o, "failed_requests", a->failed_total, 0);
+    mt_out_puts(o, "},");
+    key(o, "leaks");
+    mt_out_write(o, "[", 1);
+    int first = 1;
+    for (size_t i = 0; i < a->n_devices + (a->host != NULL) && rc == 0; i++) {
+        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        if (!d->leak_count) continue;
+        char root[32];
+        mt_out_puts(o, first ? "{" : ",{");
+        first = 0;
+        key(o, "device");
+        mt_out_printf(o, "%d,", d->u.is_host ? -1 : d->u.device);
+        key(o, "root");
+        mt_out_json_string(o, mt_device_root_name(d, root, sizeof root));
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->leak_bytes, 1);
+        u64f(o, "count", d->leak_count, 1);
+        key(o, "stacks");
+        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, &nb);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
+    key(o, "failed_requests");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < a->n_failed && rc == 0; i++) {
+        const mt_failed_request *f = &a->failed[i];
+        mt_out_puts(o, i ? ",{" : "{");
+        u64f(o, "time_ns", f->time_ns, 1);
+        key(o, "device");
+        mt_out_printf(o, "%d,", f->device);
+        u64f(o, "bytes", f->bytes, 1);
+        key(o, "kind");
+        mt_out_json_string(o, mt_kind_name(f->kind));
+        mt_out_write(o, ",", 1);
+        u64f(o, "result", f->result, 1);
+        u64f(o, "tid", f->tid, 1);
+        u64f(o, "stream", f->stream, 1);
+        u64f(o, "in_use_bytes", f->in_use, 1);
+        key(o, "pool_free_bytes");
+        if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);
+        else mt_out_puts(o, "\"unknown\",");
+        mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
+        mt_stack_list one = {&self, 1};
+        key(o, "stack");
+        if ((rc = stack_array(o, a, &one, f->bytes, 1, &nb)) < 0) break;
+        mt_out_write(o, ",", 1);
+        key(o, "live");
+        rc = stack_array(o, a, &f->live, f->in_use, top, &nb);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
+    u64f(o, "failed_total", a->failed_total, 1);
+    const mt_anomalies *an = &a->anomalies;
+    key(o, "anomalies");
+    mt_out_write(o, "{", 1);
+    u64f(o, "unmatched_frees", an->unmatched_frees, 1);
+    u64f(o, "double_frees", an->double_frees, 1);
+    u64f(o, "replaced", an->replaced, 1);
+    u64f(o, "partial_unmaps", an->partial_unmaps, 1);
+    u64f(o, "ctx_destroy_released", an->ctx_destroy_released, 1);
+    u64f(o, "unknown_events", an->unknown_ops, 0);
+    mt_out_puts(o, "}}");
+    mt_namebuf_free(&nb);
+    return rc;
+}
+
+int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)
+{
+    size_t top = opt && opt->top ? opt->top : 10;
+    if (n != 1) mt_out_puts(o, "{\"traces\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) mt_out_write(o, ",", 1);
+        if (trace_object(o, a[i], top) < 0) return -1;
+    }
+    mt_out_puts(o, n != 1 ? "]}\n" : "\n");
+    return 0;
+}

@@ -1,0 +1,230 @@
+/* The human report (`memtrace report`): per device the peak, what was live then as a tree of
+ * stacks, leaks, then failed requests with their forensics, anomalies and warnings.
+ *
+ * Trees are built from the top N stacks of a list (the rest summed into one "[N more stacks]"
+ * line). Indentation grows only where the tree branches: a chain of single-child frames prints
+ * as a flat run, so a 40-frame stack does not walk off the right edge. Each line:
+ *   "  <share>%  <bytes>  <count>  <indent><frame>"
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef struct tnode {
+    const char *name;
+    uint64_t bytes, count;
+    struct tnode *kids;
+    size_t n_kids, cap_kids;
+} tnode;
+
+static tnode *child(tnode *t, const char *name)
+{
+    for (size_t i = 0; i < t->n_kids; i++)
+        if (t->kids[i].name == name || strcmp(t->kids[i].name, name) == 0) return &t->kids[i];
+    if (t->n_kids == t->cap_kids) {
+        size_t ncap = t->cap_kids ? t->cap_kids * 2 : 4;
+        tnode *nk = realloc(t->kids, ncap * sizeof *nk);
+        if (!nk) return NULL;
+        t->kids = nk;
+        t->cap_kids = ncap;
+    }
+    t->kids[t->n_kids] = (tnode){.name = name};
+    return &t->kids[t->n_kids++];
+}
+
+static void tree_free(tnode *t)
+{
+    for (size_t i = 0; i < t->n_kids; i++) tree_free(&t->kids[i]);
+    free(t->kids);
+}
+
+static int cmp_tnode(const void *pa, const void *pb)
+{
+    const tnode *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+static void tree_print(mt_out *o, tnode *t, uint64_t whole, int indent)
+{
+    char b[32];
+    double share = whole ? 100.0 * (double)t->bytes / (double)whole : 0.0;
+    mt_out_printf(o, "    %5.1f%%  %10s  %6llu  %*s%s\n", share, mt_format_bytes(t->bytes, b, sizeof b),
+                  (unsigned long long)t->count, indent, "", t->name);
+    if (t->n_kids) qsort(t->kids, t->n_kids, sizeof *t->kids, cmp_tnode);
+    for (size_t i = 0; i < t->n_kids; i++)
+        tree_print(o, &t->kids[i], whole, t->n_kids > 1 ? indent + 2 : indent);
+}
+
+/* Prints list (top `top` stacks) under a root frame; `whole` is what shares are taken of. */
+static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list, const char *root,
+                            uint64_t whole, size_t top)
+{
+    tnode r = {.name = root};
+    mt_namebuf nb = {0};
+    char other[64];
+    tnode rest = {.name = other};
+    int rc = 0;
+    for (size_t i = 0; i < list->n && rc == 0; i++) {
+        const mt_stack_stat *s = &list->v[i];
+        r.bytes += s->bytes;
+        r.count += s->count;
+        if (i >= top) {
+            rest.bytes += s->bytes;
+            rest.count += s->count;
+            continue;
+        }
+        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, &nb) < 0) rc = -1;
+        tnode *t = &r;
+        for (size_t k = 0; k < nb.n && t && rc == 0; k++) {
+            t = child(t, nb.v[k]);
+            if (t) {
+                t->bytes += s->bytes;
+                t->count += s->count;
+            }
+        }
+        if (!t) rc = -1;
+    }
+    if (rc == 0 && list->n > top) {
+        snprintf(other, sizeof other, "[%zu more stacks]", list->n - top);
+        tnode *t = child(&r, other);
+        if (t) *t = rest;
+        else rc = -1;
+    }
+    if (rc == 0) tree_print(o, &r, whole, 0);
+    tree_free(&r);
+    mt_namebuf_free(&nb);
+    return rc;
+}
+
+static void print_kinds(mt_out *o, const uint64_t *by_kind)
+{
+    char b[32];
+    int first = 1;
+    for (unsigned k = 0; k < MT_KIND_MAX_; k++) {
+        if (!by_kind[k] || k == MT_KIND_VMM_RESERVE || k == MT_KIND_VMM_MAP) continue;
+        mt_out_printf(o, "%s%s %s", first ? "" : ", ", mt_kind_name(k),
+                      mt_format_bytes(by_kind[k], b, sizeof b));
+        first = 0;
+    }
+    if (first) mt_out_puts(o, "nothing");
+}
+
+static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d, size_t top)
+{
+    char root[32], b1[32], b2[32], t1[48], t2[64];
+    const mt_usage *u = &d->u;
+    mt_device_root_name(d, root, sizeof root);
+    mt_out_printf(o, "\n%s", d->u.is_host ? "host memory (pinned + registered)" : root);
+    if (d->name) mt_out_printf(o, " — %s", d->name);
+    if (d->capacity) mt_out_printf(o, ", %s", mt_format_bytes(d->capacity, b1, sizeof b1));
+    mt_out_puts(o, "\n");
+    mt_out_printf(o, "  peak             %s (%llu bytes) at %s (%s)\n",
+                  mt_format_bytes(u->peak, b1, sizeof b1), (unsigned long long)u->peak,
+                  mt_format_rel(d->peak_time_ns, t1, sizeof t1),
+                  mt_format_abs(a, d->peak_time_ns, t2, sizeof t2));
+    if (!u->is_host) {
+        mt_out_printf(o, "  API peak         %s (%llu bytes) at %s\n",
+                      mt_format_bytes(u->api_peak, b1, sizeof b1), (unsigned long long)u->api_peak,
+                      mt_format_rel(d->api_peak_time_ns, t1, sizeof t1));
+        mt_out_printf(o, "  driver-internal  %s at the peak\n",
+                      mt_format_bytes(d->driver_at_peak, b1, sizeof b1));
+    }
+    mt_out_puts(o, "  at the peak      ");
+    print_kinds(o, d->by_kind_at_peak);
+    mt_out_printf(o, "\n  allocations      %llu (%s), %llu frees, %llu failed, %llu zero-byte\n",
+                  (unsigned long long)u->alloc_count, mt_format_bytes(u->alloc_bytes, b1, sizeof b1),
+                  (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
+                  (unsigned long long)u->zero_byte_allocs);
+    if (u->has_pool_info)
+        mt_out_printf(o, "  pool reserved    peak %s, at end %s\n",
+                      mt_format_bytes(u->pool_reserved_peak, b1, sizeof b1),
+                      mt_format_bytes(u->pool_reserved, b2, sizeof b2));
+    if (u->vmm_reserved_peak || u->vmm_mapped_peak)
+        mt_out_printf(o, "  VMM              address space reserved peak %s, mapped peak %s\n",
+                      mt_format_bytes(u->vmm_reserved_peak, b1, sizeof b1),
+                      mt_format_bytes(u->vmm_mapped_peak, b2, sizeof b2));
+    mt_out_printf(o, "  live at the end  %s in %llu allocations\n",
+                  mt_format_bytes(d->leak_bytes, b1, sizeof b1), (unsigned long long)d->leak_count);
+    if (d->peak_stacks.n) {
+        mt_out_puts(o, "  live at the peak, by stack (share of the peak):\n");
+        if (print_stack_tree(o, a, &d->peak_stacks, root, u->peak, top) < 0) return -1;
+    }
+    if (d->leaks.n) {
+        mt_out_puts(o, "  leaked (live at the end), by stack:\n");
+        if (print_stack_tree(o, a, &d->leaks, root, d->leak_bytes, top) < 0) return -1;
+    }
+    return 0;
+}
+
+static int print_failed(mt_out *o, mt_analysis *a, size_t top)
+{
+    char b1[32], b2[32], t1[48], root[32];
+    mt_namebuf nb = {0};
+    mt_out_printf(o, "\nfailed requests: %llu", (unsigned long long)a->failed_total);
+    if (a->failed_total > a->n_failed) mt_out_printf(o, " (the first %zu shown)", a->n_failed);
+    mt_out_puts(o, "\n");
+    for (size_t i = 0; i < a->n_failed; i++) {
+        const mt_failed_request *f = &a->failed[i];
+        mt_device_report probe = {.u = {.device = f->device, .is_host = f->device < 0 &&
+                                        (f->kind == MT_KIND_HOST_PINNED ||
+                                         f->kind == MT_KIND_HOST_REGISTERED)}};
+        mt_device_root_name(&probe, root, sizeof root);
+        mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed (CUresult %u); %s in use; ",
+                      i + 1, mt_format_rel(f->time_ns, t1, sizeof t1), root,
+                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_kind_name(f->kind), f->result,
+                      mt_format_bytes(f->in_use, b2, sizeof b2));
+        if (f->pool_free_known)
+            mt_out_printf(o, "reserved but free in pools: %s\n",
+                          mt_format_bytes(f->pool_free, b1, sizeof b1));
+        else
+            mt_out_puts(o, "reserved but free in pools: unknown\n");
+        mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
+        if (mt_stat_frames(a->frames, &self, MT_NAME_REPORT, &nb) < 0) return -1;
+        mt_out_puts(o, "     requested by (innermost first):\n");
+        for (size_t k = nb.n; k-- > 0;) mt_out_printf(o, "       %s\n", nb.v[k]);
+        if (f->live.n) {
+            mt_out_puts(o, "     live on the device at that moment, by stack:\n");
+            if (print_stack_tree(o, a, &f->live, root, f->in_use, top) < 0) return -1;
+        }
+    }
+    mt_namebuf_free(&nb);
+    return 0;
+}
+
+int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
+{
+    size_t top = opt && opt->top ? opt->top : 10;
+    char t1[64], t2[32];
+    mt_out_printf(o, "memtrace report: %s\n", a->path);
+    if (a->comm[0]) mt_out_printf(o, "process: %s (pid %u) %s\n", a->comm, a->pid, a->cmdline);
+    else mt_out_printf(o, "process: pid %u\n", a->pid);
+    mt_out_printf(o, "recorded: %s, duration %s, %llu events\n", mt_format_abs(a, 0, t1, sizeof t1),
+                  mt_format_rel(a->duration_ns, t2, sizeof t2) + 1, (unsigned long long)a->events);
+    if (a->truncated)
+        mt_out_printf(o, "WARNING: the trace is truncated (%s): numbers cover what was read\n",
+                      a->truncated_msg ? a->truncated_msg : "?");
+    else if (!a->ended_cleanly)
+        mt_out_puts(o, "WARNING: no END record: the recorder did not shut down cleanly\n");
+    if (a->dropped)
+        mt_out_printf(o, "WARNING: %llu events were dropped by the recorder: numbers may be off by "
+                         "that many events\n", (unsigned long long)a->dropped);
+    for (size_t i = 0; i < a->n_warnings; i++) mt_out_printf(o, "WARNING (recorder): %s\n", a->warnings[i]);
+    if (!a->n_devices && !a->host) mt_out_puts(o, "\nno GPU memory events\n");
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (print_device(o, a, &a->devices[i], top) < 0) return -1;
+    if (a->host && print_device(o, a, a->host, top) < 0) return -1;
+    if (a->failed_total && print_failed(o, a, top) < 0) return -1;
+    const mt_anomalies *an = &a->anomalies;
+    if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
+        an->ctx_destroy_released || an->unknown_ops)
+        mt_out_printf(o, "\nanomalies: %llu unmatched frees, %llu double frees, %llu replaced "
+                         "(alloc at a live address), %llu partial unmaps, %llu released by "
+                         "context destroy, %llu unknown events\n",
+                      (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
+                      (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
+                      (unsigned long long)an->ctx_destroy_released,
+                      (unsigned long long)an->unknown_ops);
+    return 0;
+}

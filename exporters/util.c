@@ -1,0 +1,60 @@
+/* Helpers shared by the exporters: stack-stat frame lists and time formatting. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util.h"
+
+long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style, mt_namebuf *b)
+{
+    if (s->driver) {
+        if (!b->cap) {
+            b->v = malloc(64 * sizeof *b->v);
+            if (!b->v) return -1;
+            b->cap = 64;
+        }
+        b->v[0] = mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL);
+        b->n = 1;
+        return 1;
+    }
+    for (;;) {
+        size_t n = mt_frames_path(f, s->stack, style, b->v, b->cap);
+        if (n <= b->cap) {
+            b->n = n;
+            return (long)n;
+        }
+        const char **nv = realloc(b->v, (n + 64) * sizeof *nv);
+        if (!nv) return -1;
+        b->v = nv;
+        b->cap = n + 64;
+    }
+}
+
+void mt_namebuf_free(mt_namebuf *b)
+{
+    free(b->v);
+    b->v = NULL;
+    b->n = b->cap = 0;
+}
+
+const char *mt_format_rel(uint64_t ns, char *buf, size_t len)
+{
+    snprintf(buf, len, "+%llu.%06llu s", (unsigned long long)(ns / 1000000000ull),
+             (unsigned long long)(ns % 1000000000ull / 1000ull));
+    return buf;
+}
+
+const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len)
+{
+    uint64_t t = a->header.start_realtime_ns + rel_ns;
+    time_t secs = (time_t)(t / 1000000000ull);
+    struct tm tm;
+    if (!gmtime_r(&secs, &tm)) {
+        snprintf(buf, len, "?");
+        return buf;
+    }
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%06llu UTC", day, (unsigned long long)(t % 1000000000ull / 1000ull));
+    return buf;
+}

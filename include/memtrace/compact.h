@@ -1,0 +1,234 @@
+/* memtrace/compact.h — the compactor: a trace's events turned into lifetimes, per-device usage,
+ * peaks, what was live at each peak and at each failed request, leaks, and frame names.
+ *
+ * Three layers, each usable alone:
+ *   mt_frames   stack trie + modules + symbols + Python code objects -> frame names
+ *   mt_tracker  the event state machine: live allocations, per-device counters, peaks. Feed it
+ *               events in file order; hooks tell a caller about every lifetime that ends and every
+ *               change of a device's counters (the Chrome exporter streams from those).
+ *   mt_analysis two passes over a trace file (see analyze.c): pass 1 finds peaks, leaks, failed
+ *               requests; pass 2 replays up to each device's peak and snapshots the live set.
+ * Memory is proportional to what is live plus per-stack aggregates, never to the event count.
+ * Event semantics (what counts as device bytes, how frees match allocations) are documented in
+ * src/compact/tracker.c and docs/analysis.md.
+ */
+#ifndef MEMTRACE_COMPACT_H
+#define MEMTRACE_COMPACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memtrace/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Frames ------------------------------------------------------------------------------------ */
+
+typedef struct mt_frames mt_frames;
+
+typedef enum mt_name_style {
+    MT_NAME_REPORT = 0, /* "function (file:line)", "module.so+0x1a2b", "file.py:qualname:42" */
+    MT_NAME_FOLDED = 1, /* "function", same otherwise; never contains ';' or '\n' */
+} mt_name_style;
+
+mt_frames *mt_frames_new(void);
+void mt_frames_free(mt_frames *f);
+/* Keeps what it needs from STACK_NODE, MODULE, SYMBOL, PYCODE records (strings are copied).
+ * Returns 1 if the record was one of those, 0 if not, -1 when out of memory. */
+int mt_frames_add(mt_frames *f, const mt_record *r);
+/* Names of the frames of stack `leaf`, root (outermost) first; an ip with inlined callees expands
+ * into several names. Writes at most cap names into out and returns the full count. leaf 0 gives
+ * the single pseudo frame "[no stack]". Names are owned by f and live as long as it does. */
+size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
+                      size_t cap);
+/* The frame that names an allocation: the innermost Python frame if the stack has one, else the
+ * innermost native frame outside the CUDA stack (libcuda*, libcudart*, libcupti*,
+ * libmemtrace_inject*), else the innermost frame. Report style. */
+const char *mt_frames_first_user(mt_frames *f, uint32_t leaf);
+
+/* ---- Tracker ----------------------------------------------------------------------------------- */
+
+/* Kind families: a FREE matches the live ALLOC of the same (device, family, address). */
+typedef enum mt_family {
+    MT_FAM_LINEAR = 0,     /* DEVICE, PITCH, ASYNC, MANAGED (one cuMemFree frees any of them) */
+    MT_FAM_PINNED = 1,     /* HOST_PINNED (device forced to -1) */
+    MT_FAM_REGISTERED = 2, /* HOST_REGISTERED (device forced to -1) */
+    MT_FAM_VMM_RESERVE = 3,
+    MT_FAM_VMM_PHYSICAL = 4,
+    MT_FAM_DRIVER = 5,
+    MT_FAM_OTHER = 6, /* UNKNOWN/POOL kinds: tracked, never counted */
+    MT_FAM_MAX_ = 7,
+} mt_family;
+
+/* One allocation while it lives. */
+typedef struct mt_lifetime {
+    uint64_t address, bytes, start_ns, stream, aux;
+    uint64_t serial; /* 1, 2, ... in allocation order: a unique id for the lifetime */
+    uint32_t stack, tid, context;
+    int32_t device; /* -1 for host kinds */
+    uint16_t flags;
+    uint8_t kind, family;
+} mt_lifetime;
+
+typedef enum mt_end_reason {
+    MT_END_FREE = 0,        /* a matching FREE */
+    MT_END_REPLACED = 1,    /* a new ALLOC at the same address while this one was live */
+    MT_END_CTX_DESTROY = 2, /* its context was destroyed */
+    MT_END_TRACE_END = 3,   /* still live when the trace ended (mt_tracker_finish) */
+} mt_end_reason;
+
+/* Counters of one device (or of host memory: is_host). All bytes. */
+typedef struct mt_usage {
+    int32_t device; /* CUDA ordinal; -1 with is_host = 0: device memory of unknown device */
+    int is_host;
+    uint64_t in_use;     /* device bytes: DEVICE+PITCH+ASYNC+MANAGED+VMM_PHYSICAL+DRIVER
+                            (host: HOST_PINNED+HOST_REGISTERED) */
+    uint64_t api_in_use; /* the same without DRIVER */
+    uint64_t by_kind[MT_KIND_MAX_];
+    uint64_t peak, peak_time, peak_seq; /* first time in_use reached its maximum; seq = event no. */
+    uint64_t api_peak, api_peak_time;
+    uint64_t alloc_bytes, alloc_count, free_count, failed_count, zero_byte_allocs;
+    uint64_t vmm_reserved, vmm_reserved_peak, vmm_mapped, vmm_mapped_peak;
+    uint64_t pool_reserved, pool_reserved_peak; /* sum over pools of the last POOL_RESERVED */
+    int has_pool_info;                          /* a POOL_RESERVED was seen for this device */
+} mt_usage;
+
+/* Things that went wrong in the event stream; counted, never fatal. */
+typedef struct mt_anomalies {
+    uint64_t unmatched_frees; /* FREE with no live ALLOC (and not a recent double free) */
+    uint64_t double_frees;    /* FREE of an address freed recently and not reallocated since */
+    uint64_t replaced;        /* ALLOC at an address already live: old lifetime closed */
+    uint64_t partial_unmaps;  /* UNMAP covering only part of a mapped range */
+    uint64_t ctx_destroy_released; /* lifetimes ended by MT_OP_CTX_DESTROY */
+    uint64_t unknown_ops;
+} mt_anomalies;
+
+typedef struct mt_tracker mt_tracker;
+
+typedef struct mt_tracker_hooks {
+    void *ctx;
+    /* A lifetime ended (free, replaced, context destroyed, or finish). May be NULL. */
+    void (*on_release)(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why);
+    /* A device's counters changed at time_ns (after the change). May be NULL. */
+    void (*on_usage)(void *ctx, const mt_usage *u, uint64_t time_ns);
+} mt_tracker_hooks;
+
+mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks); /* hooks may be NULL */
+void mt_tracker_free(mt_tracker *t);
+/* Applies one event. Returns 0, or -1 when out of memory (the event is then lost). */
+int mt_tracker_event(mt_tracker *t, const mt_event *e);
+/* Number of events applied so far (the seq of the last one). */
+uint64_t mt_tracker_seq(const mt_tracker *t);
+/* Ends every live lifetime with MT_END_TRACE_END (on_release) and empties the live set. */
+void mt_tracker_finish(mt_tracker *t, uint64_t end_ns);
+/* Visits every live lifetime (any order). fn must not call back into the tracker. */
+void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt_lifetime *l),
+                             void *ctx);
+size_t mt_tracker_live_count(const mt_tracker *t);
+/* Devices seen so far, host slot included (is_host). Valid until the next mt_tracker_event. */
+size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out);
+const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
+
+/* ---- Analysis ---------------------------------------------------------------------------------- */
+
+/* Bytes and allocation count attributed to one stack. driver = 1: the "[driver internal]" pseudo
+ * stack (DRIVER-kind allocations), stack is then ignored. */
+typedef struct mt_stack_stat {
+    uint32_t stack;
+    uint8_t driver;
+    uint64_t bytes, count;
+} mt_stack_stat;
+
+typedef struct mt_stack_list {
+    mt_stack_stat *v; /* sorted by bytes, largest first (ties: stack id) */
+    size_t n;
+} mt_stack_list;
+
+#define MT_TIMELINE_POINTS 256
+
+/* One timeline bucket: the moment of highest in_use inside it. */
+typedef struct mt_timeline_point {
+    uint64_t time_ns; /* since trace start */
+    uint64_t in_use;
+    uint64_t by_kind[MT_KIND_MAX_];
+} mt_timeline_point;
+
+typedef struct mt_device_report {
+    mt_usage u;                    /* counters at the end of the trace; peaks over the trace;
+                                      times here are absolute (trace clock) */
+    uint64_t peak_time_ns;         /* since trace start */
+    uint64_t api_peak_time_ns;     /* since trace start */
+    uint64_t by_kind_at_peak[MT_KIND_MAX_];
+    uint64_t driver_at_peak;       /* DRIVER bytes inside peak */
+    const char *name;              /* from MT_REC_DEVICE, or NULL */
+    uint64_t capacity;             /* device total bytes from MT_REC_DEVICE, 0 = unknown */
+    mt_stack_list peak_stacks;     /* live at the peak, by stack; sums to u.peak exactly */
+    mt_stack_list leaks;           /* live at the end of the trace, by stack */
+    uint64_t leak_bytes, leak_count;
+    mt_stack_list allocs;          /* bytes ever allocated, by stack */
+    mt_timeline_point *timeline;   /* n_timeline points, time order */
+    size_t n_timeline;
+} mt_device_report;
+
+typedef struct mt_failed_request {
+    uint64_t time_ns; /* since trace start */
+    int32_t device;
+    uint8_t kind;
+    uint16_t result;
+    uint32_t stack, tid;
+    uint64_t bytes;    /* requested */
+    uint64_t stream;
+    uint64_t in_use;   /* device bytes in use at that moment */
+    int pool_free_known;
+    uint64_t pool_free; /* sum of POOL_RESERVED - live ASYNC bytes on the device (clamped at 0) */
+    mt_stack_list live; /* what was live on that device, by stack */
+} mt_failed_request;
+
+#define MT_MAX_FAILED_KEPT 64 /* failed requests with full forensics; all are counted */
+
+typedef struct mt_analysis {
+    char *path;
+    mt_file_header header;
+    uint32_t pid, ppid;
+    char *comm, *cmdline, *hostname; /* "" when the trace has no PROCESS record */
+    mt_frames *frames;
+    mt_device_report *devices; /* GPU devices by ordinal (an ordinal -1 = unknown device last) */
+    size_t n_devices;
+    mt_device_report *host;    /* host pinned/registered memory; NULL when the trace has none */
+    mt_failed_request *failed;
+    size_t n_failed;           /* kept (<= MT_MAX_FAILED_KEPT) */
+    uint64_t failed_total;
+    mt_anomalies anomalies;
+    uint64_t records, events;
+    uint64_t dropped;          /* max(sum of DROPPED records, END.dropped) */
+    int ended_cleanly;         /* an END record was read */
+    int truncated;             /* the file ends inside a chunk */
+    char *truncated_msg;
+    uint64_t first_ns, last_ns; /* event times since trace start */
+    uint64_t duration_ns;       /* last event (or END) since trace start */
+    char **warnings;            /* WARNING notes of the recorder */
+    size_t n_warnings;
+    struct { uint32_t tid; char *name; } *threads;
+    size_t n_threads;
+} mt_analysis;
+
+typedef struct mt_analyze_options {
+    /* Called now and then with the fraction of the file read (0..1) and the pass (1 or 2). */
+    void (*progress)(void *ctx, int pass, double fraction);
+    void *progress_ctx;
+} mt_analyze_options;
+
+/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends (and says
+ * so); an unreadable or corrupt file fails: returns -1 with a one-line reason in err. */
+int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,
+               size_t errlen);
+void mt_analysis_free(mt_analysis *a);
+/* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
+const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

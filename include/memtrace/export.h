@@ -1,0 +1,81 @@
+/* memtrace/export.h — what a person reads: text/JSON reports, folded stacks for flame graphs, and
+ * Chrome Trace Event JSON for Perfetto, all built from mt_analysis (memtrace/compact.h).
+ * Every writer goes through mt_out, a buffered sink that is a FILE or a gzip stream. */
+#ifndef MEMTRACE_EXPORT_H
+#define MEMTRACE_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "memtrace/compact.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Output sink ------------------------------------------------------------------------------- */
+
+typedef struct mt_out mt_out;
+
+/* path "-" = stdout; a path ending in ".gz" is written gzip-compressed (zlib gz* API).
+ * NULL with a one-line reason in err when it cannot be opened. */
+mt_out *mt_out_open(const char *path, char *err, size_t errlen);
+mt_out *mt_out_from_file(FILE *f); /* not closed by mt_out_close */
+void mt_out_write(mt_out *o, const void *p, size_t n);
+void mt_out_puts(mt_out *o, const char *s);
+void mt_out_printf(mt_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mt_out_json_string(mt_out *o, const char *s); /* quoted, escaped, invalid UTF-8 replaced */
+/* Flushes and closes. Returns -1 if any write failed (disk full, EPIPE...). */
+int mt_out_close(mt_out *o);
+
+/* "512 B", "1.50 KiB", "3.25 GiB" (binary units). Returns buf. */
+const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* ---- Reports ----------------------------------------------------------------------------------- */
+
+typedef struct mt_report_options {
+    size_t top; /* stacks shown per list (peak, leaks, failed); 0 = 10 */
+} mt_report_options;
+
+/* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
+int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
+/* JSON report: with n == 1 the object of that trace; with n > 1 {"traces": [object, ...]}.
+ * Each object: {"trace", "pid", "command", "devices": [{"device", "peak_bytes", "peak_time_ns",
+ * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
+ * "truncated", ...}; docs/analysis.md lists every field. */
+int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+
+/* ---- Folded stacks ----------------------------------------------------------------------------- */
+
+typedef enum mt_folded_metric {
+    MT_METRIC_PEAK = 0,  /* bytes live at each device's peak: a device's lines sum to peak_bytes */
+    MT_METRIC_ALLOC = 1, /* bytes ever allocated */
+    MT_METRIC_LEAK = 2,  /* bytes live at the end of the trace */
+} mt_folded_metric;
+
+/* "cuda:0;main;train_step;cudaMalloc 1048576\n" per stack, root first; host memory under "host".
+ * With n > 1 each line starts with a "comm[pid]" frame. Lines with 0 bytes are left out. */
+int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric);
+
+/* ---- Chrome Trace Event JSON ------------------------------------------------------------------- */
+
+#define MT_CHROME_DEFAULT_MAX_SLICES 500000u /* ~200 MB of slices at ~400 bytes each */
+
+typedef struct mt_chrome_options {
+    uint64_t min_bytes;  /* slices only for allocations of at least this many bytes */
+    uint64_t top_allocs; /* slices only for the N largest allocations; 0 = default cap
+                            (MT_CHROME_DEFAULT_MAX_SLICES, said in otherData when it applies) */
+    void (*progress)(void *ctx, double fraction);
+    void *progress_ctx;
+} mt_chrome_options;
+
+/* {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}. Re-reads each trace (the
+ * analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
+int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
+                     char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,141 @@
+/* memtrace/record.h — the recorder's machinery that does not need a GPU.
+ *
+ * The injected library (src/record/cuda/) is thin glue between CUPTI and these pieces:
+ *   mt_sink     per-thread lock-free rings, drained by one background thread into an mt_writer
+ *   mt_unwind   the caller's native stack, fast (cached CFI), innermost frame first
+ *   mt_trie     stack deduplication: each frame written once, events carry a leaf id
+ *   mt_modules  the loaded ELF objects (path, load address, build id) for later symbolization
+ *   mt_pyframes the calling thread's Python frames, read without the GIL
+ * Everything here runs inside the traced program: no function may crash, block for long, or print
+ * more than one warning per problem.
+ */
+#ifndef MEMTRACE_RECORD_H
+#define MEMTRACE_RECORD_H
+
+#include <stdint.h>
+
+#include "memtrace/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Sink ------------------------------------------------------------------------------------- */
+
+typedef struct mt_sink mt_sink;
+
+typedef struct mt_sink_config {
+    int fd;                 /* trace file, already opened (O_EXCL|O_NOFOLLOW); the sink owns it */
+    mt_file_header header;  /* written first */
+    uint32_t ring_slots;    /* per-thread ring capacity in records; 0 = default (16384) */
+    uint32_t flush_ms;      /* writer wakes at least this often and flushes; 0 = default (200) */
+    uint32_t chunk_bytes;   /* raw bytes per chunk; 0 = MT_CHUNK_RAW_DEFAULT */
+} mt_sink_config;
+
+typedef struct mt_sink_stats {
+    uint64_t events;        /* MT_REC_EVENT records written */
+    uint64_t dropped;       /* events lost because a ring was full */
+    uint64_t records;       /* all records written */
+    uint64_t bytes;         /* file size */
+    int write_failed;       /* a write(2) failed (disk full...): the trace ends early */
+} mt_sink_stats;
+
+/* Starts the writer thread. NULL on failure (then nothing was started). */
+mt_sink *mt_sink_start(const mt_sink_config *cfg);
+
+/* Hot path, any thread, never blocks: copies an event or a stack node into the calling thread's
+ * ring. When the ring is full an event is dropped and counted (the trace says how many); a stack
+ * node is never dropped — it takes the slow path below instead. */
+void mt_sink_event(mt_sink *s, const mt_event *ev);
+void mt_sink_node(mt_sink *s, const mt_stack_node *node);
+
+/* Slow path for rare records with strings (process, module, thread, note, device, pycode, symbol,
+ * sample): deep-copied under a mutex into a side queue. */
+void mt_sink_put_copy(mt_sink *s, const mt_record *r);
+
+/* Asks the writer to drain everything now and waits until it has been written. */
+void mt_sink_flush(mt_sink *s);
+
+/* Writer-thread hook, called once per drain before the batch is written (module map refresh,
+ * CUPTI activity flush...). Runs on the writer thread; may call mt_sink_put_copy. */
+typedef void (*mt_sink_tick_fn)(void *ctx, mt_sink *s);
+void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx);
+
+/* Drains, writes MT_REC_END, closes the file, joins the thread, frees. Stats may be NULL. */
+void mt_sink_stop(mt_sink *s, mt_sink_stats *stats);
+
+/* In a fork()ed child (no writer thread there): forget the sink without touching it further. */
+void mt_sink_abandon_in_child(mt_sink *s);
+
+/* ---- Unwinder --------------------------------------------------------------------------------- */
+
+#define MT_MAX_FRAMES 128
+
+/* Return addresses of the calling thread's stack, innermost first, starting `skip` frames above
+ * the caller of mt_unwind (skip = 0: the first entry is mt_unwind's caller's return address).
+ * Reads only the thread's own stack and mapped unwind tables; never faults. Returns the count;
+ * *truncated is set when it stopped for any reason other than reaching the outermost frame. */
+int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
+
+/* ---- Stack trie ------------------------------------------------------------------------------- */
+
+/* A frame word: the frame kind (mt_frame_kind) in bits 62-63, the ip below. */
+#define MT_FRAME_WORD(kind, ip) (((uint64_t)(kind) << 62) | ((uint64_t)(ip) & ((1ull << 62) - 1)))
+#define MT_FRAME_WORD_KIND(w) ((unsigned)((w) >> 62))
+#define MT_FRAME_WORD_IP(w) ((w) & ((1ull << 62) - 1))
+
+typedef struct mt_trie mt_trie;
+
+/* Per-thread memo of the last stack interned, so the common prefix is not looked up again. */
+typedef struct mt_trie_cache {
+    int n;
+    uint64_t words[MT_MAX_FRAMES]; /* outermost first */
+    uint32_t ids[MT_MAX_FRAMES];
+} mt_trie_cache;
+
+/* Called for every node created (exactly once per node, under the trie's lock). */
+typedef void (*mt_trie_new_node_fn)(void *ctx, const mt_stack_node *node);
+
+mt_trie *mt_trie_new(mt_trie_new_node_fn on_new, void *ctx);
+/* frames: n frame words, innermost first. Returns the leaf id (0 when n == 0). Thread-safe. */
+uint32_t mt_trie_intern(mt_trie *t, mt_trie_cache *cache, const uint64_t *frames, int n);
+uint32_t mt_trie_size(const mt_trie *t); /* nodes created */
+void mt_trie_free(mt_trie *t);
+
+/* ---- Module map ------------------------------------------------------------------------------- */
+
+typedef struct mt_modules mt_modules;
+
+typedef void (*mt_module_fn)(void *ctx, const mt_module *m);
+
+mt_modules *mt_modules_new(void);
+/* Walks dl_iterate_phdr and calls fn once for every module not reported before (cheap when
+ * nothing was loaded since the last call). Returns the number of new modules. */
+int mt_modules_refresh(mt_modules *mods, mt_module_fn fn, void *ctx);
+void mt_modules_free(mt_modules *mods);
+
+/* ---- Python frames (no GIL) ------------------------------------------------------------------- */
+
+typedef struct mt_pyframes mt_pyframes;
+
+/* A Python frame as read from the interpreter: the code object and the line being executed. */
+typedef struct mt_pyframe {
+    uintptr_t code; /* PyCodeObject address (identity for dedup; resolved off the hot path) */
+    int line;       /* current line, -1 if unknown */
+} mt_pyframe;
+
+/* Finds the interpreter in this process (dlsym on RTLD_DEFAULT). NULL when there is no Python or
+ * its version's layout is unknown; *why (may be NULL) then says which, for one warning. */
+mt_pyframes *mt_pyframes_new(const char **why);
+/* The calling thread's Python frames, innermost first. 0 when the thread has none. */
+int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max);
+/* Copies out filename, qualname and first line of a code object met by mt_pyframes_read on this
+ * thread during the same call (so it is alive). Returns 0 on success. */
+int mt_pyframes_describe(mt_pyframes *py, uintptr_t code, char *filename, int flen, char *qualname,
+                         int qlen, uint32_t *firstlineno);
+void mt_pyframes_free(mt_pyframes *py);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,283 @@
+/* memtrace/trace.h — the trace format: what a .mtrace file holds, how to write it, how to read it.
+ *
+ * This is the contract between the stages. The recorder (src/record) produces records, the writer
+ * (src/trace/writer.c) encodes them into zlib-compressed, CRC-checked chunks, the reader
+ * (src/trace/reader.c) gives them back one by one to the compactor, the exporters and `dump`.
+ * The byte layout is drawn in docs/trace-format.md and beside the encoder in src/trace/encode.c.
+ *
+ * Nothing here knows about CUDA or CUPTI: a trace can be written and read on a machine with no GPU.
+ */
+#ifndef MEMTRACE_TRACE_H
+#define MEMTRACE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- File header --------------------------------------------------------------------------- */
+
+#define MT_TRACE_MAGIC "\x89MTRACE\n" /* 8 bytes; the \x89 keeps text tools from guessing "text" */
+#define MT_TRACE_VERSION 1
+#define MT_FILE_HEADER_SIZE 64
+
+typedef struct mt_file_header {
+    uint16_t version;            /* MT_TRACE_VERSION of the writer */
+    uint32_t pid;                /* process that recorded */
+    uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC at recorder start; event times share this clock */
+    uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment, to print wall-clock dates */
+} mt_file_header;
+
+/* ---- Memory events --------------------------------------------------------------------------- */
+
+/* What happened. */
+typedef enum mt_op {
+    MT_OP_ALLOC = 1,         /* [address, address+bytes) became owned (for VMM_PHYSICAL: handle) */
+    MT_OP_FREE = 2,          /* released; bytes = size if the recorder knew it, else 0 */
+    MT_OP_FAILED = 3,        /* a request that failed (result = CUresult, bytes = requested) */
+    MT_OP_POOL_RESERVED = 4, /* a memory pool now reserves `bytes` (address = pool handle) */
+    MT_OP_POOL_TRIM = 5,     /* cuMemPoolTrimTo(pool = address, minBytesToKeep = bytes) */
+    MT_OP_CTX_DESTROY = 6,   /* context `context` destroyed: whatever it still held is gone */
+    MT_OP_MAX_ = 7
+} mt_op;
+
+/* Which kind of memory. Kept to 4 bits on disk (see encode.c). */
+typedef enum mt_kind {
+    MT_KIND_UNKNOWN = 0,
+    MT_KIND_DEVICE = 1,          /* cuMemAlloc / cudaMalloc */
+    MT_KIND_PITCH = 2,           /* cuMemAllocPitch; bytes = pitch * height, aux = pitch */
+    MT_KIND_ASYNC = 3,           /* cuMemAllocAsync / FromPoolAsync / FreeAsync: stream ordered */
+    MT_KIND_MANAGED = 4,         /* cuMemAllocManaged */
+    MT_KIND_HOST_PINNED = 5,     /* cuMemHostAlloc / cuMemAllocHost / cuMemFreeHost */
+    MT_KIND_HOST_REGISTERED = 6, /* cuMemHostRegister / Unregister (pins, does not allocate) */
+    MT_KIND_VMM_RESERVE = 7,     /* cuMemAddressReserve / Free: virtual address space only */
+    MT_KIND_VMM_PHYSICAL = 8,    /* cuMemCreate / Release: physical bytes, address = handle */
+    MT_KIND_VMM_MAP = 9,         /* cuMemMap / Unmap: a mapped range; aux = physical handle */
+    MT_KIND_POOL = 10,           /* memory pool bookkeeping (POOL_RESERVED, POOL_TRIM) */
+    MT_KIND_DRIVER = 11,         /* driver-internal: seen only in activity records; aux = CUPTI
+                                    memory kind (device, device static, ...) */
+    MT_KIND_MAX_ = 12
+} mt_kind;
+
+/* Event flags. */
+enum {
+    MT_EF_ACTIVITY = 1u << 0,        /* built from a CUPTI activity record, not a callback */
+    MT_EF_STACK_TRUNCATED = 1u << 1, /* the unwinder stopped before the outermost frame */
+    MT_EF_PARTIAL_UNMAP = 1u << 2,   /* UNMAP of part of a mapped range (set by the recorder
+                                        when it knows; the compactor checks anyway) */
+    MT_EF_FROM_POOL = 1u << 3,       /* cuMemAllocFromPoolAsync: aux = pool handle */
+};
+
+typedef struct mt_event {
+    uint64_t time_ns;     /* CLOCK_MONOTONIC, the recorder's own clock */
+    uint64_t address;     /* pointer; VMM_PHYSICAL: allocation handle; POOL: pool handle */
+    uint64_t bytes;       /* size; FAILED: requested size */
+    uint64_t stream;      /* CUstream handle value; 0 = legacy default stream / not stream-ordered */
+    uint64_t aux;         /* kind-specific, see mt_kind */
+    uint32_t tid;         /* kernel thread id of the caller */
+    uint32_t context;     /* CUPTI context id; 0 = none/unknown */
+    uint32_t stack;       /* leaf node of the stack trie; 0 = no stack */
+    uint32_t correlation; /* CUPTI correlation id; 0 = none */
+    int32_t device;       /* CUDA device ordinal; -1 = host memory or unknown */
+    uint16_t api;         /* CUPTI driver callback id (CUPTI_DRIVER_TRACE_CBID_*); 0 = none */
+    uint16_t result;      /* CUresult for MT_OP_FAILED, else 0 */
+    uint16_t flags;       /* MT_EF_* */
+    uint8_t op;           /* mt_op */
+    uint8_t kind;         /* mt_kind */
+} mt_event;
+
+/* ---- Stacks ---------------------------------------------------------------------------------- */
+
+/* A stack is a path in a trie from the root (id 0, never written) to a leaf. Each node is written
+ * once, before or after the events that name it; events carry only the leaf id. The path from the
+ * root to a leaf goes from the outermost frame (_start, main) to the innermost (the CUDA call). */
+typedef enum mt_frame_kind {
+    MT_FRAME_NATIVE = 0, /* ip = return address (look it up at ip-1 to name the call site) */
+    MT_FRAME_PYTHON = 1, /* ip = (code id << 32) | line; code ids name MT_REC_PYCODE records */
+    MT_FRAME_PSEUDO = 2, /* ip = one of mt_pseudo_frame */
+} mt_frame_kind;
+
+typedef enum mt_pseudo_frame {
+    MT_PSEUDO_DRIVER_INTERNAL = 1, /* "[driver internal]": no public API call made it */
+    MT_PSEUDO_AUTOGRAD = 2,        /* "[autograd backward]": a thread with no Python frames */
+    MT_PSEUDO_NO_STACK = 3,        /* "[no stack]": capture failed or was off */
+    MT_PSEUDO_TRUNCATED = 4,       /* "[truncated]": the unwinder gave up here */
+} mt_pseudo_frame;
+
+typedef struct mt_stack_node {
+    uint32_t id;     /* > 0 */
+    uint32_t parent; /* 0 = child of the root */
+    uint64_t ip;     /* see mt_frame_kind */
+    uint8_t frame_kind;
+} mt_stack_node;
+
+/* ---- Everything else a trace holds ------------------------------------------------------------ */
+
+typedef struct mt_process {
+    uint32_t pid, ppid;
+    const char *comm;     /* short name of the executable */
+    const char *cmdline;  /* arguments joined by spaces */
+    const char *hostname;
+} mt_process;
+
+/* A loaded ELF object, as dl_iterate_phdr saw it. ip -> file address: ip - bias. */
+typedef struct mt_module {
+    uint32_t id;
+    uint64_t bias;       /* load bias (dlpi_addr) */
+    uint64_t start, end; /* lowest and highest address of its PT_LOAD segments (runtime) */
+    const char *path;
+    const uint8_t *build_id;
+    uint32_t build_id_len;
+} mt_module;
+
+typedef struct mt_thread {
+    uint32_t tid;
+    const char *name;
+} mt_thread;
+
+typedef enum mt_note_level { MT_NOTE_INFO = 0, MT_NOTE_WARNING = 1 } mt_note_level;
+
+typedef struct mt_note {
+    uint64_t time_ns;
+    uint8_t level;
+    const char *text;
+} mt_note;
+
+typedef struct mt_device {
+    int32_t ordinal;
+    uint64_t total_bytes;
+    const char *name;
+    const char *uuid;
+} mt_device;
+
+/* Symbolized native frame. One ip may carry several records when DWARF says code was inlined:
+ * depth 0 is the real (outermost) function, depth 1.. the inlined callees, innermost last. */
+typedef struct mt_symbol {
+    uint64_t ip;          /* the return address as recorded */
+    uint32_t module;      /* mt_module.id; 0 = none */
+    uint32_t line;        /* 0 = unknown */
+    uint32_t depth;       /* inline depth, see above */
+    const char *function; /* demangled; "" = unknown */
+    const char *file;     /* "" = unknown */
+} mt_symbol;
+
+/* A Python code object the recorder met. Python stack nodes name it by id. */
+typedef struct mt_pycode {
+    uint32_t id;
+    uint32_t firstlineno;
+    const char *filename;
+    const char *qualname;
+} mt_pycode;
+
+typedef enum mt_counter {
+    MT_COUNTER_NVML_PROCESS_BYTES = 1, /* what nvidia-smi shows for this process */
+    MT_COUNTER_DEVICE_USED_BYTES = 2,  /* cuMemGetInfo total - free (whole device) */
+} mt_counter;
+
+typedef struct mt_sample {
+    uint64_t time_ns;
+    int32_t device;
+    uint16_t counter; /* mt_counter */
+    uint64_t value;
+} mt_sample;
+
+typedef struct mt_end {
+    uint64_t time_ns;
+    uint64_t events;  /* memory events written */
+    uint64_t dropped; /* events the recorder could not keep */
+} mt_end;
+
+/* ---- Records ------------------------------------------------------------------------------- */
+
+typedef enum mt_record_type {
+    MT_REC_PROCESS = 1,
+    MT_REC_EVENT = 2,
+    MT_REC_STACK_NODE = 3,
+    MT_REC_MODULE = 4,
+    MT_REC_THREAD = 5,
+    MT_REC_NOTE = 6,
+    MT_REC_DROPPED = 7, /* u64: events dropped since the last DROPPED record */
+    MT_REC_END = 8,     /* the recorder shut down cleanly */
+    MT_REC_SYMBOL = 9,
+    MT_REC_PYCODE = 10,
+    MT_REC_SAMPLE = 11,
+    MT_REC_DEVICE = 12,
+    MT_REC_MAX_ = 13
+} mt_record_type;
+
+typedef struct mt_record {
+    mt_record_type type;
+    union {
+        mt_process process;
+        mt_event event;
+        mt_stack_node node;
+        mt_module module;
+        mt_thread thread;
+        mt_note note;
+        uint64_t dropped;
+        mt_end end;
+        mt_symbol symbol;
+        mt_pycode pycode;
+        mt_sample sample;
+        mt_device device;
+    } u;
+} mt_record;
+
+/* ---- Writer ---------------------------------------------------------------------------------- */
+
+/* One writer owns one file descriptor; it is not thread-safe (the recorder's single background
+ * thread owns it). Records are encoded into a chunk buffer; a full chunk, mt_writer_flush and
+ * mt_writer_close compress it, prefix it with its length and CRC32, and write it with write(2).
+ * A chunk on disk is whole or it is the last thing in the file. */
+typedef struct mt_writer mt_writer;
+
+#define MT_CHUNK_RAW_DEFAULT (256u * 1024u)
+
+/* hdr != NULL: write the file header first (new file). hdr == NULL: append chunks to a file that
+ * already has one (fd opened with O_APPEND). chunk_raw_bytes = 0 picks MT_CHUNK_RAW_DEFAULT.
+ * Returns NULL on allocation failure or when the header cannot be written. */
+mt_writer *mt_writer_open_fd(int fd, const mt_file_header *hdr, size_t chunk_raw_bytes);
+int mt_writer_put(mt_writer *w, const mt_record *r); /* 0 ok, -1 write error (errno set) */
+int mt_writer_flush(mt_writer *w);                   /* finish the current chunk */
+/* Flush and free. Closes the fd only if close_fd. Returns -1 if any write ever failed. */
+int mt_writer_close(mt_writer *w, int close_fd);
+uint64_t mt_writer_bytes_written(const mt_writer *w); /* file bytes so far, header included */
+
+/* ---- Reader ---------------------------------------------------------------------------------- */
+
+typedef struct mt_reader mt_reader;
+
+typedef enum mt_read_status {
+    MT_READ_RECORD = 1,    /* *out holds a record; its strings live until the next call */
+    MT_READ_END = 0,       /* clean end of file */
+    MT_READ_TRUNCATED = -1, /* the file ends inside a chunk: everything before it was returned */
+    MT_READ_CORRUPT = -2,  /* bad CRC or undecodable chunk at mt_reader_error_offset() */
+    MT_READ_IO = -3,       /* read(2) failed */
+} mt_read_status;
+
+/* Opens and checks the header. On failure returns NULL and writes a one-line reason (naming the
+ * file and offset) into err. */
+mt_reader *mt_reader_open(const char *path, char *err, size_t errlen);
+const mt_file_header *mt_reader_header(const mt_reader *r);
+mt_read_status mt_reader_next(mt_reader *r, mt_record *out);
+/* After TRUNCATED/CORRUPT/IO: a one-line description and the byte offset of the bad chunk. */
+const char *mt_reader_error(const mt_reader *r);
+uint64_t mt_reader_error_offset(const mt_reader *r);
+uint64_t mt_reader_offset(const mt_reader *r); /* file offset of the chunk being read */
+uint64_t mt_reader_file_size(const mt_reader *r);
+void mt_reader_close(mt_reader *r);
+
+/* ---- Names ------------------------------------------------------------------------------------ */
+
+const char *mt_op_name(unsigned op);     /* "alloc", "free", ... ; "?" if out of range */
+const char *mt_kind_name(unsigned kind); /* "device", "async", ... */
+const char *mt_pseudo_name(uint64_t id); /* "[driver internal]", ... */
+/* CUPTI driver callback id -> API name ("cuMemAlloc_v2"); "" if not a memory API we trace. */
+const char *mt_api_name(unsigned cbid);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

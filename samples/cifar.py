@@ -1,0 +1,80 @@
+"""The classic CIFAR-10 walkthrough network, trained on random CIFAR-shaped data (no downloads).
+
+conv1 3->6 k5, pool, conv2 6->16 k5, fc1 400->12000, fc2 12000->84, fc3 84->10 (fc1 is widened, as in
+pytorch_memlab's walkthrough, so one layer clearly dominates memory). SGD with momentum, batch 256.
+
+    python cifar.py [--steps N] [--batch B] [--warmup W]
+
+Prints, last, the numbers the GPU checks compare with the trace:
+    max_memory_allocated=<bytes> max_memory_reserved=<bytes> steps=<n> step_ms=<mean ms per step>
+step_ms is measured over the steps after the warm-up, with the GPU synchronized.
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 12000)
+        self.fc2 = nn.Linear(12000, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        x = self.fc3(x)
+        return x
+
+
+def train(steps, batch, warmup):
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    net = Net().to(device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    start = None
+    for step in range(steps):
+        if step == warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        optimizer.zero_grad()
+        outputs = net(images)
+        loss = criterion(outputs, labels)
+        loss.backward()
+        optimizer.step()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start if start is not None else 0.0
+    timed = max(steps - warmup, 1)
+    return loss.item(), elapsed * 1000.0 / timed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--warmup", type=int, default=20)
+    args = ap.parse_args()
+    loss, step_ms = train(args.steps, args.batch, min(args.warmup, args.steps - 1))
+    print(f"loss={loss:.4f}")
+    print(
+        f"max_memory_allocated={torch.cuda.max_memory_allocated()} "
+        f"max_memory_reserved={torch.cuda.max_memory_reserved()} "
+        f"steps={args.steps} step_ms={step_ms:.4f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

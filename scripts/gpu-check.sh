@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# gpu-check.sh — every check that needs a GPU, in one command.
+#
+#   scripts/gpu-check.sh [BUILD_DIR]        (default: build-gpu)
+#
+# Runs on the lent GPU machine, from the repository root, over a build made on the development
+# machine (scripts/build-for-gpu.sh makes it: the GPU machine has no libdwarf or Criterion).
+# Writes logs and the traces worth keeping under $OUT (default ./gpu-check-out):
+#   gpu-check.log   everything, summary.txt   the numbers, traces.tar.gz   fixtures for tests/data
+# Exit status: 0 when every assertion held, 1 otherwise (the log says which).
+set -u
+BUILD=${1:-build-gpu}
+OUT=${OUT:-$PWD/gpu-check-out}
+STEPS=${CIFAR_STEPS:-300}
+mkdir -p "$OUT"
+W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
+LOG=$OUT/gpu-check.log
+SUM=$OUT/summary.txt
+MT=$PWD/$BUILD/src/cli/memtrace
+AP=$PWD/$BUILD/samples/alloc_patterns
+PY=${PYTHON:-python3}
+FAILS=0
+: > "$LOG"; : > "$SUM"
+exec 3>&1
+log() { echo "$*" >> "$LOG"; }
+say() { echo "$*" | tee -a "$SUM" >&3; log "$*"; }
+check() { # check NAME EXPECTED ACTUAL
+    if [ "$2" = "$3" ]; then say "PASS $1 ($3)"; else say "FAIL $1: expected $2, got $3"; FAILS=$((FAILS+1)); fi
+}
+run() { log "\$ $*"; "$@" >> "$LOG" 2>&1; }
+calc() { $PY -c "print(round($1, 4))"; }  # the GPU machine has no bc
+
+say "== environment"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; uname -r
+  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
+  ldd "$MT" "$BUILD/src/record/libmemtrace_inject.so" | grep -i "not found" && echo "MISSING LIBRARIES"
+} >> "$LOG" 2>&1
+tail -n 4 "$LOG" | sed 's/^/  /' >&3
+
+# ---- exit status is the command's --------------------------------------------------------------
+say "== exit status"
+(cd "$W" && "$MT" record -q -- sh -c 'exit 7'); check "record returns the command's status" 7 $?
+(cd "$W" && "$MT" record -q -- sh -c 'kill -TERM $$'); check "signal death is 128+N" 143 $?
+
+# ---- alloc_patterns: every kind, exact counts ---------------------------------------------------
+say "== alloc_patterns"
+(cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"
+check "alloc_patterns ran" 0 $?
+cat "$W/ap.out" >> "$LOG"
+"$MT" dump "$W/alloc_patterns.mtrace" > "$W/ap.dump" 2>> "$LOG"; check "dump reads it" 0 $?
+PITCHED=$(sed -n 's/.*pitched_bytes=\([0-9]*\).*/\1/p' "$W/ap.out")
+G=$(sed -n 's/^granularity=\([0-9]*\)/\1/p' "$W/ap.out")
+cnt() { grep '^event ' "$W/ap.dump" | grep -v ' activity' | grep -E -- "$1" | grep -c . ; }
+check "cuMemAlloc_v2 allocs 1/3/6/5 MiB" "1048576 3145728 6291456 5242880" \
+  "$(grep '^event ' "$W/ap.dump" | grep 'op=alloc kind=device' | grep -v activity | sed 's/.*bytes=\([0-9]*\).*/\1/' | tr '\n' ' ' | sed 's/ $//')"
+check "cuMemFree_v2 frees" 4 "$(cnt 'op=free kind=device .*api=cuMemFree_v2')"
+check "pitched alloc bytes" "$PITCHED" "$(grep 'op=alloc kind=pitch' "$W/ap.dump" | sed 's/.*bytes=\([0-9]*\).*/\1/')"
+check "managed alloc" 1 "$(cnt 'op=alloc kind=managed .*bytes=2097152 ')"
+check "pinned host allocs (64K,128K)" 2 "$(cnt 'op=alloc kind=host_pinned dev=-1 .*bytes=(65536|131072) ')"
+check "pinned host frees" 2 "$(cnt 'op=free kind=host_pinned')"
+check "host register/unregister" "1 1" "$(cnt 'op=alloc kind=host_registered .*bytes=262144 ') $(cnt 'op=free kind=host_registered')"
+check "async allocs (4 MiB, 8 MiB from pool)" "1 1" "$(cnt 'op=alloc kind=async .*bytes=4194304 ') $(cnt 'op=alloc kind=async .*bytes=8388608 .*from-pool')"
+check "async frees" 2 "$(cnt 'op=free kind=async')"
+check "pool trim" 1 "$(cnt 'op=pool_trim')"
+check "VMM reserve/free 4 granules" "1 1" "$(cnt "op=alloc kind=vmm_reserve .*bytes=$((4*G)) ") $(cnt 'op=free kind=vmm_reserve')"
+check "VMM create/release" "2 2" "$(cnt "op=alloc kind=vmm_physical .*bytes=$G ") $(cnt 'op=free kind=vmm_physical')"
+check "VMM map x2, one unmap of both" "2 1" "$(cnt "op=alloc kind=vmm_map .*bytes=$G ") $(cnt "op=free kind=vmm_map .*bytes=$((2*G)) ")"
+check "failed request 1 PiB, CUDA_ERROR_OUT_OF_MEMORY" 1 "$(cnt 'op=failed kind=device .*bytes=1125899906842624 .*result=2 ')"
+check "context destroyed" 1 "$(cnt 'op=ctx_destroy')"
+check "every API alloc/failed has a stack" 0 "$(grep '^event ' "$W/ap.dump" | grep -v activity | grep -E 'op=(alloc|failed)' | grep -c 'stack=0$')"
+say "info: driver-internal events (activity): $(grep '^event ' "$W/ap.dump" | grep -c ' activity') ; stack nodes: $(grep -c '^node ' "$W/ap.dump"); modules: $(grep -c '^module ' "$W/ap.dump"); symbols: $(grep -c '^symbol ' "$W/ap.dump")"
+grep '^note' "$W/ap.dump" | sed 's/^/  /' >> "$LOG"
+
+# Peak of API-requested device bytes, computed from the dump alone (an independent check of the
+# compactor): device, pitch, managed, async and VMM physical allocations, per device.
+api_peak() { # api_peak DUMP -> "dev:peak ..."; FAMILY-matched frees
+  awk '/^event / && !/ activity/ {
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+      k = f["kind"]; fam = (k == "vmm_physical") ? "p" : ((k ~ /^(device|pitch|managed|async)$/) ? "l" : "")
+      if (fam == "") next
+      key = f["dev"] SUBSEP fam SUBSEP f["addr"]
+      if (f["op"] == "alloc") { live[key] = f["bytes"]; cur[f["dev"]] += f["bytes"]; if (cur[f["dev"]] > pk[f["dev"]]) pk[f["dev"]] = cur[f["dev"]] }
+      else if (f["op"] == "free" && (key in live)) { cur[f["dev"]] -= live[key]; delete live[key] }
+    } END { for (d in pk) printf "%s:%d ", d, pk[d] }' "$1"
+}
+say "info: alloc_patterns API device peak from dump: $(api_peak "$W/ap.dump")"
+
+# ---- cifar.py under three allocator settings ------------------------------------------------------
+say "== cifar.py ($STEPS steps)"
+cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else traced
+  local name=$1; shift
+  local t0 t1
+  t0=$(date +%s.%N)
+  if [[ $name == plain* ]]; then
+    (cd "$W" && env "$@" $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS") > "$W/$name.out" 2>> "$LOG"
+  else
+    (cd "$W" && env "$@" "$MT" record -o "$W/$name.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS") > "$W/$name.out" 2>> "$W/$name.err"
+  fi
+  local rc=$?
+  t1=$(date +%s.%N)
+  cat "$W/$name.out" "$W/$name.err" 2>/dev/null >> "$LOG"
+  echo "wall=$(calc "$t1 - $t0")" >> "$W/$name.out"
+  check "cifar $name exit status" 0 $rc
+}
+val() { sed -n "s/.*$2=\([0-9.]*\).*/\1/p" "$W/$1.out" | tail -1; }
+cifar plain0
+cifar default
+cifar plain1
+cifar expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+cifar async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+for n in default expandable async; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
+
+# What PyTorch's caching allocator reserved is what went through c10's CUDACachingAllocator; cuBLAS
+# and friends also call cudaMalloc directly (their workspaces), which torch does not count.
+for n in default expandable; do
+  $PY scripts/dump_peaks.py --through CUDACachingAllocator "$W/$n.dump" > "$W/$n.peaks" 2>> "$LOG"
+  cat "$W/$n.peaks" >> "$LOG"
+  through=$(sed -n 's/^dev=0 .*peak_through=\([0-9]*\).*/\1/p' "$W/$n.peaks")
+  check "cifar $n: peak device bytes via CUDACachingAllocator == max_memory_reserved" "$(val $n max_memory_reserved)" "$through"
+  say "info: cifar $n: all API device bytes peak $(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/$n.peaks"); live at that peak outside the allocator: $(sed -n 's/^dev=0 .*other=//p' "$W/$n.peaks")"
+done
+# cudaMallocAsync: live async allocations vs max_memory_allocated; pool high-water vs reserved.
+async_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
+   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
+   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/async.dump")
+pool_hw=$(awk '/op=pool_reserved/ { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}; cur[f["addr"]]=f["bytes"]; s=0; for (p in cur) s+=cur[p]; if (s>pk) pk=s } END { print pk+0 }' "$W/async.dump")
+say "cifar async: peak live async bytes $async_live vs max_memory_allocated $(val async max_memory_allocated)"
+say "cifar async: pool reserved high-water $pool_hw vs max_memory_reserved $(val async max_memory_reserved)"
+for n in default expandable async; do
+  say "info: cifar $n events: $(grep -c '^event ' "$W/$n.dump") (activity $(grep '^event ' "$W/$n.dump" | grep -c ' activity')), by op/kind: $(grep '^event ' "$W/$n.dump" | awk '{print $3"/"$4}' | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')"
+  say "info: cifar $n trace bytes $(stat -c %s "$W/$n.mtrace"), bytes/event $(calc "$(stat -c %s "$W/$n.mtrace") / $(grep -c '^event ' "$W/$n.dump")")"
+done
+p0=$(val plain0 step_ms); p1=$(val plain1 step_ms); d=$(val default step_ms)
+say "timing step_ms: untraced $p0 / $p1, traced default $d, expandable $(val expandable step_ms), async $(val async step_ms)"
+say "timing wall s: untraced $(val plain0 wall) / $(val plain1 wall), traced default $(val default wall)"
+say "slowdown traced/untraced (step_ms, default allocator): $(calc "$d / (($p0 + $p1) / 2)")"
+say "slowdown traced/untraced (wall, default allocator): $(calc "$(val default wall) / (($(val plain0 wall) + $(val plain1 wall)) / 2)")"
+
+# ---- analysis commands on the recorded traces -------------------------------------------------------
+if [ -x "$MT" ] && "$MT" report --help > /dev/null 2>&1; then
+  say "== report / export"
+  for n in alloc_patterns default expandable async; do
+    run "$MT" report "$W/$n.mtrace"
+    "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"; check "report --json $n" 0 $?
+    "$MT" export --format folded --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
+    "$MT" export --format chrome -o "$W/$n.json.gz" "$W/$n.mtrace" 2>> "$LOG"; check "export chrome $n" 0 $?
+    check "folded peak sums == report peak_bytes ($n)" ok "$($PY - "$W/$n.json" "$W/$n.folded" <<'PYEOF'
+import json, sys, collections
+rep = json.load(open(sys.argv[1]))
+sums = collections.Counter()
+for line in open(sys.argv[2]):
+    stack, _, b = line.rstrip("\n").rpartition(" ")
+    sums[stack.split(";")[0]] += int(b)
+want = {("cuda:%d" % d["device"]): d["peak_bytes"] for d in rep["devices"] if d.get("device", -1) >= 0}
+print("ok" if all(sums.get(k, 0) == v for k, v in want.items()) else "mismatch %s vs %s" % (dict(sums), want))
+PYEOF
+)"
+  done
+  api=$($PY -c 'import json,sys; print([d.get("api_peak_bytes") for d in json.load(open(sys.argv[1]))["devices"] if d["device"]==0][0])' "$W/default.json" 2>>"$LOG")
+  check "compactor api_peak_bytes == max_memory_reserved (default)" "$(val default max_memory_reserved)" "$api"
+  grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
+  grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
+  grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
+fi
+
+# ---- fixtures --------------------------------------------------------------------------------------
+say "== fixtures"
+(cd "$W" && "$MT" record -q -o "$W/cifar_small.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 5 --warmup 1) > "$W/cifar_small.out" 2>> "$LOG"
+cat "$W/cifar_small.out" >> "$LOG"
+cp "$W/ap.out" "$W/alloc_patterns.out"
+tar -C "$W" -czf "$OUT/traces.tar.gz" alloc_patterns.mtrace alloc_patterns.out cifar_small.mtrace cifar_small.out \
+    $(cd "$W" && ls *.out *.json *.folded 2>/dev/null | grep -v '^plain' | head -40)
+ls -la "$W" >> "$LOG"
+say "== $FAILS failed"
+[ "$FAILS" -eq 0 ]

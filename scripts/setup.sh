@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# setup.sh — install the Debian packages memtrace needs and build it into ./build.
+# The CUDA toolkit (for CUPTI headers and the libcuda link stub) is expected at /usr/local/cuda
+# (or CUDA_HOME); without it everything but the recorder is built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    build-essential cmake pkg-config zlib1g-dev libdwarf-dev libelf-dev libcriterion-dev \
+    python3 > /dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,20 @@
+/* The memtrace program: one file per subcommand (cmd_*.c), dispatched by main.c. */
+#ifndef MT_CLI_H
+#define MT_CLI_H
+
+#include <stdio.h>
+
+/* Each returns the process exit status: 0 ok, 2 bad arguments or bad input files, record: the
+ * traced command's status. argv[0] is the subcommand's name. */
+int mt_cmd_record(int argc, char **argv);
+int mt_cmd_dump(int argc, char **argv);
+int mt_cmd_report(int argc, char **argv);
+int mt_cmd_export(int argc, char **argv);
+int mt_cmd_symbolize(int argc, char **argv);
+
+/* "memtrace: <msg>\n" on stderr; returns 2 so callers can `return mt_cli_fail(...)`. */
+int mt_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True when argv[i] is -h or --help. */
+int mt_cli_is_help(const char *arg);
+
+#endif

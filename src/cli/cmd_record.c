@@ -1,0 +1,281 @@
+/* memtrace record: run a program with the recorder injected, then symbolize and summarize.
+ *
+ *   memtrace record [-o PATTERN] [-f] [--stacks native|none] [--no-symbolize] -- CMD [ARGS...]
+ *
+ * The recorder (libmemtrace_inject.so) is named by CUDA_INJECTION64_PATH, so every process of the
+ * command that initializes CUDA — the command itself, torchrun ranks, multiprocessing spawn
+ * workers — records into its own file. `record` itself only prepares the environment, waits, and
+ * reports; it returns the command's exit status (a death by signal N as 128+N).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "record_summary.h"
+
+static void usage(FILE *out)
+{
+    fputs(
+        "usage: memtrace record [options] -- CMD [ARGS...]\n\n"
+        "Runs CMD unchanged and writes, for every process of it that initializes CUDA, one trace of\n"
+        "every GPU memory event with its call stack. Returns CMD's exit status.\n\n"
+        "options:\n"
+        "  -o PATTERN        trace file name; %p = pid, %c = command name, %h = host name\n"
+        "                    (default: memtrace.%c.%p.mtrace in the current directory)\n"
+        "  -f, --force       replace existing trace files (default: never overwrite)\n"
+        "  --stacks MODE     native (default) or none\n"
+        "  --no-symbolize    skip resolving native frames at the end (do it later with\n"
+        "                    `memtrace symbolize`, on this machine)\n"
+        "  -q, --quiet       print nothing but errors\n"
+        "  -h, --help        this text\n\n"
+        "environment: MEMTRACE_CUPTI=/path/libcupti.so.13 overrides where CUPTI is found;\n"
+        "MEMTRACE_INJECT=/path/libmemtrace_inject.so overrides the recorder library.\n",
+        out);
+}
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int dir_of_self(char *dir, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", dir, len - 1);
+    if (n <= 0) return -1;
+    dir[n] = 0;
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    return 0;
+}
+
+/* The recorder library: beside the program, in ../lib, or in the build tree's src/record. */
+static int find_inject(char *out, size_t len)
+{
+    const char *env = getenv("MEMTRACE_INJECT");
+    if (env && *env) {
+        if (!realpath(env, out)) return -1;
+        return is_file(out) ? 0 : -1;
+    }
+    char dir[PATH_MAX];
+    if (dir_of_self(dir, sizeof dir) != 0) return -1;
+    static const char *const rel[] = {"/libmemtrace_inject.so", "/../lib/libmemtrace_inject.so",
+                                      "/../record/libmemtrace_inject.so"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        char cand[PATH_MAX + 64];
+        snprintf(cand, sizeof cand, "%s%s", dir, rel[i]);
+        if (is_file(cand) && realpath(cand, out)) return 0;
+    }
+    (void)len;
+    return -1;
+}
+
+/* First match of a glob pattern, or -1. */
+static int first_glob(const char *pattern, char *out, size_t len)
+{
+    glob_t g;
+    int rc = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && rc != 0; i++)
+            if (is_file(g.gl_pathv[i])) {
+                snprintf(out, len, "%s", g.gl_pathv[i]);
+                rc = 0;
+            }
+        globfree(&g);
+    }
+    return rc;
+}
+
+/* Looks up CMD on PATH like execvp would. */
+static int which(const char *cmd, char *out, size_t len)
+{
+    if (strchr(cmd, '/')) return realpath(cmd, out) ? 0 : -1;
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        char cand[PATH_MAX];
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)n, path, cmd);
+        if (access(cand, X_OK) == 0 && is_file(cand)) {
+            snprintf(out, len, "%s", cand);
+            return 0;
+        }
+        path += n + (path[n] == ':');
+    }
+    return -1;
+}
+
+/* libcupti, in the order a user would expect: an explicit MEMTRACE_CUPTI; the copy inside the
+ * Python environment the command runs in (the one PyTorch itself would load, so the process holds
+ * one CUPTI); the CUDA toolkit. Returns 0 with a path, or -1 (the recorder then asks the dynamic
+ * linker). */
+static int find_cupti(const char *cmd, char *out, size_t len)
+{
+    const char *env = getenv("MEMTRACE_CUPTI");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return 0;
+    }
+    char exe[PATH_MAX];
+    if (which(cmd, exe, sizeof exe) == 0 && strstr(exe, "python")) {
+        /* <prefix>/bin/python3 -> <prefix>/lib/python3.X/site-packages/nvidia/... (a symlinked
+         * interpreter keeps the venv's prefix, so use the path as found, then its realpath) */
+        for (int pass = 0; pass < 2; pass++) {
+            char base[PATH_MAX];
+            if (pass == 0)
+                snprintf(base, sizeof base, "%s", exe);
+            else if (!realpath(exe, base))
+                break;
+            char *slash = strrchr(base, '/');
+            if (!slash) continue;
+            *slash = 0;
+            slash = strrchr(base, '/');
+            if (!slash) continue;
+            *slash = 0; /* base = prefix */
+            static const char *const rel[] = {
+                "/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so.13",
+                "/lib/python3*/site-packages/nvidia/cuda_cupti/lib/libcupti.so.*",
+                "/lib/python3*/site-packages/nvidia/cu12/lib/libcupti.so.12"};
+            for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+                char pat[PATH_MAX + 128];
+                snprintf(pat, sizeof pat, "%s%s", base, rel[i]);
+                if (first_glob(pat, out, len) == 0) return 0;
+            }
+        }
+    }
+    const char *cuda = getenv("CUDA_HOME");
+    static const char *const roots[] = {NULL, "/usr/local/cuda", "/usr/local/cuda-*", "/opt/cuda"};
+    static const char *const libs[] = {"/lib64/libcupti.so*", "/lib/libcupti.so*",
+                                       "/targets/x86_64-linux/lib/libcupti.so*",
+                                       "/extras/CUPTI/lib64/libcupti.so*"};
+    for (size_t r = 0; r < sizeof roots / sizeof *roots; r++) {
+        const char *root = r == 0 ? cuda : roots[r];
+        if (!root) continue;
+        for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
+            char pat[PATH_MAX];
+            snprintf(pat, sizeof pat, "%s%s", root, libs[i]);
+            if (first_glob(pat, out, len) == 0) return 0;
+        }
+    }
+    return -1;
+}
+
+static pid_t child_pid;
+
+static void forward_signal(int sig)
+{
+    if (child_pid > 0) kill(child_pid, sig);
+}
+
+int mt_cmd_record(int argc, char **argv)
+{
+    const char *pattern = "memtrace.%c.%p.mtrace", *stacks = "native";
+    int force = 0, symbolize = 1, quiet = 0, i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (mt_cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            if (++i >= argc) return mt_cli_fail("record: %s needs a file name pattern", a);
+            pattern = argv[i];
+        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--force") == 0) {
+            force = 1;
+        } else if (strcmp(a, "--stacks") == 0) {
+            if (++i >= argc) return mt_cli_fail("record: --stacks needs native or none");
+            stacks = argv[i];
+            if (strcmp(stacks, "native") != 0 && strcmp(stacks, "none") != 0)
+                return mt_cli_fail("record: --stacks takes native or none, not '%s'", stacks);
+        } else if (strcmp(a, "--no-symbolize") == 0) {
+            symbolize = 0;
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            quiet = 1;
+        } else if (a[0] == '-') {
+            return mt_cli_fail("record: unknown option %s (see memtrace record --help)", a);
+        } else {
+            break; /* the command starts here even without "--" */
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    char **cmd = argv + i;
+
+    char inject[PATH_MAX];
+    if (find_inject(inject, sizeof inject) != 0)
+        return mt_cli_fail("record: cannot find libmemtrace_inject.so (was memtrace built with "
+                           "CUPTI? set MEMTRACE_INJECT=/path/to/libmemtrace_inject.so)");
+    char cupti[PATH_MAX] = "";
+    if (find_cupti(cmd[0], cupti, sizeof cupti) != 0 && !quiet)
+        fprintf(stderr, "memtrace: libcupti not found in the command's Python environment or the "
+                        "CUDA toolkit; the recorder will ask the dynamic linker\n");
+
+    /* An absolute pattern, so processes that chdir still write where the user expects. */
+    char abs_pattern[PATH_MAX * 2], cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return mt_cli_fail("record: getcwd: %s", strerror(errno));
+    if (pattern[0] == '/')
+        snprintf(abs_pattern, sizeof abs_pattern, "%s", pattern);
+    else
+        snprintf(abs_pattern, sizeof abs_pattern, "%s/%s", cwd, pattern);
+
+    char manifest[] = "/tmp/memtrace-manifest-XXXXXX";
+    int mfd = mkstemp(manifest);
+    if (mfd < 0) return mt_cli_fail("record: cannot create a temporary file: %s", strerror(errno));
+    close(mfd);
+
+    const char *old = getenv("CUDA_INJECTION64_PATH");
+    if (old && *old && strcmp(old, inject) != 0 && !quiet)
+        fprintf(stderr, "memtrace: replacing CUDA_INJECTION64_PATH=%s\n", old);
+    if (!quiet)
+        fprintf(stderr, "memtrace: recording into %s (one file per CUDA process)\n", abs_pattern);
+
+    fflush(NULL);
+    child_pid = fork();
+    if (child_pid < 0) {
+        unlink(manifest);
+        return mt_cli_fail("record: fork: %s", strerror(errno));
+    }
+    if (child_pid == 0) {
+        setenv("CUDA_INJECTION64_PATH", inject, 1);
+        setenv("MEMTRACE_OUTPUT", abs_pattern, 1);
+        setenv("MEMTRACE_MANIFEST", manifest, 1);
+        setenv("MEMTRACE_STACKS", stacks, 1);
+        if (force) setenv("MEMTRACE_FORCE", "1", 1);
+        if (cupti[0]) setenv("MEMTRACE_CUPTI", cupti, 1);
+        execvp(cmd[0], cmd);
+        fprintf(stderr, "memtrace: cannot run %s: %s\n", cmd[0], strerror(errno));
+        _exit(errno == ENOENT ? 127 : 126);
+    }
+
+    /* Ctrl-C reaches the whole foreground process group, the command included: we survive it to
+     * write the summary. Termination requests sent to us alone are passed on. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGTERM, forward_signal);
+    signal(SIGHUP, forward_signal);
+    int status = 0;
+    while (waitpid(child_pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    int exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
+                    : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                          : 1;
+
+    mt_record_summarize(manifest, symbolize, quiet);
+    unlink(manifest);
+    return exit_code;
+}

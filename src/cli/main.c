@@ -1,0 +1,67 @@
+/* memtrace: dispatch to one subcommand. See `memtrace --help`. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"record", mt_cmd_record, "run a program and trace every GPU memory event it makes"},
+    {"report", mt_cmd_report, "peaks, what was live at them and who allocated it, leaks, OOMs"},
+    {"export", mt_cmd_export, "Perfetto/Chrome trace JSON or folded stacks for flame graphs"},
+    {"dump", mt_cmd_dump, "every record of a trace as text, one per line"},
+    {"symbolize", mt_cmd_symbolize, "resolve a trace's native frames (record does this itself)"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "memtrace %s — a GPU memory tracer for any CUDA program\n\n"
+                 "usage: memtrace <command> [options] ...\n\ncommands:\n",
+            MEMTRACE_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`memtrace <command> --help` describes each one. Typical use:\n"
+                 "  memtrace record -- python train.py\n"
+                 "  memtrace report memtrace.python.1234.mtrace\n");
+}
+
+int mt_cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("memtrace: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+int mt_cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (mt_cli_is_help(argv[1])) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("memtrace %s\n", MEMTRACE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "memtrace: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

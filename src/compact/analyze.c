@@ -1,0 +1,488 @@
+/* mt_analyze: a trace file -> mt_analysis, in two streaming passes.
+ *
+ *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
+ *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
+ *           timeline, failed requests with what was live on their device at that moment, bytes
+ *           allocated by stack, and what is still live at the end (leaks).
+ *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
+ *           device reaches the event number of its peak, its live set is aggregated by stack.
+ * Memory: the live set, per-stack aggregates and frame tables; never the event count.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define PROGRESS_EVERY 65536
+
+/* Aggregate keys: slot key << 40 | driver << 32 | stack. Slot key 0 = host, else ordinal + 2. */
+static inline uint64_t slot_key(int32_t device, int is_host)
+{
+    return is_host ? 0 : ((uint64_t)(uint32_t)(device + 2) & 0xffffff);
+}
+
+static inline uint64_t agg_key(const mt_lifetime *l)
+{
+    return slot_key(l->device, mt_kind_is_host(l->kind)) << 40 |
+           mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER);
+}
+
+typedef struct timeline {
+    uint64_t width; /* ns per bucket; doubles when the trace outgrows MT_TIMELINE_POINTS buckets */
+    uint64_t n;     /* buckets in use (highest index + 1) */
+    mt_timeline_point p[MT_TIMELINE_POINTS];
+} timeline;
+
+typedef struct dev_info {
+    int32_t ordinal;
+    char *name;
+    uint64_t total;
+} dev_info;
+
+typedef struct pass1 {
+    mt_tracker *t;
+    uint64_t start;
+    timeline *tl; /* parallel to the tracker's usage slots */
+    size_t n_tl;
+    int oom;
+} pass1;
+
+static void fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static inline uint64_t rel(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
+
+/* Keeps the highest point of each bucket; halves the resolution when time runs past the end. */
+static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
+{
+    if (!tl->width) tl->width = 1000;
+    uint64_t b = time_rel / tl->width;
+    while (b >= MT_TIMELINE_POINTS) {
+        for (size_t i = 0; i < MT_TIMELINE_POINTS / 2; i++) {
+            mt_timeline_point *x = &tl->p[2 * i], *y = &tl->p[2 * i + 1];
+            tl->p[i] = (y->time_ns && y->in_use > x->in_use) || !x->time_ns ? *y : *x;
+        }
+        memset(&tl->p[MT_TIMELINE_POINTS / 2], 0, sizeof tl->p / 2);
+        tl->n = (tl->n + 1) / 2;
+        tl->width *= 2;
+        b = time_rel / tl->width;
+    }
+    mt_timeline_point *p = &tl->p[b];
+    /* time_ns + 1 marks the bucket used even at time 0; undone when copied out. */
+    if (!p->time_ns || u->in_use > p->in_use) {
+        p->time_ns = time_rel + 1;
+        p->in_use = u->in_use;
+        memcpy(p->by_kind, u->by_kind, sizeof p->by_kind);
+    }
+    if (b + 1 > tl->n) tl->n = b + 1;
+}
+
+static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+{
+    pass1 *p = ctx;
+    const mt_usage *base;
+    size_t n = mt_tracker_usages(p->t, &base);
+    size_t i = (size_t)(u - base);
+    if (n > p->n_tl) {
+        timeline *nt = realloc(p->tl, n * sizeof *nt);
+        if (!nt) {
+            p->oom = 1;
+            return;
+        }
+        memset(nt + p->n_tl, 0, (n - p->n_tl) * sizeof *nt);
+        p->tl = nt;
+        p->n_tl = n;
+    }
+    timeline_note(&p->tl[i], u, rel(time_ns, p->start));
+}
+
+/* ---- snapshots of the live set ----------------------------------------------------------------- */
+
+typedef struct snap {
+    mt_u64map *map;
+    uint64_t only_slot; /* slot key to keep */
+    int leaks;          /* 1: everything counted; 0: a device snapshot */
+    uint64_t bytes, count;
+    int oom;
+} snap;
+
+static void snap_one(void *ctx, const mt_lifetime *l)
+{
+    snap *s = ctx;
+    if (!mt_kind_counts(l->kind)) return;
+    uint64_t key = agg_key(l);
+    if (!s->leaks && (key >> 40) != s->only_slot) return;
+    mt_u64map_slot *m = mt_u64map_upsert(s->map, key);
+    if (!m) {
+        s->oom = 1;
+        return;
+    }
+    m->a += l->bytes;
+    m->b++;
+    s->bytes += l->bytes;
+    s->count++;
+}
+
+static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host)
+{
+    const mt_usage *u;
+    size_t n = mt_tracker_usages(t, &u);
+    for (size_t i = 0; i < n; i++)
+        if (u[i].is_host == is_host && (is_host || u[i].device == device)) return &u[i];
+    return NULL;
+}
+
+static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
+{
+    if (!a->failed && !(a->failed = calloc(MT_MAX_FAILED_KEPT, sizeof *a->failed))) return -1;
+    mt_failed_request *f = &a->failed[a->n_failed];
+    int host = mt_kind_is_host(e->kind);
+    *f = (mt_failed_request){.time_ns = rel(e->time_ns, a->header.start_monotonic_ns),
+                             .device = host ? -1 : e->device, .kind = e->kind,
+                             .result = e->result, .stack = e->stack, .tid = e->tid,
+                             .bytes = e->bytes, .stream = e->stream};
+    const mt_usage *u = find_usage(t, f->device, host);
+    if (u) {
+        f->in_use = u->in_use;
+        if (u->has_pool_info) {
+            f->pool_free_known = 1;
+            uint64_t async = u->by_kind[MT_KIND_ASYNC];
+            f->pool_free = u->pool_reserved > async ? u->pool_reserved - async : 0;
+        }
+    }
+    mt_u64map m = {0};
+    snap s = {.map = &m, .only_slot = slot_key(f->device, host)};
+    mt_tracker_foreach_live(t, snap_one, &s);
+    int rc = (s.oom || mt_stack_list_from_map(&m, ~0ull, &f->live) < 0) ? -1 : 0;
+    mt_u64map_destroy(&m);
+    a->n_failed++;
+    return rc;
+}
+
+/* ---- pass 2 ------------------------------------------------------------------------------------ */
+
+typedef struct pass2 {
+    mt_tracker *t;
+    mt_analysis *a;
+    mt_u64map peak_map;
+    size_t pending; /* devices whose peak is not reached yet */
+    int oom;
+} pass2;
+
+static mt_device_report *report_of(mt_analysis *a, const mt_usage *u)
+{
+    if (u->is_host) return a->host;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.device == u->device) return &a->devices[i];
+    return NULL;
+}
+
+static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+{
+    (void)time_ns;
+    pass2 *p = ctx;
+    mt_device_report *d = report_of(p->a, u);
+    if (!d || d->peak_stacks.v || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    snap s = {.map = &p->peak_map, .only_slot = slot_key(u->device, u->is_host)};
+    mt_tracker_foreach_live(p->t, snap_one, &s);
+    memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
+    d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
+    if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
+    if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
+    mt_u64map_clear(&p->peak_map);
+    if (p->pending) p->pending--;
+}
+
+static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
+{
+    pass2 p = {.a = a};
+    uint64_t last_seq = 0;
+    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
+        const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        if (d->u.peak == 0) continue;
+        p.pending++;
+        if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
+    }
+    if (!p.pending) return 0;
+    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    if (!r) return -1;
+    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage};
+    p.t = mt_tracker_new(&hooks);
+    int rc = p.t ? 0 : -1;
+    mt_record rec;
+    uint64_t n = 0;
+    while (rc == 0 && p.pending && !p.oom && mt_tracker_seq(p.t) < last_seq &&
+           mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type == MT_REC_EVENT && mt_tracker_event(p.t, &rec.u.event) < 0) rc = -1;
+        if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
+            opt->progress(opt->progress_ctx, 2,
+                          (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
+    }
+    if (p.oom) rc = -1;
+    if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
+    mt_tracker_free(p.t);
+    mt_u64map_destroy(&p.peak_map);
+    mt_reader_close(r);
+    return rc;
+}
+
+/* ---- pass 1 ------------------------------------------------------------------------------------ */
+
+static char *dup(const char *s) { return strdup(s ? s : ""); }
+
+static int keep_record(mt_analysis *a, const mt_record *rec, dev_info **devs, size_t *n_devs)
+{
+    switch (rec->type) {
+    case MT_REC_PROCESS:
+        free(a->comm);
+        free(a->cmdline);
+        free(a->hostname);
+        a->pid = rec->u.process.pid;
+        a->ppid = rec->u.process.ppid;
+        a->comm = dup(rec->u.process.comm);
+        a->cmdline = dup(rec->u.process.cmdline);
+        a->hostname = dup(rec->u.process.hostname);
+        return a->comm && a->cmdline && a->hostname ? 0 : -1;
+    case MT_REC_DEVICE: {
+        dev_info *nd = realloc(*devs, (*n_devs + 1) * sizeof *nd);
+        if (!nd) return -1;
+        *devs = nd;
+        nd[*n_devs] = (dev_info){rec->u.device.ordinal, dup(rec->u.device.name),
+                                 rec->u.device.total_bytes};
+        (*n_devs)++;
+        return 0;
+    }
+    case MT_REC_THREAD: {
+        void *nt = realloc(a->threads, (a->n_threads + 1) * sizeof *a->threads);
+        if (!nt) return -1;
+        a->threads = nt;
+        a->threads[a->n_threads].tid = rec->u.thread.tid;
+        a->threads[a->n_threads++].name = dup(rec->u.thread.name);
+        return 0;
+    }
+    case MT_REC_NOTE: {
+        if (rec->u.note.level != MT_NOTE_WARNING) return 0;
+        char **nw = realloc(a->warnings, (a->n_warnings + 1) * sizeof *nw);
+        if (!nw) return -1;
+        a->warnings = nw;
+        a->warnings[a->n_warnings++] = dup(rec->u.note.text);
+        return 0;
+    }
+    case MT_REC_DROPPED:
+        a->dropped += rec->u.dropped;
+        return 0;
+    case MT_REC_END: {
+        a->ended_cleanly = 1;
+        if (rec->u.end.dropped > a->dropped) a->dropped = rec->u.end.dropped;
+        uint64_t t = rel(rec->u.end.time_ns, a->header.start_monotonic_ns);
+        if (t > a->duration_ns) a->duration_ns = t;
+        return 0;
+    }
+    default:
+        return mt_frames_add(a->frames, rec) < 0 ? -1 : 0;
+    }
+}
+
+static int cmp_dev(const void *pa, const void *pb)
+{
+    const mt_device_report *a = pa, *b = pb;
+    /* ordinals ascending, the unknown device (-1) last */
+    uint32_t x = (uint32_t)a->u.device, y = (uint32_t)b->u.device;
+    return x < y ? -1 : x > y;
+}
+
+static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *devs,
+                        size_t n_devs)
+{
+    const mt_usage *u;
+    size_t n = mt_tracker_usages(p->t, &u);
+    a->devices = calloc(n ? n : 1, sizeof *a->devices);
+    if (!a->devices) return -1;
+    mt_u64map leaks = {0};
+    snap s = {.map = &leaks, .leaks = 1};
+    mt_tracker_foreach_live(p->t, snap_one, &s);
+    if (s.oom) return -1;
+    for (size_t i = 0; i < n; i++) {
+        mt_device_report *d;
+        if (u[i].is_host) {
+            if (!(a->host = calloc(1, sizeof *a->host))) return -1;
+            d = a->host;
+        } else {
+            d = &a->devices[a->n_devices++];
+        }
+        d->u = u[i];
+        d->peak_time_ns = rel(u[i].peak_time, a->header.start_monotonic_ns);
+        d->api_peak_time_ns = rel(u[i].api_peak_time, a->header.start_monotonic_ns);
+        for (size_t k = 0; k < n_devs; k++)
+            if (!u[i].is_host && devs[k].ordinal == u[i].device) {
+                d->name = devs[k].name;
+                devs[k].name = NULL; /* the report owns it now */
+                d->capacity = devs[k].total;
+            }
+        uint64_t sk = slot_key(u[i].device, u[i].is_host);
+        if (mt_stack_list_from_map(&leaks, sk, &d->leaks) < 0 ||
+            mt_stack_list_from_map(allocs, sk, &d->allocs) < 0)
+            return -1;
+        for (size_t k = 0; k < d->leaks.n; k++) {
+            d->leak_bytes += d->leaks.v[k].bytes;
+            d->leak_count += d->leaks.v[k].count;
+        }
+        if (i < p->n_tl) {
+            const timeline *tl = &p->tl[i];
+            d->timeline = malloc((tl->n ? tl->n : 1) * sizeof *d->timeline);
+            if (!d->timeline) return -1;
+            for (size_t k = 0; k < tl->n; k++)
+                if (tl->p[k].time_ns) {
+                    d->timeline[d->n_timeline] = tl->p[k];
+                    d->timeline[d->n_timeline++].time_ns--;
+                }
+        }
+    }
+    mt_u64map_destroy(&leaks);
+    if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
+    a->anomalies = *mt_tracker_anomalies(p->t);
+    return 0;
+}
+
+static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
+{
+    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    if (!r) return -1;
+    a->header = *mt_reader_header(r);
+    a->pid = a->header.pid;
+    pass1 p = {.start = a->header.start_monotonic_ns};
+    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage};
+    p.t = mt_tracker_new(&hooks);
+    mt_u64map allocs = {0};
+    dev_info *devs = NULL;
+    size_t n_devs = 0;
+    int rc = p.t ? 0 : -1, have_time = 0;
+    mt_record rec;
+    mt_read_status st = MT_READ_END;
+    while (rc == 0 && (st = mt_reader_next(r, &rec)) == MT_READ_RECORD) {
+        a->records++;
+        if (opt && opt->progress && a->records % PROGRESS_EVERY == 0)
+            opt->progress(opt->progress_ctx, 1,
+                          (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
+        if (rec.type != MT_REC_EVENT) {
+            rc = keep_record(a, &rec, &devs, &n_devs);
+            continue;
+        }
+        const mt_event *e = &rec.u.event;
+        a->events++;
+        uint64_t t = rel(e->time_ns, a->header.start_monotonic_ns);
+        if (!have_time || t < a->first_ns) a->first_ns = t;
+        if (t > a->last_ns) a->last_ns = t;
+        have_time = 1;
+        if (e->op == MT_OP_FAILED) {
+            a->failed_total++;
+            if (a->n_failed < MT_MAX_FAILED_KEPT && snapshot_failed(a, p.t, e) < 0) rc = -1;
+        } else if (e->op == MT_OP_ALLOC && mt_kind_counts(e->kind)) {
+            mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
+            mt_u64map_slot *s = mt_u64map_upsert(&allocs, agg_key(&l));
+            if (!s) rc = -1;
+            else {
+                s->a += e->bytes;
+                s->b++;
+            }
+        }
+        if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
+        if (p.oom) rc = -1;
+    }
+    if (rc < 0) {
+        fail(err, errlen, "%s: out of memory", a->path);
+    } else if (st == MT_READ_TRUNCATED) {
+        a->truncated = 1;
+        a->truncated_msg = dup(mt_reader_error(r));
+    } else if (st != MT_READ_END) {
+        fail(err, errlen, "%s", mt_reader_error(r));
+        rc = -1;
+    }
+    if (a->last_ns > a->duration_ns) a->duration_ns = a->last_ns;
+    if (rc == 0) rc = finish_pass1(a, &p, &allocs, devs, n_devs);
+    if (rc < 0 && err && !err[0]) fail(err, errlen, "%s: out of memory", a->path);
+    for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
+    free(devs);
+    free(p.tl);
+    mt_u64map_destroy(&allocs);
+    mt_tracker_free(p.t);
+    mt_reader_close(r);
+    return rc;
+}
+
+int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,
+               size_t errlen)
+{
+    *out = NULL;
+    if (err && errlen) err[0] = 0;
+    mt_analysis *a = calloc(1, sizeof *a);
+    if (!a) return -1;
+    a->path = strdup(path);
+    a->comm = dup("");
+    a->cmdline = dup("");
+    a->hostname = dup("");
+    a->frames = mt_frames_new();
+    if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
+        run_pass1(a, opt, err, errlen) < 0 || run_pass2(a, opt, err, errlen) < 0) {
+        if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
+        mt_analysis_free(a);
+        return -1;
+    }
+    /* A device whose peak was 0 has an empty snapshot; a marker-only allocation means "done". */
+    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
+        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        if (d->peak_stacks.n == 0) {
+            free(d->peak_stacks.v);
+            d->peak_stacks.v = NULL;
+        }
+    }
+    *out = a;
+    return 0;
+}
+
+static void free_device(mt_device_report *d)
+{
+    free((char *)d->name);
+    free(d->peak_stacks.v);
+    free(d->leaks.v);
+    free(d->allocs.v);
+    free(d->timeline);
+}
+
+void mt_analysis_free(mt_analysis *a)
+{
+    if (!a) return;
+    for (size_t i = 0; i < a->n_devices; i++) free_device(&a->devices[i]);
+    if (a->host) free_device(a->host);
+    free(a->host);
+    free(a->devices);
+    for (size_t i = 0; i < a->n_failed; i++) free(a->failed[i].live.v);
+    free(a->failed);
+    for (size_t i = 0; i < a->n_warnings; i++) free(a->warnings[i]);
+    free(a->warnings);
+    for (size_t i = 0; i < a->n_threads; i++) free(a->threads[i].name);
+    free(a->threads);
+    mt_frames_free(a->frames);
+    free(a->truncated_msg);
+    free(a->comm);
+    free(a->cmdline);
+    free(a->hostname);
+    free(a->path);
+    free(a);
+}
+
+const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len)
+{
+    if (d->u.is_host) snprintf(buf, len, "host");
+    else if (d->u.device < 0) snprintf(buf, len, "cuda:?");
+    else snprintf(buf, len, "cuda:%d", d->u.device);
+    return buf;
+}

@@ -1,0 +1,81 @@
+/* Internals of the compactor shared by its .c files (not part of the public API). */
+#ifndef MT_COMPACT_INTERNAL_H
+#define MT_COMPACT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memtrace/compact.h"
+
+/* splitmix64 finalizer: a cheap, well-mixed hash of a 64-bit key. */
+static inline uint64_t mt_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* ---- u64map: uint64 key -> two uint64 values, open addressing, linear probing (u64map.c) ---- */
+typedef struct mt_u64map_slot {
+    uint64_t key, a, b;
+    uint8_t used;
+} mt_u64map_slot;
+
+typedef struct mt_u64map {
+    mt_u64map_slot *slots;
+    size_t cap, len; /* cap is 0 or a power of two; len <= cap / 2 */
+} mt_u64map;
+
+/* Slot for key, inserted zeroed if missing. NULL when out of memory. The pointer is valid until
+ * the next insertion. */
+mt_u64map_slot *mt_u64map_upsert(mt_u64map *m, uint64_t key);
+mt_u64map_slot *mt_u64map_find(const mt_u64map *m, uint64_t key);
+void mt_u64map_clear(mt_u64map *m);
+void mt_u64map_destroy(mt_u64map *m);
+
+/* ---- live table: live lifetimes keyed by (device, family, address) (live.c) ---------------- */
+typedef struct mt_live_table {
+    mt_lifetime *slots; /* family == 0xff marks an empty slot */
+    size_t cap, len;
+} mt_live_table;
+
+#define MT_LIVE_EMPTY 0xff
+
+mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family, uint64_t addr);
+/* Inserts a copy of l (its key must not be present). -1 when out of memory. */
+int mt_live_insert(mt_live_table *t, const mt_lifetime *l);
+/* Removes the slot p points into (from mt_live_find). */
+void mt_live_remove(mt_live_table *t, mt_lifetime *p);
+void mt_live_destroy(mt_live_table *t);
+
+/* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
+static inline int mt_kind_counts(unsigned kind)
+{
+    switch (kind) {
+    case MT_KIND_DEVICE: case MT_KIND_PITCH: case MT_KIND_ASYNC: case MT_KIND_MANAGED:
+    case MT_KIND_VMM_PHYSICAL: case MT_KIND_DRIVER: case MT_KIND_HOST_PINNED:
+    case MT_KIND_HOST_REGISTERED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline int mt_kind_is_host(unsigned kind)
+{
+    return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
+}
+
+/* ---- stack-stat lists ----------------------------------------------------------------------- */
+/* Key used for per-stack aggregates: the driver flag sits above the 32-bit stack id. */
+static inline uint64_t mt_stack_key(uint32_t stack, int driver)
+{
+    return (uint64_t)stack | ((uint64_t)(driver != 0) << 32);
+}
+/* Turns the entries of m whose key has `prefix` in bits 40.. (prefix = ~0 for all) into a
+ * sorted list. -1 when out of memory. */
+int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out);
+#endif

@@ -1,0 +1,445 @@
+/* The event state machine: applies memory events in file order to a live set and to per-device
+ * counters, and finds each device's peak.
+ *
+ * Semantics (docs/analysis.md says the same for users):
+ *  - A FREE matches the live ALLOC with the same (device, family, address); mt_family groups kinds
+ *    that free each other (cuMemFree frees DEVICE, PITCH, MANAGED and ASYNC memory alike). Host
+ *    kinds use device -1. A FREE whose device is -1 but whose family is a device family is looked
+ *    up on every device seen so far (the recorder may not know which device a pointer is on).
+ *  - Device bytes in use = live DEVICE + PITCH + ASYNC + MANAGED + VMM_PHYSICAL + DRIVER; "API
+ *    bytes" the same without DRIVER. VMM_RESERVE is address space (vmm_reserved), VMM_MAP ranges
+ *    are tracked (vmm_mapped) but their bytes are already counted by their VMM_PHYSICAL handle.
+ *    Host: HOST_PINNED + HOST_REGISTERED on the host slot.
+ *  - ASYNC frees are stream ordered; they are applied when the FREE call is made (the memory may
+ *    stay in use on the GPU until the stream reaches it, so peaks may read slightly low).
+ *  - The peak is the first moment in_use reached its maximum (event time and event number).
+ *  - Anomalies are counted, never fatal: a FREE without a live ALLOC is a double free if the same
+ *    key was freed recently (a 64 Ki-entry direct-mapped cache of freed keys, so memory stays
+ *    bounded), else an unmatched free; an ALLOC at a live key closes the old lifetime as
+ *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
+ *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id.
+ *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define FREED_CACHE_BITS 16
+
+typedef struct map_range {
+    uint64_t start, end, handle;
+    uint32_t context;
+    int32_t device;
+} map_range;
+
+typedef struct pool_entry {
+    uint64_t handle, bytes;
+    size_t slot;
+} pool_entry;
+
+struct mt_tracker {
+    mt_tracker_hooks hooks;
+    mt_live_table live;
+    mt_usage *usages;
+    size_t n_usages, cap_usages;
+    int32_t ord_index[256]; /* ordinal -> usage index + 1 (0 = not seen); other ordinals: scan */
+    int32_t host_index;     /* usage index + 1 of the host slot */
+    map_range *maps;        /* sorted by start; UVA keeps ranges of all devices disjoint */
+    size_t n_maps, cap_maps;
+    pool_entry *pools;
+    size_t n_pools, cap_pools;
+    uint64_t seq, serial;
+    mt_anomalies an;
+    uint64_t freed[1u << FREED_CACHE_BITS]; /* hashed keys of recently freed allocations */
+};
+
+static const uint8_t family_of_kind[MT_KIND_MAX_] = {
+    [MT_KIND_UNKNOWN] = MT_FAM_OTHER,          [MT_KIND_DEVICE] = MT_FAM_LINEAR,
+    [MT_KIND_PITCH] = MT_FAM_LINEAR,           [MT_KIND_ASYNC] = MT_FAM_LINEAR,
+    [MT_KIND_MANAGED] = MT_FAM_LINEAR,         [MT_KIND_HOST_PINNED] = MT_FAM_PINNED,
+    [MT_KIND_HOST_REGISTERED] = MT_FAM_REGISTERED, [MT_KIND_VMM_RESERVE] = MT_FAM_VMM_RESERVE,
+    [MT_KIND_VMM_PHYSICAL] = MT_FAM_VMM_PHYSICAL, [MT_KIND_VMM_MAP] = MT_FAM_OTHER,
+    [MT_KIND_POOL] = MT_FAM_OTHER,             [MT_KIND_DRIVER] = MT_FAM_DRIVER,
+};
+
+static inline int is_host_family(unsigned fam)
+{
+    return fam == MT_FAM_PINNED || fam == MT_FAM_REGISTERED;
+}
+
+#define counts_in_use mt_kind_counts
+
+mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks)
+{
+    mt_tracker *t = calloc(1, sizeof *t);
+    if (t && hooks) t->hooks = *hooks;
+    return t;
+}
+
+void mt_tracker_free(mt_tracker *t)
+{
+    if (!t) return;
+    mt_live_destroy(&t->live);
+    free(t->usages);
+    free(t->maps);
+    free(t->pools);
+    free(t);
+}
+
+uint64_t mt_tracker_seq(const mt_tracker *t) { return t->seq; }
+size_t mt_tracker_live_count(const mt_tracker *t) { return t->live.len; }
+const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t) { return &t->an; }
+
+size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out)
+{
+    *out = t->usages;
+    return t->n_usages;
+}
+
+/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
+static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
+{
+    if (is_host && t->host_index) return t->host_index - 1;
+    if (!is_host && device >= 0 && device < 256 && t->ord_index[device])
+        return t->ord_index[device] - 1;
+    if (!is_host && (device < 0 || device >= 256))
+        for (size_t i = 0; i < t->n_usages; i++)
+            if (!t->usages[i].is_host && t->usages[i].device == device) return (long)i;
+    if (t->n_usages == t->cap_usages) {
+        size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
+        mt_usage *nu = realloc(t->usages, ncap * sizeof *nu);
+        if (!nu) return -1;
+        t->usages = nu;
+        t->cap_usages = ncap;
+    }
+    size_t i = t->n_usages++;
+    t->usages[i] = (mt_usage){.device = is_host ? -1 : device, .is_host = is_host,
+                              .peak_time = now, .api_peak_time = now, .peak_seq = t->seq};
+    if (is_host) t->host_index = (int32_t)i + 1;
+    else if (device >= 0 && device < 256) t->ord_index[device] = (int32_t)i + 1;
+    return (long)i;
+}
+
+static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
+{
+    if (u->in_use > u->peak) {
+        u->peak = u->in_use;
+        u->peak_time = now;
+        u->peak_seq = seq;
+    }
+    if (u->api_in_use > u->api_peak) {
+        u->api_peak = u->api_in_use;
+        u->api_peak_time = now;
+    }
+    if (u->vmm_reserved > u->vmm_reserved_peak) u->vmm_reserved_peak = u->vmm_reserved;
+    if (u->vmm_mapped > u->vmm_mapped_peak) u->vmm_mapped_peak = u->vmm_mapped;
+    if (u->pool_reserved > u->pool_reserved_peak) u->pool_reserved_peak = u->pool_reserved;
+}
+
+/* Adds (sign > 0) or removes the bytes of a lifetime of `kind` from its slot. */
+static inline void account(mt_usage *u, unsigned kind, uint64_t bytes, int sign)
+{
+    uint64_t d = sign > 0 ? bytes : -bytes; /* unsigned wrap-around adds or subtracts */
+    u->by_kind[kind] += d;
+    if (counts_in_use(kind)) {
+        u->in_use += d;
+        if (kind != MT_KIND_DRIVER) u->api_in_use += d;
+    } else if (kind == MT_KIND_VMM_RESERVE) {
+        u->vmm_reserved += d;
+    }
+}
+
+static inline uint64_t freed_hash(int32_t device, unsigned fam, uint64_t addr)
+{
+    return mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)fam << 58)) | 1;
+}
+
+static void usage_hook(mt_tracker *t, size_t slot, uint64_t now)
+{
+    if (t->hooks.on_usage) t->hooks.on_usage(t->hooks.ctx, &t->usages[slot], now);
+}
+
+/* Ends lifetime p: tells the hook, takes its bytes off its slot, removes it. */
+static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
+{
+    if (t->hooks.on_release) t->hooks.on_release(t->hooks.ctx, p, now, why);
+    long s = slot_index(t, p->device, is_host_family(p->family), now);
+    if (s >= 0) account(&t->usages[s], p->kind, p->bytes, -1);
+    mt_live_remove(&t->live, p);
+}
+
+/* ---- VMM mappings ------------------------------------------------------------------------------ */
+
+static size_t first_map_ending_after(const mt_tracker *t, uint64_t addr)
+{
+    size_t lo = 0, hi = t->n_maps;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->maps[mid].end <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int map_insert_at(mt_tracker *t, size_t i, const map_range *r)
+{
+    if (t->n_maps == t->cap_maps) {
+        size_t ncap = t->cap_maps ? t->cap_maps * 2 : 16;
+        map_range *nm = realloc(t->maps, ncap * sizeof *nm);
+        if (!nm) return -1;
+        t->maps = nm;
+        t->cap_maps = ncap;
+    }
+    memmove(&t->maps[i + 1], &t->maps[i], (t->n_maps - i) * sizeof *t->maps);
+    t->maps[i] = *r;
+    t->n_maps++;
+    return 0;
+}
+
+static void map_remove_at(mt_tracker *t, size_t i)
+{
+    memmove(&t->maps[i], &t->maps[i + 1], (t->n_maps - i - 1) * sizeof *t->maps);
+    t->n_maps--;
+}
+
+static int do_map(mt_tracker *t, const mt_event *e, size_t slot)
+{
+    map_range r = {e->address, e->address + e->bytes, e->aux, e->context, e->device};
+    /* Insert after every range starting at or before this one, keeping the array sorted. */
+    size_t lo = 0, hi = t->n_maps;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->maps[mid].start <= r.start) lo = mid + 1;
+        else hi = mid;
+    }
+    if (map_insert_at(t, lo, &r) < 0) return -1;
+    t->usages[slot].vmm_mapped += e->bytes;
+    t->usages[slot].by_kind[MT_KIND_VMM_MAP] += e->bytes;
+    return 0;
+}
+
+/* UNMAP [address, address+bytes); bytes = 0 means "the range that starts at address". */
+static int do_unmap(mt_tracker *t, const mt_event *e, uint64_t now)
+{
+    uint64_t a = e->address, b = a + e->bytes;
+    int matched = 0, partial = 0;
+    for (size_t i = first_map_ending_after(t, a); i < t->n_maps;) {
+        map_range *r = &t->maps[i];
+        if (e->bytes == 0 ? r->start > a : r->start >= b) break;
+        if ((e->device >= 0 && r->device != e->device) || (e->bytes == 0 && r->start != a)) {
+            i++;
+            continue;
+        }
+        uint64_t lo = r->start > a ? r->start : a;
+        uint64_t hi = e->bytes == 0 ? r->end : (r->end < b ? r->end : b);
+        long s = slot_index(t, r->device, 0, now);
+        if (s < 0) return -1;
+        t->usages[s].vmm_mapped -= hi - lo;
+        t->usages[s].by_kind[MT_KIND_VMM_MAP] -= hi - lo;
+        matched = 1;
+        int keep_left = r->start < lo, keep_right = r->end > hi;
+        if (keep_left || keep_right) partial = 1;
+        if (keep_left && keep_right) {
+            map_range right = *r;
+            right.start = hi;
+            r->end = lo;
+            if (map_insert_at(t, i + 1, &right) < 0) return -1;
+            i += 2;
+        } else if (keep_left) {
+            r->end = lo;
+            i++;
+        } else if (keep_right) {
+            r->start = hi;
+            i++;
+        } else {
+            map_remove_at(t, i);
+        }
+        usage_hook(t, (size_t)s, now);
+    }
+    if (!matched) t->an.unmatched_frees++;
+    if (partial) t->an.partial_unmaps++;
+    return 0;
+}
+
+/* ---- Events ------------------------------------------------------------------------------------ */
+
+static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fam, int32_t dev,
+                    size_t slot)
+{
+    uint64_t now = e->time_ns;
+    mt_lifetime *old = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    if (old) {
+        t->an.replaced++;
+        release(t, old, now, MT_END_REPLACED);
+    }
+    uint64_t h = freed_hash(dev, fam, e->address);
+    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
+    if (*fc == h) *fc = 0;
+    mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
+                     .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
+                     .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
+                     .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
+    if (mt_live_insert(&t->live, &l) < 0) return -1;
+    mt_usage *u = &t->usages[slot];
+    account(u, kind, e->bytes, +1);
+    if (counts_in_use(kind)) {
+        u->alloc_bytes += e->bytes;
+        u->alloc_count++;
+        if (e->bytes == 0) u->zero_byte_allocs++;
+    }
+    return 0;
+}
+
+static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
+{
+    mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    if (!p && dev < 0 && !is_host_family(fam))
+        for (size_t i = 0; i < t->n_usages && !p; i++)
+            if (!t->usages[i].is_host && t->usages[i].device != dev)
+                p = mt_live_find(&t->live, t->usages[i].device, (uint8_t)fam, e->address);
+    uint64_t h = freed_hash(p ? p->device : dev, fam, e->address);
+    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
+    if (!p) {
+        if (*fc == h) t->an.double_frees++;
+        else t->an.unmatched_frees++;
+        return;
+    }
+    *fc = h;
+    long s = slot_index(t, p->device, is_host_family(fam), now);
+    if (s >= 0) {
+        t->usages[s].free_count++;
+        release(t, p, now, MT_END_FREE);
+        usage_hook(t, (size_t)s, now);
+    } else {
+        release(t, p, now, MT_END_FREE);
+    }
+}
+
+static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
+{
+    pool_entry *pe = NULL;
+    for (size_t i = 0; i < t->n_pools; i++)
+        if (t->pools[i].handle == e->address) pe = &t->pools[i];
+    if (!pe) {
+        if (t->n_pools == t->cap_pools) {
+            size_t ncap = t->cap_pools ? t->cap_pools * 2 : 8;
+            pool_entry *np = realloc(t->pools, ncap * sizeof *np);
+            if (!np) return -1;
+            t->pools = np;
+            t->cap_pools = ncap;
+        }
+        pe = &t->pools[t->n_pools++];
+        *pe = (pool_entry){.handle = e->address, .slot = slot};
+    }
+    t->usages[pe->slot].pool_reserved -= pe->bytes;
+    pe->bytes = e->bytes;
+    pe->slot = slot;
+    t->usages[slot].pool_reserved += e->bytes;
+    t->usages[slot].has_pool_info = 1;
+    return 0;
+}
+
+static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
+{
+    /* Collect first: removing from an open-addressing table while walking it moves entries. */
+    size_t n = 0, cap = 0;
+    mt_lifetime *victims = NULL;
+    for (size_t i = 0; i < t->live.cap; i++) {
+        const mt_lifetime *l = &t->live.slots[i];
+        if (l->family == MT_LIVE_EMPTY || l->context != e->context) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            mt_lifetime *nv = realloc(victims, cap * sizeof *nv);
+            if (!nv) {
+                free(victims);
+                return -1;
+            }
+            victims = nv;
+        }
+        victims[n++] = *l;
+    }
+    for (size_t i = 0; i < n; i++) {
+        mt_lifetime *p = mt_live_find(&t->live, victims[i].device, victims[i].family,
+                                      victims[i].address);
+        if (p) release(t, p, now, MT_END_CTX_DESTROY);
+    }
+    t->an.ctx_destroy_released += n;
+    free(victims);
+    for (size_t i = 0; i < t->n_maps;) {
+        if (t->maps[i].context != e->context) {
+            i++;
+            continue;
+        }
+        long s = slot_index(t, t->maps[i].device, 0, now);
+        if (s >= 0) {
+            t->usages[s].vmm_mapped -= t->maps[i].end - t->maps[i].start;
+            t->usages[s].by_kind[MT_KIND_VMM_MAP] -= t->maps[i].end - t->maps[i].start;
+        }
+        map_remove_at(t, i);
+    }
+    for (size_t i = 0; i < t->n_usages; i++) usage_hook(t, i, now);
+    return 0;
+}
+
+int mt_tracker_event(mt_tracker *t, const mt_event *e)
+{
+    uint64_t now = e->time_ns;
+    t->seq++;
+    unsigned kind = e->kind < MT_KIND_MAX_ ? e->kind : MT_KIND_UNKNOWN;
+    unsigned fam = family_of_kind[kind];
+    int host = is_host_family(fam);
+    int32_t dev = host ? -1 : e->device;
+    switch (e->op) {
+    case MT_OP_ALLOC: {
+        long s = slot_index(t, dev, host, now);
+        if (s < 0) return -1;
+        int rc = kind == MT_KIND_VMM_MAP ? do_map(t, e, (size_t)s)
+                                         : do_alloc(t, e, kind, fam, dev, (size_t)s);
+        if (rc < 0) return -1;
+        note_peaks(&t->usages[s], now, t->seq);
+        usage_hook(t, (size_t)s, now);
+        return 0;
+    }
+    case MT_OP_FREE:
+        if (kind == MT_KIND_VMM_MAP) return do_unmap(t, e, now);
+        do_free(t, e, fam, dev, now);
+        return 0;
+    case MT_OP_FAILED: {
+        long s = slot_index(t, dev, host, now);
+        if (s < 0) return -1;
+        t->usages[s].failed_count++;
+        return 0;
+    }
+    case MT_OP_POOL_RESERVED: {
+        long s = slot_index(t, e->device, 0, now);
+        if (s < 0 || do_pool_reserved(t, e, (size_t)s) < 0) return -1;
+        note_peaks(&t->usages[s], now, t->seq);
+        usage_hook(t, (size_t)s, now);
+        return 0;
+    }
+    case MT_OP_POOL_TRIM:
+        return 0; /* informational: the next POOL_RESERVED says what the trim achieved */
+    case MT_OP_CTX_DESTROY:
+        return do_ctx_destroy(t, e, now);
+    default:
+        t->an.unknown_ops++;
+        return 0;
+    }
+}
+
+void mt_tracker_finish(mt_tracker *t, uint64_t end_ns)
+{
+    if (t->hooks.on_release)
+        for (size_t i = 0; i < t->live.cap; i++)
+            if (t->live.slots[i].family != MT_LIVE_EMPTY)
+                t->hooks.on_release(t->hooks.ctx, &t->live.slots[i], end_ns, MT_END_TRACE_END);
+    mt_live_destroy(&t->live);
+}
+
+void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt_lifetime *l),
+                             void *ctx)
+{
+    for (size_t i = 0; i < t->live.cap; i++)
+        if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
+}

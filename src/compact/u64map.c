@@ -1,0 +1,91 @@
+/* u64map: a uint64 -> (a, b) hash map for per-stack aggregates, symbol and code-object lookups.
+ * Open addressing with linear probing; it never deletes, so no tombstones are needed. The load
+ * factor stays <= 1/2 so a probe is short even with clustered keys (stack ids are dense). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int grow(mt_u64map *m)
+{
+    size_t ncap = m->cap ? m->cap * 2 : 64;
+    mt_u64map_slot *ns = calloc(ncap, sizeof *ns);
+    if (!ns) return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].used) continue;
+        size_t j = mt_mix64(m->slots[i].key) & (ncap - 1);
+        while (ns[j].used) j = (j + 1) & (ncap - 1);
+        ns[j] = m->slots[i];
+    }
+    free(m->slots);
+    m->slots = ns;
+    m->cap = ncap;
+    return 0;
+}
+
+mt_u64map_slot *mt_u64map_find(const mt_u64map *m, uint64_t key)
+{
+    if (!m->cap) return NULL;
+    size_t j = mt_mix64(key) & (m->cap - 1);
+    while (m->slots[j].used) {
+        if (m->slots[j].key == key) return &m->slots[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+mt_u64map_slot *mt_u64map_upsert(mt_u64map *m, uint64_t key)
+{
+    if ((m->len + 1) * 2 > m->cap && grow(m) < 0) return NULL;
+    size_t j = mt_mix64(key) & (m->cap - 1);
+    while (m->slots[j].used) {
+        if (m->slots[j].key == key) return &m->slots[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    m->slots[j] = (mt_u64map_slot){.key = key, .used = 1};
+    m->len++;
+    return &m->slots[j];
+}
+
+void mt_u64map_clear(mt_u64map *m)
+{
+    if (m->slots) memset(m->slots, 0, m->cap * sizeof *m->slots);
+    m->len = 0;
+}
+
+void mt_u64map_destroy(mt_u64map *m)
+{
+    free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+static int cmp_stat(const void *pa, const void *pb)
+{
+    const mt_stack_stat *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    if (a->driver != b->driver) return a->driver > b->driver ? -1 : 1;
+    return a->stack < b->stack ? -1 : a->stack > b->stack;
+}
+
+int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out)
+{
+    out->v = NULL;
+    out->n = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].used && (prefix == ~0ull || (m->slots[i].key >> 40) == prefix)) n++;
+    if (!n) return 0;
+    out->v = malloc(n * sizeof *out->v);
+    if (!out->v) return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        const mt_u64map_slot *s = &m->slots[i];
+        if (!s->used || (prefix != ~0ull && (s->key >> 40) != prefix)) continue;
+        out->v[out->n++] = (mt_stack_stat){.stack = (uint32_t)s->key,
+                                           .driver = (uint8_t)((s->key >> 32) & 1),
+                                           .bytes = s->a,
+                                           .count = s->b};
+    }
+    qsort(out->v, out->n, sizeof *out->v, cmp_stat);
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* CUPTI activity records: what the callbacks cannot see.
+ *
+ * MEMORY2 records describe every allocation the driver makes, including the ones no public API call
+ * asked for (module loads, lazily loaded kernels' static data, internal buffers). A record whose
+ * correlation id belongs to a memory API call we already recorded is a duplicate and only adds the
+ * pool's size; any other is a driver-internal allocation, recorded as MT_KIND_DRIVER under the
+ * "[driver internal]" pseudo frame, never dropped. MEMORY_POOL records give pool creation, trims
+ * and destruction.
+ *
+ * The activity API is process-global: torch.profiler (Kineto) registers its own buffer callbacks
+ * and ours stop being called. The core record does not depend on activity, so the trace stays
+ * correct for everything the callbacks see; the writer tick notices the silence and notes once that
+ * enrichment stopped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "recorder.h"
+
+#define BUFFER_BYTES (1u << 20)
+#define ACTIVITY_SILENCE_NS (3000000000ull) /* memory calls with no records this long = stolen */
+
+void mt_corr_insert(mt_corr_set *s, uint32_t id)
+{
+    atomic_store_explicit(&s->ids[id & (MT_CORR_SLOTS - 1)], id, memory_order_relaxed);
+}
+
+void mt_corr_forget(mt_corr_set *s, uint32_t id)
+{
+    uint32_t expect = id;
+    atomic_compare_exchange_strong(&s->ids[id & (MT_CORR_SLOTS - 1)], &expect, 0);
+}
+
+int mt_corr_take(mt_corr_set *s, uint32_t id)
+{
+    uint32_t expect = id;
+    return id != 0 &&
+           atomic_compare_exchange_strong(&s->ids[id & (MT_CORR_SLOTS - 1)], &expect, 0);
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, BUFFER_BYTES);
+    *size = *buffer ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+/* Reports a pool's reserved size when it changed. Called from CUPTI's delivery thread only. */
+static void pool_size(mt_recorder *r, uint64_t pool, uint64_t size, int32_t device, uint64_t t)
+{
+    int i = 0;
+    while (i < r->npools && r->pools[i].pool != pool) i++;
+    if (i < r->npools && r->pools[i].size == size) return;
+    if (i == r->npools) {
+        if (r->npools == (int)(sizeof r->pools / sizeof r->pools[0])) return;
+        r->npools++;
+        r->pools[i].pool = pool;
+    }
+    r->pools[i].size = size;
+    mt_event ev = {.time_ns = t, .op = MT_OP_POOL_RESERVED, .kind = MT_KIND_POOL,
+                   .address = pool, .bytes = size, .device = device, .flags = MT_EF_ACTIVITY};
+    mt_sink_event(r->sink, &ev);
+}
+
+static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
+{
+    atomic_fetch_add_explicit(&r->activity_records, 1, memory_order_relaxed);
+    int is_alloc = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
+    if (m->memoryPoolConfig.memoryPoolType == CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL)
+        pool_size(r, m->memoryPoolConfig.address, m->memoryPoolConfig.pool.size,
+                  (int32_t)m->deviceId, m->timestamp);
+    if (mt_corr_take(&r->corr, m->correlationId)) return; /* the callbacks have it */
+    if (m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
+        m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
+        return;
+    int host = m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ||
+               m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+    mt_event ev = {0};
+    ev.time_ns = m->timestamp;
+    ev.op = is_alloc ? MT_OP_ALLOC : MT_OP_FREE;
+    ev.kind = MT_KIND_DRIVER;
+    ev.aux = (uint64_t)m->memoryKind;
+    ev.address = m->address;
+    ev.bytes = m->bytes;
+    ev.device = host ? -1 : (int32_t)m->deviceId;
+    ev.context = m->contextId;
+    ev.stream = m->streamId;
+    ev.correlation = m->correlationId;
+    ev.flags = MT_EF_ACTIVITY;
+    ev.stack = is_alloc ? r->driver_internal_stack : 0;
+    mt_sink_event(r->sink, &ev);
+}
+
+static void on_pool(mt_recorder *r, const CUpti_ActivityMemoryPool3 *p)
+{
+    uint64_t size = p->memoryPoolOperationType == CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_DESTROYED
+                        ? 0
+                        : p->size;
+    pool_size(r, p->address, size, (int32_t)p->deviceId, p->timestamp);
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                                      size_t valid)
+{
+    (void)ctx, (void)stream, (void)size;
+    mt_recorder *r = &mt_rec;
+    CUpti_Activity *rec = NULL;
+    int live = atomic_load(&r->enabled) || r->sink; /* at exit the flush runs before disabling */
+    while (live && r->cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY2)
+            on_memory(r, (const CUpti_ActivityMemory4 *)rec);
+        else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY_POOL)
+            on_pool(r, (const CUpti_ActivityMemoryPool3 *)rec);
+    }
+    free(buffer);
+}
+
+int mt_activity_start(mt_recorder *r)
+{
+    if (r->cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
+        return -1;
+    if (r->cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS) return -1;
+    r->cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL); /* optional */
+    /* CUPTI's own worker delivers full and partial buffers at least this often. */
+    if (r->cupti.ActivityFlushPeriod) r->cupti.ActivityFlushPeriod(500);
+    r->activity_on = 1;
+    return 0;
+}
+
+void mt_activity_flush(mt_recorder *r)
+{
+    r->cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+void mt_activity_tick(mt_recorder *r)
+{
+    if (!r->activity_on || atomic_load(&r->activity_stopped)) return;
+    uint64_t calls = atomic_load(&r->memory_api_calls);
+    uint64_t recs = atomic_load(&r->activity_records);
+    uint64_t now = mt_now_ns();
+    if (recs != r->last_activity_records || calls == r->last_memory_api_calls) {
+        r->quiet_since_ns = 0; /* records flow, or nothing to wait for */
+        r->last_activity_records = recs;
+        r->last_memory_api_calls = calls;
+        return;
+    }
+    if (!r->quiet_since_ns) {
+        r->quiet_since_ns = now;
+        return;
+    }
+    if (now - r->quiet_since_ns < ACTIVITY_SILENCE_NS) return;
+    atomic_store(&r->activity_stopped, 1);
+    mt_trace_note(MT_NOTE_WARNING,
+            "activity enrichment stopped: no CUPTI activity records for %.1f s while memory API "
+            "calls continued (another tool, e.g. torch.profiler, took the activity API). "
+            "Driver-internal allocations and pool sizes after this point are not in the trace; "
+            "everything the API callbacks see still is.",
+            (double)(now - r->quiet_since_ns) / 1e9);
+}

@@ -1,0 +1,340 @@
+/* CUPTI driver-API callbacks -> memory events. This is the core record: every allocation and
+ * release the program (or a library in it) asks the driver for, with our own monotonic timestamp,
+ * the caller's thread, device, context, stream, result code and stack.
+ *
+ * Why the driver API and not the runtime API: cudaMalloc, cudaMallocAsync, cudaHostAlloc... all
+ * end in a driver call, and libraries that skip the runtime (JAX/XLA, CuPy, NCCL) call the driver
+ * directly. One layer sees everything, once.
+ *
+ * Only the callback ids below are enabled, never the whole domain: a kernel launch must not pay for
+ * memory tracing.
+ *
+ * Timestamps: allocations are stamped at API exit (the address exists then); releases at API
+ * entry. So when one thread frees an address and another gets it back, the free always sorts first.
+ */
+#include <cuda.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "recorder.h"
+
+/* Which calls produce a MEMORY2 activity record (so the record is a duplicate, not a driver-
+ * internal allocation). */
+static int makes_memory2_record(CUpti_CallbackId cbid)
+{
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: return 1;
+    default: return 0;
+    }
+}
+
+static const CUpti_CallbackId traced[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate,
+    CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+    CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
+};
+
+int mt_callbacks_enable(mt_recorder *r)
+{
+    for (size_t i = 0; i < sizeof traced / sizeof *traced; i++) {
+        CUptiResult rc =
+            r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, traced[i]);
+        if (rc != CUPTI_SUCCESS) {
+            const char *msg = "?";
+            r->cupti.GetResultString(rc, &msg);
+            mt_warn_once("enable", "cannot enable CUPTI callback %u (%s); the program runs "
+                         "untraced", (unsigned)traced[i], msg);
+            return -1;
+        }
+    }
+    /* Context creation/destruction: device names, and releasing what a dying context held. */
+    r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                            CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+    return 0;
+}
+
+/* Device ordinal of a context; the last answer is cached per thread (one context per thread is
+ * the common case). */
+static int32_t device_of(mt_recorder *r, CUcontext ctx)
+{
+    static __thread CUcontext last_ctx;
+    static __thread int32_t last_dev = -1;
+    if (!ctx) return -1;
+    if (ctx == last_ctx) return last_dev;
+    uint32_t dev = 0;
+    if (r->cupti.GetDeviceId(ctx, &dev) != CUPTI_SUCCESS) return -1;
+    last_ctx = ctx;
+    last_dev = (int32_t)dev;
+    return last_dev;
+}
+
+/* The first event of each thread also names the thread. */
+static void name_thread(mt_recorder *r, uint32_t tid)
+{
+    static __thread int named;
+    if (named) return;
+    named = 1;
+    char path[64], name[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+        fclose(f);
+    }
+    mt_record rec = {.type = MT_REC_THREAD, .u.thread = {.tid = tid, .name = name}};
+    mt_sink_put_copy(r->sink, &rec);
+}
+
+static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
+{
+    uint32_t ctx_id = 0;
+    (void)ctx_id;
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+        int32_t dev = device_of(r, rd->context);
+        char name[256] = "";
+        size_t total = 0;
+        CUdevice d;
+        /* libcuda is the caller: these are safe to call here and trigger no traced callback. */
+        if (dev >= 0 && cuDeviceGet(&d, dev) == CUDA_SUCCESS) {
+            cuDeviceGetName(name, sizeof name - 1, d);
+            cuDeviceTotalMem(&total, d);
+        }
+        mt_record rec = {.type = MT_REC_DEVICE};
+        rec.u.device = (mt_device){.ordinal = dev, .total_bytes = total, .name = name, .uuid = ""};
+        mt_sink_put_copy(r->sink, &rec);
+    } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+        mt_event ev = {.time_ns = mt_now_ns(), .tid = mt_gettid(), .op = MT_OP_CTX_DESTROY,
+                       .device = device_of(r, rd->context)};
+        /* CUPTI gives no context uid in resource data; cuCtxGetId names the same id. */
+        unsigned long long id = 0;
+        if (cuCtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
+        mt_sink_event(r->sink, &ev);
+    }
+}
+
+/* Fills ev from the call's parameters. Returns 0 when the call is not one we record. */
+static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event *ev)
+{
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+        const cuMemAlloc_v2_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_DEVICE, ev->bytes = p->bytesize;
+        if (ok) ev->address = *p->dptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+        const cuMemAllocPitch_v2_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_PITCH;
+        ev->bytes = (uint64_t)p->WidthInBytes * p->Height; /* what was asked for */
+        if (ok) {
+            ev->address = *p->dptr;
+            ev->aux = *p->pPitch;
+            ev->bytes = (uint64_t)*p->pPitch * p->Height; /* what was given */
+        }
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: {
+        const cuMemFree_v2_params *p = params;
+        /* frees device, pitch and managed memory alike: the compactor matches by address */
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_DEVICE, ev->address = p->dptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+        const cuMemAllocHost_v2_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_HOST_PINNED, ev->bytes = p->bytesize;
+        ev->device = -1;
+        if (ok) ev->address = (uint64_t)(uintptr_t)*p->pp;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2: {
+        const cuMemHostAlloc_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_HOST_PINNED, ev->bytes = p->bytesize;
+        ev->device = -1, ev->aux = p->Flags;
+        if (ok) ev->address = (uint64_t)(uintptr_t)*p->pp;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost: {
+        const cuMemFreeHost_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_HOST_PINNED, ev->device = -1;
+        ev->address = (uint64_t)(uintptr_t)p->p;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+        const cuMemHostRegister_v2_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_HOST_REGISTERED, ev->bytes = p->bytesize;
+        ev->device = -1, ev->aux = p->Flags, ev->address = (uint64_t)(uintptr_t)p->p;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister: {
+        const cuMemHostUnregister_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_HOST_REGISTERED, ev->device = -1;
+        ev->address = (uint64_t)(uintptr_t)p->p;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+        const cuMemAllocManaged_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_MANAGED, ev->bytes = p->bytesize;
+        ev->aux = p->flags;
+        if (ok) ev->address = *p->dptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve: {
+        const cuMemAddressReserve_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_RESERVE, ev->bytes = p->size;
+        if (ok) ev->address = *p->ptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree: {
+        const cuMemAddressFree_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_RESERVE, ev->address = p->ptr;
+        ev->bytes = p->size;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
+        const cuMemCreate_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->bytes = p->size;
+        if (p->prop && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            ev->device = p->prop->location.id;
+        if (ok) ev->address = (uint64_t)*p->handle;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
+        const cuMemRelease_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_PHYSICAL, ev->address = (uint64_t)p->handle;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
+        const cuMemMap_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_MAP, ev->address = p->ptr;
+        ev->bytes = p->size, ev->aux = (uint64_t)p->handle;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
+        const cuMemUnmap_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_MAP, ev->address = p->ptr;
+        ev->bytes = p->size;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+        const cuMemAllocAsync_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->bytes = p->bytesize;
+        ev->stream = (uint64_t)(uintptr_t)p->hStream;
+        if (ok) ev->address = *p->dptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+        const cuMemAllocFromPoolAsync_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->bytes = p->bytesize;
+        ev->stream = (uint64_t)(uintptr_t)p->hStream;
+        ev->aux = (uint64_t)(uintptr_t)p->pool, ev->flags |= MT_EF_FROM_POOL;
+        if (ok) ev->address = *p->dptr;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: {
+        const cuMemFreeAsync_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->address = p->dptr;
+        ev->stream = (uint64_t)(uintptr_t)p->hStream;
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo: {
+        const cuMemPoolTrimTo_params *p = params;
+        ev->op = MT_OP_POOL_TRIM, ev->kind = MT_KIND_POOL;
+        ev->address = (uint64_t)(uintptr_t)p->pool, ev->bytes = p->minBytesToKeep;
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
+void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void *cbdata)
+{
+    mt_recorder *r = userdata;
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        on_resource(r, cbid, cbdata);
+        return;
+    }
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    const CUpti_CallbackData *cb = cbdata;
+
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        *cb->correlationData = mt_now_ns();
+        if (makes_memory2_record(cbid) && r->activity_on &&
+            !atomic_load_explicit(&r->activity_stopped, memory_order_relaxed)) {
+            mt_corr_insert(&r->corr, cb->correlationId);
+            atomic_fetch_add_explicit(&r->memory_api_calls, 1, memory_order_relaxed);
+        }
+        return;
+    }
+
+    CUresult res = cb->functionReturnValue ? *(const CUresult *)cb->functionReturnValue
+                                           : CUDA_SUCCESS;
+    int ok = res == CUDA_SUCCESS;
+    mt_event ev = {0};
+    ev.tid = mt_gettid();
+    ev.context = cb->contextUid;
+    ev.correlation = cb->correlationId;
+    ev.api = (uint16_t)cbid;
+    ev.device = device_of(r, cb->context);
+    if (!describe(cbid, cb->functionParams, ok, &ev)) return;
+    /* cudaFree(0) / cuMemFree(0) is the classic "make sure a context exists" call: no event. */
+    if (ev.op == MT_OP_FREE && ev.address == 0) return;
+    name_thread(r, ev.tid);
+
+    if (!ok) {
+        /* A failed release changes nothing; a failed request is an event of its own. */
+        if (ev.op != MT_OP_ALLOC) return;
+        ev.op = MT_OP_FAILED;
+        ev.result = (uint16_t)res;
+        ev.address = 0;
+        atomic_fetch_add_explicit(&r->failed_requests, 1, memory_order_relaxed);
+    }
+    if (ev.op == MT_OP_FREE) {
+        ev.time_ns = *cb->correlationData; /* stamped at entry, see the top of this file */
+    } else {
+        ev.time_ns = mt_now_ns();
+        if (ev.op == MT_OP_ALLOC || ev.op == MT_OP_FAILED) ev.stack = mt_capture_stack(r, &ev.flags);
+    }
+    mt_sink_event(r->sink, &ev);
+}

@@ -1,0 +1,326 @@
+/* InitializeInjection: where the recorder starts, and everything about its life in the process.
+ *
+ * The CUDA driver calls InitializeInjection() (the library is named by CUDA_INJECTION64_PATH) from
+ * cuInit, on the first thread that touches CUDA. From there:
+ *   load libcupti -> open the trace file -> start the sink -> subscribe -> enable callbacks and
+ *   activity -> register atexit/atfork.
+ * Every step that fails prints one warning (prefix "memtrace: ") and leaves the program running
+ * untraced. The program's own output, exit status and behaviour are never changed.
+ *
+ * Environment (set by `memtrace record`; all optional):
+ *   MEMTRACE_OUTPUT    path pattern: %p pid, %c command name, %h host name, %% a percent sign
+ *                      (default memtrace.%c.%p.mtrace in the working directory)
+ *   MEMTRACE_FORCE     1: replace an existing file (default: never overwrite, O_EXCL)
+ *   MEMTRACE_CUPTI     libcupti to load when the process has none loaded yet
+ *   MEMTRACE_STACKS    none | native (default native)
+ *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
+ *   MEMTRACE_MANIFEST  file to which the path of each trace is appended (one line each)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "recorder.h"
+
+mt_recorder mt_rec;
+
+/* Callbacks in flight: atexit waits for them before tearing the sink down. */
+static _Atomic int inflight;
+
+uint64_t mt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CUPTI stamps activity records with this when registered, so they share our clock. */
+static uint64_t CUPTIAPI monotonic_timestamp(void) { return mt_now_ns(); }
+
+uint32_t mt_gettid(void)
+{
+    static __thread uint32_t tid;
+    if (!tid) tid = (uint32_t)syscall(SYS_gettid);
+    return tid;
+}
+
+/* One warning per key per process. Keys are string literals; a few dozen at most. */
+void mt_warn_once(const char *key, const char *fmt, ...)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *said[64];
+    pthread_mutex_lock(&lock);
+    int seen = 0, n = 0;
+    for (; n < 64 && said[n]; n++)
+        if (said[n] == key) seen = 1;
+    if (!seen && n < 64) said[n] = key;
+    pthread_mutex_unlock(&lock);
+    if (seen) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "memtrace: %s\n", msg);
+    if (mt_rec.sink) {
+        mt_record rec = {.type = MT_REC_NOTE};
+        rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = MT_NOTE_WARNING, .text = msg};
+        mt_sink_put_copy(mt_rec.sink, &rec);
+    }
+}
+
+/* A note in the trace only (not on stderr). */
+void mt_trace_note(int level, const char *fmt, ...)
+{
+    if (!mt_rec.sink) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    mt_record rec = {.type = MT_REC_NOTE};
+    rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = (uint8_t)level, .text = msg};
+    mt_sink_put_copy(mt_rec.sink, &rec);
+}
+
+static void read_file_line(const char *path, char *buf, size_t len)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* /proc/self/cmdline separates arguments with NULs */
+    for (size_t i = 0; i + 1 < n; i++)
+        if (buf[i] == 0) buf[i] = ' ';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == 0)) buf[--n] = 0;
+}
+
+/* Expands the output pattern. Returns 0, or -1 if the result would not fit. */
+static int expand_pattern(const char *pattern, const char *comm, char *out, size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t o = 0;
+    for (const char *p = pattern; *p; p++) {
+        char tmp[64];
+        const char *add = tmp;
+        if (*p == '%' && p[1]) {
+            switch (*++p) {
+            case 'p': snprintf(tmp, sizeof tmp, "%d", (int)getpid()); break;
+            case 'c': add = comm; break;
+            case 'h': add = host; break;
+            case '%': add = "%"; break;
+            default: snprintf(tmp, sizeof tmp, "%%%c", *p);
+            }
+        } else {
+            tmp[0] = *p;
+            tmp[1] = 0;
+        }
+        size_t n = strlen(add);
+        if (o + n + 1 > len) return -1;
+        memcpy(out + o, add, n);
+        o += n;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+static void on_new_node(void *ctx, const mt_stack_node *node)
+{
+    mt_recorder *r = ctx;
+    mt_sink_node(r->sink, node);
+}
+
+static void on_new_module(void *ctx, const mt_module *m)
+{
+    mt_recorder *r = ctx;
+    mt_record rec = {.type = MT_REC_MODULE, .u.module = *m};
+    mt_sink_put_copy(r->sink, &rec);
+}
+
+/* Runs on the writer thread before each drain. */
+static void writer_tick(void *ctx, mt_sink *s)
+{
+    (void)s;
+    mt_recorder *r = ctx;
+    if (getpid() != r->pid) return;
+    mt_modules_refresh(r->modules, on_new_module, r);
+    mt_activity_tick(r);
+}
+
+static void at_fork_child(void)
+{
+    /* No writer thread and no CUPTI threads exist in a fork()ed child: touching either could
+     * hang. Step aside for good; a child that exec()s starts over with its own injection. */
+    atomic_store(&mt_rec.enabled, 0);
+    mt_sink_abandon_in_child(mt_rec.sink);
+}
+
+static void at_exit(void)
+{
+    if (getpid() != mt_rec.pid || !mt_rec.sink) return;
+    /* Activity records still buffered inside CUPTI are delivered now, while CUDA is alive. */
+    if (mt_rec.activity_on && !atomic_load(&mt_rec.activity_stopped)) mt_activity_flush(&mt_rec);
+    atomic_store(&mt_rec.enabled, 0);
+    /* Wait (bounded) for callbacks that started before we turned the switch off. */
+    for (int i = 0; i < 1000 && atomic_load(&inflight) > 0; i++) usleep(100);
+    mt_sink *sink = mt_rec.sink;
+    mt_modules_refresh(mt_rec.modules, on_new_module, &mt_rec);
+    mt_sink_stats st;
+    mt_sink_stop(sink, &st);
+    mt_rec.sink = NULL;
+    if (st.write_failed)
+        fprintf(stderr, "memtrace: writing %s failed (disk full?): the trace ends early\n",
+                mt_rec.cfg.output);
+}
+
+/* The callback entry point wraps the real handler with the in-flight counter. */
+static void CUPTIAPI guarded_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
+                                      const void *data)
+{
+    atomic_fetch_add(&inflight, 1);
+    if (atomic_load(&mt_rec.enabled)) mt_on_callback(ud, d, id, data);
+    atomic_fetch_sub(&inflight, 1);
+}
+
+static int open_output(const char *comm)
+{
+    const char *pattern = getenv("MEMTRACE_OUTPUT");
+    if (!pattern || !*pattern) pattern = "memtrace.%c.%p.mtrace";
+    if (expand_pattern(pattern, comm, mt_rec.cfg.output, sizeof mt_rec.cfg.output) != 0) {
+        mt_warn_once("path", "output path too long: not tracing this process");
+        return -1;
+    }
+    int force = getenv("MEMTRACE_FORCE") && atoi(getenv("MEMTRACE_FORCE")) > 0;
+    int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
+    int fd = open(mt_rec.cfg.output, flags, 0644);
+    if (fd < 0)
+        mt_warn_once("open", "cannot create %s: %s%s; not tracing this process",
+                     mt_rec.cfg.output, strerror(errno),
+                     errno == EEXIST ? " (use -f to replace it)" : "");
+    return fd;
+}
+
+static void write_manifest(void)
+{
+    const char *manifest = getenv("MEMTRACE_MANIFEST");
+    if (!manifest || !*manifest) return;
+    int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return;
+    char line[4200];
+    int n = snprintf(line, sizeof line, "%d %s\n", (int)getpid(), mt_rec.cfg.output);
+    if (n > 0 && write(fd, line, (size_t)n) < 0) { /* the CLI then reports no file: harmless */
+    }
+    close(fd);
+}
+
+static int subscribe(void)
+{
+    CUptiResult rc;
+    char holder[256] = "";
+    if (mt_rec.cupti.Subscribe_v2) {
+        CUpti_SubscriberParams p;
+        memset(&p, 0, sizeof p);
+        p.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+        p.subscriberName = "memtrace";
+        p.oldSubscriberName = holder;
+        p.oldSubscriberSize = sizeof holder;
+        rc = mt_rec.cupti.Subscribe_v2(&mt_rec.subscriber, guarded_callback, &mt_rec, &p);
+    } else {
+        rc = mt_rec.cupti.Subscribe(&mt_rec.subscriber, guarded_callback, &mt_rec);
+    }
+    if (rc == CUPTI_SUCCESS) return 0;
+    const char *msg = "?";
+    mt_rec.cupti.GetResultString(rc, &msg);
+    mt_warn_once("subscribe", "CUPTI refused a subscriber (%s%s%s): another profiler holds it; "
+                 "the program runs untraced", msg, holder[0] ? ", held by " : "", holder);
+    return -1;
+}
+
+__attribute__((visibility("default"))) int InitializeInjection(void)
+{
+    static _Atomic int once;
+    if (atomic_exchange(&once, 1)) return 1;
+    mt_rec.pid = getpid();
+
+    const char *why = NULL;
+    char cupti_path[1024] = "";
+    if (mt_cupti_load(&mt_rec.cupti, getenv("MEMTRACE_CUPTI"), &why, cupti_path,
+                      sizeof cupti_path) != 0) {
+        mt_warn_once("cupti", "%s; the program runs untraced", why);
+        return 1;
+    }
+    char comm[64];
+    read_file_line("/proc/self/comm", comm, sizeof comm);
+    for (char *p = comm; *p; p++)
+        if (*p == '/' || *p == ' ') *p = '_';
+    int fd = open_output(comm[0] ? comm : "process");
+    if (fd < 0) return 1;
+
+    const char *stacks = getenv("MEMTRACE_STACKS");
+    mt_rec.cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
+    const char *flush = getenv("MEMTRACE_FLUSH_MS");
+    mt_rec.cfg.flush_ms = flush ? (uint32_t)atoi(flush) : 0;
+
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    mt_sink_config sc = {.fd = fd, .flush_ms = mt_rec.cfg.flush_ms};
+    sc.header.version = MT_TRACE_VERSION;
+    sc.header.pid = (uint32_t)getpid();
+    sc.header.start_monotonic_ns = mt_now_ns();
+    sc.header.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    mt_rec.sink = mt_sink_start(&sc);
+    if (!mt_rec.sink) {
+        close(fd);
+        unlink(mt_rec.cfg.output);
+        mt_warn_once("sink", "cannot start the trace writer; the program runs untraced");
+        return 1;
+    }
+
+    char cmdline[4096], host[256] = "";
+    read_file_line("/proc/self/cmdline", cmdline, sizeof cmdline);
+    gethostname(host, sizeof host - 1);
+    mt_record proc = {.type = MT_REC_PROCESS};
+    proc.u.process = (mt_process){.pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid(),
+                                  .comm = comm, .cmdline = cmdline, .hostname = host};
+    mt_sink_put_copy(mt_rec.sink, &proc);
+    mt_trace_note(MT_NOTE_INFO, "libcupti: %s", cupti_path);
+
+    mt_rec.modules = mt_modules_new();
+    mt_rec.trie = mt_trie_new(on_new_node, &mt_rec);
+    if (!mt_rec.modules || !mt_rec.trie) mt_rec.cfg.stacks = 0;
+    if (mt_rec.trie) {
+        uint64_t pseudo = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_DRIVER_INTERNAL);
+        mt_trie_cache cache = {0};
+        mt_rec.driver_internal_stack = mt_trie_intern(mt_rec.trie, &cache, &pseudo, 1);
+    }
+
+    if (subscribe() != 0 || mt_callbacks_enable(&mt_rec) != 0) {
+        mt_sink_stop(mt_rec.sink, NULL);
+        mt_rec.sink = NULL;
+        unlink(mt_rec.cfg.output);
+        return 1;
+    }
+    if (mt_rec.cupti.ActivityRegisterTimestampCallback &&
+        mt_rec.cupti.ActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS)
+        mt_trace_note(MT_NOTE_WARNING, "activity timestamps are not on CLOCK_MONOTONIC");
+    if (mt_activity_start(&mt_rec) != 0)
+        mt_trace_note(MT_NOTE_WARNING, "activity records unavailable: driver-internal allocations and "
+                                 "pool sizes are not in this trace");
+
+    mt_sink_set_tick(mt_rec.sink, writer_tick, &mt_rec);
+    pthread_atfork(NULL, NULL, at_fork_child);
+    atexit(at_exit);
+    write_manifest();
+    atomic_store(&mt_rec.enabled, 1);
+    return 1;
+}

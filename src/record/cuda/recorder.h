@@ -1,0 +1,116 @@
+/* The injected recorder: the one piece of memtrace that runs inside the traced program.
+ *
+ *   InitializeInjection (inject.c)  the driver calls it at cuInit; sets everything up or steps aside
+ *   cupti_loader.c                  libcupti found with dlopen, its functions in one table
+ *   api_callbacks.c                 CUPTI driver-API callbacks -> memory events (the core record)
+ *   activity.c                      CUPTI MEMORY2 / MEMORY_POOL records -> driver-internal
+ *                                   allocations and pool sizes (enrichment)
+ *   stacks.c                        the caller's stack -> a trie leaf id
+ *
+ * All state lives in one struct, `mt_rec` (defined in inject.c): a reader looking for global state
+ * finds it there and nowhere else (the sink, unwinder and trie keep theirs behind their handles).
+ */
+#ifndef MT_RECORDER_H
+#define MT_RECORDER_H
+
+#include <cupti.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "memtrace/record.h"
+
+/* The CUPTI functions we call, resolved from whichever libcupti.so.13 we loaded. */
+typedef struct mt_cupti {
+    void *handle;
+    CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
+                                CUpti_SubscriberParams *); /* may be NULL (older CUPTI) */
+    CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
+    CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                  CUpti_CallbackId);
+    CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+    CUptiResult (*GetResultString)(CUptiResult, const char **);
+    CUptiResult (*GetDeviceId)(CUcontext, uint32_t *);
+    CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
+                                             CUpti_BuffersCallbackCompleteFunc);
+    CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
+    CUptiResult (*ActivityFlushAll)(uint32_t);
+    CUptiResult (*ActivityFlushPeriod)(uint32_t);                            /* may be NULL */
+    CUptiResult (*ActivityRegisterTimestampCallback)(CUpti_TimestampCallbackFunc); /* may be NULL */
+} mt_cupti;
+
+/* Correlation ids of memory API calls whose MEMORY2 record has not arrived yet: a MEMORY2 record
+ * that matches one describes an allocation the callbacks already recorded; one that matches none
+ * is driver-internal. Direct-mapped on the id: CUPTI hands out correlation ids in increasing order,
+ * so the last MT_CORR_SLOTS API calls never collide, and a stale id is simply overwritten — no
+ * locks, no expiry, 4 MiB. 0 marks an empty slot (CUPTI never uses 0). */
+#define MT_CORR_SLOTS (1u << 20)
+typedef struct mt_corr_set {
+    _Atomic uint32_t ids[MT_CORR_SLOTS];
+} mt_corr_set;
+
+typedef struct mt_recorder_config {
+    char output[4096]; /* the path actually opened */
+    int stacks;        /* 0 = none, 1 = native (default) */
+    uint32_t flush_ms;
+    char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
+} mt_recorder_config;
+
+typedef struct mt_recorder {
+    _Atomic int enabled; /* callbacks do nothing unless 1: cleared on fork, on shutdown, on errors */
+    pid_t pid;           /* the process that owns the trace; a fork()ed child differs */
+    mt_recorder_config cfg;
+    mt_cupti cupti;
+    CUpti_SubscriberHandle subscriber;
+    mt_sink *sink;
+    mt_trie *trie;
+    mt_modules *modules;
+    uint32_t driver_internal_stack; /* trie leaf of the "[driver internal]" pseudo frame */
+
+    /* activity enrichment */
+    int activity_on;               /* MEMORY2 enabled by us */
+    _Atomic int activity_stopped;  /* somebody else (torch.profiler) took the activity API */
+    _Atomic uint64_t activity_records, memory_api_calls; /* since the start */
+    uint64_t last_activity_records, last_memory_api_calls; /* writer tick's view */
+    uint64_t quiet_since_ns;      /* memory API calls but no activity records since then; 0 = not */
+    mt_corr_set corr;
+    /* per pool: last reserved size reported (few pools: linear scan) */
+    struct {
+        uint64_t pool, size;
+    } pools[64];
+    int npools;
+
+    _Atomic uint64_t failed_requests;
+} mt_recorder;
+
+extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
+
+/* inject.c */
+uint64_t mt_now_ns(void);
+uint32_t mt_gettid(void);
+void mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* cupti_loader.c: 0 on success; on failure *why says what was missing */
+int mt_cupti_load(mt_cupti *c, const char *explicit_path, const char **why, char *where, size_t len);
+
+/* api_callbacks.c */
+int mt_callbacks_enable(mt_recorder *r); /* 0 ok */
+void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void *cbdata);
+
+/* activity.c */
+int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks still record) */
+void mt_activity_flush(mt_recorder *r);
+void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activity API */
+void mt_corr_insert(mt_corr_set *s, uint32_t id);
+void mt_corr_forget(mt_corr_set *s, uint32_t id);
+int mt_corr_take(mt_corr_set *s, uint32_t id); /* 1 if it was there (and removes it) */
+
+/* stacks.c */
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags);
+
+#endif

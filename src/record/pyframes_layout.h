@@ -1,0 +1,170 @@
+/* pyframes_layout.h — where CPython keeps a thread's frames, per minor version (x86-64 / aarch64
+ * LP64, default GIL build, no Py_TRACE_REFS). The ONE place that knows CPython struct layouts.
+ *
+ * Why hard-coded offsets: the reader runs inside a CUDA callback while the thread has released the
+ * GIL, so no C-API call that touches interpreter state is allowed, and memtrace does not link (or
+ * build against) any libpython. The numbers were produced by compiling offsetof() against the real
+ * headers (Include/cpython/ and Include/internal/pycore_ headers with Py_BUILD_CORE) of 3.10.13,
+ * 3.11.7 (and Debian's 3.11.2), 3.12.1 and 3.13.0. Struct layouts only change between minor
+ * versions, never within one (CPython's ABI promise for these structs in practice).
+ *
+ * Self-checks, done once in mt_pyframes_new, so a build that differs (Py_TRACE_REFS adds 16 bytes to
+ * every object header; a free-threaded 3.13t changes the header too) is refused instead of misread:
+ *   - PyCode_Type.tp_basicsize    == code_basicsize  (sizeof / offsetof(co_code_adaptive))
+ *   - PyUnicode_Type.tp_basicsize == unicode_basicsize
+ *   - PyBytes_Type.tp_basicsize   == 33 (offsetof(PyBytesObject, ob_sval) + 1)
+ *   - 3.13: _PyRuntime.debug_offsets (_Py_DebugOffsets) agrees with the table below.
+ */
+#ifndef MEMTRACE_PYFRAMES_LAYOUT_H
+#define MEMTRACE_PYFRAMES_LAYOUT_H
+
+#include <stdint.h>
+
+/* How the frame chain is shaped, which changed twice. */
+typedef enum mt_py_chain {
+    /* 3.10: PyThreadState.frame -> PyFrameObject, linked by f_back; position = f_lasti (int, in
+     * code units, -1 before the first instruction). */
+    MT_PY_CHAIN_FRAMEOBJECT,
+    /* 3.11, 3.12: PyThreadState.cframe -> _PyCFrame.current_frame -> _PyInterpreterFrame, linked
+     * by previous; position = prev_instr (a _Py_CODEUNIT* into the code object's co_code_adaptive). */
+    MT_PY_CHAIN_CFRAME,
+    /* 3.13: PyThreadState.current_frame -> _PyInterpreterFrame, linked by previous; position =
+     * instr_ptr; the code is f_executable, which may be None (not a code object) on shim frames. */
+    MT_PY_CHAIN_DIRECT,
+} mt_py_chain;
+
+/* _PyInterpreterFrame.owner values (Include/internal/pycore_frame.h, enum _frameowner). */
+#define MT_PY_OWNED_BY_GENERATOR 1
+#define MT_PY_OWNED_BY_CSTACK 3 /* 3.12+: the entry "shim" frame of a C->Python call */
+
+typedef struct mt_py_layout {
+    int minor;       /* 3.<minor> */
+    mt_py_chain chain;
+    /* PyThreadState */
+    uint16_t ts_frame;        /* 3.10 frame / 3.11-12 cframe / 3.13 current_frame */
+    uint16_t cframe_current;  /* _PyCFrame.current_frame (3.11-12 only) */
+    /* frame (PyFrameObject in 3.10, _PyInterpreterFrame after) */
+    uint16_t fr_code;         /* f_code / f_executable */
+    uint16_t fr_back;         /* f_back / previous */
+    uint16_t fr_pos;          /* f_lasti (int) / prev_instr / instr_ptr (pointers) */
+    int16_t fr_owner;         /* owner (char); -1 when there is none (3.10) */
+    /* PyCodeObject */
+    uint16_t co_firstlineno;  /* int */
+    uint16_t co_filename;     /* PyUnicodeObject* */
+    uint16_t co_qualname;     /* PyUnicodeObject*: co_qualname, or co_name on 3.10 */
+    uint16_t co_linetable;    /* PyBytesObject*: PEP 626 table (3.10) / location table (3.11+) */
+    uint16_t co_code;         /* 3.10: co_code (PyBytesObject*); 3.11+: co_code_adaptive (inline) */
+    int16_t co_firsttraceable;/* int _co_firsttraceable (3.11+), -1 on 3.10 */
+    uint16_t code_basicsize;  /* PyCode_Type.tp_basicsize, for the self-check */
+    /* PyUnicodeObject */
+    uint16_t unicode_basicsize;  /* PyUnicode_Type.tp_basicsize (sizeof(PyUnicodeObject)) */
+    uint16_t ascii_size;         /* sizeof(PyASCIIObject): compact ASCII data follows */
+    uint16_t compact_size;       /* sizeof(PyCompactUnicodeObject): compact non-ASCII data follows */
+} mt_py_layout;
+
+/* Offsets common to every supported version (Include/object.h, cpython/bytesobject.h,
+ * cpython/unicodeobject.h). */
+#define MT_PY_OB_TYPE 8       /* PyObject.ob_type */
+#define MT_PY_OB_SIZE 16      /* PyVarObject.ob_size (bytes: length; 3.11+ code: code units) */
+#define MT_PY_BYTES_SVAL 32   /* PyBytesObject.ob_sval (after ob_shash) */
+#define MT_PY_BYTES_BASICSIZE 33
+#define MT_PY_STR_LENGTH 16   /* PyASCIIObject.length (code points) */
+#define MT_PY_STR_STATE 32    /* PyASCIIObject.state bit field (unsigned int): */
+#define MT_PY_STR_KIND(s) (((s) >> 2) & 7)   /*   bits 2-4 kind: 1 latin-1, 2 UCS-2, 4 UCS-4 */
+#define MT_PY_STR_COMPACT(s) (((s) >> 5) & 1)/*   bit 5 compact: data inline after the struct */
+#define MT_PY_STR_ASCII(s) (((s) >> 6) & 1)  /*   bit 6 ascii: compact ASCII, data after PyASCIIObject */
+#define MT_PY_TP_BASICSIZE 32 /* PyTypeObject.tp_basicsize (after ob_size, tp_name) */
+
+static const mt_py_layout mt_py_layouts[] = {
+    {
+        .minor = 10, .chain = MT_PY_CHAIN_FRAMEOBJECT,
+        .ts_frame = 24,            /* PyThreadState.frame */
+        .cframe_current = 0,
+        .fr_code = 32,             /* PyFrameObject.f_code */
+        .fr_back = 24,             /* PyFrameObject.f_back */
+        .fr_pos = 96,              /* PyFrameObject.f_lasti (int) */
+        .fr_owner = -1,
+        .co_firstlineno = 40,      /* PyCodeObject.co_firstlineno */
+        .co_filename = 104,        /* PyCodeObject.co_filename */
+        .co_qualname = 112,        /* PyCodeObject.co_name (3.10 has no co_qualname) */
+        .co_linetable = 120,       /* PyCodeObject.co_linetable */
+        .co_code = 48,             /* PyCodeObject.co_code (bytes) */
+        .co_firsttraceable = -1,
+        .code_basicsize = 176,     /* sizeof(PyCodeObject) */
+        .unicode_basicsize = 80, .ascii_size = 48, .compact_size = 72,
+    },
+    {
+        .minor = 11, .chain = MT_PY_CHAIN_CFRAME,
+        .ts_frame = 56,            /* PyThreadState.cframe */
+        .cframe_current = 8,       /* _PyCFrame.current_frame (after use_tracing) */
+        .fr_code = 32,             /* _PyInterpreterFrame.f_code */
+        .fr_back = 48,             /* _PyInterpreterFrame.previous */
+        .fr_pos = 56,              /* _PyInterpreterFrame.prev_instr */
+        .fr_owner = 69,            /* _PyInterpreterFrame.owner (after is_entry) */
+        .co_firstlineno = 72,
+        .co_filename = 112,
+        .co_qualname = 128,        /* PyCodeObject.co_qualname */
+        .co_linetable = 136,
+        .co_code = 184,            /* PyCodeObject.co_code_adaptive */
+        .co_firsttraceable = 168,  /* PyCodeObject._co_firsttraceable */
+        .code_basicsize = 184,     /* offsetof(PyCodeObject, co_code_adaptive) */
+        .unicode_basicsize = 80, .ascii_size = 48, .compact_size = 72,
+    },
+    {
+        .minor = 12, .chain = MT_PY_CHAIN_CFRAME,
+        .ts_frame = 56,            /* PyThreadState.cframe */
+        .cframe_current = 0,       /* _PyCFrame.current_frame (use_tracing is gone) */
+        .fr_code = 0,              /* _PyInterpreterFrame.f_code */
+        .fr_back = 8,              /* _PyInterpreterFrame.previous */
+        .fr_pos = 56,              /* _PyInterpreterFrame.prev_instr */
+        .fr_owner = 70,            /* _PyInterpreterFrame.owner (after stacktop, return_offset) */
+        .co_firstlineno = 68,
+        .co_filename = 112,
+        .co_qualname = 128,
+        .co_linetable = 136,
+        .co_code = 192,            /* PyCodeObject.co_code_adaptive */
+        .co_firsttraceable = 176,  /* PyCodeObject._co_firsttraceable */
+        .code_basicsize = 192,
+        .unicode_basicsize = 64, .ascii_size = 40, .compact_size = 56, /* wstr fields removed */
+    },
+    {
+        .minor = 13, .chain = MT_PY_CHAIN_DIRECT,
+        .ts_frame = 72,            /* PyThreadState.current_frame */
+        .cframe_current = 0,
+        .fr_code = 0,              /* _PyInterpreterFrame.f_executable */
+        .fr_back = 8,              /* _PyInterpreterFrame.previous */
+        .fr_pos = 56,              /* _PyInterpreterFrame.instr_ptr */
+        .fr_owner = 70,            /* _PyInterpreterFrame.owner */
+        .co_firstlineno = 68,
+        .co_filename = 112,
+        .co_qualname = 128,
+        .co_linetable = 136,
+        .co_code = 200,            /* PyCodeObject.co_code_adaptive */
+        .co_firsttraceable = 184,  /* PyCodeObject._co_firsttraceable */
+        .code_basicsize = 200,
+        .unicode_basicsize = 64, .ascii_size = 40, .compact_size = 56,
+    },
+};
+
+/* 3.13 _Py_DebugOffsets (first member of _PyRuntime): every field is a uint64_t, so it is read as
+ * an array of words. Indexes of the words we cross-check (Include/internal/pycore_runtime.h):
+ *   [0] cookie "xdebugpy"  [1] version (PY_VERSION_HEX)  [2] free_threaded
+ *   [3..5] runtime_state  [6..18] interpreter_state
+ *   [19] thread_state.size ... [23] thread_state.current_frame
+ *   [28] interpreter_frame.size [29] previous [30] executable [31] instr_ptr [32] localsplus [33] owner
+ *   [34] code_object.size [35] filename [36] name [37] qualname [38] linetable [39] firstlineno
+ *   ... [43] co_code_adaptive */
+#define MT_PY313_DBG_COOKIE "xdebugpy"
+#define MT_PY313_DBG_FREE_THREADED 2
+#define MT_PY313_DBG_TS_CURRENT_FRAME 23
+#define MT_PY313_DBG_FR_PREVIOUS 29
+#define MT_PY313_DBG_FR_EXECUTABLE 30
+#define MT_PY313_DBG_FR_INSTR_PTR 31
+#define MT_PY313_DBG_FR_OWNER 33
+#define MT_PY313_DBG_CO_FILENAME 35
+#define MT_PY313_DBG_CO_QUALNAME 37
+#define MT_PY313_DBG_CO_LINETABLE 38
+#define MT_PY313_DBG_CO_FIRSTLINENO 39
+#define MT_PY313_DBG_CO_CODE_ADAPTIVE 43
+
+#endif

@@ -1,0 +1,256 @@
+/* unwind.c — mt_unwind: the calling thread's native return addresses, via cached DWARF CFI.
+ *
+ * Why not backtrace(): glibc's goes through libgcc's _Unwind_Backtrace, ~10 µs for a deep stack;
+ * the recorder unwinds on every GPU allocation. Why not frame pointers: libtorch, libpython and
+ * most distribution libraries are built without them. So: a minimal CFI walker for x86-64 that
+ * follows just rsp, rbp and rip, with every pc's rule memoized (unwind_cache.c), and the CFI
+ * parser (unwind_cfi.c) only on a miss.
+ *
+ * One step, from a frame (pc, rsp, rbp) to its caller:
+ *     CFA   = (rule.cfa_reg == rbp ? rbp : rsp) + rule.cfa_off
+ *     ra    = *(CFA + 8 * rule.ra_off8)              (CFA - 8 in every compiled frame)
+ *     rbp'  = *(CFA + rule.rbp_off) if saved, else rbp unchanged
+ *     rsp'  = CFA,   pc' = ra   (looked up at ra - 1: ra may be past the end of a noreturn call)
+ *
+ * Cheaper still when the outer part of the stack did not change since this thread's previous
+ * walk: see unwind_memo.h. The memo is an exact check, not a heuristic: it is used only when the
+ * frame state and every stack word the previous walk read from there on are unchanged.
+ *
+ * Safety: every load is from this thread's own stack, checked against [rsp at entry, stack top)
+ * (pthread_getattr_np, once per thread), and the CFA must strictly grow, so the walk can neither
+ * fault nor loop. Any rule the walker cannot follow stops it with *truncated = 1.
+ */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "memtrace/record.h"
+#include "unwind_cache.h"
+#include "unwind_cfi.h"
+#include "unwind_memo.h"
+
+/* This thread's stack, [lo, hi). Fetched on the thread's first mt_unwind; state 0 = not yet,
+ * 1 = known, -1 = pthread_getattr_np failed (then every unwind on this thread is empty). */
+typedef struct thread_stack {
+    uintptr_t lo, hi;
+    int state;
+} thread_stack;
+
+static __thread thread_stack tls_stack;
+
+static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
+{
+    thread_stack *ts = &tls_stack;
+    if (ts->state == 0) {
+        pthread_attr_t attr;
+        void *addr;
+        size_t size;
+        ts->state = -1;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size > 0) {
+                ts->lo = (uintptr_t)addr;
+                ts->hi = (uintptr_t)addr + size;
+                ts->state = 1;
+            }
+            pthread_attr_destroy(&attr);
+        }
+    }
+    *lo = ts->lo;
+    *hi = ts->hi;
+    return ts->state == 1;
+}
+
+/* The rule at pc: cache, else CFI (and remember it). 0 when pc is in no object. */
+static inline int rule_for(uintptr_t pc, mt_unwind_rule *rule)
+{
+    if (mt_rule_cache_get(pc, rule)) return 1;
+    if (mt_cfi_rule_at(pc, rule) != MT_CFI_FOUND) return 0;
+    mt_rule_cache_put(pc, *rule);
+    return 1;
+}
+
+/* Reads the word at addr when [addr, addr+8) lies within [lo, hi). */
+static inline int load_word(uintptr_t addr, uintptr_t lo, uintptr_t hi, uintptr_t *out)
+{
+    if (addr < lo || addr > hi - 8 || (addr & 7)) return 0;
+    *out = *(const uintptr_t *)addr;
+    return 1;
+}
+
+/* -1 when every stack word the previous walk loaded from step k on still holds what it held,
+ * else the first step whose words changed. All loads are independent: this is the cheap path. */
+static int first_changed(const mt_walk_memo *old, int k, uintptr_t lo, uintptr_t hi)
+{
+    for (; k < old->n; k++) {
+        const mt_walk_step *s = &old->steps[k];
+        uintptr_t v;
+        if (!load_word(s->ra_addr, lo, hi, &v) || v != s->ra) return k;
+        if (s->bp_addr && (!load_word(s->bp_addr, lo, hi, &v) || v != s->bp_val)) return k;
+    }
+    return -1;
+}
+
+/* Output of a walk: every step's return address, the first `skip` ones dropped. */
+typedef struct walk_out {
+    uint64_t *ips;
+    int skip, limit; /* limit = skip + max: steps wanted */
+    int steps;       /* steps taken so far */
+    int n;           /* ips written */
+    int reused_prev; /* the previous memo, its prefix updated, stays the current one */
+} walk_out;
+
+/* Field by field: a struct assignment here became `rep movs`, ~10x slower for 64 bytes. */
+static inline void copy_step(mt_walk_step *d, const mt_walk_step *s)
+{
+    d->pc = s->pc;
+    d->sp = s->sp;
+    d->bp = s->bp;
+    d->ra_addr = s->ra_addr;
+    d->ra = s->ra;
+    d->bp_addr = s->bp_addr;
+    d->bp_val = s->bp_val;
+    d->bp_known = s->bp_known;
+}
+
+static inline void emit(walk_out *o, mt_walk_memo *rec, const mt_walk_step *st)
+{
+    if (rec) {
+        if (o->steps < MT_MEMO_STEPS)
+            copy_step(&rec->steps[o->steps], st);
+        else
+            rec->n = -1; /* too long to remember */
+    }
+    if (o->steps++ >= o->skip) o->ips[o->n++] = st->ra;
+}
+
+/* For walks whose end depends on something the memo does not record (a word outside the
+ * bounds, which move with this walk's rsp; a final zero return address): not memoized, so that
+ * a later walk never inherits an ending that might not hold for it. */
+static inline mt_walk_end forget(mt_walk_memo *rec)
+{
+    if (rec) rec->n = -1;
+    return MT_WALK_STOPPED;
+}
+
+/* Walks from the frame (pc, sp, bp), whose pc is exact (not a return address). Always inlined
+ * into mt_unwind so that mt_unwind's frame, the first one walked, stays live meanwhile. */
+static inline __attribute__((always_inline)) mt_walk_end
+walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, mt_walk_memo *rec)
+{
+    uintptr_t lo, hi;
+    if (!stack_bounds(&lo, &hi) || sp < lo || sp >= hi) return MT_WALK_STOPPED;
+    lo = sp; /* nothing below the current frame belongs to a live caller */
+    uintptr_t bp_known = 1;
+    int ok = old && old->n > 0, k = 0; /* k: cursor in the previous walk, by increasing sp */
+    int changed = -1; /* steps of the previous walk up to this one are known to have changed */
+    mt_walk_step st;
+    st.pc = pc; /* first frame: the exact pc; later ones: return address - 1 */
+    for (;;) {
+        st.sp = sp;
+        st.bp = bp;
+        st.bp_known = bp_known;
+        if (ok) {
+            while (k < old->n && old->steps[k].sp < sp)
+                k++;
+            const mt_walk_step *o_st = &old->steps[k];
+            if (k == old->n) {
+                ok = 0;
+            } else if (k > changed && o_st->sp == sp && o_st->pc == st.pc && o_st->bp == bp &&
+                       o_st->bp_known == bp_known) {
+                /* Same frame state as the previous walk: reuse its suffix if still true, and
+                 * if it went far enough (a walk cut at its limit may have stopped early). A
+                 * changed word at step c rules out every match up to c: no quadratic retries. */
+                changed = first_changed(old, k, lo, hi);
+                if (changed < 0 &&
+                    (old->end != MT_WALK_LIMIT || old->n - k >= o->limit - o->steps)) {
+                    if (k == o->steps && rec) {
+                        /* Same depth (the usual case): rather than copying the long common
+                         * suffix into rec, copy the short new prefix into old and keep it. */
+                        for (int i = 0; i < k; i++)
+                            copy_step(&old->steps[i], &rec->steps[i]);
+                        o->reused_prev = 1;
+                        rec = NULL;
+                    }
+                    for (; k < old->n; k++) {
+                        if (o->steps == o->limit) return MT_WALK_LIMIT;
+                        emit(o, rec, &old->steps[k]);
+                    }
+                    return old->end;
+                }
+                if (changed < 0) ok = 0; /* too short a walk to finish ours: unwind for real */
+            }
+        }
+        mt_unwind_rule r;
+        if (!rule_for(st.pc, &r)) return MT_WALK_STOPPED; /* not code we know: JIT, garbage */
+        mt_rule_kind kind = mt_rule_kind_of(r);
+        if (kind == MT_RULE_OUTERMOST) return MT_WALK_OUTERMOST;
+        if (kind != MT_RULE_STEP) return MT_WALK_STOPPED;
+        uintptr_t cfa;
+        if (mt_rule_cfa_reg(r) == MT_CFA_RBP) {
+            if (!bp_known) return MT_WALK_STOPPED;
+            cfa = bp + (intptr_t)r.cfa_off;
+        } else {
+            cfa = sp + (intptr_t)r.cfa_off;
+        }
+        if (cfa <= sp || cfa > hi) return MT_WALK_STOPPED;
+        st.ra_addr = cfa + 8 * (intptr_t)r.ra_off8;
+        if (!load_word(st.ra_addr, lo, hi, &st.ra)) return forget(rec);
+        st.bp_addr = 0;
+        st.bp_val = 0;
+        switch (mt_rule_rbp_of(r)) {
+        case MT_RBP_SAME:
+            break;
+        case MT_RBP_SAVED:
+            st.bp_addr = cfa + (intptr_t)r.rbp_off;
+            if (!load_word(st.bp_addr, lo, hi, &st.bp_val)) return forget(rec);
+            bp = st.bp_val;
+            bp_known = 1;
+            break;
+        default:
+            bp_known = 0;
+            break;
+        }
+        sp = cfa;
+        if (st.ra == 0) { /* some entry points end the chain with 0 */
+            forget(rec);
+            return MT_WALK_OUTERMOST;
+        }
+        if (o->steps == o->limit) return MT_WALK_LIMIT; /* a caller, but no room for it */
+        emit(o, rec, &st);
+        if (st.ra < 4096) return MT_WALK_STOPPED;
+        st.pc = st.ra - 1; /* inside the call instruction, not after it */
+    }
+}
+
+__attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *truncated)
+{
+    uintptr_t pc, sp, bp;
+    /* One asm so that pc (the next instruction's address), rsp and rbp belong to the same
+     * instant; the CFI at that pc describes exactly this frame. */
+    __asm__ volatile("leaq 0(%%rip), %0\n\t"
+                     "movq %%rsp, %1\n\t"
+                     "movq %%rbp, %2"
+                     : "=r"(pc), "=r"(sp), "=r"(bp));
+    int dummy;
+    if (!truncated) truncated = &dummy;
+    *truncated = 1;
+    if (max <= 0 || !ips) return 0;
+    if (skip < 0) skip = 0;
+    if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES; /* keeps limit far from overflow */
+    if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
+    walk_out o = {ips, skip, skip + max, 0, 0, 0};
+    mt_walk_memos *memos = mt_walk_memo_acquire();
+    mt_walk_memo *old = memos ? memos->prev : NULL, *rec = memos ? memos->next : NULL;
+    if (rec) rec->n = 0;
+    mt_walk_end end = walk(pc, sp, bp, &o, old, rec);
+    if (memos) {
+        if (!o.reused_prev) {
+            if (rec->n == 0) rec->n = o.steps; /* emit() set -1 if it outgrew the memo */
+            rec->end = end;
+            memos->prev = rec; /* this walk is the one the next will compare with */
+            memos->next = old;
+        }
+        mt_walk_memo_release(memos);
+    }
+    *truncated = end != MT_WALK_OUTERMOST;
+    return o.n;
+}

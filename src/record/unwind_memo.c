@@ -1,0 +1,52 @@
+/* unwind_memo.c — allocation of the per-thread walk memos (see unwind_memo.h for what they do).
+ *
+ * Heap, not __thread arrays: 2 x 10 KiB per thread would sit in every thread's dynamic TLS block
+ * of the injected library. The __thread pointer below is the only per-thread state; a pthread key
+ * destructor frees the memos when the thread exits.
+ */
+#include "unwind_memo.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+static __thread mt_walk_memos *tls_memos; /* this thread's memos; (void *)1 once it is exiting */
+static pthread_key_t memo_key;            /* its destructor frees them */
+static int memo_key_ok;
+static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
+
+#define MEMOS_GONE ((mt_walk_memos *)1)
+
+static void free_memos(void *p)
+{
+    free(p);
+    tls_memos = MEMOS_GONE; /* unwinds later in this thread's exit run without memo */
+}
+
+static void make_key(void)
+{
+    memo_key_ok = pthread_key_create(&memo_key, free_memos) == 0;
+}
+
+mt_walk_memos *mt_walk_memo_acquire(void)
+{
+    mt_walk_memos *m = tls_memos;
+    if (m == MEMOS_GONE) return NULL;
+    if (!m) {
+        pthread_once(&memo_once, make_key);
+        if (!memo_key_ok) return NULL;
+        /* One block: the pair header followed by the two memos. */
+        m = calloc(1, sizeof *m + 2 * sizeof(mt_walk_memo));
+        if (!m) return NULL;
+        m->prev = (mt_walk_memo *)(m + 1);
+        m->next = m->prev + 1;
+        m->prev->n = -1;
+        if (pthread_setspecific(memo_key, m) != 0) {
+            free(m);
+            return NULL;
+        }
+        tls_memos = m;
+    }
+    if (m->busy) return NULL;
+    m->busy = 1;
+    return m;
+}

@@ -1,0 +1,194 @@
+/* bytes.h — the primitive encodings every trace structure is built from (private to src/trace).
+ *
+ *   LEB128 varint   7 value bits per byte, low group first, bit 7 set = "more bytes follow".
+ *                   A u64 takes 1..10 bytes; the 10th byte may only hold the value's top bit.
+ *   zig-zag         signed -> unsigned so that small negative deltas stay short:
+ *                   0 -> 0, -1 -> 1, 1 -> 2, -2 -> 3, ...
+ *   little-endian   fixed-width integers in the file header and the chunk header.
+ *
+ * Decoding goes through mt_cursor, which never reads past `end`: every getter checks the bytes
+ * left first and on failure sets `bad` and returns 0, so a decoder can read a whole record and
+ * test `bad` once at the end. That is what keeps the reader safe on arbitrary (fuzzed) input.
+ */
+#ifndef MT_TRACE_BYTES_H
+#define MT_TRACE_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MT_VARINT_MAX 10 /* bytes of the longest u64 varint */
+
+/* ---- writing: the caller guarantees room (encoders size their output with mt_encode_bound) -- */
+
+static inline uint8_t *mt_put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline uint64_t mt_zigzag64(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+static inline uint64_t mt_unzigzag64(uint64_t v)
+{
+    return (v >> 1) ^ (0 - (v & 1));
+}
+
+/* Signed difference a - b of two u64s, computed modulo 2^64 so that b + diff == a always holds:
+ * exact round trip even for deltas that overflow int64. */
+static inline uint64_t mt_delta64(uint64_t a, uint64_t b)
+{
+    return mt_zigzag64((int64_t)(a - b));
+}
+/* Same for u32 fields: the delta is taken modulo 2^32, so it fits 33 zig-zag bits at most. */
+static inline uint64_t mt_delta32(uint32_t a, uint32_t b)
+{
+    return mt_zigzag64((int64_t)(int32_t)(a - b));
+}
+
+/* Aligned deltas: d = a - b (mod 2^64) with s trailing zero bits is written as u8 s, then
+ * z(d >> s) (arithmetic shift, so the sign survives and the zig-zag value stays small). Allocation
+ * addresses are 512 B .. 2 MiB aligned, so an address delta that would be a 4-5 byte varint with
+ * all-zero low groups becomes a near-constant byte and 1-2 bytes. d = 0 is s = 0, z 0. */
+static inline uint8_t *mt_put_aligned_delta(uint8_t *p, uint64_t a, uint64_t b)
+{
+    uint64_t d = a - b;
+    unsigned s = d ? (unsigned)__builtin_ctzll(d) : 0;
+    *p++ = (uint8_t)s;
+    return mt_put_varint(p, mt_zigzag64((int64_t)d >> s));
+}
+
+static inline void mt_put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void mt_put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void mt_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t mt_get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t mt_get_le32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t mt_get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* ---- reading: bounded cursor ------------------------------------------------------------------
+ */
+
+typedef struct mt_cursor {
+    const uint8_t *p, *end;
+    int bad; /* set on the first out-of-bounds or malformed read; sticky */
+} mt_cursor;
+
+static inline uint8_t mt_get_u8(mt_cursor *c)
+{
+    if (c->p >= c->end) {
+        c->bad = 1;
+        return 0;
+    }
+    return *c->p++;
+}
+
+static inline uint64_t mt_get_varint(mt_cursor *c)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (c->p >= c->end) break;
+        uint8_t b = *c->p++;
+        /* the 10th byte carries bit 63 only: anything more would overflow a u64 */
+        if (shift == 63 && b > 1) break;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return v;
+    }
+    c->bad = 1;
+    return 0;
+}
+
+/* A varint that must fit a u32 field: larger values are corruption, not silently truncated. */
+static inline uint32_t mt_get_varint32(mt_cursor *c)
+{
+    uint64_t v = mt_get_varint(c);
+    if (v > UINT32_MAX) {
+        c->bad = 1;
+        return 0;
+    }
+    return (uint32_t)v;
+}
+
+static inline uint16_t mt_get_varint16(mt_cursor *c)
+{
+    uint64_t v = mt_get_varint(c);
+    if (v > UINT16_MAX) {
+        c->bad = 1;
+        return 0;
+    }
+    return (uint16_t)v;
+}
+
+/* Inverse of mt_delta64 / mt_delta32: prev + delta, modulo the field width. */
+static inline uint64_t mt_get_delta64(mt_cursor *c, uint64_t prev)
+{
+    return prev + (uint64_t)mt_unzigzag64(mt_get_varint(c));
+}
+static inline uint32_t mt_get_delta32(mt_cursor *c, uint32_t prev)
+{
+    uint64_t z = mt_get_varint(c);
+    if (z > UINT32_MAX) { /* a 32-bit zig-zag delta never needs more than 32 bits */
+        c->bad = 1;
+        return 0;
+    }
+    return prev + (uint32_t)mt_unzigzag64(z);
+}
+
+/* Inverse of mt_put_aligned_delta. Any input decodes to some u64 (modulo 2^64), so only the
+ * shift needs checking. */
+static inline uint64_t mt_get_aligned_delta(mt_cursor *c, uint64_t prev)
+{
+    unsigned s = mt_get_u8(c);
+    uint64_t m = mt_unzigzag64(mt_get_varint(c));
+    if (s > 63) {
+        c->bad = 1;
+        return 0;
+    }
+    return prev + (m << s);
+}
+
+/* Borrows `len` bytes in place; NULL (and bad) if fewer remain. */
+static inline const uint8_t *mt_get_bytes(mt_cursor *c, uint64_t len)
+{
+    if (c->bad || len > (uint64_t)(c->end - c->p)) {
+        c->bad = 1;
+        return NULL;
+    }
+    const uint8_t *s = c->p;
+    c->p += len;
+    return s;
+}
+
+#endif

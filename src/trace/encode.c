@@ -1,0 +1,555 @@
+/* encode.c — the byte layout of every record inside a chunk's raw (decompressed) payload.
+ *
+ * Every record is one type byte (mt_record_type) followed by its fields. Notation below:
+ *   u8       one byte
+ *   v        LEB128 varint (bytes.h)
+ *   z        zig-zag varint of a signed value or of a delta "x - previous x" (modulo the width)
+ *   str      v length, then the bytes, then one NUL (so the reader can hand out pointers in place)
+ *   [..]     present only when the flag named beside it is set
+ * "previous" always means "earlier in the same chunk"; mt_codec_reset zeroes it at chunk start.
+ */
+#include "encode.h"
+
+#include <string.h>
+
+/* ---- MT_REC_EVENT ------------------------------------------------------------------------------
+ *
+ *  An event is spread over the lanes (encode.h); each lane gets its fields in record order.
+ *
+ *  main lane:   +------+------+--------+------------+-------------------------------+
+ *               | 0x02 | head | [op]   | [rare]     | rare fields, in mask-bit order |
+ *               |  u8  |  u8  | u8     | v (mask)   |                               |
+ *               +------+------+--------+------------+-------------------------------+
+ *  time lane:   z(time_ns - previous event's time_ns)                          always
+ *  addr lane:   u8 s, z(d >> s), d = address - base (aligned delta, bytes.h)   if head.ADDR
+ *  bytes lane:  v(bytes)                                                       if head.BYTES
+ *  stack lane:  z(stack - stack of the previous event with the same op)        if head.STACK
+ *  corr lane:   z(correlation - previous correlation)                          if head.CORR
+ *
+ *  head:  bit 0-2  op if 0..6; 7 = escape, the op byte follows
+ *         bit 3    ADDR   address != previous event's address
+ *         bit 4    BYTES  bytes != predicted bytes
+ *         bit 5    STACK  stack != previous event's stack
+ *         bit 6    CORR   correlation != previous correlation
+ *         bit 7    RARE   a v mask of rarely changing fields follows
+ *  A field whose bit is clear equals the previous event's (the predicted value for bytes).
+ *  time:  signed, because the per-thread rings are drained in turn: time steps back at a switch.
+ *  base:  for an ALLOC the previous event's address; otherwise the latest ALLOC's address
+ *         (frees are often last-in first-out).
+ *  predicted bytes: for a non-ALLOC event whose address hits the live table (an ALLOC at that
+ *         address earlier in the chunk), that ALLOC's bytes; otherwise the bytes of the previous
+ *         event with the same op.
+ *  rare mask, each bit a field that differs from the previous event's:
+ *         bit 0 tid v | 1 kind u8 | 2 device z | 3 context v | 4 stream v | 5 api v (compared
+ *         with the previous event of the same op) | 6 result v | 7 flags v | 8 aux v
+ */
+enum {
+    EV_OP_MASK = 0x07,
+    EV_OP_ESCAPE = 0x07,
+    EV_ADDR = 1u << 3,
+    EV_BYTES = 1u << 4,
+    EV_STACK = 1u << 5,
+    EV_CORR = 1u << 6,
+    EV_RARE = 1u << 7,
+};
+enum {
+    RARE_TID = 1u << 0,
+    RARE_KIND = 1u << 1,
+    RARE_DEVICE = 1u << 2,
+    RARE_CONTEXT = 1u << 3,
+    RARE_STREAM = 1u << 4,
+    RARE_API = 1u << 5,
+    RARE_RESULT = 1u << 6,
+    RARE_FLAGS = 1u << 7,
+    RARE_AUX = 1u << 8,
+    RARE_ALL_ = (1u << 9) - 1,
+};
+
+/* type, head, op, 2-byte mask, then at most 13 varints */
+#define EVENT_BOUND (1 + 1 + 1 + 2 + 13 * MT_VARINT_MAX)
+
+static inline unsigned live_slot(uint64_t address)
+{
+    /* Fibonacci hashing: allocations are aligned (512 B and up), so the low bits carry nothing */
+    return (unsigned)((address * 0x9E3779B97F4A7C15ull) >> 53) & (MT_CODEC_LIVE_SLOTS - 1);
+}
+
+/* What an address delta is taken from: a FREE most often releases the latest allocation. */
+static inline uint64_t address_base(const mt_codec *c, uint8_t op)
+{
+    return op == MT_OP_ALLOC ? c->address : c->last_alloc;
+}
+
+static uint64_t predict_bytes(const mt_codec *c, uint8_t op, uint64_t address)
+{
+    if (op != MT_OP_ALLOC) {
+        unsigned s = live_slot(address);
+        if (c->live[s].address == address) return c->live[s].bytes;
+    }
+    return c->bytes_by_op[op & 7];
+}
+
+/* Both sides advance the state the same way once the event is known. */
+static void remember_event(mt_codec *c, const mt_event *e)
+{
+    if (e->op == MT_OP_ALLOC) {
+        unsigned s = live_slot(e->address);
+        c->live[s].address = e->address;
+        c->live[s].bytes = e->bytes;
+        c->last_alloc = e->address;
+    }
+    c->stack_by_op[e->op & 7] = e->stack;
+    c->time = e->time_ns;
+    c->address = e->address;
+    c->bytes_by_op[e->op & 7] = e->bytes;
+    c->stack = e->stack;
+    c->correlation = e->correlation;
+    c->tid = e->tid;
+    c->kind = e->kind;
+    c->device = e->device;
+    c->context = e->context;
+    c->stream = e->stream;
+    c->api_by_op[e->op & 7] = e->api;
+    c->result = e->result;
+    c->flags = e->flags;
+    c->aux = e->aux;
+}
+
+static void encode_event(mt_codec *c, uint8_t **lane, const mt_event *e)
+{
+    unsigned head = e->op < EV_OP_ESCAPE ? e->op : EV_OP_ESCAPE;
+    if (e->address != c->address) head |= EV_ADDR;
+    if (e->bytes != predict_bytes(c, e->op, e->address)) head |= EV_BYTES;
+    if (e->stack != c->stack) head |= EV_STACK;
+    if (e->correlation != c->correlation) head |= EV_CORR;
+
+    unsigned rare = 0;
+    if (e->tid != c->tid) rare |= RARE_TID;
+    if (e->kind != c->kind) rare |= RARE_KIND;
+    if (e->device != c->device) rare |= RARE_DEVICE;
+    if (e->context != c->context) rare |= RARE_CONTEXT;
+    if (e->stream != c->stream) rare |= RARE_STREAM;
+    if (e->api != c->api_by_op[e->op & 7]) rare |= RARE_API;
+    if (e->result != c->result) rare |= RARE_RESULT;
+    if (e->flags != c->flags) rare |= RARE_FLAGS;
+    if (e->aux != c->aux) rare |= RARE_AUX;
+    if (rare) head |= EV_RARE;
+
+    uint8_t *p = lane[MT_LANE_MAIN];
+    *p++ = MT_REC_EVENT;
+    *p++ = (uint8_t)head;
+    if ((head & EV_OP_MASK) == EV_OP_ESCAPE) *p++ = e->op;
+    if (rare) p = mt_put_varint(p, rare);
+    uint8_t **l = lane;
+    l[MT_LANE_TIME] = mt_put_varint(l[MT_LANE_TIME], mt_delta64(e->time_ns, c->time));
+    if (head & EV_ADDR)
+        l[MT_LANE_ADDR] = mt_put_aligned_delta(l[MT_LANE_ADDR], e->address, address_base(c, e->op));
+    if (head & EV_BYTES) l[MT_LANE_BYTES] = mt_put_varint(l[MT_LANE_BYTES], e->bytes);
+    if (head & EV_STACK)
+        l[MT_LANE_STACK] =
+            mt_put_varint(l[MT_LANE_STACK], mt_delta32(e->stack, c->stack_by_op[e->op & 7]));
+    if (head & EV_CORR)
+        l[MT_LANE_CORR] =
+            mt_put_varint(l[MT_LANE_CORR], mt_delta32(e->correlation, c->correlation));
+    if (rare & RARE_TID) p = mt_put_varint(p, e->tid);
+    if (rare & RARE_KIND) *p++ = e->kind;
+    if (rare & RARE_DEVICE) p = mt_put_varint(p, mt_zigzag64(e->device));
+    if (rare & RARE_CONTEXT) p = mt_put_varint(p, e->context);
+    if (rare & RARE_STREAM) p = mt_put_varint(p, e->stream);
+    if (rare & RARE_API) p = mt_put_varint(p, e->api);
+    if (rare & RARE_RESULT) p = mt_put_varint(p, e->result);
+    if (rare & RARE_FLAGS) p = mt_put_varint(p, e->flags);
+    if (rare & RARE_AUX) p = mt_put_varint(p, e->aux);
+    lane[MT_LANE_MAIN] = p;
+    remember_event(c, e);
+}
+
+static int decode_event(mt_codec *c, mt_cursor *lane, mt_event *e)
+{
+    mt_cursor *cur = &lane[MT_LANE_MAIN];
+    memset(e, 0, sizeof *e);
+    unsigned head = mt_get_u8(cur);
+    e->op = (uint8_t)(head & EV_OP_MASK);
+    if (e->op == EV_OP_ESCAPE) e->op = mt_get_u8(cur);
+    uint64_t rare = (head & EV_RARE) ? mt_get_varint(cur) : 0;
+    /* a set RARE bit with an empty mask is never written: treat it, and unknown bits, as corrupt */
+    if ((head & EV_RARE) && (rare == 0 || (rare & ~(uint64_t)RARE_ALL_))) return -1;
+
+    mt_cursor *l = lane;
+    e->time_ns = mt_get_delta64(&l[MT_LANE_TIME], c->time);
+    e->address = (head & EV_ADDR) ? mt_get_aligned_delta(&l[MT_LANE_ADDR], address_base(c, e->op))
+                                  : c->address;
+    e->bytes =
+        (head & EV_BYTES) ? mt_get_varint(&l[MT_LANE_BYTES]) : predict_bytes(c, e->op, e->address);
+    e->stack =
+        (head & EV_STACK) ? mt_get_delta32(&l[MT_LANE_STACK], c->stack_by_op[e->op & 7]) : c->stack;
+    e->correlation =
+        (head & EV_CORR) ? mt_get_delta32(&l[MT_LANE_CORR], c->correlation) : c->correlation;
+    e->tid = (rare & RARE_TID) ? mt_get_varint32(cur) : c->tid;
+    e->kind = (rare & RARE_KIND) ? mt_get_u8(cur) : c->kind;
+    if (rare & RARE_DEVICE) {
+        uint64_t z = mt_get_varint(cur);
+        if (z > UINT32_MAX) return -1;
+        e->device = (int32_t)mt_unzigzag64(z);
+    } else {
+        e->device = c->device;
+    }
+    e->context = (rare & RARE_CONTEXT) ? mt_get_varint32(cur) : c->context;
+    e->stream = (rare & RARE_STREAM) ? mt_get_varint(cur) : c->stream;
+    e->api = (rare & RARE_API) ? mt_get_varint16(cur) : c->api_by_op[e->op & 7];
+    e->result = (rare & RARE_RESULT) ? mt_get_varint16(cur) : c->result;
+    e->flags = (rare & RARE_FLAGS) ? mt_get_varint16(cur) : c->flags;
+    e->aux = (rare & RARE_AUX) ? mt_get_varint(cur) : c->aux;
+    for (int i = 0; i < MT_LANES; i++)
+        if (lane[i].bad) return -1;
+    remember_event(c, e);
+    return 0;
+}
+
+/* ---- MT_REC_STACK_NODE
+ * ---------------------------------------------------------------------------
+ *
+ *  +------+------------+------------------+---------------------+-------------------+
+ *  | 0x03 | frame_kind | z(id - prev id)  | z(id - parent)      | z(ip - prev ip)   |
+ *  |  u8  |    u8      | v                | v                   | v                 |
+ *  +------+------------+------------------+---------------------+-------------------+
+ *  The trie hands out ids in order and a new path is mostly a chain (parent = id - 1), so both
+ *  id deltas are usually 1; consecutive native ips lie in the same few modules. "prev" = previous
+ *  stack node in the chunk (0 at chunk start). Deltas are taken modulo 2^32 / 2^64.
+ */
+#define NODE_BOUND (1 + 1 + 3 * MT_VARINT_MAX)
+
+static uint8_t *encode_node(mt_codec *c, uint8_t *p, const mt_stack_node *n)
+{
+    *p++ = MT_REC_STACK_NODE;
+    *p++ = n->frame_kind;
+    p = mt_put_varint(p, mt_delta32(n->id, c->node_id));
+    p = mt_put_varint(p, mt_delta32(n->id, n->parent));
+    p = mt_put_varint(p, mt_delta64(n->ip, c->node_ip));
+    c->node_id = n->id;
+    c->node_ip = n->ip;
+    return p;
+}
+
+static int decode_node(mt_codec *c, mt_cursor *cur, mt_stack_node *n)
+{
+    memset(n, 0, sizeof *n);
+    n->frame_kind = mt_get_u8(cur);
+    n->id = mt_get_delta32(cur, c->node_id);
+    /* id - parent = d  =>  parent = id - d */
+    uint32_t back = mt_get_delta32(cur, 0);
+    n->parent = n->id - back;
+    n->ip = mt_get_delta64(cur, c->node_ip);
+    if (cur->bad) return -1;
+    c->node_id = n->id;
+    c->node_ip = n->ip;
+    return 0;
+}
+
+/* ---- strings ----------------------------------------------------------------------------------
+ */
+
+static size_t str_bound(const char *s)
+{
+    return MT_VARINT_MAX + (s ? strlen(s) : 0) + 1;
+}
+
+static uint8_t *put_str(uint8_t *p, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    p = mt_put_varint(p, n);
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
+    return p + n + 1;
+}
+
+static const char *get_str(mt_cursor *c)
+{
+    uint64_t n = mt_get_varint(c);
+    if (c->bad || n >= (uint64_t)(c->end - c->p)) { /* n bytes + the NUL */
+        c->bad = 1;
+        return "";
+    }
+    const char *s = (const char *)c->p;
+    if (c->p[n] != 0) {
+        c->bad = 1;
+        return "";
+    }
+    c->p += n + 1;
+    return s;
+}
+
+/* ---- the rarer records
+ * ---------------------------------------------------------------------------
+ *
+ *  PROCESS   0x01 | v pid | v ppid | str comm | str cmdline | str hostname
+ *  MODULE    0x04 | v id | v bias | v start | v (end - start, mod 2^64) | str path
+ *                 | v build_id_len | build_id bytes
+ *  THREAD    0x05 | v tid | str name
+ *  NOTE      0x06 | v time_ns | u8 level | str text
+ *  DROPPED   0x07 | v count
+ *  END       0x08 | v time_ns | v events | v dropped
+ *  SYMBOL    0x09 | v ip | v module | v line | v depth | str function | str file
+ *  PYCODE    0x0a | v id | v firstlineno | str filename | str qualname
+ *  SAMPLE    0x0b | v time_ns | z device | v counter | v value
+ *  DEVICE    0x0c | z ordinal | v total_bytes | str name | str uuid
+ *
+ * They are rare (a few per thread, module or code object), so they carry no delta state.
+ */
+
+size_t mt_encode_bound(const mt_record *r)
+{
+    const size_t v = MT_VARINT_MAX;
+    switch (r->type) {
+    case MT_REC_EVENT:
+        return EVENT_BOUND;
+    case MT_REC_STACK_NODE:
+        return NODE_BOUND;
+    case MT_REC_PROCESS:
+        return 1 + 2 * v + str_bound(r->u.process.comm) + str_bound(r->u.process.cmdline) +
+               str_bound(r->u.process.hostname);
+    case MT_REC_MODULE:
+        return 1 + 5 * v + str_bound(r->u.module.path) +
+               (r->u.module.build_id ? r->u.module.build_id_len : 0);
+    case MT_REC_THREAD:
+        return 1 + v + str_bound(r->u.thread.name);
+    case MT_REC_NOTE:
+        return 1 + v + 1 + str_bound(r->u.note.text);
+    case MT_REC_DROPPED:
+        return 1 + v;
+    case MT_REC_END:
+        return 1 + 3 * v;
+    case MT_REC_SYMBOL:
+        return 1 + 4 * v + str_bound(r->u.symbol.function) + str_bound(r->u.symbol.file);
+    case MT_REC_PYCODE:
+        return 1 + 2 * v + str_bound(r->u.pycode.filename) + str_bound(r->u.pycode.qualname);
+    case MT_REC_SAMPLE:
+        return 1 + 4 * v;
+    case MT_REC_DEVICE:
+        return 1 + 2 * v + str_bound(r->u.device.name) + str_bound(r->u.device.uuid);
+    default:
+        return 0;
+    }
+}
+
+size_t mt_encode_record(mt_codec *c, uint8_t *lane[MT_LANES], const mt_record *r)
+{
+    uint8_t *before[MT_LANES];
+    memcpy(before, lane, sizeof before);
+    uint8_t *p = lane[MT_LANE_MAIN];
+    switch (r->type) {
+    case MT_REC_EVENT:
+        encode_event(c, lane, &r->u.event);
+        p = lane[MT_LANE_MAIN];
+        break;
+    case MT_REC_STACK_NODE:
+        p = encode_node(c, p, &r->u.node);
+        break;
+    case MT_REC_PROCESS:
+        *p++ = MT_REC_PROCESS;
+        p = mt_put_varint(p, r->u.process.pid);
+        p = mt_put_varint(p, r->u.process.ppid);
+        p = put_str(p, r->u.process.comm);
+        p = put_str(p, r->u.process.cmdline);
+        p = put_str(p, r->u.process.hostname);
+        break;
+    case MT_REC_MODULE: {
+        const mt_module *m = &r->u.module;
+        uint32_t idlen = m->build_id ? m->build_id_len : 0;
+        *p++ = MT_REC_MODULE;
+        p = mt_put_varint(p, m->id);
+        p = mt_put_varint(p, m->bias);
+        p = mt_put_varint(p, m->start);
+        p = mt_put_varint(p, m->end - m->start);
+        p = put_str(p, m->path);
+        p = mt_put_varint(p, idlen);
+        if (idlen) memcpy(p, m->build_id, idlen);
+        p += idlen;
+        break;
+    }
+    case MT_REC_THREAD:
+        *p++ = MT_REC_THREAD;
+        p = mt_put_varint(p, r->u.thread.tid);
+        p = put_str(p, r->u.thread.name);
+        break;
+    case MT_REC_NOTE:
+        *p++ = MT_REC_NOTE;
+        p = mt_put_varint(p, r->u.note.time_ns);
+        *p++ = r->u.note.level;
+        p = put_str(p, r->u.note.text);
+        break;
+    case MT_REC_DROPPED:
+        *p++ = MT_REC_DROPPED;
+        p = mt_put_varint(p, r->u.dropped);
+        break;
+    case MT_REC_END:
+        *p++ = MT_REC_END;
+        p = mt_put_varint(p, r->u.end.time_ns);
+        p = mt_put_varint(p, r->u.end.events);
+        p = mt_put_varint(p, r->u.end.dropped);
+        break;
+    case MT_REC_SYMBOL:
+        *p++ = MT_REC_SYMBOL;
+        p = mt_put_varint(p, r->u.symbol.ip);
+        p = mt_put_varint(p, r->u.symbol.module);
+        p = mt_put_varint(p, r->u.symbol.line);
+        p = mt_put_varint(p, r->u.symbol.depth);
+        p = put_str(p, r->u.symbol.function);
+        p = put_str(p, r->u.symbol.file);
+        break;
+    case MT_REC_PYCODE:
+        *p++ = MT_REC_PYCODE;
+        p = mt_put_varint(p, r->u.pycode.id);
+        p = mt_put_varint(p, r->u.pycode.firstlineno);
+        p = put_str(p, r->u.pycode.filename);
+        p = put_str(p, r->u.pycode.qualname);
+        break;
+    case MT_REC_SAMPLE:
+        *p++ = MT_REC_SAMPLE;
+        p = mt_put_varint(p, r->u.sample.time_ns);
+        p = mt_put_varint(p, mt_zigzag64(r->u.sample.device));
+        p = mt_put_varint(p, r->u.sample.counter);
+        p = mt_put_varint(p, r->u.sample.value);
+        break;
+    case MT_REC_DEVICE:
+        *p++ = MT_REC_DEVICE;
+        p = mt_put_varint(p, mt_zigzag64(r->u.device.ordinal));
+        p = mt_put_varint(p, r->u.device.total_bytes);
+        p = put_str(p, r->u.device.name);
+        p = put_str(p, r->u.device.uuid);
+        break;
+    default:
+        return 0;
+    }
+    lane[MT_LANE_MAIN] = p;
+    size_t n = 0;
+    for (int i = 0; i < MT_LANES; i++)
+        n += (size_t)(lane[i] - before[i]);
+    return n;
+}
+
+static int32_t get_int32(mt_cursor *c)
+{
+    uint64_t z = mt_get_varint(c);
+    if (z > UINT32_MAX) c->bad = 1;
+    return (int32_t)mt_unzigzag64(z);
+}
+
+int mt_decode_record(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out)
+{
+    mt_cursor *cur = &lane[MT_LANE_MAIN];
+    memset(out, 0, sizeof *out);
+    unsigned type = mt_get_u8(cur);
+    if (cur->bad) return -1;
+    out->type = (mt_record_type)type;
+    switch (type) {
+    case MT_REC_EVENT:
+        return decode_event(c, lane, &out->u.event);
+    case MT_REC_STACK_NODE:
+        return decode_node(c, cur, &out->u.node);
+    case MT_REC_PROCESS:
+        out->u.process.pid = mt_get_varint32(cur);
+        out->u.process.ppid = mt_get_varint32(cur);
+        out->u.process.comm = get_str(cur);
+        out->u.process.cmdline = get_str(cur);
+        out->u.process.hostname = get_str(cur);
+        break;
+    case MT_REC_MODULE: {
+        mt_module *m = &out->u.module;
+        m->id = mt_get_varint32(cur);
+        m->bias = mt_get_varint(cur);
+        m->start = mt_get_varint(cur);
+        m->end = m->start + mt_get_varint(cur);
+        m->path = get_str(cur);
+        m->build_id_len = mt_get_varint32(cur);
+        m->build_id = mt_get_bytes(cur, m->build_id_len);
+        if (m->build_id_len == 0) m->build_id = NULL;
+        break;
+    }
+    case MT_REC_THREAD:
+        out->u.thread.tid = mt_get_varint32(cur);
+        out->u.thread.name = get_str(cur);
+        break;
+    case MT_REC_NOTE:
+        out->u.note.time_ns = mt_get_varint(cur);
+        out->u.note.level = mt_get_u8(cur);
+        out->u.note.text = get_str(cur);
+        break;
+    case MT_REC_DROPPED:
+        out->u.dropped = mt_get_varint(cur);
+        break;
+    case MT_REC_END:
+        out->u.end.time_ns = mt_get_varint(cur);
+        out->u.end.events = mt_get_varint(cur);
+        out->u.end.dropped = mt_get_varint(cur);
+        break;
+    case MT_REC_SYMBOL:
+        out->u.symbol.ip = mt_get_varint(cur);
+        out->u.symbol.module = mt_get_varint32(cur);
+        out->u.symbol.line = mt_get_varint32(cur);
+        out->u.symbol.depth = mt_get_varint32(cur);
+        out->u.symbol.function = get_str(cur);
+        out->u.symbol.file = get_str(cur);
+        break;
+    case MT_REC_PYCODE:
+        out->u.pycode.id = mt_get_varint32(cur);
+        out->u.pycode.firstlineno = mt_get_varint32(cur);
+        out->u.pycode.filename = get_str(cur);
+        out->u.pycode.qualname = get_str(cur);
+        break;
+    case MT_REC_SAMPLE:
+        out->u.sample.time_ns = mt_get_varint(cur);
+        out->u.sample.device = get_int32(cur);
+        out->u.sample.counter = mt_get_varint16(cur);
+        out->u.sample.value = mt_get_varint(cur);
+        break;
+    case MT_REC_DEVICE:
+        out->u.device.ordinal = get_int32(cur);
+        out->u.device.total_bytes = mt_get_varint(cur);
+        out->u.device.name = get_str(cur);
+        out->u.device.uuid = get_str(cur);
+        break;
+    default:
+        return -1; /* unknown record type: we cannot know its length, so the chunk is lost */
+    }
+    return cur->bad ? -1 : 0;
+}
+
+void mt_codec_reset(mt_codec *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- lane directory
+ * ------------------------------------------------------------------------------
+ *
+ *  raw chunk payload:
+ *  +--------+--------+-----+--------+-----------+-----------+-----+-----------+
+ *  | v len0 | v len1 | ... | v len5 | lane 0    | lane 1    | ... | lane 5    |
+ *  +--------+--------+-----+--------+-----------+-----------+-----+-----------+
+ *  lanes: 0 main, 1 time, 2 address, 3 bytes, 4 stack, 5 correlation. The lengths must add up to
+ *  exactly the rest of the payload, and every lane must be used up when the main lane ends.
+ */
+size_t mt_lanes_put_dir(uint8_t *out, const size_t len[MT_LANES])
+{
+    uint8_t *p = out;
+    for (int i = 0; i < MT_LANES; i++)
+        p = mt_put_varint(p, len[i]);
+    return (size_t)(p - out);
+}
+
+int mt_lanes_split(const uint8_t *raw, size_t rawlen, mt_cursor lane[MT_LANES])
+{
+    mt_cursor dir = {raw, raw + rawlen, 0};
+    uint64_t len[MT_LANES];
+    for (int i = 0; i < MT_LANES; i++)
+        len[i] = mt_get_varint(&dir);
+    if (dir.bad) return -1;
+    const uint8_t *p = dir.p;
+    for (int i = 0; i < MT_LANES; i++) {
+        if (len[i] > (uint64_t)(dir.end - p)) return -1;
+        lane[i] = (mt_cursor){p, p + len[i], 0};
+        p += len[i];
+    }
+    return p == dir.end ? 0 : -1;
+}

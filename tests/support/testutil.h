@@ -1,0 +1,13 @@
+/* Helpers shared by the Criterion tests. */
+#ifndef MT_TESTUTIL_H
+#define MT_TESTUTIL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh path under a per-test temporary directory (removed by nothing: CI machines are fresh). */
+void mt_test_tmpname(char *buf, size_t len, const char *stem);
+/* Reads a whole file into malloc'd memory; returns NULL on failure. */
+uint8_t *mt_test_slurp(const char *path, size_t *len);
+/* Writes len bytes to path (truncating). Returns 0 on success. */
+int mt_test_spit(const char *path, const void *data, size_t len);
+#endif

@@ -1,0 +1,287 @@
+/* Compactor semantics on synthetic traces: exact peaks, times, counts and every edge case. */
+#include "test_compact_fixture.h"
+
+#define A ((uint64_t)0x7f0000000000)
+#define DEV MT_KIND_DEVICE
+
+Test(compact, peak_time_totals_leaks)
+{
+    fx f;
+    fx_open(&f, "basic.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_PITCH, 0, A + 0x1000, 200, 2, 0);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 0, 3, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_MANAGED, 0, A + 0x2000, 50, 4, 0);
+    fx_end(&f, 10, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_devices, 1);
+    cr_assert_null(a->host);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 300);
+    cr_expect_eq(d->peak_time_ns, 2 * MS);
+    cr_expect_eq(d->u.api_peak, 300);
+    cr_expect_eq(d->u.alloc_bytes, 350);
+    cr_expect_eq(d->u.alloc_count, 3);
+    cr_expect_eq(d->u.free_count, 1);
+    cr_expect_eq(d->leak_bytes, 250);
+    cr_expect_eq(d->leak_count, 2);
+    cr_expect_eq(d->by_kind_at_peak[DEV], 100);
+    cr_expect_eq(d->by_kind_at_peak[MT_KIND_PITCH], 200);
+    cr_expect_eq(a->events, 4);
+    cr_expect_eq(a->duration_ns, 10 * MS);
+    cr_expect(a->ended_cleanly);
+    cr_expect_eq(a->truncated, 0);
+    cr_assert_eq(d->peak_stacks.n, 1); /* all at stack 0 */
+    cr_expect_eq(d->peak_stacks.v[0].bytes, 300);
+    cr_expect_eq(d->peak_stacks.v[0].count, 2);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, unmatched_and_double_free)
+{
+    fx f;
+    fx_open(&f, "frees.mtrace");
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A + 0x9000, 0, 1, 0);    /* never allocated */
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 64, 2, 0);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 64, 3, 0);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 64, 4, 0);           /* double free */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_ASYNC, 0, A, 32, 5, 0); /* reuse after free: fine */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_ASYNC, -1, A, 0, 6, 0);  /* device unknown: still matched */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->anomalies.unmatched_frees, 1);
+    cr_expect_eq(a->anomalies.double_frees, 1);
+    cr_expect_eq(a->anomalies.replaced, 0);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 64);
+    cr_expect_eq(d->u.in_use, 0);
+    cr_expect_eq(d->u.free_count, 2);
+    cr_expect_eq(a->ended_cleanly, 0);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, address_reuse_replaces)
+{
+    fx f;
+    fx_open(&f, "reuse.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 300, 2, 0); /* the free of the first was lost */
+    fx_ev(&f, MT_OP_ALLOC, DEV, 1, A, 10, 3, 0);  /* same address, other device: independent */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->anomalies.replaced, 1);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 300);
+    cr_expect_eq(d->peak_time_ns, 2 * MS);
+    cr_expect_eq(d->leak_bytes, 300);
+    cr_expect_eq(d->leak_count, 1);
+    cr_expect_eq(fx_dev(a, 1)->u.peak, 10);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, vmm_partial_unmap)
+{
+    const uint64_t M = 1 << 20, V = 0x7e0000000000ull, H = 0x55;
+    fx f;
+    fx_open(&f, "vmm.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, V, 8 * M, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, H, 4 * M, 2, 0);
+    mt_record r = {.type = MT_REC_EVENT};
+    r.u.event = (mt_event){.time_ns = FX_T0 + 3 * MS, .address = V, .bytes = 3 * M, .aux = H,
+                           .device = 0, .op = MT_OP_ALLOC, .kind = MT_KIND_VMM_MAP};
+    fx_put(&f, &r);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V + M, M, 4, 0); /* middle: splits in two */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V, M, 5, 0);     /* the left piece, whole */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V + 6 * M, M, 6, 0); /* nothing mapped there */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 4 * M, "mapped ranges and reserves are not device bytes");
+    cr_expect_eq(d->u.vmm_reserved_peak, 8 * M);
+    cr_expect_eq(d->u.vmm_mapped_peak, 3 * M);
+    cr_expect_eq(d->u.vmm_mapped, M, "right piece [V+2M, V+3M) still mapped");
+    cr_expect_eq(a->anomalies.partial_unmaps, 1);
+    cr_expect_eq(a->anomalies.unmatched_frees, 1);
+    cr_expect_eq(d->leak_bytes, 4 * M);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, zero_byte_allocations)
+{
+    fx f;
+    fx_open(&f, "zero.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 0, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 16, 0, 2, 0);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 0, 3, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.zero_byte_allocs, 2);
+    cr_expect_eq(d->u.alloc_count, 2);
+    cr_expect_eq(d->u.peak, 0);
+    cr_expect_eq(d->leak_count, 1);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, many_devices)
+{
+    fx f;
+    fx_open(&f, "many.mtrace");
+    for (int d = 0; d < 40; d++) fx_ev(&f, MT_OP_ALLOC, DEV, d, A + (uint64_t)d * 0x100000, 1000u * (d + 1), 1 + d, 0);
+    for (int d = 0; d < 40; d += 2) fx_ev(&f, MT_OP_FREE, DEV, d, A + (uint64_t)d * 0x100000, 0, 100 + d, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_HOST_PINNED, 3, A + 0x90000000, 777, 200, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_devices, 40);
+    for (int d = 0; d < 40; d++) {
+        cr_expect_eq(a->devices[d].u.device, d);
+        cr_expect_eq(a->devices[d].u.peak, 1000u * (d + 1));
+        cr_expect_eq(a->devices[d].peak_time_ns, (uint64_t)(1 + d) * MS);
+        cr_expect_eq(a->devices[d].leak_bytes, d % 2 ? 1000u * (d + 1) : 0);
+    }
+    cr_assert_not_null(a->host, "pinned memory goes to the host root");
+    cr_expect_eq(a->host->u.peak, 777);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, context_destroy_releases)
+{
+    fx f;
+    fx_open(&f, "ctx.mtrace");
+    fx_ev_full(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 0, 1, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, DEV, 0, A + 0x100, 200, 2, 0, 2, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_ASYNC, 0, A + 0x200, 400, 3, 0, 1, 0);
+    fx_ev_full(&f, MT_OP_CTX_DESTROY, MT_KIND_UNKNOWN, 0, 0, 0, 4, 0, 1, 0);
+    fx_ev_full(&f, MT_OP_FREE, DEV, 0, A, 0, 5, 0, 1, 0); /* already gone with its context */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 700);
+    cr_expect_eq(d->u.in_use, 200);
+    cr_expect_eq(d->leak_bytes, 200);
+    cr_expect_eq(a->anomalies.ctx_destroy_released, 2);
+    cr_expect_eq(a->anomalies.unmatched_frees, 1);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, failed_request_forensics)
+{
+    fx f;
+    fx_open(&f, "oom.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    fx_node(&f, 2, 0, 0x2000, MT_FRAME_NATIVE);
+    fx_ev(&f, MT_OP_POOL_RESERVED, MT_KIND_POOL, 0, 0x9001, 1000, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_ASYNC, 0, A, 300, 2, 1);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x1000, 500, 3, 2);
+    fx_ev(&f, MT_OP_FAILED, DEV, 0, 0, 2000, 4, 1);
+    fx_ev(&f, MT_OP_FAILED, DEV, 1, 0, 64, 5, 0); /* device 1 has no pool information */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->failed_total, 2);
+    cr_assert_eq(a->n_failed, 2);
+    const mt_failed_request *r0 = &a->failed[0];
+    cr_expect_eq(r0->time_ns, 4 * MS);
+    cr_expect_eq(r0->bytes, 2000);
+    cr_expect_eq(r0->in_use, 800);
+    cr_expect(r0->pool_free_known);
+    cr_expect_eq(r0->pool_free, 700);
+    cr_assert_eq(r0->live.n, 2);
+    cr_expect_eq(r0->live.v[0].stack, 2);
+    cr_expect_eq(r0->live.v[0].bytes, 500);
+    cr_expect_eq(r0->live.v[1].stack, 1);
+    cr_expect_eq(r0->live.v[1].bytes, 300);
+    cr_expect_eq(a->failed[1].pool_free_known, 0);
+    cr_expect_eq(a->failed[1].in_use, 0);
+    cr_expect_eq(fx_dev(a, 0)->u.failed_count, 1);
+    cr_expect_eq(fx_dev(a, 0)->u.pool_reserved_peak, 1000);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, driver_internal_bytes)
+{
+    fx f;
+    fx_open(&f, "driver.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x1000, 400, 2, 0, 1, MT_EF_ACTIVITY);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 0, 3, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 150, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 550);
+    cr_expect_eq(d->peak_time_ns, 4 * MS);
+    cr_expect_eq(d->u.api_peak, 150);
+    cr_expect_eq(d->api_peak_time_ns, 4 * MS);
+    cr_expect_eq(d->driver_at_peak, 400);
+    cr_assert_eq(d->peak_stacks.n, 2);
+    cr_expect_eq(d->peak_stacks.v[0].driver, 1);
+    cr_expect_eq(d->peak_stacks.v[0].bytes, 400);
+    mt_folded_metric m = MT_METRIC_PEAK;
+    char *folded = fx_capture(a, fx_folded_fn, &m, "drv.folded");
+    cr_expect(strstr(folded, "cuda:0;[driver internal] 400\n"), "%s", folded);
+    cr_expect(strstr(folded, "cuda:0;[no stack] 150\n"), "%s", folded);
+    free(folded);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+Test(compact, dropped_events)
+{
+    fx f;
+    fx_open(&f, "dropped.mtrace");
+    mt_record r = {.type = MT_REC_DROPPED, .u.dropped = 5};
+    fx_put(&f, &r);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 1, 1, 0);
+    r.u.dropped = 7;
+    fx_put(&f, &r);
+    fx_end(&f, 2, 1, 12);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->dropped, 12);
+    mt_analysis_free(a);
+}
+
+Test(compact, truncated_file_is_analysed)
+{
+    fx f;
+    fx_open(&f, "trunc.mtrace");
+    for (int i = 0; i < 10; i++) fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + (uint64_t)i * 0x1000, 100, 1 + i, 0);
+    cr_assert_eq(mt_writer_flush(f.w), 0);
+    for (int i = 10; i < 20; i++) fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + (uint64_t)i * 0x1000, 100, 1 + i, 0);
+    fx_close(&f);
+    size_t n;
+    uint8_t *buf = mt_test_slurp(f.path, &n);
+    cr_assert(buf && n > 20);
+    cr_assert_eq(mt_test_spit(f.path, buf, n - 5), 0); /* cut inside the last chunk */
+    free(buf);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect(a->truncated);
+    cr_expect_not_null(a->truncated_msg);
+    cr_expect_eq(a->events, 10);
+    cr_expect_eq(fx_dev(a, 0)->u.peak, 1000);
+    mt_analysis_free(a);
+}
+
+Test(compact, corrupt_file_fails_with_reason)
+{
+    char path[512], err[256] = "";
+    mt_test_tmpname(path, sizeof path, "garbage.mtrace");
+    static const char junk[] = "this is not a trace at all, not even close.......................";
+    cr_assert_eq(mt_test_spit(path, junk, sizeof junk - 1), 0);
+    mt_analysis *a = (mt_analysis *)1;
+    cr_expect_eq(mt_analyze(path, NULL, &a, err, sizeof err), -1);
+    cr_expect_null(a);
+    cr_expect(err[0], "a one-line reason is given");
+    cr_expect_null(strchr(err, '\n'));
+    cr_expect_eq(mt_analyze("/nonexistent/x.mtrace", NULL, &a, err, sizeof err), -1);
+}

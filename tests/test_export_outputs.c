@@ -1,0 +1,301 @@
+/* Exporters and the report/export commands: golden text report, JSON report, Chrome trace format
+ * (validated by a Python checker), folded sums, gzip output, exit statuses. The helpers take any
+ * trace path, so tests/data fixtures recorded on a GPU are checked the same way (last test). */
+#include <dirent.h>
+#include <sys/wait.h>
+
+#include "test_compact_fixture.h"
+
+#define A ((uint64_t)0x7f0000000000)
+#define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
+
+/* The golden trace: app -> main -> {load_weights, alloc_scratch} on cuda:0, one OOM. */
+static void golden_trace(fx *f)
+{
+    fx_open(f, "golden.mtrace");
+    fx_process(f, "app", "app --train");
+    fx_module(f, 1, "/usr/bin/app", 0x400000, 0x410000);
+    fx_node(f, 1, 0, 0x401000, MT_FRAME_NATIVE);
+    fx_node(f, 2, 1, 0x402000, MT_FRAME_NATIVE);
+    fx_node(f, 3, 1, 0x403000, MT_FRAME_NATIVE);
+    fx_ev(f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 1048576, 1, 2);
+    fx_ev(f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x100000, 524288, 2, 3);
+    fx_ev(f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x200000, 262144, 3, 2);
+    fx_ev(f, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x100000, 0, 4, 0);
+    fx_ev(f, MT_OP_FAILED, MT_KIND_DEVICE, 0, 0, 4ull << 30, 5, 3);
+    fx_symbol(f, 0x401000, 0, "main", "/src/app.c", 10);
+    fx_symbol(f, 0x402000, 0, "load_weights", "/src/model.c", 20);
+    fx_symbol(f, 0x403000, 0, "alloc_scratch", "/src/model.c", 30);
+    fx_end(f, 10, 5, 0);
+    fx_close(f);
+}
+
+static int text_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    return mt_report_text(o, a, NULL);
+}
+
+Test(export, golden_text_report)
+{
+    fx f;
+    golden_trace(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    char *text = fx_capture(a, text_fn, NULL, "report.txt");
+    char expected[4096];
+    snprintf(expected, sizeof expected,
+             "memtrace report: %s\n"
+             "process: app (pid 4242) app --train\n"
+             "recorded: 2023-11-14 22:13:20.000000 UTC, duration 0.010000 s, 5 events\n"
+             "\n"
+             "cuda:0\n"
+             "  peak             1.75 MiB (1835008 bytes) at +0.003000 s (2023-11-14 22:13:20.003000 UTC)\n"
+             "  API peak         1.75 MiB (1835008 bytes) at +0.003000 s\n"
+             "  driver-internal  0 B at the peak\n"
+             "  at the peak      device 1.75 MiB\n"
+             "  allocations      3 (1.75 MiB), 1 frees, 1 failed, 0 zero-byte\n"
+             "  live at the end  1.25 MiB in 2 allocations\n"
+             "  live at the peak, by stack (share of the peak):\n"
+             "    100.0%%    1.75 MiB       3  cuda:0\n"
+             "    100.0%%    1.75 MiB       3  main (app.c:10)\n"
+             "     71.4%%    1.25 MiB       2    load_weights (model.c:20)\n"
+             "     28.6%%  512.00 KiB       1    alloc_scratch (model.c:30)\n"
+             "  leaked (live at the end), by stack:\n"
+             "    100.0%%    1.25 MiB       2  cuda:0\n"
+             "    100.0%%    1.25 MiB       2  main (app.c:10)\n"
+             "    100.0%%    1.25 MiB       2  load_weights (model.c:20)\n"
+             "\n"
+             "failed requests: 1\n"
+             "  #1 at +0.005000 s on cuda:0: 4.00 GiB device request failed (CUresult 2); "
+             "1.25 MiB in use; reserved but free in pools: unknown\n"
+             "     requested by (innermost first):\n"
+             "       alloc_scratch (model.c:30)\n"
+             "       main (app.c:10)\n"
+             "     live on the device at that moment, by stack:\n"
+             "    100.0%%    1.25 MiB       2  cuda:0\n"
+             "    100.0%%    1.25 MiB       2  main (app.c:10)\n"
+             "    100.0%%    1.25 MiB       2  load_weights (model.c:20)\n",
+             f.path);
+    cr_expect_str_eq(text, expected);
+    free(text);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+/* ---- helpers that run the real program ---------------------------------------------------------- */
+
+static int run_status(const char *cmd)
+{
+    int st = system(cmd);
+    cr_assert(st != -1 && WIFEXITED(st), "could not run: %s", cmd);
+    return WEXITSTATUS(st);
+}
+
+static const char *checker_path(void)
+{
+    static char path[512];
+    if (path[0]) return path;
+    mt_test_tmpname(path, sizeof path, "check_chrome.py");
+    static const char script[] =
+        "import gzip, json, sys\n"
+        "p = sys.argv[1]\n"
+        "d = json.load(gzip.open(p, 'rt') if p.endswith('.gz') else open(p))\n"
+        "assert isinstance(d, dict) and d.get('displayTimeUnit') == 'ns', 'top level'\n"
+        "ev = d['traceEvents']; assert isinstance(ev, list)\n"
+        "n = {}; open_ = {}; sizes = []\n"
+        "for e in ev:\n"
+        "    ph = e['ph']; n[ph] = n.get(ph, 0) + 1\n"
+        "    assert isinstance(e['pid'], int), e\n"
+        "    if ph != 'M': assert isinstance(e['ts'], (int, float)) and e['ts'] >= 0, e\n"
+        "    if ph == 'C':\n"
+        "        assert e['args'] and all(type(v) in (int, float) for v in e['args'].values()), e\n"
+        "    elif ph == 'X': assert e['dur'] >= 0, e\n"
+        "    elif ph == 'b':\n"
+        "        k = (e['cat'], e['id']); assert k not in open_, e; open_[k] = e['ts']\n"
+        "        a = e['args']; assert isinstance(a['stack'], list) and a['address'].startswith('0x')\n"
+        "        assert isinstance(a['kind'], str) and 'stream' in a; sizes.append(a['bytes'])\n"
+        "    elif ph == 'e':\n"
+        "        k = (e['cat'], e['id']); assert k in open_, e; assert e['ts'] >= open_.pop(k), e\n"
+        "    elif ph == 'i': assert e['s'] in ('g', 'p', 't'), e\n"
+        "    elif ph == 'M': assert e['name'] in ('process_name', 'thread_name'), e\n"
+        "    else: raise AssertionError('unexpected phase ' + ph)\n"
+        "assert not open_, 'unterminated slices'\n"
+        "print(n.get('b', 0), n.get('C', 0), n.get('i', 0), min(sizes or [0]), max(sizes or [0]),\n"
+        "      d['otherData']['slices_kept'])\n";
+    cr_assert_eq(mt_test_spit(path, script, sizeof script - 1), 0);
+    return path;
+}
+
+typedef struct chrome_summary {
+    unsigned long long slices, counters, instants, min_bytes, max_bytes, kept;
+} chrome_summary;
+
+/* Validates a Chrome trace file with the checker; fills the summary. */
+static void check_chrome(const char *path, chrome_summary *s)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "python3 %s %s", checker_path(), path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    int got = fscanf(p, "%llu %llu %llu %llu %llu %llu", &s->slices, &s->counters, &s->instants,
+                     &s->min_bytes, &s->max_bytes, &s->kept);
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "chrome checker failed on %s", path);
+    cr_assert_eq(got, 6);
+}
+
+/* Runs `memtrace export --format chrome ARGS -o OUT TRACE` and validates OUT. */
+static void export_chrome(const char *trace, const char *args, const char *suffix, chrome_summary *s)
+{
+    char out[512], cmd[1600];
+    mt_test_tmpname(out, sizeof out, suffix);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome %s -o %s %s", args, out, trace);
+    cr_assert_eq(run_status(cmd), 0, "%s", cmd);
+    check_chrome(out, s);
+}
+
+Test(export, chrome_format_and_filters)
+{
+    fx f;
+    golden_trace(&f);
+    chrome_summary s;
+    export_chrome(f.path, "", "golden.json", &s);
+    cr_expect_eq(s.slices, 3);
+    cr_expect_eq(s.kept, 3);
+    cr_expect_eq(s.instants, 2, "one peak, one failed request");
+    cr_expect_eq(s.counters, 2 * 4, "two counter tracks per change, 4 changes");
+    export_chrome(f.path, "--top-allocs 1", "top.json.gz", &s);
+    cr_expect_eq(s.slices, 1);
+    cr_expect_eq(s.max_bytes, 1048576);
+    export_chrome(f.path, "--min-bytes 300k", "min.json", &s);
+    cr_expect_eq(s.slices, 2);
+    cr_expect_eq(s.min_bytes, 524288);
+}
+
+Test(export, json_report_via_cli)
+{
+    fx f;
+    golden_trace(&f);
+    char out[512], cmd[1600];
+    mt_test_tmpname(out, sizeof out, "report.json");
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --json -o %s %s", out, f.path);
+    cr_assert_eq(run_status(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); dev=d[\"devices\"][0]; "
+             "assert (dev[\"device\"], dev[\"peak_bytes\"], dev[\"peak_time_ns\"], dev[\"api_peak_bytes\"]) "
+             "== (0, 1835008, 3000000, 1835008), dev; "
+             "assert d[\"failed_requests\"][0][\"pool_free_bytes\"] == \"unknown\"; "
+             "assert d[\"leaks\"][0][\"bytes\"] == 1310720; assert d[\"dropped\"] == 0; "
+             "assert d[\"truncated\"] is False; "
+             "assert dev[\"peak_stacks\"][0][\"frames\"] == [\"main (app.c:10)\", \"load_weights (model.c:20)\"]' %s",
+             out);
+    cr_expect_eq(run_status(cmd), 0, "JSON report content");
+}
+
+Test(export, cli_errors_exit_2)
+{
+    fx f;
+    golden_trace(&f);
+    char garbage[512], cmd[1200];
+    mt_test_tmpname(garbage, sizeof garbage, "garbage.mtrace");
+    cr_assert_eq(mt_test_spit(garbage, "not a trace", 11), 0);
+    const char *bad[] = {"report", "report --bogus %s", "report --top x %s", "report /nonexistent.mtrace",
+                         "report " "%s" "x", "export %s", "export --format xml %s",
+                         "export --format folded --metric nope %s", "export --format folded --min-bytes 5 %s",
+                         "export --format chrome --top-allocs 0 %s", "export --format folded"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char args[600];
+        snprintf(args, sizeof args, bad[i], f.path);
+        snprintf(cmd, sizeof cmd, MEMTRACE " %s >/dev/null 2>&1", args);
+        cr_expect_eq(run_status(cmd), 2, "%s", cmd);
+    }
+    snprintf(cmd, sizeof cmd, MEMTRACE " report %s >/dev/null 2>&1", garbage);
+    cr_expect_eq(run_status(cmd), 2, "corrupt file");
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome %s >/dev/null 2>&1", garbage);
+    cr_expect_eq(run_status(cmd), 2, "corrupt file");
+    /* the error is one line */
+    snprintf(cmd, sizeof cmd, "test $(" MEMTRACE " report %s 2>&1 >/dev/null | wc -l) = 1", garbage);
+    cr_expect_eq(run_status(cmd), 0);
+    cr_expect_eq(run_status(MEMTRACE " report --help >/dev/null"), 0);
+    cr_expect_eq(run_status(MEMTRACE " export --help >/dev/null"), 0);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format folded --metric leak -o - %s | grep -qx "
+                              "'cuda:0;main;load_weights 1310720'", f.path);
+    cr_expect_eq(run_status(cmd), 0, "folded leak line");
+}
+
+/* Every fixture in tests/data (recorded on real GPUs by the lead) must analyse, keep the folded
+ * invariants, and export valid Chrome JSON. */
+Test(export, data_fixtures)
+{
+    DIR *d = opendir(MT_TEST_DATA_DIR);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 7 || strcmp(e->d_name + n - 7, ".mtrace") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
+        mt_analysis *a = fx_analyze(path);
+        fx_check_invariants(a);
+        mt_analysis_free(a);
+        chrome_summary s;
+        export_chrome(path, "", "fixture.json.gz", &s);
+    }
+    closedir(d);
+}
+
+/* A 300 000-event realistic stream (trace/synthetic.h) over 3 devices: peaks against an
+ * independent running sum, folded invariants, and a Chrome export that needs downsampled
+ * counters and the largest-N slice selection. */
+#include "trace/synthetic.h"
+
+Test(export, large_stream_matches_reference)
+{
+    fx f;
+    fx_open(&f, "large.mtrace");
+    mt_synth s;
+    mt_synth_init(&s, 7);
+    uint64_t in_use[3] = {0}, peak[3] = {0}, peak_t[3] = {0}, allocs = 0;
+    mt_record r = {.type = MT_REC_EVENT};
+    for (int i = 0; i < 300000; i++) {
+        mt_synth_next(&s, &r.u.event);
+        mt_event *e = &r.u.event;
+        /* slot addresses never collide across devices when the device is a function of them */
+        int d = (int)((e->address >> 21) % 3);
+        e->device = d;
+        if (e->op == MT_OP_ALLOC) {
+            allocs++;
+            in_use[d] += e->bytes;
+            if (in_use[d] > peak[d]) {
+                peak[d] = in_use[d];
+                peak_t[d] = e->time_ns;
+            }
+        } else {
+            in_use[d] -= e->bytes;
+        }
+        fx_put(&f, &r);
+    }
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_devices, 3);
+    for (int d = 0; d < 3; d++) {
+        cr_expect_eq(a->devices[d].u.peak, peak[d], "device %d", d);
+        cr_expect_eq(a->devices[d].u.peak_time, peak_t[d], "device %d", d);
+        cr_expect_eq(a->devices[d].leak_bytes, in_use[d], "device %d", d);
+        cr_expect(a->devices[d].n_timeline > 0 && a->devices[d].n_timeline <= MT_TIMELINE_POINTS);
+        uint64_t tl_max = 0;
+        for (size_t k = 0; k < a->devices[d].n_timeline; k++)
+            if (a->devices[d].timeline[k].in_use > tl_max) tl_max = a->devices[d].timeline[k].in_use;
+        cr_expect_eq(tl_max, peak[d], "the timeline keeps the peak");
+    }
+    cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees + a->anomalies.replaced, 0);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+    chrome_summary cs;
+    export_chrome(f.path, "--top-allocs 1000", "large.json", &cs);
+    cr_expect_eq(cs.slices, 1000);
+    cr_expect_eq(cs.kept, 1000);
+    export_chrome(f.path, "", "large-default.json.gz", &cs);
+    cr_expect_eq(cs.slices, allocs, "every lifetime when under the default cap");
+    cr_expect(cs.counters > 0 && cs.counters < 300000 * 2, "downsampled counters");
+}

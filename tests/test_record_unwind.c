@@ -1,0 +1,311 @@
+/* mt_unwind against glibc's backtrace() (libgcc's full DWARF unwinder) as the reference: same
+ * frames in the same order, from call chains that mix frame-pointer functions, rsp-based frames
+ * (omit-frame-pointer), a function that uses rbp as a scratch register (so the caller's rbp must
+ * be recovered from the stack), and a dynamically sized frame; from the main thread, another
+ * thread, several threads at once, a signal handler and a recursion deeper than MT_MAX_FRAMES. */
+#include <criterion/criterion.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "memtrace/record.h"
+
+#define NOINLINE __attribute__((noinline))
+#define NO_FP __attribute__((noinline, optimize("omit-frame-pointer")))
+
+typedef struct capture {
+    uint64_t ips[MT_MAX_FRAMES];
+    void *bt[MT_MAX_FRAMES + 16];
+    int n, nbt, truncated;
+} capture;
+
+/* Work after each call keeps the compiler from turning calls into jumps (tail calls). */
+static volatile int sink;
+/* Loop bounds read from a volatile cannot be unrolled: a loop body stays ONE call site, so
+ * every iteration's return addresses must be identical. */
+static volatile int two = 2, many = 5000;
+
+static NOINLINE void leaf(capture *c)
+{
+    c->n = mt_unwind(c->ips, MT_MAX_FRAMES, 0, &c->truncated);
+    c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    sink++;
+}
+
+/* Dynamically sized frame: even without frame pointers, GCC must address it from rbp, so the
+ * CFA is rbp-based here. */
+static NO_FP void vla_d(capture *c, int len)
+{
+    volatile char buf[len];
+    buf[0] = 1;
+    leaf(c);
+    sink += buf[0];
+}
+
+/* A large rsp-based frame: CFA = rsp + a big offset. */
+static NO_FP void big_c(capture *c)
+{
+    volatile char buf[5000];
+    buf[0] = 2;
+    vla_d(c, 64 + sink % 2);
+    sink += buf[0];
+}
+
+/* Uses rbp as an ordinary register (zeroes it!): the unwinder must reload the caller's rbp from
+ * the slot the CFI names, or fp_a's rbp-based CFA below comes out as garbage. */
+static NO_FP void clobber_b(capture *c)
+{
+    __asm__ volatile("xorl %%ebp, %%ebp" ::: "rbp");
+    big_c(c);
+    sink++;
+}
+
+static NOINLINE void fp_a(capture *c)
+{
+    clobber_b(c);
+    sink++;
+}
+
+/* The return address into fn lies within fn's first bytes (these functions are small). */
+static int returns_into(uint64_t ip, void (*fn)(void))
+{
+    uintptr_t f = (uintptr_t)fn;
+    return ip > f && ip < f + 512;
+}
+
+static void check_against_backtrace(const capture *c)
+{
+    cr_assert_gt(c->n, 5);
+    cr_expect_eq(c->truncated, 0, "the walk should reach the outermost frame");
+    cr_assert_eq(c->n, c->nbt, "mt_unwind found %d frames, backtrace %d", c->n, c->nbt);
+    /* Entry 0 is in leaf for both, after two different calls. */
+    cr_expect(returns_into(c->ips[0], (void (*)(void))leaf));
+    cr_expect(returns_into((uint64_t)(uintptr_t)c->bt[0], (void (*)(void))leaf));
+    for (int i = 1; i < c->n; i++)
+        cr_expect_eq(c->ips[i], (uint64_t)(uintptr_t)c->bt[i], "frame %d: %#lx vs %p", i,
+                     (unsigned long)c->ips[i], c->bt[i]);
+    /* And the frames are really ours, in order. */
+    cr_expect(returns_into(c->ips[1], (void (*)(void))vla_d));
+    cr_expect(returns_into(c->ips[2], (void (*)(void))big_c));
+    cr_expect(returns_into(c->ips[3], (void (*)(void))clobber_b));
+    cr_expect(returns_into(c->ips[4], (void (*)(void))fp_a));
+}
+
+static void warm_backtrace(void)
+{
+    void *b[4];
+    backtrace(b, 4); /* the first call dlopens libgcc_s; keep that out of the comparisons */
+}
+
+Test(record_unwind, matches_backtrace_on_main_thread)
+{
+    warm_backtrace();
+    capture c[2];
+    /* One call site, twice: the second time every rule comes from the cache. */
+    for (int k = 0; k < two; k++)
+        fp_a(&c[k]);
+    check_against_backtrace(&c[0]);
+    check_against_backtrace(&c[1]);
+    cr_assert_eq(c[1].n, c[0].n);
+    for (int i = 1; i < c[0].n; i++)
+        cr_expect_eq(c[1].ips[i], c[0].ips[i]);
+}
+
+static void *thread_main(void *arg)
+{
+    fp_a(arg);
+    return NULL;
+}
+
+Test(record_unwind, matches_backtrace_on_another_thread)
+{
+    warm_backtrace();
+    capture c;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, thread_main, &c), 0);
+    pthread_join(th, NULL);
+    check_against_backtrace(&c);
+}
+
+Test(record_unwind, skip_and_max)
+{
+    capture full;
+    fp_a(&full);
+    cr_assert_gt(full.n, 6);
+
+    uint64_t ips[MT_MAX_FRAMES];
+    int truncated = -1;
+    int n = mt_unwind(ips, 3, 0, &truncated);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(truncated, 1, "stopping at max with callers left is a truncation");
+
+    /* skip = 2 from this frame gives the tail of what skip = 0 gives (entries 0 differ only
+     * because the two call sites differ, and they are skipped). */
+    uint64_t all[MT_MAX_FRAMES], skipped[MT_MAX_FRAMES];
+    int t1, t2;
+    int na = mt_unwind(all, MT_MAX_FRAMES, 0, &t1);
+    int ns = mt_unwind(skipped, MT_MAX_FRAMES, 2, &t2);
+    cr_assert_eq(ns, na - 2);
+    cr_expect_eq(t1, 0);
+    cr_expect_eq(t2, 0);
+    for (int i = 0; i < ns; i++)
+        cr_expect_eq(skipped[i], all[i + 2]);
+    cr_expect_eq(mt_unwind(ips, 0, 0, &truncated), 0);
+    cr_expect_eq(truncated, 1);
+}
+
+static NOINLINE int recurse(int depth, uint64_t *ips, int *n, int *truncated)
+{
+    if (depth == 0) {
+        *n = mt_unwind(ips, MT_MAX_FRAMES, 0, truncated);
+        return 1;
+    }
+    int r = recurse(depth - 1, ips, n, truncated);
+    sink++;
+    return r + 1;
+}
+
+Test(record_unwind, deep_recursion_truncates_at_max)
+{
+    uint64_t ips[MT_MAX_FRAMES + 1];
+    ips[MT_MAX_FRAMES] = 0xdeadbeef; /* guard: nothing written past max */
+    int n = 0, truncated = 0;
+    recurse(300, ips, &n, &truncated);
+    cr_expect_eq(n, MT_MAX_FRAMES);
+    cr_expect_eq(truncated, 1);
+    cr_expect_eq(ips[MT_MAX_FRAMES], 0xdeadbeef);
+    for (int i = 1; i < n; i++)
+        cr_expect(returns_into(ips[i], (void (*)(void))recurse), "frame %d", i);
+}
+
+/* Several threads unwinding at once, filling the shared rule cache concurrently: every result
+ * must equal what the same thread got alone. */
+typedef struct stress_arg {
+    capture first;
+    int mismatches;
+} stress_arg;
+
+/* One call site for fp_a whatever the compiler does to the loop below (peeling, unrolling):
+ * frames 1..5 (vla_d .. one_walk) must then be identical on every walk. */
+static NOINLINE void one_walk(capture *c)
+{
+    fp_a(c);
+    sink++;
+}
+
+static void *stress_main(void *p)
+{
+    stress_arg *a = p;
+    capture c;
+    one_walk(&a->first);
+    for (int k = 0; k < many; k++) {
+        one_walk(&c);
+        if (c.n != a->first.n || memcmp(c.ips + 1, a->first.ips + 1, 5 * 8) != 0) a->mismatches++;
+    }
+    return NULL;
+}
+
+Test(record_unwind, concurrent_threads_agree)
+{
+    warm_backtrace();
+    stress_arg args[4];
+    pthread_t th[4];
+    memset(args, 0, sizeof args);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, stress_main, &args[i]), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        check_against_backtrace(&args[i].first);
+        cr_expect_eq(args[i].mismatches, 0, "thread %d", i);
+    }
+}
+
+/* In a signal handler the caller is the kernel's signal frame (__restore_rt), whose CFI is an
+ * expression: the walk must stop there, flagged, without faulting. */
+static uint64_t sig_ips[MT_MAX_FRAMES];
+static volatile int sig_n = -1, sig_truncated = -1;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    int t;
+    sig_n = mt_unwind(sig_ips, MT_MAX_FRAMES, 0, &t);
+    sig_truncated = t;
+}
+
+Test(record_unwind, signal_handler_stops_cleanly)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+    raise(SIGUSR1);
+    cr_expect_geq(sig_n, 1, "at least the signal frame's return address");
+    cr_expect_eq(sig_truncated, 1);
+}
+
+Test(record_unwind, null_truncated_pointer_is_allowed)
+{
+    uint64_t ips[8];
+    cr_expect_gt(mt_unwind(ips, 8, 0, NULL), 0);
+}
+
+/* The per-thread memo (unwind_memo.h) reuses the previous walk's outer frames when their stack
+ * words are unchanged. Here inner() runs at the same rsp with the same pc below two different
+ * callers, so only the return address in between differs: the memo must notice. */
+static NOINLINE void inner(capture *c)
+{
+    leaf(c);
+    sink++;
+}
+
+static NOINLINE void mid_a(capture *c)
+{
+    inner(c);
+    sink++;
+}
+
+static NOINLINE void mid_b(capture *c)
+{
+    inner(c);
+    sink += 2;
+}
+
+Test(record_unwind, memo_notices_a_changed_caller)
+{
+    warm_backtrace();
+    capture c;
+    int wrong = 0;
+    for (int k = 0; k < 200; k++) {
+        (k % 3 ? mid_a : mid_b)(&c);
+        if (c.n != c.nbt) {
+            wrong++;
+            continue;
+        }
+        for (int i = 1; i < c.n; i++)
+            wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+        wrong += !returns_into(c.ips[2], (k % 3 ? (void (*)(void))mid_a : (void (*)(void))mid_b));
+    }
+    cr_expect_eq(wrong, 0);
+}
+
+/* A walk cut short by max must not make a later, longer one short. */
+Test(record_unwind, memo_after_a_short_walk)
+{
+    uint64_t small[3], all[MT_MAX_FRAMES], again[MT_MAX_FRAMES];
+    int t0, t1, t2, n0 = 0, n1 = 0, n2 = 0;
+    for (int k = 0; k < two; k++) { /* one call site for each of the three */
+        if (k == 0) n0 = mt_unwind(all, MT_MAX_FRAMES, 0, &t0);
+        if (k == 1) n1 = mt_unwind(small, 3, 0, &t1);
+        if (k == 1) n2 = mt_unwind(again, MT_MAX_FRAMES, 0, &t2);
+    }
+    cr_expect_eq(n1, 3);
+    cr_expect_eq(t1, 1);
+    cr_expect_eq(n2, n0);
+    cr_expect_eq(t2, 0);
+    for (int i = 1; i < n0 && i < n2; i++)
+        cr_expect_eq(again[i], all[i], "frame %d", i);
+}

@@ -1,0 +1,55 @@
+/* Names of ops, kinds, pseudo frames, and CUPTI callback ids — the ids checked against the CUPTI
+ * header itself when the toolkit is installed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memtrace/trace.h"
+
+Test(trace_names, ops_kinds_pseudo)
+{
+    cr_assert_str_eq(mt_op_name(MT_OP_ALLOC), "alloc");
+    cr_assert_str_eq(mt_op_name(MT_OP_FREE), "free");
+    cr_assert_str_eq(mt_op_name(MT_OP_CTX_DESTROY), "ctx_destroy");
+    cr_assert_str_eq(mt_op_name(0), "?");
+    cr_assert_str_eq(mt_op_name(MT_OP_MAX_), "?");
+    cr_assert_str_eq(mt_op_name(~0u), "?");
+    for (unsigned k = 0; k < MT_KIND_MAX_; k++)
+        cr_assert_str_neq(mt_kind_name(k), "?", "%u", k);
+    cr_assert_str_eq(mt_kind_name(MT_KIND_ASYNC), "async");
+    cr_assert_str_eq(mt_kind_name(MT_KIND_MAX_), "?");
+    cr_assert_str_eq(mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL), "[driver internal]");
+    cr_assert_str_eq(mt_pseudo_name(MT_PSEUDO_TRUNCATED), "[truncated]");
+    cr_assert_str_eq(mt_pseudo_name(0), "[?]");
+}
+
+Test(trace_names, api_names)
+{
+    cr_assert_str_eq(mt_api_name(29), "cuMemAlloc");
+    cr_assert_str_eq(mt_api_name(243), "cuMemAlloc_v2");
+    cr_assert_str_eq(mt_api_name(612), "cuMemAllocFromPoolAsync_ptsz");
+    cr_assert_str_eq(mt_api_name(11), "cuCtxDestroy");
+    cr_assert_str_eq(mt_api_name(0), "");
+    cr_assert_str_eq(mt_api_name(30), "", "30 is cuMemGetInfo: not traced");
+    cr_assert_str_eq(mt_api_name(100000), "");
+}
+
+/* Every name we hand out must be the one cupti_driver_cbid.h gives that id. */
+Test(trace_names, api_ids_match_cupti_header)
+{
+    FILE *f = fopen("/usr/local/cuda/include/cupti_driver_cbid.h", "r");
+    if (!f) cr_skip_test("CUPTI headers not installed");
+    char line[512], name[256];
+    unsigned id, checked = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, " CUPTI_DRIVER_TRACE_CBID_%255s = %u", name, &id) != 2) continue;
+        const char *ours = mt_api_name(id);
+        if (*ours) {
+            cr_assert_str_eq(ours, name, "id %u", id);
+            checked++;
+        }
+    }
+    fclose(f);
+    cr_assert_eq(checked, 36, "every id in names.c was found in the header");
+}
