@@ -5,7 +5,10 @@
  * Per trace (process id = the traced pid):
  *   M  process_name / thread_name metadata
  *   C  counters per device: "<root> in use" {bytes}, "<root> by kind" {device, async, ...},
- *      "<root> pool reserved" {bytes} when the trace has pool information. When a trace has more
+ *      "<root> pool reserved" {bytes} when the trace has pool information; the reconciliation
+ *      (docs/analysis.md) as tracks "<root> allocator reserved", "<root> tensors allocated" (with
+ *      pool information), "<root> other libraries", "<root> driver-internal", and at each NVML
+ *      sample "<root> nvidia-smi (process)". When a trace has more
  *      than MAX_COUNTER_EVENTS events the counters are downsampled to time buckets, each keeping
  *      its highest point and its last point, so every peak is still exact.
  *   b/e one async slice per allocation lifetime, cat = device root, id = unique per lifetime,
@@ -32,7 +35,15 @@ typedef struct counter_state {
     int have_max, have_last;
     mt_usage max, last; /* highest and latest point in the current bucket */
     uint64_t max_t, last_t;
+    uint64_t max_caching, last_caching; /* caching allocator bytes at those points */
 } counter_state;
+
+/* Live bytes of the caching allocator's segments per device: the one part of the reconciliation
+ * the tracker's counters do not give (the others are by_kind and pool_reserved). */
+typedef struct caching_sum {
+    int32_t device;
+    uint64_t bytes;
+} caching_sum;
 
 typedef struct chrome {
     mt_out *o;
@@ -49,8 +60,48 @@ typedef struct chrome {
     int select;           /* threshold applies */
     uint64_t kept, skipped;
     mt_namebuf nb;
+    caching_sum *caching;
+    size_t n_caching;
     int oom;
 } chrome;
+
+static void ts(mt_out *o, uint64_t ns);
+static uint64_t rel_of(const chrome *c, uint64_t abs);
+
+static uint64_t *caching_of(chrome *c, int32_t device)
+{
+    for (size_t i = 0; i < c->n_caching; i++)
+        if (c->caching[i].device == device) return &c->caching[i].bytes;
+    caching_sum *n = realloc(c->caching, (c->n_caching + 1) * sizeof *n);
+    if (!n) {
+        c->oom = 1;
+        return NULL;
+    }
+    c->caching = n;
+    c->caching[c->n_caching] = (caching_sum){device, 0};
+    return &c->caching[c->n_caching++].bytes;
+}
+
+static int mt_kind_is_host_kind(unsigned kind)
+{
+    return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
+}
+
+static int is_caching_segment(chrome *c, unsigned kind, uint32_t stack)
+{
+    if (kind != MT_KIND_DEVICE && kind != MT_KIND_VMM_PHYSICAL) return 0;
+    int alloc = 0;
+    mt_frames_owner(c->a->frames, stack, &alloc);
+    return alloc;
+}
+
+static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v)
+{
+    mt_out_printf(c->o, ",\n{\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s %s\",",
+                  (unsigned long long)c->pid, root, what);
+    ts(c->o, rel_of(c, when));
+    mt_out_printf(c->o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
+}
 
 static void ts(mt_out *o, uint64_t ns) /* "ts":µs with ns precision */
 {
@@ -64,7 +115,7 @@ static uint64_t rel_of(const chrome *c, uint64_t abs)
     return (abs > s ? abs - s : 0) + c->offset_ns;
 }
 
-static void emit_counters(chrome *c, const mt_usage *u, uint64_t when)
+static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64_t when)
 {
     char root[32];
     mt_device_report probe = {.u = *u};
@@ -93,21 +144,30 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t when)
         ts(o, rel_of(c, when));
         mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)u->pool_reserved);
     }
+    if (u->is_host) return;
+    uint64_t async = u->by_kind[MT_KIND_ASYNC], pool = 0;
+    if (u->has_pool_info) pool = u->pool_reserved > async ? u->pool_reserved : async;
+    uint64_t in_pool = u->has_pool_info ? async : 0, api = u->api_in_use;
+    counter(c, root, "allocator reserved", when, caching + pool);
+    if (u->has_pool_info) counter(c, root, "tensors allocated", when, async);
+    counter(c, root, "other libraries", when, api > caching + in_pool ? api - caching - in_pool : 0);
+    counter(c, root, "driver-internal", when, u->by_kind[MT_KIND_DRIVER]);
 }
 
 static void flush_bucket(chrome *c, counter_state *s)
 {
-    if (s->have_max) emit_counters(c, &s->max, s->max_t);
+    if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t);
     if (s->have_last && (!s->have_max || s->last_t != s->max_t || s->last.in_use != s->max.in_use))
-        emit_counters(c, &s->last, s->last_t);
+        emit_counters(c, &s->last, s->last_caching, s->last_t);
     s->have_max = s->have_last = 0;
 }
 
 static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     chrome *c = ctx;
+    uint64_t *cp = u->is_host ? NULL : caching_of(c, u->device), caching = cp ? *cp : 0;
     if (!c->quantum) {
-        emit_counters(c, u, time_ns);
+        emit_counters(c, u, caching, time_ns);
         return;
     }
     const mt_usage *base;
@@ -131,10 +191,12 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (!s->have_max || u->in_use > s->max.in_use) {
         s->max = *u;
         s->max_t = time_ns;
+        s->max_caching = caching;
         s->have_max = 1;
     }
     s->last = *u;
     s->last_t = time_ns;
+    s->last_caching = caching;
     s->have_last = 1;
 }
 
@@ -143,6 +205,10 @@ static const char *const end_names[] = {"free", "replaced", "context destroyed",
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
 {
     chrome *c = ctx;
+    if (l->device >= -1 && is_caching_segment(c, l->kind, l->stack)) {
+        uint64_t *cp = caching_of(c, l->device);
+        if (cp) *cp -= *cp >= l->bytes ? l->bytes : *cp;
+    }
     if (l->bytes < c->opt->min_bytes || (c->select && l->bytes < c->threshold) ||
         (c->select && l->bytes == c->threshold && !c->ties_left)) {
         c->skipped++;
@@ -177,7 +243,7 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
             mt_out_puts(o, "}");
             break;
         }
-        if (mt_stat_frames(c->a->frames, &st, MT_NAME_REPORT, &c->nb) < 0) {
+        if (mt_stat_frames(c->a->frames, &st, MT_NAME_REPORT, c->opt->frames, &c->nb) < 0) {
             c->oom = 1;
             c->nb.n = 0;
         }
@@ -346,7 +412,21 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     mt_record rec;
     uint64_t n = 0, last = a->header.start_monotonic_ns;
     while (!c->oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type == MT_REC_SAMPLE && rec.u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
+            char root[32];
+            mt_device_report probe = {.u = {.device = rec.u.sample.device}};
+            counter(c, mt_device_root_name(&probe, root, sizeof root), "nvidia-smi (process)",
+                    rec.u.sample.time_ns, rec.u.sample.value);
+            continue;
+        }
         if (rec.type != MT_REC_EVENT) continue;
+        const mt_event *e = &rec.u.event;
+        /* counted before the tracker applies it: its usage hook must see the new segment */
+        if (e->op == MT_OP_ALLOC && !mt_kind_is_host_kind(e->kind) &&
+            is_caching_segment(c, e->kind, e->stack)) {
+            uint64_t *cp = caching_of(c, e->device);
+            if (cp) *cp += e->bytes;
+        }
         if (rec.u.event.time_ns > last) last = rec.u.event.time_ns;
         if (rec.u.event.op == MT_OP_FAILED) failed_instant(c, &rec.u.event);
         if (mt_tracker_event(c->t, &rec.u.event) < 0) c->oom = 1;
@@ -383,6 +463,7 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
                     .offset_ns = a[i]->header.start_realtime_ns - base};
         int rc = one_trace(&c, err, errlen);
         free(c.cs);
+        free(c.caching);
         mt_namebuf_free(&c.nb);
         if (rc < 0) return -1;
         kept += c.kept;

@@ -22,6 +22,14 @@ static const mt_stack_list *pick(const mt_device_report *d, mt_folded_metric m)
 
 int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric)
 {
+    return mt_export_folded_ex(o, a, n, metric, MT_FRAMES_ALL);
+}
+
+/* Filtering only drops frames from a line, never a line: a device's lines keep their sum (lines
+ * that become equal are merged by the flame graph tools). */
+int mt_export_folded_ex(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric,
+                        mt_frame_filter filter)
+{
     mt_namebuf nb = {0};
     char root[32], prefix[300];
     for (size_t t = 0; t < n; t++) {
@@ -32,7 +40,7 @@ int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metri
             mt_device_root_name(d, root, sizeof root);
             for (size_t k = 0; k < l->n; k++) {
                 if (!l->v[k].bytes) continue;
-                if (mt_stat_frames(a[t]->frames, &l->v[k], MT_NAME_FOLDED, &nb) < 0) {
+                if (mt_stat_frames(a[t]->frames, &l->v[k], MT_NAME_FOLDED, filter, &nb) < 0) {
                     mt_namebuf_free(&nb);
                     return -1;
                 }

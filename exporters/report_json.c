@@ -1,6 +1,7 @@
 /* The JSON report (`memtrace report --json`): the same facts as the text report, for programs.
  * Field meanings are in docs/analysis.md. Byte counts and times are integers (ns since the
  * trace start unless the name ends in _unix_ns); shares are fractions 0..1. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -18,12 +19,12 @@ static void u64f(mt_out *o, const char *k, uint64_t v, int comma)
 }
 
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
-                       size_t top, mt_namebuf *nb)
+                       size_t top, mt_frame_filter filter, mt_namebuf *nb)
 {
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < l->n && i < top; i++) {
         const mt_stack_stat *s = &l->v[i];
-        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, nb) < 0) return -1;
+        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, filter, nb) < 0) return -1;
         mt_out_puts(o, i ? ",{" : "{");
         u64f(o, "bytes", s->bytes, 1);
         u64f(o, "count", s->count, 1);
@@ -44,6 +45,89 @@ static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64
     return 0;
 }
 
+/* {"time_ns", "process_bytes" (or "unknown"), "context_driver_bytes" (signed, or "unknown"),
+ *  "driver_internal_bytes", "allocator_reserved_bytes", "tensors_allocated_bytes" (or "unknown"),
+ *  "cached_free_bytes" (or "unknown"), "other_libraries_bytes", "owners": [{owner, bytes, count}]} */
+static void breakdown_object(mt_out *o, const mt_breakdown *b)
+{
+    if (!b->valid) {
+        mt_out_puts(o, "null");
+        return;
+    }
+    mt_out_write(o, "{", 1);
+    u64f(o, "time_ns", b->time_ns, 1);
+    key(o, "process_bytes");
+    if (b->process_known) {
+        mt_out_printf(o, "%llu,", (unsigned long long)b->process_bytes);
+        u64f(o, "process_sample_time_ns", b->process_sample_ns, 1);
+        key(o, "context_driver_bytes");
+        mt_out_printf(o, "%lld,", (long long)b->context_bytes);
+    } else {
+        mt_out_puts(o, "\"unknown\",");
+        key(o, "context_driver_bytes");
+        mt_out_puts(o, "\"unknown\",");
+    }
+    u64f(o, "driver_internal_bytes", b->driver_bytes, 1);
+    u64f(o, "allocator_reserved_bytes", b->reserved_bytes, 1);
+    u64f(o, "caching_allocator_bytes", b->caching_bytes, 1);
+    if (b->has_pool) u64f(o, "pool_reserved_bytes", b->pool_bytes, 1);
+    key(o, "tensors_allocated_bytes");
+    if (b->allocated_known) mt_out_printf(o, "%llu,", (unsigned long long)b->allocated_bytes);
+    else mt_out_puts(o, "\"unknown\",");
+    key(o, "cached_free_bytes");
+    if (b->allocated_known) mt_out_printf(o, "%llu,", (unsigned long long)b->cached_free_bytes);
+    else mt_out_puts(o, "\"unknown\",");
+    u64f(o, "other_libraries_bytes", b->other_bytes, 1);
+    key(o, "owners");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < b->n_owners; i++) {
+        mt_out_puts(o, i ? ",{" : "{");
+        key(o, "owner");
+        mt_out_json_string(o, b->owners[i].owner);
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", b->owners[i].bytes, 1);
+        u64f(o, "count", b->owners[i].count, 0);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "]}");
+}
+
+/* [{"file" (full path), "line", "function", "alloc_bytes", "alloc_count", "peak_bytes",
+ *   "peak_count", "source" (when readable here)}], sorted as mt_by_line sorts. */
+static int by_line_array(mt_out *o, mt_analysis *a, const mt_device_report *d, const char *file)
+{
+    mt_line_stat *v;
+    size_t n;
+    if (mt_by_line(a->frames, d, file, &v, &n) < 0) return -1;
+    mt_src_cache sc = {0};
+    char src[512];
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < n; i++) {
+        mt_out_puts(o, i ? ",{" : "{");
+        key(o, "file");
+        mt_out_json_string(o, v[i].file);
+        mt_out_write(o, ",", 1);
+        u64f(o, "line", v[i].line, 1);
+        key(o, "function");
+        mt_out_json_string(o, v[i].qualname);
+        mt_out_write(o, ",", 1);
+        u64f(o, "alloc_bytes", v[i].alloc_bytes, 1);
+        u64f(o, "alloc_count", v[i].alloc_count, 1);
+        u64f(o, "peak_bytes", v[i].peak_bytes, 1);
+        u64f(o, "peak_count", v[i].peak_count, 0);
+        if (mt_source_line(&sc, v[i].file, v[i].line, src, sizeof src)) {
+            mt_out_write(o, ",", 1);
+            key(o, "source");
+            mt_out_json_string(o, src);
+        }
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_write(o, "]", 1);
+    mt_src_cache_free(&sc);
+    free(v);
+    return 0;
+}
+
 static void kinds_object(mt_out *o, const uint64_t *by_kind)
 {
     mt_out_write(o, "{", 1);
@@ -57,9 +141,11 @@ static void kinds_object(mt_out *o, const uint64_t *by_kind)
     mt_out_write(o, "}", 1);
 }
 
-static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d, size_t top,
-                         mt_namebuf *nb)
+static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
+                         const mt_report_options *ro, mt_namebuf *nb)
 {
+    size_t top = ro->top;
+    mt_frame_filter filter = ro->frames;
     const mt_usage *u = &d->u;
     char root[32];
     mt_out_write(o, "{", 1);
@@ -98,11 +184,30 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d, size_t 
     }
     u64f(o, "leak_bytes", d->leak_bytes, 1);
     u64f(o, "leak_count", d->leak_count, 1);
+    if (!u->is_host) {
+        if (d->n_nvml) {
+            u64f(o, "nvml_max_bytes", d->nvml_max, 1);
+            u64f(o, "nvml_max_time_ns", d->nvml_max_time_ns, 1);
+        }
+        key(o, "breakdown");
+        mt_out_write(o, "{", 1);
+        key(o, "at_peak");
+        breakdown_object(o, &d->at_peak);
+        mt_out_write(o, ",", 1);
+        key(o, "at_end");
+        breakdown_object(o, &d->at_end);
+        mt_out_puts(o, "},");
+        if (ro->by_line) {
+            key(o, "by_line");
+            if (by_line_array(o, a, d, ro->by_line_file) < 0) return -1;
+            mt_out_write(o, ",", 1);
+        }
+    }
     key(o, "peak_stacks");
-    if (stack_array(o, a, &d->peak_stacks, u->peak, top, nb) < 0) return -1;
+    if (stack_array(o, a, &d->peak_stacks, u->peak, top, filter, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "leaks");
-    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, nb) < 0) return -1;
+    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "timeline");
     mt_out_write(o, "[", 1);
@@ -118,8 +223,10 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d, size_t 
     return 0;
 }
 
-static int trace_object(mt_out *o, mt_analysis *a, size_t top)
+static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
 {
+    size_t top = ro->top;
+    mt_frame_filter filter = ro->frames;
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
@@ -158,11 +265,11 @@ static int trace_object(mt_out *o, mt_analysis *a, size_t top)
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_devices && rc == 0; i++) {
         if (i) mt_out_write(o, ",", 1);
-        rc = device_object(o, a, &a->devices[i], top, &nb);
+        rc = device_object(o, a, &a->devices[i], ro, &nb);
     }
     mt_out_puts(o, "],");
     key(o, "host");
-    if (a->host && rc == 0) rc = device_object(o, a, a->host, top, &nb);
+    if (a->host && rc == 0) rc = device_object(o, a, a->host, ro, &nb);
     else mt_out_puts(o, "null");
     mt_out_write(o, ",", 1);
     /* Totals over all GPU devices (host memory is not device memory). */
@@ -201,7 +308,7 @@ static int trace_object(mt_out *o, mt_analysis *a, size_t top)
         u64f(o, "bytes", d->leak_bytes, 1);
         u64f(o, "count", d->leak_count, 1);
         key(o, "stacks");
-        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, &nb);
+        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");
@@ -227,10 +334,10 @@ static int trace_object(mt_out *o, mt_analysis *a, size_t top)
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");
-        if ((rc = stack_array(o, a, &one, f->bytes, 1, &nb)) < 0) break;
+        if ((rc = stack_array(o, a, &one, f->bytes, 1, filter, &nb)) < 0) break;
         mt_out_write(o, ",", 1);
         key(o, "live");
-        rc = stack_array(o, a, &f->live, f->in_use, top, &nb);
+        rc = stack_array(o, a, &f->live, f->in_use, top, filter, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");
@@ -251,11 +358,12 @@ static int trace_object(mt_out *o, mt_analysis *a, size_t top)
 
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)
 {
-    size_t top = opt && opt->top ? opt->top : 10;
+    mt_report_options ro = opt ? *opt : (mt_report_options){0};
+    if (!ro.top) ro.top = 10;
     if (n != 1) mt_out_puts(o, "{\"traces\":[");
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
-        if (trace_object(o, a[i], top) < 0) return -1;
+        if (trace_object(o, a[i], &ro) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");
     return 0;

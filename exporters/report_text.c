@@ -3,7 +3,9 @@
  *
  * Trees are built from the top N stacks of a list (the rest summed into one "[N more stacks]"
  * line). Indentation grows only where the tree branches: a chain of single-child frames prints
- * as a flat run, so a 40-frame stack does not walk off the right edge. Each line:
+ * as a flat run, so a 40-frame stack does not walk off the right edge; inside a chain only the
+ * frames that say something are printed (see tree_print), and the CUDA libraries' own frames at
+ * the leaf end are left out, unless --full-stacks. Each line:
  *   "  <share>%  <bytes>  <count>  <indent><frame>"
  */
 #include <stdlib.h>
@@ -14,9 +16,19 @@
 typedef struct tnode {
     const char *name;
     uint64_t bytes, count;
+    int keep; /* never elided: the first user frame of a stack, or user Python code */
     struct tnode *kids;
     size_t n_kids, cap_kids;
 } tnode;
+
+/* What the trees show, from the report options. */
+typedef struct view {
+    size_t top;
+    mt_frame_filter frames;
+    int full;
+} view;
+
+#define MIN_ELIDED 2 /* a run of fewer frames is printed, not replaced by a marker line */
 
 static tnode *child(tnode *t, const char *name)
 {
@@ -46,20 +58,78 @@ static int cmp_tnode(const void *pa, const void *pb)
     return strcmp(a->name, b->name);
 }
 
-static void tree_print(mt_out *o, tnode *t, uint64_t whole, int indent)
+static void line_out(mt_out *o, const tnode *t, uint64_t whole, int indent)
 {
     char b[32];
     double share = whole ? 100.0 * (double)t->bytes / (double)whole : 0.0;
     mt_out_printf(o, "    %5.1f%%  %10s  %6llu  %*s%s\n", share, mt_format_bytes(t->bytes, b, sizeof b),
                   (unsigned long long)t->count, indent, "", t->name);
-    if (t->n_kids) qsort(t->kids, t->n_kids, sizeof *t->kids, cmp_tnode);
-    for (size_t i = 0; i < t->n_kids; i++)
-        tree_print(o, &t->kids[i], whole, t->n_kids > 1 ? indent + 2 : indent);
 }
 
-/* Prints list (top `top` stacks) under a root frame; `whole` is what shares are taken of. */
+/* Prints t and its subtree. Indentation grows only where the tree branches. Unless full, a chain
+ * of single-child frames keeps its first and last frame, the frames marked keep, and any frame
+ * whose bytes differ from the chain's (a stack ends there); runs of MIN_ELIDED or more other
+ * frames become one "... N frames ..." line. */
+static void tree_print(mt_out *o, tnode *t, uint64_t whole, int indent, int full)
+{
+    if (t->n_kids) qsort(t->kids, t->n_kids, sizeof *t->kids, cmp_tnode);
+    if (full || t->n_kids != 1) {
+        line_out(o, t, whole, indent);
+    } else {
+        /* t starts a chain: t, its only kid, that one's only kid, ... up to a leaf or a branch */
+        tnode *last = t;
+        size_t run = 0;
+        line_out(o, t, whole, indent);
+        for (tnode *c = t->kids; ; c = c->kids) {
+            if (c->n_kids) qsort(c->kids, c->n_kids, sizeof *c->kids, cmp_tnode);
+            int end = c->n_kids != 1;
+            if (!end && !c->keep && c->bytes == t->bytes && c->count == t->count) {
+                if (run++ == 0) last = c; /* first elidable frame of the run */
+                continue;
+            }
+            if (run >= MIN_ELIDED) {
+                mt_out_printf(o, "    %5s   %10s  %6s  %*s... %zu frames ...\n", "", "", "", indent,
+                              "", run);
+            } else if (run) {
+                for (tnode *r = last; r != c; r = r->kids) line_out(o, r, whole, indent);
+            }
+            run = 0;
+            line_out(o, c, whole, indent);
+            if (end) {
+                t = c;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < t->n_kids; i++)
+        tree_print(o, &t->kids[i], whole, t->n_kids > 1 ? indent + 2 : indent, full);
+}
+
+/* The frames of one stack as the tree shows them: filtered, CUDA frames at the leaf end dropped
+ * (unless full), and the index of the first user frame (innermost Python frame, else innermost
+ * non-CUDA native frame, else the innermost frame). Returns the count kept. */
+static size_t shown_frames(const mt_namebuf *nb, int full, size_t *first_user)
+{
+    size_t n = nb->n;
+    while (!full && n > 1 && (nb->flags[n - 1] & MT_FF_CUDA)) n--;
+    if (n == 1 && nb->n > 1 && (nb->flags[0] & MT_FF_CUDA)) n = nb->n; /* all CUDA: keep all */
+    *first_user = n ? n - 1 : 0;
+    for (size_t k = n; k-- > 0;)
+        if (nb->flags[k] & MT_FF_PYTHON) {
+            *first_user = k;
+            return n;
+        }
+    for (size_t k = n; k-- > 0;)
+        if ((nb->flags[k] & MT_FF_NATIVE) && !(nb->flags[k] & MT_FF_CUDA)) {
+            *first_user = k;
+            break;
+        }
+    return n;
+}
+
+/* Prints list (top stacks) under a root frame; `whole` is what shares are taken of. */
 static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list, const char *root,
-                            uint64_t whole, size_t top)
+                            uint64_t whole, const view *v)
 {
     tnode r = {.name = root};
     mt_namebuf nb = {0};
@@ -70,32 +140,110 @@ static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list
         const mt_stack_stat *s = &list->v[i];
         r.bytes += s->bytes;
         r.count += s->count;
-        if (i >= top) {
+        if (i >= v->top) {
             rest.bytes += s->bytes;
             rest.count += s->count;
             continue;
         }
-        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, &nb) < 0) rc = -1;
+        if (mt_stat_frames(a->frames, s, MT_NAME_TEXT, v->frames, &nb) < 0) {
+            rc = -1;
+            break;
+        }
+        size_t fu, n = shown_frames(&nb, v->full, &fu);
         tnode *t = &r;
-        for (size_t k = 0; k < nb.n && t && rc == 0; k++) {
+        for (size_t k = 0; k < n && t; k++) {
             t = child(t, nb.v[k]);
             if (t) {
                 t->bytes += s->bytes;
                 t->count += s->count;
+                /* kept: the outermost frame, the first user frame, the user's own Python code */
+                t->keep |= k == 0 || k == fu ||
+                           ((nb.flags[k] & MT_FF_PYTHON) && !(nb.flags[k] & MT_FF_PYLIB));
             }
         }
         if (!t) rc = -1;
     }
-    if (rc == 0 && list->n > top) {
-        snprintf(other, sizeof other, "[%zu more stacks]", list->n - top);
+    if (rc == 0 && list->n > v->top) {
+        snprintf(other, sizeof other, "[%zu more stacks]", list->n - v->top);
         tnode *t = child(&r, other);
         if (t) *t = rest;
         else rc = -1;
     }
-    if (rc == 0) tree_print(o, &r, whole, 0);
+    if (rc == 0) tree_print(o, &r, whole, 0, v->full);
     tree_free(&r);
     mt_namebuf_free(&nb);
     return rc;
+}
+
+/* ---- reconciliation ------------------------------------------------------------------------------ */
+
+static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
+{
+    char b1[32], b2[32], t1[48];
+    if (!b->valid) return;
+    mt_out_printf(o, "  where the memory is, %s (%s):\n", when, mt_format_rel(b->time_ns, t1, sizeof t1));
+    if (b->process_known) {
+        mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s\n",
+                      mt_format_bytes(b->process_bytes, b1, sizeof b1),
+                      mt_format_rel(b->process_sample_ns, t1, sizeof t1));
+        uint64_t mag = b->context_bytes < 0 ? (uint64_t)-b->context_bytes : (uint64_t)b->context_bytes;
+        mt_out_printf(o, "    = CUDA context & driver      %s%9s   remainder; driver-internal seen "
+                         "by the trace: %s%s\n",
+                      b->context_bytes < 0 ? "-" : " ", mt_format_bytes(mag, b1, sizeof b1),
+                      mt_format_bytes(b->driver_bytes, b2, sizeof b2),
+                      b->context_bytes < 0 ? " (negative: the NVML sample lags the trace)" : "");
+    } else {
+        mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
+        mt_out_printf(o, "    = CUDA context & driver         unknown   driver-internal seen by the "
+                         "trace: %s\n", mt_format_bytes(b->driver_bytes, b1, sizeof b1));
+    }
+    mt_out_printf(o, "    + allocator reserved         %10s\n",
+                  mt_format_bytes(b->reserved_bytes, b1, sizeof b1));
+    if (b->allocated_known) {
+        mt_out_printf(o, "        tensors allocated        %10s\n",
+                      mt_format_bytes(b->allocated_bytes, b1, sizeof b1));
+        mt_out_printf(o, "        cached but free          %10s\n",
+                      mt_format_bytes(b->cached_free_bytes, b1, sizeof b1));
+    } else if (b->reserved_bytes) {
+        mt_out_puts(o, "        tensors allocated           unknown   the caching allocator's use of its "
+                       "segments is invisible to CUDA; record with --tensors to see it\n");
+    }
+    mt_out_printf(o, "    + other libraries            %10s\n",
+                  mt_format_bytes(b->other_bytes, b1, sizeof b1));
+    for (size_t i = 0; i < b->n_owners; i++)
+        mt_out_printf(o, "        %10s  %6llu  %s\n",
+                      mt_format_bytes(b->owners[i].bytes, b1, sizeof b1),
+                      (unsigned long long)b->owners[i].count, b->owners[i].owner);
+}
+
+/* ---- by line ------------------------------------------------------------------------------------- */
+
+static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const char *file,
+                         size_t top)
+{
+    mt_line_stat *v;
+    size_t n;
+    if (mt_by_line(a->frames, d, file, &v, &n) < 0) return -1;
+    char b1[32], b2[32], src[160], where[256];
+    mt_src_cache sc = {0};
+    mt_out_printf(o, "  by Python line%s%s (innermost Python frame%s; source as on this machine):\n",
+                  file ? " in " : "", file ? file : "", file ? " in that file" : "");
+    if (!n) mt_out_puts(o, "    no allocation has a Python frame here\n");
+    else mt_out_printf(o, "    %10s  %10s  %7s  %s\n", "at peak", "allocated", "allocs", "line");
+    for (size_t i = 0; i < n && i < top; i++) {
+        const char *slash = strrchr(v[i].file, '/');
+        snprintf(where, sizeof where, "%s:%u in %s", slash ? slash + 1 : v[i].file, v[i].line,
+                 v[i].qualname);
+        const char *text = mt_source_line(&sc, v[i].file, v[i].line, src, sizeof src);
+        mt_out_printf(o, "    %10s  %10s  %7llu  %s%s%s\n", mt_format_bytes(v[i].peak_bytes, b1, sizeof b1),
+                      mt_format_bytes(v[i].alloc_bytes, b2, sizeof b2),
+                      (unsigned long long)v[i].alloc_count, where, text ? "  | " : "",
+                      text ? text : "");
+    }
+    if (n > top) mt_out_printf(o, "    [%zu more lines]\n", n - top);
+    mt_src_cache_free(&sc);
+    free(v);
+    return 0;
 }
 
 static void print_kinds(mt_out *o, const uint64_t *by_kind)
@@ -111,7 +259,8 @@ static void print_kinds(mt_out *o, const uint64_t *by_kind)
     if (first) mt_out_puts(o, "nothing");
 }
 
-static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d, size_t top)
+static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
+                        const mt_report_options *ro, const view *v)
 {
     char root[32], b1[32], b2[32], t1[48], t2[64];
     const mt_usage *u = &d->u;
@@ -147,18 +296,28 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d, size_t t
                       mt_format_bytes(u->vmm_mapped_peak, b2, sizeof b2));
     mt_out_printf(o, "  live at the end  %s in %llu allocations\n",
                   mt_format_bytes(d->leak_bytes, b1, sizeof b1), (unsigned long long)d->leak_count);
+    if (!u->is_host && (d->n_nvml || d->at_peak.reserved_bytes || d->at_end.reserved_bytes)) {
+        /* only when there is something to reconcile: a plain CUDA program reads as before */
+        print_breakdown(o, &d->at_peak, "at the peak");
+        print_breakdown(o, &d->at_end, "at the end");
+        if (d->n_nvml)
+            mt_out_printf(o, "  nvidia-smi max   %s at %s\n",
+                          mt_format_bytes(d->nvml_max, b1, sizeof b1),
+                          mt_format_rel(d->nvml_max_time_ns, t1, sizeof t1));
+    }
+    if (ro->by_line) return print_by_line(o, a, d, ro->by_line_file, v->top);
     if (d->peak_stacks.n) {
         mt_out_puts(o, "  live at the peak, by stack (share of the peak):\n");
-        if (print_stack_tree(o, a, &d->peak_stacks, root, u->peak, top) < 0) return -1;
+        if (print_stack_tree(o, a, &d->peak_stacks, root, u->peak, v) < 0) return -1;
     }
     if (d->leaks.n) {
         mt_out_puts(o, "  leaked (live at the end), by stack:\n");
-        if (print_stack_tree(o, a, &d->leaks, root, d->leak_bytes, top) < 0) return -1;
+        if (print_stack_tree(o, a, &d->leaks, root, d->leak_bytes, v) < 0) return -1;
     }
     return 0;
 }
 
-static int print_failed(mt_out *o, mt_analysis *a, size_t top)
+static int print_failed(mt_out *o, mt_analysis *a, const view *v)
 {
     char b1[32], b2[32], t1[48], root[32];
     mt_namebuf nb = {0};
@@ -181,12 +340,12 @@ static int print_failed(mt_out *o, mt_analysis *a, size_t top)
         else
             mt_out_puts(o, "reserved but free in pools: unknown\n");
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
-        if (mt_stat_frames(a->frames, &self, MT_NAME_REPORT, &nb) < 0) return -1;
+        if (mt_stat_frames(a->frames, &self, MT_NAME_TEXT, v->frames, &nb) < 0) return -1;
         mt_out_puts(o, "     requested by (innermost first):\n");
         for (size_t k = nb.n; k-- > 0;) mt_out_printf(o, "       %s\n", nb.v[k]);
         if (f->live.n) {
             mt_out_puts(o, "     live on the device at that moment, by stack:\n");
-            if (print_stack_tree(o, a, &f->live, root, f->in_use, top) < 0) return -1;
+            if (print_stack_tree(o, a, &f->live, root, f->in_use, v) < 0) return -1;
         }
     }
     mt_namebuf_free(&nb);
@@ -195,7 +354,9 @@ static int print_failed(mt_out *o, mt_analysis *a, size_t top)
 
 int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
 {
-    size_t top = opt && opt->top ? opt->top : 10;
+    mt_report_options ro = opt ? *opt : (mt_report_options){0};
+    if (!ro.top) ro.top = 10;
+    view v = {.top = ro.top, .frames = ro.frames, .full = ro.full_stacks};
     char t1[64], t2[32];
     mt_out_printf(o, "memtrace report: %s\n", a->path);
     if (a->comm[0]) mt_out_printf(o, "process: %s (pid %u) %s\n", a->comm, a->pid, a->cmdline);
@@ -213,9 +374,9 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     for (size_t i = 0; i < a->n_warnings; i++) mt_out_printf(o, "WARNING (recorder): %s\n", a->warnings[i]);
     if (!a->n_devices && !a->host) mt_out_puts(o, "\nno GPU memory events\n");
     for (size_t i = 0; i < a->n_devices; i++)
-        if (print_device(o, a, &a->devices[i], top) < 0) return -1;
-    if (a->host && print_device(o, a, a->host, top) < 0) return -1;
-    if (a->failed_total && print_failed(o, a, top) < 0) return -1;
+        if (print_device(o, a, &a->devices[i], &ro, &v) < 0) return -1;
+    if (a->host && print_device(o, a, a->host, &ro, &v) < 0) return -1;
+    if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
         an->ctx_destroy_released || an->unknown_ops)

@@ -5,35 +5,45 @@
 
 #include "util.h"
 
-long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style, mt_namebuf *b)
+static int namebuf_grow(mt_namebuf *b, size_t need)
+{
+    if (need <= b->cap) return 0;
+    const char **nv = realloc(b->v, need * sizeof *nv);
+    if (!nv) return -1;
+    b->v = nv;
+    uint8_t *nf = realloc(b->flags, need);
+    if (!nf) return -1;
+    b->flags = nf;
+    b->cap = need;
+    return 0;
+}
+
+long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
+                    mt_frame_filter filter, mt_namebuf *b)
 {
     if (s->driver) {
-        if (!b->cap) {
-            b->v = malloc(64 * sizeof *b->v);
-            if (!b->v) return -1;
-            b->cap = 64;
-        }
+        if (namebuf_grow(b, 64) < 0) return -1;
         b->v[0] = mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL);
+        b->flags[0] = MT_FF_PSEUDO;
         b->n = 1;
         return 1;
     }
     for (;;) {
-        size_t n = mt_frames_path(f, s->stack, style, b->v, b->cap);
+        size_t n = mt_frames_path_ex(f, s->stack, style, filter, b->v, b->flags, b->cap);
         if (n <= b->cap) {
             b->n = n;
             return (long)n;
         }
-        const char **nv = realloc(b->v, (n + 64) * sizeof *nv);
-        if (!nv) return -1;
-        b->v = nv;
-        b->cap = n + 64;
+        if (namebuf_grow(b, n + 64) < 0) return -1;
     }
 }
 
 void mt_namebuf_free(mt_namebuf *b)
 {
     free(b->v);
+    free(b->flags);
     b->v = NULL;
+    b->flags = NULL;
     b->n = b->cap = 0;
 }
 

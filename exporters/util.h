@@ -8,15 +8,29 @@
 #include "memtrace/compact.h"
 #include "memtrace/export.h"
 
-/* A growable array of frame names. */
+/* A growable array of frame names and their MT_FF_* flags. */
 typedef struct mt_namebuf {
     const char **v;
+    uint8_t *flags;
     size_t n, cap;
 } mt_namebuf;
 
-/* Frames of one stack stat, root first (without the device root): the stack's frames, or the
- * single "[driver internal]" pseudo frame for driver allocations. Returns the count, -1 on OOM. */
-long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style, mt_namebuf *b);
+/* Frames of one stack stat, root first (without the device root): the stack's frames that
+ * `filter` keeps, or the single "[driver internal]" pseudo frame for driver allocations. Returns
+ * the count, -1 on OOM. */
+long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
+                    mt_frame_filter filter, mt_namebuf *b);
+/* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
+ * when the file or the line cannot be read. Keeps the last file open between calls (src_cache). */
+typedef struct mt_src_cache {
+    char *path;
+    char **lines;
+    size_t n_lines;
+    int missing;
+} mt_src_cache;
+const char *mt_source_line(mt_src_cache *c, const char *path, uint32_t line, char *buf,
+                           size_t len);
+void mt_src_cache_free(mt_src_cache *c);
 void mt_namebuf_free(mt_namebuf *b);
 
 /* "+1.234567 s" (time since trace start). */

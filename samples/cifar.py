@@ -66,7 +66,12 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--record-history", action="store_true",
+                    help="turn on torch.cuda.memory._record_memory_history(stacks='python'), "
+                         "to compare its cost with memtrace's")
     args = ap.parse_args()
+    if args.record_history:
+        torch.cuda.memory._record_memory_history(stacks="python")
     loss, step_ms = train(args.steps, args.batch, min(args.warmup, args.steps - 1))
     print(f"loss={loss:.4f}")
     print(

@@ -89,12 +89,21 @@ say "info: alloc_patterns API device peak from dump: $(api_peak "$W/ap.dump")"
 say "== cifar.py ($STEPS steps)"
 cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else traced
   local name=$1; shift
-  local t0 t1
+  local t0 t1 envs=(MEMTRACE_UNUSED=1)
   t0=$(date +%s.%N)
+  local extra=() args=()
+  for kv in "$@"; do
+    case $kv in
+      MEMTRACE_TENSORS=1) extra+=(--tensors) ;;
+      MEMTRACE_STACKS=*) extra+=(--stacks "${kv#*=}") ;;
+      CIFAR_ARGS=*) args+=("${kv#CIFAR_ARGS=}") ;;
+      *) envs+=("$kv") ;;
+    esac
+  done
   if [[ $name == plain* ]]; then
-    (cd "$W" && env "$@" $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS") > "$W/$name.out" 2>> "$LOG"
+    (cd "$W" && env "${envs[@]}" $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$LOG"
   else
-    (cd "$W" && env "$@" "$MT" record -o "$W/$name.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS") > "$W/$name.out" 2>> "$W/$name.err"
+    (cd "$W" && env "${envs[@]}" "$MT" record "${extra[@]}" -o "$W/$name.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$W/$name.err"
   fi
   local rc=$?
   t1=$(date +%s.%N)
@@ -103,12 +112,26 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   check "cifar $name exit status" 0 $rc
 }
 val() { sed -n "s/.*$2=\([0-9.]*\).*/\1/p" "$W/$1.out" | tail -1; }
+# Runs are interleaved (untraced, traced, untraced, ...) so drift of the machine hits both sides.
 cifar plain0
 cifar default
 cifar plain1
 cifar expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-cifar async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-for n in default expandable async; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
+cifar async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync MEMTRACE_STACKS=native
+cifar plain_async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+cifar tensors MEMTRACE_TENSORS=1
+cifar plain_async2 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+cifar tensors2 MEMTRACE_TENSORS=1
+cifar plain_hist0 CIFAR_ARGS=--record-history
+cifar tensors_nostack MEMTRACE_TENSORS=1 MEMTRACE_STACKS=none
+cifar tensors_noact MEMTRACE_TENSORS=1 MEMTRACE_ACTIVITY=0
+cifar tensors_pyonly MEMTRACE_TENSORS=1 MEMTRACE_STACKS=python
+cifar plain_hist1 CIFAR_ARGS=--record-history
+for n in default expandable async tensors; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
+for n in default expandable async tensors tensors2 tensors_nostack tensors_noact tensors_pyonly; do
+  "$MT" dump "$W/$n.mtrace" 2>/dev/null | grep '^note' | sed "s/^/  $n: /" >> "$LOG"
+  say "info: $n: $("$MT" dump "$W/$n.mtrace" 2>/dev/null | grep -o 'stack capture: [^"]*')"
+done
 
 # What PyTorch's caching allocator reserved is what went through c10's CUDACachingAllocator; cuBLAS
 # and friends also call cudaMalloc directly (their workspaces), which torch does not count.
@@ -120,6 +143,13 @@ for n in default expandable; do
   say "info: cifar $n: all API device bytes peak $(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/$n.peaks"); live at that peak outside the allocator: $(sed -n 's/^dev=0 .*other=//p' "$W/$n.peaks")"
 done
 # cudaMallocAsync: live async allocations vs max_memory_allocated; pool high-water vs reserved.
+# Tensor mode: the peak of live tensor (async) bytes against torch's max_memory_allocated, within 1%.
+tensor_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
+   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
+   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/tensors.dump")
+check "tensor mode: live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$tensor_live; b=$(val tensors max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
+say "tensor mode: live tensor peak $tensor_live vs max_memory_allocated $(val tensors max_memory_allocated)"
+grep -q 'python code=' "$W/tensors.dump"; check "tensor mode trace has Python frames" 0 $?
 async_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
    if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
    else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/async.dump")
@@ -131,7 +161,13 @@ for n in default expandable async; do
   say "info: cifar $n trace bytes $(stat -c %s "$W/$n.mtrace"), bytes/event $(calc "$(stat -c %s "$W/$n.mtrace") / $(grep -c '^event ' "$W/$n.dump")")"
 done
 p0=$(val plain0 step_ms); p1=$(val plain1 step_ms); d=$(val default step_ms)
-say "timing step_ms: untraced $p0 / $p1, traced default $d, expandable $(val expandable step_ms), async $(val async step_ms)"
+pa=$(calc "($(val plain_async step_ms) + $(val plain_async2 step_ms)) / 2"); ta=$(calc "($(val tensors step_ms) + $(val tensors2 step_ms)) / 2")
+ph=$(calc "($(val plain_hist0 step_ms) + $(val plain_hist1 step_ms)) / 2")
+say "timing step_ms (tensor mode): untraced cudaMallocAsync $(val plain_async step_ms) / $(val plain_async2 step_ms); traced --tensors (Python+native stacks) $(val tensors step_ms) / $(val tensors2 step_ms); no stacks $(val tensors_nostack step_ms); no activity $(val tensors_noact step_ms); Python-only stacks $(val tensors_pyonly step_ms)"
+say "overhead --tensors vs untraced cudaMallocAsync: $(calc "100.0 * ($ta / $pa - 1)") %"
+say "overhead torch _record_memory_history(stacks=python) vs untraced default allocator: $(calc "100.0 * ($ph / (($p0 + $p1) / 2) - 1)") % (step_ms $(val plain_hist0 step_ms) / $(val plain_hist1 step_ms))"
+say "timing step_ms: untraced $p0 / $p1, traced default $d, expandable $(val expandable step_ms); async untraced $(val plain_async step_ms) traced $(val async step_ms)"
+say "slowdown traced/untraced (step_ms, cudaMallocAsync: every tensor is an event): $(calc "$(val async step_ms) / $(val plain_async step_ms)")"
 say "timing wall s: untraced $(val plain0 wall) / $(val plain1 wall), traced default $(val default wall)"
 say "slowdown traced/untraced (step_ms, default allocator): $(calc "$d / (($p0 + $p1) / 2)")"
 say "slowdown traced/untraced (wall, default allocator): $(calc "$(val default wall) / (($(val plain0 wall) + $(val plain1 wall)) / 2)")"

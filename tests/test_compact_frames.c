@@ -40,7 +40,7 @@ Test(frames, names_and_first_user_frame)
     cr_assert_eq(n, 6);
     cr_expect_str_eq(names[0], "main (app.c:12)");
     cr_expect_str_eq(names[1], "inlined,helper (util.h:7)", "';' is replaced");
-    cr_expect_str_eq(names[2], "train.py:Model.step:42");
+    cr_expect_str_eq(names[2], "train.py:42 in Model.step");
     cr_expect_str_eq(names[3], "libtorch.so+0x123");
     cr_expect_str_eq(names[4], "cudaMalloc");
     cr_expect_str_eq(names[5], "0x900000");
@@ -49,7 +49,7 @@ Test(frames, names_and_first_user_frame)
     cr_expect_str_eq(names[0], "main");
     cr_expect_str_eq(names[1], "inlined,helper");
     /* A Python frame wins over native ones. */
-    cr_expect_str_eq(mt_frames_first_user(f, 5), "train.py:Model.step:42");
+    cr_expect_str_eq(mt_frames_first_user(f, 5), "train.py:42 in Model.step");
     /* Without Python: the innermost frame outside the CUDA libraries. */
     cr_expect_str_eq(mt_frames_first_user(f, 7), "libcudart.so.13+0x20", "all-CUDA stack: innermost");
     cr_expect_str_eq(mt_frames_first_user(f, 1), "inlined,helper (util.h:7)");

@@ -29,9 +29,33 @@ extern "C" {
 typedef struct mt_frames mt_frames;
 
 typedef enum mt_name_style {
-    MT_NAME_REPORT = 0, /* "function (file:line)", "module.so+0x1a2b", "file.py:qualname:42" */
-    MT_NAME_FOLDED = 1, /* "function", same otherwise; never contains ';' or '\n' */
+    MT_NAME_REPORT = 0, /* "function (file:line)", "module.so+0x1a2b", "/full/file.py:42 in qualname" */
+    MT_NAME_FOLDED = 1, /* "function", "module.so+0x1a2b", "/full/file.py:qualname:42";
+                           never contains ';' or '\n' */
+    MT_NAME_TEXT = 2,   /* as REPORT with a short Python path: "pkg/file.py:42 in qualname"
+                           (below site-packages, relative to the base dir, or the last 2 parts) */
+    MT_NAME_STYLES_ = 3,
 } mt_name_style;
+
+/* Which frames a path keeps (`--frames`). Pseudo frames are always kept. */
+typedef enum mt_frame_filter {
+    MT_FRAMES_ALL = 0,
+    MT_FRAMES_PYTHON = 1, /* Python frames only */
+    MT_FRAMES_NATIVE = 2, /* no Python frames */
+} mt_frame_filter;
+
+/* What one name of a path is (mt_frames_path_ex's flags). */
+enum {
+    MT_FF_NATIVE = 1u << 0,
+    MT_FF_PYTHON = 1u << 1,
+    MT_FF_PSEUDO = 1u << 2,
+    MT_FF_CUDA = 1u << 3, /* a native frame in libcuda*, libcudart*, libcupti*, libmemtrace_inject* */
+    MT_FF_PYLIB = 1u << 4, /* a Python frame of an installed package or the standard library
+                              (path holds site-packages, dist-packages or /lib/python) */
+};
+
+/* Owner name mt_frames_owner gives to stacks of PyTorch's caching allocator. */
+#define MT_OWNER_CACHING_ALLOCATOR "PyTorch caching allocator"
 
 mt_frames *mt_frames_new(void);
 void mt_frames_free(mt_frames *f);
@@ -43,6 +67,25 @@ int mt_frames_add(mt_frames *f, const mt_record *r);
  * the single pseudo frame "[no stack]". Names are owned by f and live as long as it does. */
 size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                       size_t cap);
+/* mt_frames_path keeping only the frames `filter` selects; flags (may be NULL) receives MT_FF_* of
+ * each name written. */
+size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
+                         const char **out, uint8_t *flags, size_t cap);
+/* MT_NAME_TEXT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
+void mt_frames_set_base_dir(mt_frames *f, const char *dir);
+/* Filename and qualname of a Python code object; 0 if the trace has no PYCODE for it. */
+int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
+/* The innermost Python frame of stack leaf (with file != NULL: the innermost whose file matches,
+ * see mt_python_file_matches): its code id and line. 1 found, 0 none. */
+int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_t *code,
+                          uint32_t *line);
+/* A recorded Python filename matches what a user typed: equal, one a '/'-suffix of the other
+ * ("cifar.py", "examples/cifar.py" ~ "/home/u/examples/cifar.py"), or the same basename. */
+int mt_python_file_matches(const char *recorded, const char *wanted);
+/* Who allocated, from the stack's native frame names (innermost match wins):
+ * MT_OWNER_CACHING_ALLOCATOR ("CUDACachingAllocator" in a name; *is_allocator = 1), "cuBLAS"
+ * (cublas*), "cuDNN" (cudnn*), "NCCL" (nccl*), else the first user frame. Cached per stack. */
+const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
 /* The frame that names an allocation: the innermost Python frame if the stack has one, else the
  * innermost native frame outside the CUDA stack (libcuda*, libcudart*, libcupti*,
  * libmemtrace_inject*), else the innermost frame. Report style. */
@@ -155,6 +198,46 @@ typedef struct mt_timeline_point {
     uint64_t by_kind[MT_KIND_MAX_];
 } mt_timeline_point;
 
+/* ---- Reconciliation: the four numbers people confuse --------------------------------------------
+ *   process total (NVML, what nvidia-smi shows)
+ *     = CUDA context & driver (the remainder; includes the driver-internal bytes the trace saw)
+ *     + allocator reserved  (caching allocator segments, or the pools' reservation in tensor mode)
+ *         = tensors allocated + cached but free   (known only in tensor mode)
+ *     + other libraries' direct allocations (by owner: cuBLAS, cuDNN, NCCL, first user frame)
+ * Rules and caveats are in docs/analysis.md and src/compact/breakdown.c. */
+
+#define MT_MAX_OWNERS 8 /* owners listed; the rest are summed into "[other owners]" */
+
+typedef struct mt_owner_bytes {
+    const char *owner; /* owned by the analysis' frames (or static) */
+    uint64_t bytes, count;
+} mt_owner_bytes;
+
+typedef struct mt_breakdown {
+    int valid;                 /* computed */
+    uint64_t time_ns;          /* the moment, since trace start */
+    int process_known;         /* an NVML process sample was in effect then */
+    uint64_t process_bytes;    /* that sample's value */
+    uint64_t process_sample_ns; /* its time, since trace start */
+    int64_t context_bytes;     /* process - reserved - other; < 0 when NVML lags the trace */
+    uint64_t driver_bytes;     /* DRIVER-kind bytes the trace saw (inside context_bytes) */
+    uint64_t reserved_bytes;   /* caching_bytes + pool_bytes */
+    uint64_t caching_bytes;    /* live DEVICE/VMM_PHYSICAL allocations of the caching allocator */
+    int has_pool;              /* POOL_RESERVED seen for the device (tensor mode) */
+    uint64_t pool_bytes;       /* max(sum of the pools' reservations, live async bytes) */
+    int allocated_known;       /* = has_pool */
+    uint64_t allocated_bytes;  /* live async bytes: tensors */
+    uint64_t cached_free_bytes; /* reserved - allocated, when known */
+    uint64_t other_bytes;      /* every other live API allocation */
+    mt_owner_bytes owners[MT_MAX_OWNERS]; /* other_bytes by owner, largest first */
+    size_t n_owners;
+} mt_breakdown;
+
+typedef struct mt_sample_point {
+    uint64_t time_ns; /* since trace start */
+    uint64_t value;
+} mt_sample_point;
+
 typedef struct mt_device_report {
     mt_usage u;                    /* counters at the end of the trace; peaks over the trace;
                                       times here are absolute (trace clock) */
@@ -170,7 +253,28 @@ typedef struct mt_device_report {
     mt_stack_list allocs;          /* bytes ever allocated, by stack */
     mt_timeline_point *timeline;   /* n_timeline points, time order */
     size_t n_timeline;
+    mt_breakdown at_peak;          /* reconciliation at the peak (peak_time_ns) */
+    mt_breakdown at_end;           /* ... and when the trace ended */
+    mt_sample_point *nvml;         /* MT_COUNTER_NVML_PROCESS_BYTES samples, file order */
+    size_t n_nvml;
+    uint64_t nvml_max, nvml_max_time_ns; /* the largest sample (first time); valid if n_nvml */
 } mt_device_report;
+
+/* ---- By line: memory per Python source line --------------------------------------------------- */
+
+typedef struct mt_line_stat {
+    uint32_t code, line;          /* Python code id and line */
+    const char *file, *qualname;  /* owned by the frames ("?" when the code is unknown) */
+    uint64_t alloc_bytes, alloc_count; /* ALLOCs ever attributed to the line */
+    uint64_t peak_bytes, peak_count;   /* attributed bytes live at the device's peak */
+} mt_line_stat;
+
+/* Attributes every allocation of device report d to the innermost Python frame of its stack (with
+ * file != NULL: the innermost frame whose file matches it; stacks without one are skipped), and
+ * sums per (code, line). Sorted by peak_bytes, then alloc_bytes, largest first. *out is malloc'd
+ * (NULL when empty). Returns 0, -1 on OOM. */
+int mt_by_line(mt_frames *f, const mt_device_report *d, const char *file, mt_line_stat **out,
+               size_t *n);
 
 typedef struct mt_failed_request {
     uint64_t time_ns; /* since trace start */

@@ -36,6 +36,10 @@ const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len);
 
 typedef struct mt_report_options {
     size_t top; /* stacks shown per list (peak, leaks, failed); 0 = 10 */
+    mt_frame_filter frames; /* --frames all|python|native */
+    int full_stacks;        /* text: every frame (no chain elision, CUDA frames at the leaf kept) */
+    int by_line;            /* the per-Python-line table (text: instead of the stack trees) */
+    const char *by_line_file; /* by_line: attribute to the innermost frame in this file */
 } mt_report_options;
 
 /* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
@@ -57,6 +61,9 @@ typedef enum mt_folded_metric {
 /* "cuda:0;main;train_step;cudaMalloc 1048576\n" per stack, root first; host memory under "host".
  * With n > 1 each line starts with a "comm[pid]" frame. Lines with 0 bytes are left out. */
 int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric);
+/* The same keeping only the frames `filter` selects (lines of a device still sum the same). */
+int mt_export_folded_ex(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric,
+                        mt_frame_filter filter);
 
 /* ---- Chrome Trace Event JSON ------------------------------------------------------------------- */
 
@@ -68,9 +75,12 @@ typedef struct mt_chrome_options {
                             (MT_CHROME_DEFAULT_MAX_SLICES, said in otherData when it applies) */
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
+    mt_frame_filter frames; /* frames kept in slice stacks */
 } mt_chrome_options;
 
-/* {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}. Re-reads each trace (the
+/* {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}. Per device, besides the
+ * usage counters, the reconciliation tracks "<root> nvidia-smi (process)", "allocator reserved",
+ * "tensors allocated" (tensor mode), "other libraries", "driver-internal" (bytes). Re-reads each trace (the
  * analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);

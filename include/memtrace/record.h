@@ -122,6 +122,10 @@ typedef struct mt_pyframes mt_pyframes;
 typedef struct mt_pyframe {
     uintptr_t code; /* PyCodeObject address (identity for dedup; resolved off the hot path) */
     int line;       /* current line, -1 if unknown */
+    int entry;      /* 1: the outermost frame run by one C-level call of the interpreter loop
+                       (_PyEval_EvalFrameDefault); the next older frame, if any, was called from C.
+                       This is what lets the recorder put each run of Python frames in the place
+                       of the one native eval-loop frame that ran it. */
 } mt_pyframe;
 
 /* Finds the interpreter in this process (dlsym on RTLD_DEFAULT). NULL when there is no Python or

@@ -2,6 +2,7 @@
 #ifndef MT_CLI_H
 #define MT_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 /* Each returns the process exit status: 0 ok, 2 bad arguments or bad input files, record: the
@@ -14,6 +15,8 @@ int mt_cmd_symbolize(int argc, char **argv);
 
 /* "memtrace: <msg>\n" on stderr; returns 2 so callers can `return mt_cli_fail(...)`. */
 int mt_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* PYTORCH_CUDA_ALLOC_CONF for `record --tensors`: user's options with backend:cudaMallocAsync. */
+void mt_tensor_mode_conf(const char *user, char *out, size_t len);
 /* True when argv[i] is -h or --help. */
 int mt_cli_is_help(const char *arg);
 

@@ -23,6 +23,8 @@ static void usage(FILE *f)
           "  --min-bytes B             chrome: slices only for allocations >= B (k/m/g suffix)\n"
           "  --top-allocs N            chrome: slices only for the N largest allocations\n"
           "                            (default: the largest 500000, about 200 MB)\n"
+          "  --frames all|python|native  frames kept in stacks (default all); python keeps\n"
+          "                            only Python frames (folded sums are unchanged)\n"
           "  -o OUT                    output file, '-' = stdout (default)\n",
           f);
 }
@@ -51,6 +53,17 @@ int mt_cli_parse_count(const char *s, uint64_t *out)
     return 0;
 }
 
+/* --frames: all | python | native. -1 if something else. */
+int mt_cli_parse_frames(const char *s, mt_frame_filter *out);
+int mt_cli_parse_frames(const char *s, mt_frame_filter *out)
+{
+    if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
+    else if (strcmp(s, "python") == 0) *out = MT_FRAMES_PYTHON;
+    else if (strcmp(s, "native") == 0) *out = MT_FRAMES_NATIVE;
+    else return -1;
+    return 0;
+}
+
 static void progress(void *ctx, double fraction)
 {
     fprintf(stderr, "\rmemtrace: %s: %3.0f%%", (const char *)ctx, fraction * 100);
@@ -68,6 +81,7 @@ static int run(int argc, char **argv, char **traces)
     const char *format = NULL, *metric = NULL, *out_path = "-";
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, n = 0;
+    mt_frame_filter frames = MT_FRAMES_ALL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (mt_cli_is_help(a)) {
@@ -89,6 +103,9 @@ static int run(int argc, char **argv, char **traces)
             if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &top_allocs) < 0 || !top_allocs)
                 return mt_cli_fail("export: --top-allocs needs a positive number");
             have_top = 1;
+        } else if (strcmp(a, "--frames") == 0) {
+            if (i + 1 >= argc || mt_cli_parse_frames(argv[++i], &frames) < 0)
+                return mt_cli_fail("export: --frames needs all, python or native");
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: -o needs a file name or -");
             out_path = argv[++i];
@@ -135,11 +152,11 @@ static int run(int argc, char **argv, char **traces)
         if (chrome) {
             mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
                                     .progress = tty ? progress : NULL,
-                                    .progress_ctx = (void *)"chrome export"};
+                                    .progress_ctx = (void *)"chrome export", .frames = frames};
             rc = mt_export_chrome(out, as, (size_t)n, &co, err, sizeof err);
             if (tty) fputs("\r\033[K", stderr);
         } else {
-            rc = mt_export_folded(out, as, (size_t)n, m);
+            rc = mt_export_folded_ex(out, as, (size_t)n, m, frames);
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
         }
         int close_rc = mt_out_close(out);

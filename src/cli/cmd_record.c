@@ -33,7 +33,12 @@ static void usage(FILE *out)
         "  -o PATTERN        trace file name; %p = pid, %c = command name, %h = host name\n"
         "                    (default: memtrace.%c.%p.mtrace in the current directory)\n"
         "  -f, --force       replace existing trace files (default: never overwrite)\n"
-        "  --stacks MODE     native (default) or none\n"
+        "  --stacks MODE     both (default: native frames, with Python frames in place of the\n"
+        "                    interpreter's when the program is Python), python (Python frames\n"
+        "                    only: cheapest), native, or none\n"
+        "  --tensors         PyTorch: make every tensor allocation visible by running the\n"
+        "                    caching allocator in its cudaMallocAsync mode (merged into\n"
+        "                    PYTORCH_CUDA_ALLOC_CONF; see docs/tensor-mode.md for what changes)\n"
         "  --no-symbolize    skip resolving native frames at the end (do it later with\n"
         "                    `memtrace symbolize`, on this machine)\n"
         "  -q, --quiet       print nothing but errors\n"
@@ -170,6 +175,29 @@ static int find_cupti(const char *cmd, char *out, size_t len)
     return -1;
 }
 
+/* PYTORCH_CUDA_ALLOC_CONF for tensor mode: the user's options, any "backend:..." replaced by
+ * backend:cudaMallocAsync (options are comma-separated key:value pairs). */
+void mt_tensor_mode_conf(const char *user, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    if (user) {
+        const char *p = user;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            int is_backend = n >= 8 && strncmp(p, "backend:", 8) == 0;
+            if (n && !is_backend && o + n + 2 < len) {
+                if (o) out[o++] = ',';
+                memcpy(out + o, p, n);
+                o += n;
+                out[o] = 0;
+            }
+            p += n + (p[n] == ',');
+        }
+    }
+    snprintf(out + o, len - o, "%sbackend:cudaMallocAsync", o ? "," : "");
+}
+
 static pid_t child_pid;
 
 static void forward_signal(int sig)
@@ -179,8 +207,8 @@ static void forward_signal(int sig)
 
 int mt_cmd_record(int argc, char **argv)
 {
-    const char *pattern = "memtrace.%c.%p.mtrace", *stacks = "native";
-    int force = 0, symbolize = 1, quiet = 0, i = 1;
+    const char *pattern = "memtrace.%c.%p.mtrace", *stacks = "both";
+    int force = 0, symbolize = 1, quiet = 0, tensors = 0, i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
@@ -196,10 +224,14 @@ int mt_cmd_record(int argc, char **argv)
         } else if (strcmp(a, "-f") == 0 || strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--stacks") == 0) {
-            if (++i >= argc) return mt_cli_fail("record: --stacks needs native or none");
+            if (++i >= argc) return mt_cli_fail("record: --stacks needs both|python|native|none");
             stacks = argv[i];
-            if (strcmp(stacks, "native") != 0 && strcmp(stacks, "none") != 0)
-                return mt_cli_fail("record: --stacks takes native or none, not '%s'", stacks);
+            if (strcmp(stacks, "native") != 0 && strcmp(stacks, "none") != 0 &&
+                strcmp(stacks, "python") != 0 && strcmp(stacks, "both") != 0)
+                return mt_cli_fail("record: --stacks takes both, python, native or none, not '%s'",
+                                   stacks);
+        } else if (strcmp(a, "--tensors") == 0) {
+            tensors = 1;
         } else if (strcmp(a, "--no-symbolize") == 0) {
             symbolize = 0;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
@@ -257,6 +289,11 @@ int mt_cmd_record(int argc, char **argv)
         setenv("MEMTRACE_STACKS", stacks, 1);
         if (force) setenv("MEMTRACE_FORCE", "1", 1);
         if (cupti[0]) setenv("MEMTRACE_CUPTI", cupti, 1);
+        if (tensors) {
+            char conf[4096];
+            mt_tensor_mode_conf(getenv("PYTORCH_CUDA_ALLOC_CONF"), conf, sizeof conf);
+            setenv("PYTORCH_CUDA_ALLOC_CONF", conf, 1);
+        }
         execvp(cmd[0], cmd);
         fprintf(stderr, "memtrace: cannot run %s: %s\n", cmd[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);

@@ -41,7 +41,14 @@ typedef struct dev_info {
     uint64_t total;
 } dev_info;
 
+typedef struct nvml_sample {
+    int32_t device;
+    mt_sample_point p;
+} nvml_sample;
+
 typedef struct pass1 {
+    nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
+    size_t n_nvml, cap_nvml;
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
@@ -195,6 +202,11 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     mt_tracker_foreach_live(p->t, snap_one, &s);
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
+    if (!u->is_host) {
+        if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
+            p->oom = 1;
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
+    }
     if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
     mt_u64map_clear(&p->peak_map);
@@ -238,9 +250,24 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
 
 static char *dup(const char *s) { return strdup(s ? s : ""); }
 
-static int keep_record(mt_analysis *a, const mt_record *rec, dev_info **devs, size_t *n_devs)
+static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info **devs,
+                       size_t *n_devs)
 {
     switch (rec->type) {
+    case MT_REC_SAMPLE: {
+        if (rec->u.sample.counter != MT_COUNTER_NVML_PROCESS_BYTES) return 0;
+        if (p->n_nvml == p->cap_nvml) {
+            size_t ncap = p->cap_nvml ? p->cap_nvml * 2 : 256;
+            nvml_sample *nv = realloc(p->nvml, ncap * sizeof *nv);
+            if (!nv) return -1;
+            p->nvml = nv;
+            p->cap_nvml = ncap;
+        }
+        p->nvml[p->n_nvml++] = (nvml_sample){
+            rec->u.sample.device,
+            {rel(rec->u.sample.time_ns, a->header.start_monotonic_ns), rec->u.sample.value}};
+        return 0;
+    }
     case MT_REC_PROCESS:
         free(a->comm);
         free(a->cmdline);
@@ -299,6 +326,26 @@ static int cmp_dev(const void *pa, const void *pb)
     return x < y ? -1 : x > y;
 }
 
+/* Hands the device its NVML samples (and their maximum) and reconciles the end of the trace. */
+static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, const mt_usage *u)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < p->n_nvml; k++) n += p->nvml[k].device == u->device;
+    if (n && !(d->nvml = malloc(n * sizeof *d->nvml))) return -1;
+    for (size_t k = 0; k < p->n_nvml; k++) {
+        if (p->nvml[k].device != u->device) continue;
+        const mt_sample_point *s = &p->nvml[k].p;
+        if (!d->n_nvml || s->value > d->nvml_max) {
+            d->nvml_max = s->value;
+            d->nvml_max_time_ns = s->time_ns;
+        }
+        d->nvml[d->n_nvml++] = *s;
+    }
+    if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
+    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml);
+    return 0;
+}
+
 static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *devs,
                         size_t n_devs)
 {
@@ -335,6 +382,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
             d->leak_bytes += d->leaks.v[k].bytes;
             d->leak_count += d->leaks.v[k].count;
         }
+        if (!u[i].is_host && finish_device_samples(a, p, d, &u[i]) < 0) return -1;
         if (i < p->n_tl) {
             const timeline *tl = &p->tl[i];
             d->timeline = malloc((tl->n ? tl->n : 1) * sizeof *d->timeline);
@@ -373,7 +421,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             opt->progress(opt->progress_ctx, 1,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
         if (rec.type != MT_REC_EVENT) {
-            rc = keep_record(a, &rec, &devs, &n_devs);
+            rc = keep_record(a, &p, &rec, &devs, &n_devs);
             continue;
         }
         const mt_event *e = &rec.u.event;
@@ -412,6 +460,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
     free(devs);
     free(p.tl);
+    free(p.nvml);
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);
@@ -455,6 +504,7 @@ static void free_device(mt_device_report *d)
     free(d->leaks.v);
     free(d->allocs.v);
     free(d->timeline);
+    free(d->nvml);
 }
 
 void mt_analysis_free(mt_analysis *a)

@@ -5,7 +5,9 @@
  *                          (one ip with inlined callees expands to several frames, outer first)
  *   native, no symbol      "libfoo.so+0x1a2b" (offset = ip - load bias, what addr2line wants)
  *   native, no module      "0x7f12345678"
- *   Python                 "file.py:qualname:line"
+ *   Python                 report: "/full/path/file.py:LINE in qualname"
+ *                          text:   "short/file.py:LINE in qualname" (see short_path)
+ *                          folded: "file.py:qualname:line" (unchanged: flame graph tools key on it)
  *   pseudo                 mt_pseudo_name(ip), e.g. "[driver internal]"
  * Names never contain ';' or newlines (folded output and text reports rely on it).
  *
@@ -16,6 +18,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -27,7 +30,9 @@ typedef struct node {
     uint32_t parent;
     uint8_t kind, present;
     uint64_t ip;
-    uint32_t name_first[2], name_count[2]; /* cached names in f->names, per style; count 0 = not yet */
+    uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
+    uint32_t name_first[MT_NAME_STYLES_], name_count[MT_NAME_STYLES_]; /* cached names in f->names,
+                                                                  per style; count 0 = not yet */
 } node;
 
 typedef struct module {
@@ -64,6 +69,9 @@ struct mt_frames {
     size_t n_names, cap_names;
     uint32_t *scratch; /* node ids of one path */
     size_t cap_scratch;
+    char *base_dir;      /* MT_NAME_TEXT shows Python files under it relative to it; NULL = none */
+    mt_u64map owner_index; /* leaf -> a: owner name (a pointer to a static or an f->names string,
+                              which live as long as f), b: is the caching allocator */
 };
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -95,6 +103,8 @@ void mt_frames_free(mt_frames *f)
         free(f->codes[i].qualname);
     }
     for (size_t i = 0; i < f->n_names; i++) free(f->names[i]);
+    mt_u64map_destroy(&f->owner_index);
+    free(f->base_dir);
     mt_u64map_destroy(&f->sym_index);
     mt_u64map_destroy(&f->code_index);
     free(f->nodes);
@@ -190,7 +200,9 @@ static int cmp_sym(const void *pa, const void *pb)
 
 static void forget_names(mt_frames *f)
 {
-    for (size_t i = 0; i < f->n_nodes; i++) f->nodes[i].name_count[0] = f->nodes[i].name_count[1] = 0;
+    for (size_t i = 0; i < f->n_nodes; i++)
+        memset(f->nodes[i].name_count, 0, sizeof f->nodes[i].name_count);
+    mt_u64map_clear(&f->owner_index); /* owners are named from frame names: redo them too */
 }
 
 static int prepare(mt_frames *f)
@@ -273,6 +285,28 @@ static char *symbol_name(const symbol *s, mt_name_style style)
     return fmt("%s (%s)", s->function, file);
 }
 
+/* A Python file name that fits a text report: below a site-packages/dist-packages directory the
+ * package path ("torch/nn/modules/linear.py"); under base_dir the path relative to it; else the
+ * last two components ("proj/cifar.py"). Returns a pointer into path. */
+static const char *short_path(const mt_frames *f, const char *path)
+{
+    static const char *const roots[] = {"/site-packages/", "/dist-packages/"};
+    for (size_t i = 0; i < sizeof roots / sizeof *roots; i++) {
+        const char *p = strstr(path, roots[i]);
+        if (p) return p + strlen(roots[i]);
+    }
+    if (f->base_dir && f->base_dir[0]) {
+        size_t n = strlen(f->base_dir);
+        while (n > 1 && f->base_dir[n - 1] == '/') n--;
+        if (strncmp(path, f->base_dir, n) == 0 && path[n] == '/') return path + n + 1;
+    }
+    const char *last = strrchr(path, '/');
+    if (!last) return path;
+    const char *prev = last;
+    while (prev > path && prev[-1] != '/') prev--;
+    return prev > path ? prev : path + (path[0] == '/');
+}
+
 /* Builds the names of node id (pushes them onto f->names) and caches where they are. */
 static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
 {
@@ -286,7 +320,13 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
         const mt_u64map_slot *s = mt_u64map_find(&f->code_index, code);
         if (s) {
             const pycode *c = &f->codes[s->a];
-            rc = push_name(f, fmt("%s:%s:%u", c->filename, c->qualname, line));
+            if (style == MT_NAME_FOLDED)
+                rc = push_name(f, fmt("%s:%s:%u", c->filename, c->qualname, line));
+            else
+                rc = push_name(f, fmt("%s:%u in %s",
+                                      style == MT_NAME_TEXT ? short_path(f, c->filename)
+                                                            : c->filename,
+                                      line, c->qualname));
         } else {
             rc = push_name(f, fmt("[python code %u]:%u", code, line));
         }
@@ -299,8 +339,9 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
             rc = push_name(f, symbol_name(sym, style));
             named++;
         }
+        const module *m = module_of(f, n->ip);
+        n->is_cuda = m && m->is_cuda;
         if (!named && rc == 0) {
-            const module *m = module_of(f, n->ip);
             if (m) rc = push_name(f, fmt("%s+0x%llx", m->base, (unsigned long long)(n->ip - m->bias)));
             else rc = push_name(f, fmt("0x%llx", (unsigned long long)n->ip));
         }
@@ -328,26 +369,114 @@ static size_t collect(mt_frames *f, uint32_t leaf)
     return n;
 }
 
-size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
-                      size_t cap)
+static int keep_frame(const node *n, mt_frame_filter filter)
+{
+    switch (filter) {
+    case MT_FRAMES_PYTHON: return n->kind != MT_FRAME_NATIVE;
+    case MT_FRAMES_NATIVE: return n->kind != MT_FRAME_PYTHON;
+    default: return 1;
+    }
+}
+
+int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
+
+static int is_library_python(const char *path)
+{
+    return strstr(path, "/site-packages/") || strstr(path, "/dist-packages/") ||
+           strstr(path, "/lib/python");
+}
+
+static uint8_t frame_flags(mt_frames *f, const node *n)
+{
+    if (n->kind == MT_FRAME_PSEUDO) return MT_FF_PSEUDO;
+    if (n->kind == MT_FRAME_NATIVE) return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0);
+    const char *file = NULL;
+    mt_frames_pycode(f, (uint32_t)(n->ip >> 32), &file, NULL);
+    return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
+}
+
+size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
+                         const char **out, uint8_t *flags, size_t cap)
 {
     if (leaf == 0) {
         if (cap) out[0] = mt_pseudo_name(MT_PSEUDO_NO_STACK);
+        if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
     if (prepare(f) < 0 || !node_known(f, leaf)) {
         if (cap) out[0] = "[unknown stack]";
+        if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
     size_t depth = collect(f, leaf), total = 0;
     for (size_t k = depth; k-- > 0;) {
         uint32_t id = f->scratch[k];
+        if (!keep_frame(&f->nodes[id], filter)) continue;
         if (!f->nodes[id].name_count[style] && build_node_names(f, id, style) < 0) continue;
         const node *n = &f->nodes[id];
-        for (uint32_t i = 0; i < n->name_count[style]; i++, total++)
-            if (total < cap) out[total] = f->names[n->name_first[style] + i];
+        for (uint32_t i = 0; i < n->name_count[style]; i++, total++) {
+            if (total >= cap) continue;
+            out[total] = f->names[n->name_first[style] + i];
+            if (flags) flags[total] = frame_flags(f, n);
+        }
     }
     return total;
+}
+
+size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
+                      size_t cap)
+{
+    return mt_frames_path_ex(f, leaf, style, MT_FRAMES_ALL, out, NULL, cap);
+}
+
+void mt_frames_set_base_dir(mt_frames *f, const char *dir)
+{
+    free(f->base_dir);
+    f->base_dir = dir ? strdup(dir) : NULL;
+    for (size_t i = 0; i < f->n_nodes; i++) f->nodes[i].name_count[MT_NAME_TEXT] = 0;
+}
+
+int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname)
+{
+    const mt_u64map_slot *s = mt_u64map_find(&f->code_index, code);
+    if (!s) return 0;
+    if (filename) *filename = f->codes[s->a].filename;
+    if (qualname) *qualname = f->codes[s->a].qualname;
+    return 1;
+}
+
+int mt_python_file_matches(const char *recorded, const char *wanted)
+{
+    if (!recorded || !wanted || !wanted[0]) return 0;
+    if (strcmp(recorded, wanted) == 0) return 1;
+    while (wanted[0] == '.' && wanted[1] == '/') wanted += 2; /* "./cifar.py" */
+    size_t r = strlen(recorded), w = strlen(wanted);
+    /* one a suffix of the other at a '/' boundary: "cifar.py" ~ "/home/u/cifar.py" */
+    if (r > w && strcmp(recorded + r - w, wanted) == 0 && recorded[r - w - 1] == '/') return 1;
+    if (w > r && strcmp(wanted + w - r, recorded) == 0 && wanted[w - r - 1] == '/') return 1;
+    const char *rb = strrchr(recorded, '/'), *wb = strrchr(wanted, '/');
+    return strcmp(rb ? rb + 1 : recorded, wb ? wb + 1 : wanted) == 0;
+}
+
+int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_t *code,
+                          uint32_t *line)
+{
+    if (leaf == 0 || !node_known(f, leaf)) return 0;
+    size_t depth = collect(f, leaf);
+    for (size_t k = 0; k < depth; k++) { /* innermost first */
+        const node *n = &f->nodes[f->scratch[k]];
+        if (n->kind != MT_FRAME_PYTHON) continue;
+        uint32_t c = (uint32_t)(n->ip >> 32);
+        if (file) {
+            const char *name = NULL;
+            if (!mt_frames_pycode(f, c, &name, NULL) || !mt_python_file_matches(name, file))
+                continue;
+        }
+        *code = c;
+        *line = (uint32_t)n->ip;
+        return 1;
+    }
+    return 0;
 }
 
 const char *mt_frames_first_user(mt_frames *f, uint32_t leaf)
@@ -372,4 +501,55 @@ const char *mt_frames_first_user(mt_frames *f, uint32_t leaf)
     n = &f->nodes[pick];
     /* The innermost of an inlined expansion is the code that actually made the call. */
     return f->names[n->name_first[MT_NAME_REPORT] + n->name_count[MT_NAME_REPORT] - 1];
+}
+
+/* Who made an allocation, by the names of its native frames, innermost first: the first frame that
+ * names the PyTorch caching allocator or a library that allocates on its own wins. Python frames
+ * are not looked at (a script called "nccl_test.py" is not NCCL). */
+static const struct {
+    const char *needle, *owner;
+} owner_rules[] = {
+    {"CUDACachingAllocator", MT_OWNER_CACHING_ALLOCATOR},
+    {"cublas", "cuBLAS"}, /* cublasCreate_v2, cublasLt..., libcublas*.so+0x... */
+    {"cudnn", "cuDNN"},
+    {"nccl", "NCCL"},
+};
+
+const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator)
+{
+    int ready = prepare(f) == 0; /* first: new symbols clear the cache */
+    mt_u64map_slot *c = mt_u64map_find(&f->owner_index, leaf);
+    if (c && c->a) {
+        if (is_allocator) *is_allocator = (int)c->b;
+        return (const char *)(uintptr_t)c->a;
+    }
+    const char *owner = NULL;
+    int alloc = 0;
+    if (leaf != 0 && ready && node_known(f, leaf)) {
+        size_t depth = collect(f, leaf);
+        for (size_t k = 0; k < depth && !owner; k++) {
+            uint32_t id = f->scratch[k];
+            if (f->nodes[id].kind != MT_FRAME_NATIVE) continue;
+            if (!f->nodes[id].name_count[MT_NAME_FOLDED] &&
+                build_node_names(f, id, MT_NAME_FOLDED) < 0)
+                continue;
+            const node *n = &f->nodes[id];
+            for (uint32_t i = 0; i < n->name_count[MT_NAME_FOLDED] && !owner; i++) {
+                const char *name = f->names[n->name_first[MT_NAME_FOLDED] + i];
+                for (size_t r = 0; r < sizeof owner_rules / sizeof *owner_rules && !owner; r++)
+                    if (strstr(name, owner_rules[r].needle)) {
+                        owner = owner_rules[r].owner;
+                        alloc = r == 0;
+                    }
+            }
+        }
+    }
+    if (!owner) owner = mt_frames_first_user(f, leaf); /* collect() is reused: call it last */
+    c = mt_u64map_upsert(&f->owner_index, leaf);
+    if (c) { /* no cache when out of memory: the answer is still right */
+        c->a = (uint64_t)(uintptr_t)owner;
+        c->b = (uint64_t)alloc;
+    }
+    if (is_allocator) *is_allocator = alloc;
+    return owner;
 }

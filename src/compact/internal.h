@@ -78,4 +78,11 @@ static inline uint64_t mt_stack_key(uint32_t stack, int driver)
 /* Turns the entries of m whose key has `prefix` in bits 40.. (prefix = ~0 for all) into a
  * sorted list. -1 when out of memory. */
 int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out);
+
+/* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
+/* Fills b from the tracker's live set on usage slot u (a GPU device) at time_rel (since start). */
+int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
+                          uint64_t time_rel);
+/* Sets the process total from the last sample at or before b->time_ns and the remainder. */
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n);
 #endif

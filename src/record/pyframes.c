@@ -278,15 +278,24 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
         uintptr_t next = rd_ptr(frame, L->fr_back);
         int lasti;
         /* 3.13 shim frames hold None, not a code object: the type check skips them. */
-        if (is_type(code, py->code_type) && frame_lasti(py, frame, code, &lasti)) {
+        int is_code = is_type(code, py->code_type);
+        if (is_code && frame_lasti(py, frame, code, &lasti)) {
             out[n].code = code;
             out[n].line = lasti == -2 ? -1 : line_of(py, code, lasti);
+            out[n].entry = L->chain == MT_PY_CHAIN_FRAMEOBJECT ||
+                           (L->fr_is_entry >= 0 &&
+                            *(const uint8_t *)(frame + (unsigned)L->fr_is_entry) != 0);
             n++;
+        } else if (n > 0 && L->minor >= 12 &&
+                   (!is_code ||
+                    *(const uint8_t *)(frame + (unsigned)L->fr_owner) == MT_PY_OWNED_BY_CSTACK)) {
+            out[n - 1].entry = 1; /* the shim below it: the frame above was called from C */
         }
         if (next == frame)
             break; /* a self-loop would otherwise be walked MT_PY_MAX_DEPTH times */
         frame = next;
     }
+    if (n > 0) out[n - 1].entry = 1; /* the oldest frame was started from C (the interpreter) */
     return n;
 }
 

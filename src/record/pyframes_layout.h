@@ -48,6 +48,8 @@ typedef struct mt_py_layout {
     uint16_t fr_back;         /* f_back / previous */
     uint16_t fr_pos;          /* f_lasti (int) / prev_instr / instr_ptr (pointers) */
     int16_t fr_owner;         /* owner (char); -1 when there is none (3.10) */
+    int16_t fr_is_entry;      /* is_entry (bool, 3.11 only); -1 elsewhere: 3.10 has one C call per
+                                 frame, 3.12+ mark entries with a C-stack-owned shim frame */
     /* PyCodeObject */
     uint16_t co_firstlineno;  /* int */
     uint16_t co_filename;     /* PyUnicodeObject* */
@@ -84,6 +86,7 @@ static const mt_py_layout mt_py_layouts[] = {
         .fr_back = 24,             /* PyFrameObject.f_back */
         .fr_pos = 96,              /* PyFrameObject.f_lasti (int) */
         .fr_owner = -1,
+        .fr_is_entry = -1,
         .co_firstlineno = 40,      /* PyCodeObject.co_firstlineno */
         .co_filename = 104,        /* PyCodeObject.co_filename */
         .co_qualname = 112,        /* PyCodeObject.co_name (3.10 has no co_qualname) */
@@ -101,6 +104,7 @@ static const mt_py_layout mt_py_layouts[] = {
         .fr_back = 48,             /* _PyInterpreterFrame.previous */
         .fr_pos = 56,              /* _PyInterpreterFrame.prev_instr */
         .fr_owner = 69,            /* _PyInterpreterFrame.owner (after is_entry) */
+        .fr_is_entry = 68,         /* _PyInterpreterFrame.is_entry */
         .co_firstlineno = 72,
         .co_filename = 112,
         .co_qualname = 128,        /* PyCodeObject.co_qualname */
@@ -118,6 +122,7 @@ static const mt_py_layout mt_py_layouts[] = {
         .fr_back = 8,              /* _PyInterpreterFrame.previous */
         .fr_pos = 56,              /* _PyInterpreterFrame.prev_instr */
         .fr_owner = 70,            /* _PyInterpreterFrame.owner (after stacktop, return_offset) */
+        .fr_is_entry = -1,
         .co_firstlineno = 68,
         .co_filename = 112,
         .co_qualname = 128,
@@ -135,6 +140,7 @@ static const mt_py_layout mt_py_layouts[] = {
         .fr_back = 8,              /* _PyInterpreterFrame.previous */
         .fr_pos = 56,              /* _PyInterpreterFrame.instr_ptr */
         .fr_owner = 70,            /* _PyInterpreterFrame.owner */
+        .fr_is_entry = -1,
         .co_firstlineno = 68,
         .co_filename = 112,
         .co_qualname = 128,

@@ -13,6 +13,7 @@ import sys
 import threading
 import traceback
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pyframes_helper  # noqa: E402  (the second module file)
 

@@ -144,6 +144,15 @@ void mt_activity_tick(mt_recorder *r)
         r->last_memory_api_calls = calls;
         return;
     }
+    /* Memory calls happened but no record came: CUPTI may simply hold them in a buffer that is
+     * not full yet. A forced flush delivers those (to us, if the activity API is still ours). */
+    r->cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (atomic_load(&r->activity_records) != r->last_activity_records) {
+        r->quiet_since_ns = 0;
+        r->last_activity_records = atomic_load(&r->activity_records);
+        r->last_memory_api_calls = calls;
+        return;
+    }
     if (!r->quiet_since_ns) {
         r->quiet_since_ns = now;
         return;

@@ -104,12 +104,15 @@ static int32_t device_of(mt_recorder *r, CUcontext ctx)
     return last_dev;
 }
 
+static __thread int thread_named, thread_is_autograd;
+
+int mt_thread_is_autograd(void) { return thread_is_autograd; }
+
 /* The first event of each thread also names the thread. */
 static void name_thread(mt_recorder *r, uint32_t tid)
 {
-    static __thread int named;
-    if (named) return;
-    named = 1;
+    if (thread_named) return;
+    thread_named = 1;
     char path[64], name[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
     FILE *f = fopen(path, "re");
@@ -117,6 +120,8 @@ static void name_thread(mt_recorder *r, uint32_t tid)
         if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
         fclose(f);
     }
+    /* PyTorch names its backward-pass workers pt_autograd_<device> (c10::setThreadName). */
+    thread_is_autograd = strncmp(name, "pt_autograd", 11) == 0;
     mt_record rec = {.type = MT_REC_THREAD, .u.thread = {.tid = tid, .name = name}};
     mt_sink_put_copy(r->sink, &rec);
 }

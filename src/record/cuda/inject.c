@@ -12,12 +12,16 @@
  *                      (default memtrace.%c.%p.mtrace in the working directory)
  *   MEMTRACE_FORCE     1: replace an existing file (default: never overwrite, O_EXCL)
  *   MEMTRACE_CUPTI     libcupti to load when the process has none loaded yet
- *   MEMTRACE_STACKS    none | native (default native)
+ *   MEMTRACE_STACKS    none | native | python | both (default both: Python frames in place of
+ *                      the interpreter's, when the process runs Python)
+ *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations/pool sizes)
  *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
+ *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
  *   MEMTRACE_MANIFEST  file to which the path of each trace is appended (one line each)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -163,6 +167,7 @@ static void at_fork_child(void)
      * hang. Step aside for good; a child that exec()s starts over with its own injection. */
     atomic_store(&mt_rec.enabled, 0);
     mt_sink_abandon_in_child(mt_rec.sink);
+    mt_rec.sink = NULL; /* warnings in the child go to stderr only */
 }
 
 static void at_exit(void)
@@ -171,10 +176,26 @@ static void at_exit(void)
     /* Activity records still buffered inside CUPTI are delivered now, while CUDA is alive. */
     if (mt_rec.activity_on && !atomic_load(&mt_rec.activity_stopped)) mt_activity_flush(&mt_rec);
     atomic_store(&mt_rec.enabled, 0);
+    mt_gpu_sampler_stop(mt_rec.sampler);
+    mt_rec.sampler = NULL;
     /* Wait (bounded) for callbacks that started before we turned the switch off. */
     for (int i = 0; i < 1000 && atomic_load(&inflight) > 0; i++) usleep(100);
     mt_sink *sink = mt_rec.sink;
     mt_modules_refresh(mt_rec.modules, on_new_module, &mt_rec);
+    uint64_t cbs = atomic_load(&mt_rec.callbacks);
+    if (cbs)
+        mt_trace_note(MT_NOTE_INFO,
+                      "callbacks: %" PRIu64 " (API entry and exit), %.0f ns each on average inside "
+                      "memtrace (CUPTI's own dispatch not included)",
+                      cbs, (double)atomic_load(&mt_rec.callback_ns) / (double)cbs);
+    uint64_t calls = atomic_load(&mt_rec.stack_calls);
+    if (calls)
+        mt_trace_note(MT_NOTE_INFO,
+                      "stack capture: %" PRIu64 " stacks, %.1f frames and %.0f ns each on average "
+                      "(unwind + trie, clock reads included), %u trie nodes",
+                      calls, (double)atomic_load(&mt_rec.stack_frames) / (double)calls,
+                      (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
+                      mt_trie_size(mt_rec.trie));
     mt_sink_stats st;
     mt_sink_stop(sink, &st);
     mt_rec.sink = NULL;
@@ -188,7 +209,12 @@ static void CUPTIAPI guarded_callback(void *ud, CUpti_CallbackDomain d, CUpti_Ca
                                       const void *data)
 {
     atomic_fetch_add(&inflight, 1);
-    if (atomic_load(&mt_rec.enabled)) mt_on_callback(ud, d, id, data);
+    if (atomic_load(&mt_rec.enabled)) {
+        uint64_t t0 = mt_now_ns();
+        mt_on_callback(ud, d, id, data);
+        atomic_fetch_add_explicit(&mt_rec.callback_ns, mt_now_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mt_rec.callbacks, 1, memory_order_relaxed);
+    }
     atomic_fetch_sub(&inflight, 1);
 }
 
@@ -267,7 +293,12 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     if (fd < 0) return 1;
 
     const char *stacks = getenv("MEMTRACE_STACKS");
-    mt_rec.cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
+    mt_rec.cfg.stacks = MT_STACKS_BOTH;
+    if (stacks && strcmp(stacks, "none") == 0) mt_rec.cfg.stacks = MT_STACKS_NONE;
+    if (stacks && strcmp(stacks, "native") == 0) mt_rec.cfg.stacks = MT_STACKS_NATIVE;
+    if (stacks && strcmp(stacks, "python") == 0) mt_rec.cfg.stacks = MT_STACKS_PYTHON;
+    const char *activity = getenv("MEMTRACE_ACTIVITY");
+    mt_rec.cfg.activity = !(activity && strcmp(activity, "0") == 0);
     const char *flush = getenv("MEMTRACE_FLUSH_MS");
     mt_rec.cfg.flush_ms = flush ? (uint32_t)atoi(flush) : 0;
 
@@ -297,7 +328,11 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
 
     mt_rec.modules = mt_modules_new();
     mt_rec.trie = mt_trie_new(on_new_node, &mt_rec);
-    if (!mt_rec.modules || !mt_rec.trie) mt_rec.cfg.stacks = 0;
+    if (!mt_rec.modules || !mt_rec.trie) mt_rec.cfg.stacks = MT_STACKS_NONE;
+    if ((mt_rec.cfg.stacks & MT_STACKS_PYTHON) && mt_stacks_init_python(&mt_rec) == 0)
+        mt_trace_note(MT_NOTE_INFO, "Python frames: on");
+    else if (mt_rec.cfg.stacks == MT_STACKS_PYTHON)
+        mt_rec.cfg.stacks = MT_STACKS_NATIVE; /* no Python here: native is all there is */
     if (mt_rec.trie) {
         uint64_t pseudo = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_DRIVER_INTERNAL);
         mt_trie_cache cache = {0};
@@ -313,11 +348,16 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     if (mt_rec.cupti.ActivityRegisterTimestampCallback &&
         mt_rec.cupti.ActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS)
         mt_trace_note(MT_NOTE_WARNING, "activity timestamps are not on CLOCK_MONOTONIC");
-    if (mt_activity_start(&mt_rec) != 0)
+    if (!mt_rec.cfg.activity)
+        mt_trace_note(MT_NOTE_INFO, "activity records off (MEMTRACE_ACTIVITY=0): no "
+                                    "driver-internal allocations or pool sizes in this trace");
+    else if (mt_activity_start(&mt_rec) != 0)
         mt_trace_note(MT_NOTE_WARNING, "activity records unavailable: driver-internal allocations and "
                                  "pool sizes are not in this trace");
 
     mt_sink_set_tick(mt_rec.sink, writer_tick, &mt_rec);
+    if (!getenv("MEMTRACE_NVML") || strcmp(getenv("MEMTRACE_NVML"), "0") != 0)
+        mt_rec.sampler = mt_gpu_sampler_start(&mt_rec);
     pthread_atfork(NULL, NULL, at_fork_child);
     atexit(at_exit);
     write_manifest();

@@ -52,12 +52,17 @@ typedef struct mt_corr_set {
     _Atomic uint32_t ids[MT_CORR_SLOTS];
 } mt_corr_set;
 
+enum { MT_STACKS_NONE = 0, MT_STACKS_NATIVE = 1, MT_STACKS_PYTHON = 2, MT_STACKS_BOTH = 3 };
+
 typedef struct mt_recorder_config {
     char output[4096]; /* the path actually opened */
-    int stacks;        /* 0 = none, 1 = native (default) */
+    int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
+    int activity;      /* enable CUPTI activity enrichment (default 1) */
     uint32_t flush_ms;
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
+
+typedef struct mt_gpu_sampler mt_gpu_sampler;
 
 typedef struct mt_recorder {
     _Atomic int enabled; /* callbacks do nothing unless 1: cleared on fork, on shutdown, on errors */
@@ -68,6 +73,10 @@ typedef struct mt_recorder {
     mt_sink *sink;
     mt_trie *trie;
     mt_modules *modules;
+    mt_gpu_sampler *sampler;         /* NVML sampling thread; NULL when NVML is unavailable */
+    mt_pyframes *py;                 /* NULL: no Python in the process (or unknown version) */
+    uintptr_t eval_lo, eval_hi;      /* _PyEval_EvalFrameDefault's code */
+    uintptr_t interp_lo, interp_hi;  /* the object that holds it (python binary or libpython) */
     uint32_t driver_internal_stack; /* trie leaf of the "[driver internal]" pseudo frame */
 
     /* activity enrichment */
@@ -84,6 +93,8 @@ typedef struct mt_recorder {
     int npools;
 
     _Atomic uint64_t failed_requests;
+    _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
+    _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
 } mt_recorder;
 
 extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
@@ -110,7 +121,15 @@ void mt_corr_insert(mt_corr_set *s, uint32_t id);
 void mt_corr_forget(mt_corr_set *s, uint32_t id);
 int mt_corr_take(mt_corr_set *s, uint32_t id); /* 1 if it was there (and removes it) */
 
+/* gpu_sampler.c */
+mt_gpu_sampler *mt_gpu_sampler_start(mt_recorder *r);
+void mt_gpu_sampler_stop(mt_gpu_sampler *g);
+
 /* stacks.c */
+int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags);
+
+/* api_callbacks.c: 1 when the calling thread is one of PyTorch's autograd workers */
+int mt_thread_is_autograd(void);
 
 #endif
