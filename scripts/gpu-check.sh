@@ -154,6 +154,8 @@ async_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i
    if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
    else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/async.dump")
 pool_hw=$(awk '/op=pool_reserved/ { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}; cur[f["addr"]]=f["bytes"]; s=0; for (p in cur) s+=cur[p]; if (s>pk) pk=s } END { print pk+0 }' "$W/async.dump")
+pool_high=$($PY -c 'import re,sys; print(max([int(m.group(1),16) for m in re.finditer(r"op=pool_reserved .* aux=(0x[0-9a-f]+)", open(sys.argv[1]).read())] or [0]))' "$W/async.dump")
+check "cifar async: pool RESERVED_MEM_HIGH == max_memory_reserved" "$(val async max_memory_reserved)" "$pool_high"
 say "cifar async: peak live async bytes $async_live vs max_memory_allocated $(val async max_memory_allocated)"
 say "cifar async: pool reserved high-water $pool_hw vs max_memory_reserved $(val async max_memory_reserved)"
 for n in default expandable async; do
@@ -193,19 +195,21 @@ PYEOF
 )"
   done
   api=$($PY -c 'import json,sys; print([d.get("api_peak_bytes") for d in json.load(open(sys.argv[1]))["devices"] if d["device"]==0][0])' "$W/default.json" 2>>"$LOG")
-  check "compactor api_peak_bytes == max_memory_reserved (default)" "$(val default max_memory_reserved)" "$api"
+  check "compactor api_peak_bytes == peak computed from the dump (default)" "$(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/default.peaks")" "$api"
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
   grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
 fi
 
-# ---- fixtures --------------------------------------------------------------------------------------
+# ---- fixtures (tests/data: see its README) ---------------------------------------------------------
 say "== fixtures"
-(cd "$W" && "$MT" record -q -o "$W/cifar_small.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 5 --warmup 1) > "$W/cifar_small.out" 2>> "$LOG"
-cat "$W/cifar_small.out" >> "$LOG"
+(cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
+(cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
+cat "$W/cifar_default.out" "$W/cifar_tensors.out" >> "$LOG"
 cp "$W/ap.out" "$W/alloc_patterns.out"
-tar -C "$W" -czf "$OUT/traces.tar.gz" alloc_patterns.mtrace alloc_patterns.out cifar_small.mtrace cifar_small.out \
-    $(cd "$W" && ls *.out *.json *.folded 2>/dev/null | grep -v '^plain' | head -40)
+tar -C "$W" -czf "$OUT/traces.tar.gz" alloc_patterns.mtrace alloc_patterns.out cifar_default.mtrace cifar_default.out \
+    cifar_tensors.mtrace cifar_tensors.out \
+    $(cd "$W" && ls *.out *.json *.folded *.peaks 2>/dev/null | grep -v '^plain' | head -60)
 ls -la "$W" >> "$LOG"
 say "== $FAILS failed"
 [ "$FAILS" -eq 0 ]

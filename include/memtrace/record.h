@@ -76,6 +76,10 @@ void mt_sink_abandon_in_child(mt_sink *s);
  * Reads only the thread's own stack and mapped unwind tables; never faults. Returns the count;
  * *truncated is set when it stopped for any reason other than reaching the outermost frame. */
 int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
+/* Totals since the process started: walks, walks that reused the previous walk's outer frames,
+ * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). */
+void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
+                     uint64_t *rule_misses);
 
 /* ---- Stack trie ------------------------------------------------------------------------------- */
 
@@ -86,11 +90,19 @@ int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
 
 typedef struct mt_trie mt_trie;
 
-/* Per-thread memo of the last stack interned, so the common prefix is not looked up again. */
+#define MT_TRIE_RECENT 512 /* whole stacks remembered per thread (direct-mapped by hash) */
+
+/* Per-thread memo, so that a stack seen recently costs one hash of its frames and one lookup, and
+ * a new stack that shares its outer frames with the last one looks up only the rest. Owned by the
+ * caller (one per thread), zeroed before first use. */
 typedef struct mt_trie_cache {
     int n;
-    uint64_t words[MT_MAX_FRAMES]; /* outermost first */
+    uint64_t words[MT_MAX_FRAMES]; /* the last stack interned, outermost first */
     uint32_t ids[MT_MAX_FRAMES];
+    struct {
+        uint64_t hash; /* of the whole frame-word array; 0 = empty */
+        uint32_t n, leaf;
+    } recent[MT_TRIE_RECENT];
 } mt_trie_cache;
 
 /* Called for every node created (exactly once per node, under the trie's lock). */
@@ -138,6 +150,25 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max);
 int mt_pyframes_describe(mt_pyframes *py, uintptr_t code, char *filename, int flen, char *qualname,
                          int qlen, uint32_t *firstlineno);
 void mt_pyframes_free(mt_pyframes *py);
+
+/* ---- Python + native = one stack ------------------------------------------------------------- */
+
+/* Where the interpreter's code is in this process. */
+typedef struct mt_py_ranges {
+    uintptr_t eval_lo, eval_hi;     /* _PyEval_EvalFrameDefault */
+    uintptr_t interp_lo, interp_hi; /* the whole object holding it (python binary or libpython) */
+} mt_py_ranges;
+
+/* Names a code object with a small id (0 = leave the frame out). */
+typedef uint32_t (*mt_code_id_fn)(void *ctx, uintptr_t code);
+
+/* Merges a native stack (return addresses, innermost first) and the same thread's Python frames
+ * (innermost first) into frame words (innermost first): each run of Python frames takes the place
+ * of the eval-loop frame that ran it, the interpreter's other frames are dropped. ranges == NULL
+ * or nn == 0: Python frames only. Returns the number of words written (<= cap). */
+int mt_merge_python(const mt_py_ranges *ranges, const uint64_t *native, int nn,
+                    const mt_pyframe *py, int np, mt_code_id_fn code_id, void *ctx, uint64_t *out,
+                    int cap);
 
 #ifdef __cplusplus
 }

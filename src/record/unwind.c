@@ -21,6 +21,7 @@
  * fault nor loop. Any rule the walker cannot follow stops it with *truncated = 1.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "memtrace/record.h"
@@ -59,10 +60,26 @@ static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
     return ts->state == 1;
 }
 
+/* What the walks cost, for the recorder's self-report (mt_unwind_stats). Relaxed counters, added
+ * once per walk. */
+static struct {
+    _Atomic uint64_t walks, memo_hits, rule_steps, rule_misses;
+} unwind_stats;
+
+void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
+                     uint64_t *rule_misses)
+{
+    *walks = atomic_load_explicit(&unwind_stats.walks, memory_order_relaxed);
+    *memo_hits = atomic_load_explicit(&unwind_stats.memo_hits, memory_order_relaxed);
+    *rule_steps = atomic_load_explicit(&unwind_stats.rule_steps, memory_order_relaxed);
+    *rule_misses = atomic_load_explicit(&unwind_stats.rule_misses, memory_order_relaxed);
+}
+
 /* The rule at pc: cache, else CFI (and remember it). 0 when pc is in no object. */
-static inline int rule_for(uintptr_t pc, mt_unwind_rule *rule)
+static inline int rule_for(uintptr_t pc, mt_unwind_rule *rule, uint32_t *misses)
 {
     if (mt_rule_cache_get(pc, rule)) return 1;
+    (*misses)++;
     if (mt_cfi_rule_at(pc, rule) != MT_CFI_FOUND) return 0;
     mt_rule_cache_put(pc, *rule);
     return 1;
@@ -96,6 +113,8 @@ typedef struct walk_out {
     int steps;       /* steps taken so far */
     int n;           /* ips written */
     int reused_prev; /* the previous memo, its prefix updated, stays the current one */
+    int memo_hit;    /* the walk ended by reusing the previous walk's outer frames */
+    uint32_t rule_steps, rule_misses; /* for mt_unwind_stats */
 } walk_out;
 
 /* Field by field: a struct assignment here became `rep movs`, ~10x slower for 64 bytes. */
@@ -170,6 +189,7 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
                         o->reused_prev = 1;
                         rec = NULL;
                     }
+                    o->memo_hit = 1;
                     for (; k < old->n; k++) {
                         if (o->steps == o->limit) return MT_WALK_LIMIT;
                         emit(o, rec, &old->steps[k]);
@@ -180,7 +200,8 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
             }
         }
         mt_unwind_rule r;
-        if (!rule_for(st.pc, &r)) return MT_WALK_STOPPED; /* not code we know: JIT, garbage */
+        o->rule_steps++;
+        if (!rule_for(st.pc, &r, &o->rule_misses)) return MT_WALK_STOPPED; /* not code we know: JIT, garbage */
         mt_rule_kind kind = mt_rule_kind_of(r);
         if (kind == MT_RULE_OUTERMOST) return MT_WALK_OUTERMOST;
         if (kind != MT_RULE_STEP) return MT_WALK_STOPPED;
@@ -237,7 +258,7 @@ __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *t
     if (skip < 0) skip = 0;
     if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES; /* keeps limit far from overflow */
     if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
-    walk_out o = {ips, skip, skip + max, 0, 0, 0};
+    walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0};
     mt_walk_memos *memos = mt_walk_memo_acquire();
     mt_walk_memo *old = memos ? memos->prev : NULL, *rec = memos ? memos->next : NULL;
     if (rec) rec->n = 0;
@@ -252,5 +273,9 @@ __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *t
         mt_walk_memo_release(memos);
     }
     *truncated = end != MT_WALK_OUTERMOST;
+    atomic_fetch_add_explicit(&unwind_stats.walks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.memo_hits, (uint64_t)o.memo_hit, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.rule_steps, o.rule_steps, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.rule_misses, o.rule_misses, memory_order_relaxed);
     return o.n;
 }

@@ -41,8 +41,9 @@ int probe_stack(char *buf, int len, int max)
         if (mt_pyframes_describe(probe_py, frames[i].code, file, sizeof file, qual, sizeof qual,
                                  &first) != 0)
             return -2;
-        int k = snprintf(buf + pos, (size_t)(len - pos), "%#lx\t%s\t%s\t%d\t%u\n",
-                         (unsigned long)frames[i].code, file, qual, frames[i].line, first);
+        int k = snprintf(buf + pos, (size_t)(len - pos), "%#lx\t%s\t%s\t%d\t%u\t%d\n",
+                         (unsigned long)frames[i].code, file, qual, frames[i].line, first,
+                         frames[i].entry);
         if (k < 0 || k >= len - pos)
             return -1;
         pos += k;

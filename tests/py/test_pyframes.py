@@ -40,8 +40,8 @@ def fail(msg):
 def parse(raw):
     frames = []
     for row in raw.decode("utf-8").splitlines():
-        code, filename, qualname, line, first = row.split("\t")
-        frames.append((int(code, 16), filename, qualname, int(line), int(first)))
+        code, filename, qualname, line, first, entry = row.split("\t")
+        frames.append((int(code, 16), filename, qualname, int(line), int(first), int(entry)))
     return frames
 
 
@@ -71,7 +71,7 @@ def check(label):
             label, len(got), len(truth), len(chain), [g[2] for g in got], [t.name for t in truth]))
         return len(got)
     for i, (g, t, f) in enumerate(zip(got, truth, chain)):
-        code, filename, qualname, line, first = g
+        code, filename, qualname, line, first = g[:5]
         co = f.f_code
         want_qual = co.co_qualname if HAS_QUALNAME else co.co_name
         problems = []
@@ -141,7 +141,34 @@ def case_generated(label="generated"):
     return getattr(GENERATED["K\u00e9"](), "m\u95a2")(label)
 
 
-CASES = [case_nested, case_through_c, case_multiline, case_generated]
+def case_entries(label="entries"):
+    """mt_pyframe.entry marks the oldest frame of each C-level run of the eval loop: what lets the
+    recorder put each run in place of its _PyEval_EvalFrameDefault frame."""
+    rows = []
+
+    def leaf():
+        rows.extend(probe()[0])
+
+    def mid():
+        leaf()  # Python -> Python: same run
+
+    sorted([0], key=lambda _: mid())  # C -> Python: a new run starts at the lambda
+    names = [r[2].rsplit(".", 1)[-1] for r in rows]
+    entries = [r[5] for r in rows]
+    if names[:5] != ["probe", "leaf", "mid", "<lambda>", "case_entries"]:
+        fail("%s: unexpected frames %s" % (label, names[:5]))
+        return len(rows)
+    if sys.version_info < (3, 11):
+        want = [1] * len(rows)  # 3.10: every frame is its own C-level eval call
+    else:
+        want = [0, 0, 0, 1]  # probe, leaf, mid run inside the lambda's run; sorted() started it
+    if entries[:len(want)] != want or entries[-1] != 1:
+        fail("%s: entry flags %s (frames %s), want prefix %s and the oldest 1" % (
+            label, entries, names, want))
+    return len(rows)
+
+
+CASES = [case_nested, case_through_c, case_multiline, case_generated, case_entries]
 
 
 def run_cases(prefix):

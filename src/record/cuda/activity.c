@@ -3,9 +3,9 @@
  * MEMORY2 records describe every allocation the driver makes, including the ones no public API call
  * asked for (module loads, lazily loaded kernels' static data, internal buffers). A record whose
  * correlation id belongs to a memory API call we already recorded is a duplicate and only adds the
- * pool's size; any other is a driver-internal allocation, recorded as MT_KIND_DRIVER under the
- * "[driver internal]" pseudo frame, never dropped. MEMORY_POOL records give pool creation, trims
- * and destruction.
+ * nothing; any other is a driver-internal allocation, recorded as MT_KIND_DRIVER under the
+ * "[driver internal]" pseudo frame, never dropped. (Pool sizes come from the driver itself, see
+ * pool_poll.c, not from these records.)
  *
  * The activity API is process-global: torch.profiler (Kineto) registers its own buffer callbacks
  * and ours stop being called. The core record does not depend on activity, so the trace stays
@@ -45,30 +45,10 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *max_records = 0;
 }
 
-/* Reports a pool's reserved size when it changed. Called from CUPTI's delivery thread only. */
-static void pool_size(mt_recorder *r, uint64_t pool, uint64_t size, int32_t device, uint64_t t)
-{
-    int i = 0;
-    while (i < r->npools && r->pools[i].pool != pool) i++;
-    if (i < r->npools && r->pools[i].size == size) return;
-    if (i == r->npools) {
-        if (r->npools == (int)(sizeof r->pools / sizeof r->pools[0])) return;
-        r->npools++;
-        r->pools[i].pool = pool;
-    }
-    r->pools[i].size = size;
-    mt_event ev = {.time_ns = t, .op = MT_OP_POOL_RESERVED, .kind = MT_KIND_POOL,
-                   .address = pool, .bytes = size, .device = device, .flags = MT_EF_ACTIVITY};
-    mt_sink_event(r->sink, &ev);
-}
-
 static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
 {
     atomic_fetch_add_explicit(&r->activity_records, 1, memory_order_relaxed);
     int is_alloc = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-    if (m->memoryPoolConfig.memoryPoolType == CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL)
-        pool_size(r, m->memoryPoolConfig.address, m->memoryPoolConfig.pool.size,
-                  (int32_t)m->deviceId, m->timestamp);
     if (mt_corr_take(&r->corr, m->correlationId)) return; /* the callbacks have it */
     if (m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
         m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
@@ -91,14 +71,6 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
     mt_sink_event(r->sink, &ev);
 }
 
-static void on_pool(mt_recorder *r, const CUpti_ActivityMemoryPool3 *p)
-{
-    uint64_t size = p->memoryPoolOperationType == CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_DESTROYED
-                        ? 0
-                        : p->size;
-    pool_size(r, p->address, size, (int32_t)p->deviceId, p->timestamp);
-}
-
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
                                       size_t valid)
 {
@@ -109,8 +81,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     while (live && r->cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY2)
             on_memory(r, (const CUpti_ActivityMemory4 *)rec);
-        else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY_POOL)
-            on_pool(r, (const CUpti_ActivityMemoryPool3 *)rec);
     }
     free(buffer);
 }
@@ -120,7 +90,6 @@ int mt_activity_start(mt_recorder *r)
     if (r->cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
         return -1;
     if (r->cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS) return -1;
-    r->cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL); /* optional */
     /* CUPTI's own worker delivers full and partial buffers at least this often. */
     if (r->cupti.ActivityFlushPeriod) r->cupti.ActivityFlushPeriod(500);
     r->activity_on = 1;
@@ -162,7 +131,7 @@ void mt_activity_tick(mt_recorder *r)
     mt_trace_note(MT_NOTE_WARNING,
             "activity enrichment stopped: no CUPTI activity records for %.1f s while memory API "
             "calls continued (another tool, e.g. torch.profiler, took the activity API). "
-            "Driver-internal allocations and pool sizes after this point are not in the trace; "
+            "Driver-internal allocations after this point are not in the trace; "
             "everything the API callbacks see still is.",
             (double)(now - r->quiet_since_ns) / 1e9);
 }

@@ -66,6 +66,7 @@ static const CUpti_CallbackId traced[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
+    CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
 };
 
 int mt_callbacks_enable(mt_recorder *r)
@@ -316,6 +317,11 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     CUresult res = cb->functionReturnValue ? *(const CUresult *)cb->functionReturnValue
                                            : CUDA_SUCCESS;
     int ok = res == CUDA_SUCCESS;
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy) {
+        if (ok) mt_pool_forget(r, (uint64_t)(uintptr_t)((const cuMemPoolDestroy_params *)
+                                                            cb->functionParams)->pool);
+        return;
+    }
     mt_event ev = {0};
     ev.tid = mt_gettid();
     ev.context = cb->contextUid;
@@ -327,9 +333,12 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     if (ev.op == MT_OP_FREE && ev.address == 0) return;
     name_thread(r, ev.tid);
 
+    if (ev.kind == MT_KIND_ASYNC && ev.op == MT_OP_ALLOC)
+        mt_pool_note_use(r, ev.device, (ev.flags & MT_EF_FROM_POOL) ? ev.aux : 0);
     if (!ok) {
         /* A failed release changes nothing; a failed request is an event of its own. */
         if (ev.op != MT_OP_ALLOC) return;
+        if (ev.kind == MT_KIND_ASYNC) mt_pool_poll(r); /* the reservation at that moment */
         ev.op = MT_OP_FAILED;
         ev.result = (uint16_t)res;
         ev.address = 0;
@@ -342,4 +351,6 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         if (ev.op == MT_OP_ALLOC || ev.op == MT_OP_FAILED) ev.stack = mt_capture_stack(r, &ev.flags);
     }
     mt_sink_event(r->sink, &ev);
+    if (ev.op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
+    if (ev.op == MT_OP_ALLOC && ev.kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev.time_ns);
 }

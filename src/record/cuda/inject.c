@@ -158,6 +158,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_recorder *r = ctx;
     if (getpid() != r->pid) return;
     mt_modules_refresh(r->modules, on_new_module, r);
+    mt_pool_poll(r);
     mt_activity_tick(r);
 }
 
@@ -188,13 +189,23 @@ static void at_exit(void)
                       "callbacks: %" PRIu64 " (API entry and exit), %.0f ns each on average inside "
                       "memtrace (CUPTI's own dispatch not included)",
                       cbs, (double)atomic_load(&mt_rec.callback_ns) / (double)cbs);
+    uint64_t walks, memo, steps, misses;
+    mt_unwind_stats(&walks, &memo, &steps, &misses);
+    if (walks)
+        mt_trace_note(MT_NOTE_INFO,
+                      "unwinder: %" PRIu64 " walks, %.1f%% ended on the previous walk's frames, "
+                      "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses",
+                      walks, 100.0 * (double)memo / (double)walks,
+                      (double)steps / (double)walks, misses);
     uint64_t calls = atomic_load(&mt_rec.stack_calls);
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: %" PRIu64 " stacks, %.1f frames and %.0f ns each on average "
-                      "(unwind + trie, clock reads included), %u trie nodes",
+                      "(of which native unwinding %.0f ns; the rest Python frames and the trie), "
+                      "%u trie nodes",
                       calls, (double)atomic_load(&mt_rec.stack_frames) / (double)calls,
                       (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
+                      (double)atomic_load(&mt_rec.unwind_ns) / (double)calls,
                       mt_trie_size(mt_rec.trie));
     mt_sink_stats st;
     mt_sink_stop(sink, &st);
@@ -277,6 +288,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     static _Atomic int once;
     if (atomic_exchange(&once, 1)) return 1;
     mt_rec.pid = getpid();
+    pthread_mutex_init(&mt_rec.pool_lock, NULL);
 
     const char *why = NULL;
     char cupti_path[1024] = "";

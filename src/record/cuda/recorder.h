@@ -14,6 +14,7 @@
 #define MT_RECORDER_H
 
 #include <cupti.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +65,9 @@ typedef struct mt_recorder_config {
 
 typedef struct mt_gpu_sampler mt_gpu_sampler;
 
+#define MT_MAX_POOLS 64
+#define MT_POOL_DEAD 1ull
+
 typedef struct mt_recorder {
     _Atomic int enabled; /* callbacks do nothing unless 1: cleared on fork, on shutdown, on errors */
     pid_t pid;           /* the process that owns the trace; a fork()ed child differs */
@@ -75,8 +79,7 @@ typedef struct mt_recorder {
     mt_modules *modules;
     mt_gpu_sampler *sampler;         /* NVML sampling thread; NULL when NVML is unavailable */
     mt_pyframes *py;                 /* NULL: no Python in the process (or unknown version) */
-    uintptr_t eval_lo, eval_hi;      /* _PyEval_EvalFrameDefault's code */
-    uintptr_t interp_lo, interp_hi;  /* the object that holds it (python binary or libpython) */
+    mt_py_ranges py_ranges;          /* where the interpreter's code is, for merging */
     uint32_t driver_internal_stack; /* trie leaf of the "[driver internal]" pseudo frame */
 
     /* activity enrichment */
@@ -86,14 +89,23 @@ typedef struct mt_recorder {
     uint64_t last_activity_records, last_memory_api_calls; /* writer tick's view */
     uint64_t quiet_since_ns;      /* memory API calls but no activity records since then; 0 = not */
     mt_corr_set corr;
-    /* per pool: last reserved size reported (few pools: linear scan) */
+    /* memory pools (pool_poll.c): which served allocations, and what was last reported */
+    _Atomic uint64_t async_devices; /* bit d: device d's current pool served cuMemAllocAsync */
     struct {
-        uint64_t pool, size;
-    } pools[64];
+        _Atomic uint64_t pool; /* 0 = free slot, MT_POOL_DEAD = destroyed */
+        int32_t device;
+    } named_pools[MT_MAX_POOLS]; /* pools named by cuMemAllocFromPoolAsync */
+    pthread_mutex_t pool_lock;   /* guards pools[] and npools */
+    _Atomic uint64_t pool_polled_ns;
+    struct {
+        uint64_t pool, size, high;
+        int32_t device;
+    } pools[MT_MAX_POOLS];
     int npools;
 
     _Atomic uint64_t failed_requests;
     _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
+    _Atomic uint64_t unwind_ns;                           /* ... of which native unwinding */
     _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
 } mt_recorder;
 
@@ -120,6 +132,12 @@ void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activit
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
 void mt_corr_forget(mt_corr_set *s, uint32_t id);
 int mt_corr_take(mt_corr_set *s, uint32_t id); /* 1 if it was there (and removes it) */
+
+/* pool_poll.c */
+void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool); /* hot path, lock-free */
+void mt_pool_poll(mt_recorder *r);                 /* writer tick, after OOM and trims */
+void mt_pool_poll_if_due(mt_recorder *r, uint64_t now); /* after async allocs: <= 1/ms, no wait */
+void mt_pool_forget(mt_recorder *r, uint64_t pool); /* cuMemPoolDestroy */
 
 /* gpu_sampler.c */
 mt_gpu_sampler *mt_gpu_sampler_start(mt_recorder *r);

@@ -1,0 +1,114 @@
+/* Memory pools' reserved bytes, read from the driver.
+ *
+ * Stream-ordered allocations (cuMemAllocAsync: PyTorch's cudaMallocAsync backend, JAX, CuPy) are
+ * carved out of a pool that reserves device memory in its own rhythm; what the process really
+ * holds is the pool's reservation, not the sum of live allocations. The driver keeps two numbers
+ * per pool — CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT and _HIGH (the high-water mark, which is what
+ * torch.cuda.max_memory_reserved() reports in that mode) — and we read them:
+ *   - on the writer thread, every tick (off the hot path), for every pool that served an
+ *     allocation: each device's current pool, and pools named by cuMemAllocFromPoolAsync;
+ *   - on the allocating thread, after a stream-ordered allocation, at most once per millisecond
+ *     (a try-lock: a thread never waits for another's poll), so the reservation at a peak is at
+ *     most ~1 ms old;
+ *   - right after a failed request, so OOM forensics see the reservation of that moment.
+ * A change is written as MT_OP_POOL_RESERVED (address = pool handle, bytes = current,
+ * aux = high-water). This does not depend on CUPTI activity records, which another profiler may
+ * take away.
+ */
+#include <cuda.h>
+
+#include "recorder.h"
+
+void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
+{
+    if (device >= 0 && device < 64)
+        atomic_fetch_or_explicit(&r->async_devices, 1ull << device, memory_order_relaxed);
+    if (!pool) return;
+    for (int i = 0; i < MT_MAX_POOLS; i++) {
+        uint64_t p = atomic_load_explicit(&r->named_pools[i].pool, memory_order_relaxed);
+        if (p == pool) return;
+        if (p == 0) {
+            uint64_t expect = 0;
+            if (atomic_compare_exchange_strong(&r->named_pools[i].pool, &expect, pool)) {
+                r->named_pools[i].device = device;
+                return;
+            }
+            if (expect == pool) return;
+        }
+    }
+}
+
+/* Reads one pool; writes an event when its reservation changed. */
+static void poll_pool(mt_recorder *r, CUmemoryPool pool, int32_t device)
+{
+    cuuint64_t cur = 0, high = 0;
+    if (cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur) != CUDA_SUCCESS ||
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
+        return;
+    uint64_t key = (uint64_t)(uintptr_t)pool;
+    int i = 0;
+    while (i < r->npools && r->pools[i].pool != key) i++;
+    if (i < r->npools && r->pools[i].size == cur && r->pools[i].high == high) return;
+    if (i == r->npools) {
+        if (r->npools == MT_MAX_POOLS) return;
+        r->npools++;
+        r->pools[i].pool = key;
+    }
+    r->pools[i].size = cur;
+    r->pools[i].high = high;
+    r->pools[i].device = device;
+    mt_event ev = {.time_ns = mt_now_ns(), .op = MT_OP_POOL_RESERVED, .kind = MT_KIND_POOL,
+                   .address = key, .bytes = cur, .aux = high, .device = device};
+    mt_sink_event(r->sink, &ev);
+}
+
+static void poll_locked(mt_recorder *r);
+
+void mt_pool_poll(mt_recorder *r)
+{
+    pthread_mutex_lock(&r->pool_lock);
+    poll_locked(r);
+    pthread_mutex_unlock(&r->pool_lock);
+}
+
+void mt_pool_poll_if_due(mt_recorder *r, uint64_t now)
+{
+    if (now - atomic_load_explicit(&r->pool_polled_ns, memory_order_relaxed) < 1000000) return;
+    if (pthread_mutex_trylock(&r->pool_lock) != 0) return;
+    poll_locked(r);
+    pthread_mutex_unlock(&r->pool_lock);
+}
+
+static void poll_locked(mt_recorder *r)
+{
+    atomic_store_explicit(&r->pool_polled_ns, mt_now_ns(), memory_order_relaxed);
+    uint64_t devs = atomic_load_explicit(&r->async_devices, memory_order_relaxed);
+    for (int d = 0; devs; d++, devs >>= 1) {
+        CUmemoryPool pool;
+        if ((devs & 1) && cuDeviceGetMemPool(&pool, d) == CUDA_SUCCESS) poll_pool(r, pool, d);
+    }
+    for (int i = 0; i < MT_MAX_POOLS; i++) {
+        uint64_t p = atomic_load_explicit(&r->named_pools[i].pool, memory_order_relaxed);
+        if (!p) break;
+        if (p == MT_POOL_DEAD) continue;
+        poll_pool(r, (CUmemoryPool)(uintptr_t)p, r->named_pools[i].device);
+    }
+}
+
+void mt_pool_forget(mt_recorder *r, uint64_t pool)
+{
+    /* cuMemPoolDestroy: the pool's reservation is gone; never read a dead handle again. */
+    pthread_mutex_lock(&r->pool_lock);
+    for (int i = 0; i < MT_MAX_POOLS; i++)
+        if (atomic_load(&r->named_pools[i].pool) == pool)
+            atomic_store(&r->named_pools[i].pool, MT_POOL_DEAD);
+    for (int i = 0; i < r->npools; i++)
+        if (r->pools[i].pool == pool && r->pools[i].size) {
+            r->pools[i].size = 0;
+            mt_event ev = {.time_ns = mt_now_ns(), .op = MT_OP_POOL_RESERVED,
+                           .kind = MT_KIND_POOL, .address = pool, .bytes = 0,
+                           .aux = r->pools[i].high, .device = r->pools[i].device};
+            mt_sink_event(r->sink, &ev);
+        }
+    pthread_mutex_unlock(&r->pool_lock);
+}
