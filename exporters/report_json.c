@@ -170,6 +170,9 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     key(o, "by_kind_at_peak");
     kinds_object(o, d->by_kind_at_peak);
     mt_out_write(o, ",", 1);
+    key(o, "peak_by_kind"); /* each kind's own high-water; async = tensors in tensor mode */
+    kinds_object(o, u->by_kind_peak);
+    mt_out_write(o, ",", 1);
     u64f(o, "total_alloc_bytes", u->alloc_bytes, 1);
     u64f(o, "total_alloc_count", u->alloc_count, 1);
     u64f(o, "free_count", u->free_count, 1);

@@ -286,6 +286,11 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                   (unsigned long long)u->alloc_count, mt_format_bytes(u->alloc_bytes, b1, sizeof b1),
                   (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
                   (unsigned long long)u->zero_byte_allocs);
+    if (u->by_kind_peak[MT_KIND_ASYNC])
+        mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; with `record --tensors`: the "
+                         "peak of live tensors, torch's max_memory_allocated)\n",
+                      mt_format_bytes(u->by_kind_peak[MT_KIND_ASYNC], b1, sizeof b1),
+                      (unsigned long long)u->by_kind_peak[MT_KIND_ASYNC]);
     if (u->has_pool_info)
         mt_out_printf(o, "  pool reserved    peak %s, at end %s\n",
                       mt_format_bytes(u->pool_reserved_peak, b1, sizeof b1),

@@ -7,9 +7,11 @@ pytorch_memlab's walkthrough, so one layer clearly dominates memory). SGD with m
 
 Prints, last, the numbers the GPU checks compare with the trace:
     max_memory_allocated=<bytes> max_memory_reserved=<bytes> steps=<n> step_ms=<mean ms per step>
+    nvml_process_bytes=<bytes>   (this process in NVML, as nvidia-smi lists it; when pynvml is there)
 step_ms is measured over the steps after the warm-up, with the GPU synchronized.
 """
 import argparse
+import os
 import time
 
 import torch
@@ -61,6 +63,22 @@ def train(steps, batch, warmup):
     return loss.item(), elapsed * 1000.0 / timed
 
 
+def nvml_process_bytes():
+    """This process's GPU memory as nvidia-smi shows it (NVML), or None when pynvml is missing."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        total = 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == os.getpid() and proc.usedGpuMemory:
+                    total += proc.usedGpuMemory
+        return total
+    except Exception:  # no pynvml, no NVML: the check that needs it says so
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -74,10 +92,12 @@ def main():
         torch.cuda.memory._record_memory_history(stacks="python")
     loss, step_ms = train(args.steps, args.batch, min(args.warmup, args.steps - 1))
     print(f"loss={loss:.4f}")
+    nvml = nvml_process_bytes()
     print(
         f"max_memory_allocated={torch.cuda.max_memory_allocated()} "
         f"max_memory_reserved={torch.cuda.max_memory_reserved()} "
         f"steps={args.steps} step_ms={step_ms:.4f}"
+        + (f" nvml_process_bytes={nvml}" if nvml is not None else "")
     )
 
 

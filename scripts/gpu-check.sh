@@ -196,6 +196,19 @@ PYEOF
   done
   api=$($PY -c 'import json,sys; print([d.get("api_peak_bytes") for d in json.load(open(sys.argv[1]))["devices"] if d["device"]==0][0])' "$W/default.json" 2>>"$LOG")
   check "compactor api_peak_bytes == peak computed from the dump (default)" "$(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/default.peaks")" "$api"
+  for n in tensors default; do
+    "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"
+    check "$n: breakdown's process total at exit within 2 MiB of the program's own NVML reading" ok "$($PY - "$W/$n.json" "$(val $n nvml_process_bytes)" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))["devices"][0]["breakdown"]["at_end"]
+mine, theirs = d["process_bytes"], int(sys.argv[2] or 0)
+print("ok" if theirs and abs(mine - theirs) <= 2 << 20 else "report %s vs NVML %s" % (mine, theirs))
+PYEOF
+)"
+  done
+  "$MT" report --by-line --file cifar.py "$W/tensors.mtrace" > "$W/tensors.byline" 2>> "$LOG"
+  cat "$W/tensors.byline" >> "$LOG"
+  grep -A2 'at peak   allocated' "$W/tensors.byline" | sed -n 2p | grep -q 'fc1'; check "by-line table: the fc1 line leads" 0 $?
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
   grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?

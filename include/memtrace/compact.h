@@ -130,6 +130,7 @@ typedef struct mt_usage {
                             (host: HOST_PINNED+HOST_REGISTERED) */
     uint64_t api_in_use; /* the same without DRIVER */
     uint64_t by_kind[MT_KIND_MAX_];
+    uint64_t by_kind_peak[MT_KIND_MAX_]; /* each kind's own high-water (any time) */
     uint64_t peak, peak_time, peak_seq; /* first time in_use reached its maximum; seq = event no. */
     uint64_t api_peak, api_peak_time;
     uint64_t alloc_bytes, alloc_count, free_count, failed_count, zero_byte_allocs;

@@ -142,6 +142,8 @@ static inline void account(mt_usage *u, unsigned kind, uint64_t bytes, int sign)
 {
     uint64_t d = sign > 0 ? bytes : -bytes; /* unsigned wrap-around adds or subtracts */
     u->by_kind[kind] += d;
+    /* per-kind high-water: in tensor mode the async peak is the peak of live tensor bytes */
+    if (sign > 0 && u->by_kind[kind] > u->by_kind_peak[kind]) u->by_kind_peak[kind] = u->by_kind[kind];
     if (counts_in_use(kind)) {
         u->in_use += d;
         if (kind != MT_KIND_DRIVER) u->api_in_use += d;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "memtrace/record.h"
+#include "unwind_rule.h"
 
 /* Steps one memo holds: max frames plus a generous skip; longer walks are not memoized. */
 #define MT_MEMO_STEPS (MT_MAX_FRAMES + 32)
@@ -31,6 +32,7 @@ typedef struct mt_walk_step {
     uintptr_t ra_addr, ra;
     uintptr_t bp_addr, bp_val;
     uintptr_t bp_known;
+    mt_unwind_rule rule; /* the rule that took this frame to its caller (see rule_at_step) */
 } mt_walk_step;
 
 typedef enum mt_walk_end {

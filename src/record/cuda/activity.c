@@ -25,17 +25,14 @@ void mt_corr_insert(mt_corr_set *s, uint32_t id)
     atomic_store_explicit(&s->ids[id & (MT_CORR_SLOTS - 1)], id, memory_order_relaxed);
 }
 
-void mt_corr_forget(mt_corr_set *s, uint32_t id)
+/* Not removed on a match: one API call may have several records (CUPTI reports the mappings of
+ * two cuMemMap calls under the second call's id, and releases a dying context's allocations under
+ * the last id it handed out), and records of different contexts arrive in different buffers, in
+ * no particular order. The slot is simply overwritten by a later id. */
+int mt_corr_has(mt_corr_set *s, uint32_t id)
 {
-    uint32_t expect = id;
-    atomic_compare_exchange_strong(&s->ids[id & (MT_CORR_SLOTS - 1)], &expect, 0);
-}
-
-int mt_corr_take(mt_corr_set *s, uint32_t id)
-{
-    uint32_t expect = id;
     return id != 0 &&
-           atomic_compare_exchange_strong(&s->ids[id & (MT_CORR_SLOTS - 1)], &expect, 0);
+           atomic_load_explicit(&s->ids[id & (MT_CORR_SLOTS - 1)], memory_order_relaxed) == id;
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -49,7 +46,7 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
 {
     atomic_fetch_add_explicit(&r->activity_records, 1, memory_order_relaxed);
     int is_alloc = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-    if (mt_corr_take(&r->corr, m->correlationId)) return; /* the callbacks have it */
+    if (mt_corr_has(&r->corr, m->correlationId)) return; /* the callbacks have it */
     if (m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
         m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
         return;

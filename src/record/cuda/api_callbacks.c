@@ -36,7 +36,12 @@ static int makes_memory2_record(CUpti_CallbackId cbid)
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: return 1;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:   /* mapped ranges show up as device memory records */
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: return 1;
     default: return 0;
     }
 }

@@ -338,6 +338,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     mt_sink_put_copy(mt_rec.sink, &proc);
     mt_trace_note(MT_NOTE_INFO, "libcupti: %s", cupti_path);
 
+    mt_stacks_init(&mt_rec);
     mt_rec.modules = mt_modules_new();
     mt_rec.trie = mt_trie_new(on_new_node, &mt_rec);
     if (!mt_rec.modules || !mt_rec.trie) mt_rec.cfg.stacks = MT_STACKS_NONE;

@@ -80,6 +80,8 @@ typedef struct mt_recorder {
     mt_gpu_sampler *sampler;         /* NVML sampling thread; NULL when NVML is unavailable */
     mt_pyframes *py;                 /* NULL: no Python in the process (or unknown version) */
     mt_py_ranges py_ranges;          /* where the interpreter's code is, for merging */
+    uintptr_t self_lo, self_hi;      /* this library's code: its frames are not the caller's */
+    uintptr_t cupti_lo, cupti_hi;    /* libcupti's, likewise */
     uint32_t driver_internal_stack; /* trie leaf of the "[driver internal]" pseudo frame */
 
     /* activity enrichment */
@@ -130,8 +132,7 @@ int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks 
 void mt_activity_flush(mt_recorder *r);
 void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activity API */
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
-void mt_corr_forget(mt_corr_set *s, uint32_t id);
-int mt_corr_take(mt_corr_set *s, uint32_t id); /* 1 if it was there (and removes it) */
+int mt_corr_has(mt_corr_set *s, uint32_t id); /* 1 if id is a recent memory API call's */
 
 /* pool_poll.c */
 void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool); /* hot path, lock-free */
@@ -144,6 +145,7 @@ mt_gpu_sampler *mt_gpu_sampler_start(mt_recorder *r);
 void mt_gpu_sampler_stop(mt_gpu_sampler *g);
 
 /* stacks.c */
+void mt_stacks_init(mt_recorder *r);        /* where our and CUPTI's code are */
 int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags);
 

@@ -71,6 +71,25 @@ static uint32_t code_id(mt_recorder *r, uintptr_t code)
     return id; /* 0 when the table is full: the frame is then left out */
 }
 
+/* ---- where our own code is ----------------------------------------------------------------- */
+
+static void object_range(const void *addr, uintptr_t *lo, uintptr_t *hi)
+{
+    struct dl_find_object obj;
+    if (addr && _dl_find_object((void *)addr, &obj) == 0) {
+        *lo = (uintptr_t)obj.dlfo_map_start;
+        *hi = (uintptr_t)obj.dlfo_map_end;
+    }
+}
+
+void mt_stacks_init(mt_recorder *r)
+{
+    /* The innermost frames of every stack are this library's callback and CUPTI's dispatch:
+     * the same for every event, naming nothing about the caller. They are left out. */
+    object_range((const void *)mt_capture_stack, &r->self_lo, &r->self_hi);
+    object_range(dlsym(r->cupti.handle, "cuptiSubscribe"), &r->cupti_lo, &r->cupti_hi);
+}
+
 /* ---- where the interpreter is ------------------------------------------------------------- */
 
 int mt_stacks_init_python(mt_recorder *r)
@@ -116,17 +135,23 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags)
     if (r->cfg.stacks & MT_STACKS_NATIVE) nn = mt_unwind(native, MT_MAX_FRAMES - 1, 1, &truncated);
     uint64_t t1 = mt_now_ns();
     atomic_fetch_add_explicit(&r->unwind_ns, t1 - t0, memory_order_relaxed);
+    int skip = 0;
+    while (skip < nn && ((native[skip] >= r->self_lo && native[skip] < r->self_hi) ||
+                         (native[skip] >= r->cupti_lo && native[skip] < r->cupti_hi)))
+        skip++;
+    const uint64_t *nat = native + skip;
+    nn -= skip;
 
     mt_pyframe py[MT_MAX_FRAMES];
     int np = (r->py && (r->cfg.stacks & MT_STACKS_PYTHON)) ? mt_pyframes_read(r->py, py, 96) : 0;
     if (np > 0 && (r->cfg.stacks & MT_STACKS_NATIVE)) {
-        n = mt_merge_python(&r->py_ranges, native, nn, py, np, code_id_cb, r, words,
+        n = mt_merge_python(&r->py_ranges, nat, nn, py, np, code_id_cb, r, words,
                             MT_MAX_FRAMES - 1);
         truncated = 0; /* the Python part reaches the outermost frame */
     } else if (np > 0) {
         n = mt_merge_python(NULL, NULL, 0, py, np, code_id_cb, r, words, MT_MAX_FRAMES - 1);
     } else {
-        for (int i = 0; i < nn; i++) words[i] = MT_FRAME_WORD(MT_FRAME_NATIVE, native[i]);
+        for (int i = 0; i < nn; i++) words[i] = MT_FRAME_WORD(MT_FRAME_NATIVE, nat[i]);
         n = nn;
     }
     if (truncated) {
