@@ -18,6 +18,7 @@ LOG=$OUT/gpu-check.log
 SUM=$OUT/summary.txt
 MT=$PWD/$BUILD/src/cli/memtrace
 AP=$PWD/$BUILD/samples/alloc_patterns
+CONFLICT=$PWD/$BUILD/samples/cupti_conflict
 PY=${PYTHON:-python3}
 FAILS=0
 : > "$LOG"; : > "$SUM"
@@ -84,6 +85,37 @@ api_peak() { # api_peak DUMP -> "dev:peak ..."; FAMILY-matched frees
     } END { for (d in pk) printf "%s:%d ", d, pk[d] }' "$1"
 }
 say "info: alloc_patterns API device peak from dump: $(api_peak "$W/ap.dump")"
+
+# ---- processes, another profiler, another CUPTI subscriber -------------------------------------
+say "== processes and other tools"
+mkdir -p "$W/procs"
+(cd "$W/procs" && timeout 300 "$MT" record -q -- $PY "$OLDPWD/samples/processes.py" --spawn 2) > "$W/procs.out" 2>> "$LOG"
+check "processes.py: fork child and 2 spawn children ran (no hang)" "0 children_ok=3" "$? $(grep -o 'children_ok=[0-9]*' "$W/procs.out")"
+check "one trace per CUDA process (parent + 2 spawned)" 3 "$(ls "$W/procs"/*.mtrace 2>/dev/null | wc -l)"
+for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "FAIL dump $f"; done
+(cd "$W" && timeout 300 "$MT" record -q --tensors -o "$W/profiler.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler.out" 2>> "$LOG"
+check "torch.profiler inside a traced run still works" ok "$(grep -q 'profiler_cuda_events=[1-9]' "$W/profiler.out" && echo ok)"
+"$MT" dump "$W/profiler.mtrace" > "$W/profiler.dump" 2>> "$LOG"
+check "the trace says where recording paused for the profiler" 1 "$(grep -c 'recording paused: another CUPTI client' "$W/profiler.dump")"
+prof_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
+   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
+   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/profiler.dump")
+check "tensor peak (before the profiler) == max_memory_allocated" "$(sed -n 's/.*max_memory_allocated=\([0-9]*\).*/\1/p' "$W/profiler.out")" "$prof_live"
+mkdir -p "$W/conflict"
+CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
+(cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"
+rc=$?
+cat "$W/conflict.out" "$W/conflict.err" >> "$LOG"
+check "another CUPTI subscriber: program runs unchanged" "0 conflict_ok" "$rc $(grep -o 'conflict_ok' "$W/conflict.out")"
+check "another CUPTI subscriber: one warning, no trace" "1 0" "$(grep -c 'refused a subscriber' "$W/conflict.err") $(ls "$W/conflict"/*.mtrace 2>/dev/null | wc -l)"
+(cd "$W" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -q -o "$W/stolen.mtrace" -- "$CONFLICT" activity) > "$W/stolen.out" 2>> "$LOG"
+rc=$?
+cat "$W/stolen.out" >> "$LOG"
+"$MT" dump "$W/stolen.mtrace" > "$W/stolen.dump" 2>> "$LOG"
+check "another tool takes the activity API: it works, memtrace keeps all 401 cuMemAlloc" "0 conflict_ok 401" "$rc $(grep -o conflict_ok "$W/stolen.out") $(grep '^event ' "$W/stolen.dump" | grep -v activity | grep -c 'op=alloc kind=device')"
+check "... and the trace says activity enrichment stopped" 1 "$(grep -c 'activity enrichment stopped' "$W/stolen.dump")"
+(cd "$W" && timeout 300 "$MT" record -q --no-preload --tensors -o "$W/profiler_np.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler_np.out" 2>> "$LOG"
+say "info: with --no-preload torch.profiler saw $(sed -n 's/profiler_cuda_events=//p' "$W/profiler_np.out") CUDA events (memtrace kept CUPTI)"
 
 # ---- cifar.py under three allocator settings ------------------------------------------------------
 say "== cifar.py ($STEPS steps)"

@@ -39,6 +39,9 @@ static void usage(FILE *out)
         "  --tensors         PyTorch: make every tensor allocation visible by running the\n"
         "                    caching allocator in its cudaMallocAsync mode (merged into\n"
         "                    PYTORCH_CUDA_ALLOC_CONF; see docs/tensor-mode.md for what changes)\n"
+        "  --no-preload      do not preload the recorder (LD_PRELOAD): a profiler the program\n"
+        "                    starts (torch.profiler) then cannot get CUPTI while memtrace holds\n"
+        "                    it; with the preload (default) memtrace pauses and lets it\n"
         "  --no-symbolize    skip resolving native frames at the end (do it later with\n"
         "                    `memtrace symbolize`, on this machine)\n"
         "  -q, --quiet       print nothing but errors\n"
@@ -208,7 +211,7 @@ static void forward_signal(int sig)
 int mt_cmd_record(int argc, char **argv)
 {
     const char *pattern = "memtrace.%c.%p.mtrace", *stacks = "both";
-    int force = 0, symbolize = 1, quiet = 0, tensors = 0, i = 1;
+    int force = 0, symbolize = 1, quiet = 0, tensors = 0, preload = 1, i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
@@ -232,6 +235,8 @@ int mt_cmd_record(int argc, char **argv)
                                    stacks);
         } else if (strcmp(a, "--tensors") == 0) {
             tensors = 1;
+        } else if (strcmp(a, "--no-preload") == 0) {
+            preload = 0;
         } else if (strcmp(a, "--no-symbolize") == 0) {
             symbolize = 0;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
@@ -284,6 +289,16 @@ int mt_cmd_record(int argc, char **argv)
     }
     if (child_pid == 0) {
         setenv("CUDA_INJECTION64_PATH", inject, 1);
+        if (preload) { /* so that other CUPTI clients can take over (src/record/cuda/interpose.c) */
+            const char *old_pre = getenv("LD_PRELOAD");
+            size_t n = strlen(inject) + (old_pre ? strlen(old_pre) : 0) + 2;
+            char *pre = malloc(n);
+            if (pre) {
+                snprintf(pre, n, "%s%s%s", inject, old_pre && *old_pre ? ":" : "",
+                         old_pre ? old_pre : "");
+                setenv("LD_PRELOAD", pre, 1);
+            }
+        }
         setenv("MEMTRACE_OUTPUT", abs_pattern, 1);
         setenv("MEMTRACE_MANIFEST", manifest, 1);
         setenv("MEMTRACE_STACKS", stacks, 1);

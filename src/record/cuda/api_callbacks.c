@@ -142,9 +142,9 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
         size_t total = 0;
         CUdevice d;
         /* libcuda is the caller: these are safe to call here and trigger no traced callback. */
-        if (dev >= 0 && cuDeviceGet(&d, dev) == CUDA_SUCCESS) {
-            cuDeviceGetName(name, sizeof name - 1, d);
-            cuDeviceTotalMem(&total, d);
+        if (dev >= 0 && r->cuda.DeviceGet(&d, dev) == CUDA_SUCCESS) {
+            r->cuda.DeviceGetName(name, sizeof name - 1, d);
+            r->cuda.DeviceTotalMem(&total, d);
         }
         mt_record rec = {.type = MT_REC_DEVICE};
         rec.u.device = (mt_device){.ordinal = dev, .total_bytes = total, .name = name, .uuid = ""};
@@ -154,7 +154,7 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
                        .device = device_of(r, rd->context)};
         /* CUPTI gives no context uid in resource data; cuCtxGetId names the same id. */
         unsigned long long id = 0;
-        if (cuCtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
+        if (r->cuda.CtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
         mt_sink_event(r->sink, &ev);
     }
 }

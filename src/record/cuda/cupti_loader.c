@@ -57,3 +57,35 @@ int mt_cupti_load(mt_cupti *c, const char *explicit_path, const char **why, char
     RESOLVE(ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", 0);
     return 0;
 }
+
+int mt_cuda_load(mt_cuda *d, const char **why)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) {
+        *why = "libcuda.so.1 is not loaded";
+        return -1;
+    }
+    struct {
+        void **slot;
+        const char *name;
+    } fns[] = {
+        {(void **)&d->DeviceGet, "cuDeviceGet"},
+        {(void **)&d->DeviceGetName, "cuDeviceGetName"},
+        {(void **)&d->DeviceTotalMem, "cuDeviceTotalMem_v2"},
+        {(void **)&d->DeviceGetCount, "cuDeviceGetCount"},
+        {(void **)&d->DeviceGetPCIBusId, "cuDeviceGetPCIBusId"},
+        {(void **)&d->CtxGetId, "cuCtxGetId"},
+        {(void **)&d->DeviceGetMemPool, "cuDeviceGetMemPool"},
+        {(void **)&d->MemPoolGetAttribute, "cuMemPoolGetAttribute"},
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+        *fns[i].slot = dlsym(h, fns[i].name);
+        if (!*fns[i].slot) {
+            *why = "libcuda lacks a function the recorder needs";
+            dlclose(h);
+            return -1;
+        }
+    }
+    dlclose(h); /* NOLOAD took a reference; the process keeps its own */
+    return 0;
+}

@@ -90,12 +90,12 @@ static void sample_once(mt_gpu_sampler *g)
 static int map_devices(mt_gpu_sampler *g)
 {
     int count = 0;
-    if (cuDeviceGetCount(&count) != CUDA_SUCCESS) return -1;
+    if (g->r->cuda.DeviceGetCount(&count) != CUDA_SUCCESS) return -1;
     for (int i = 0; i < count && g->ndev < MAX_DEVICES; i++) {
         CUdevice d;
         char bus[64];
-        if (cuDeviceGet(&d, i) != CUDA_SUCCESS ||
-            cuDeviceGetPCIBusId(bus, sizeof bus, d) != CUDA_SUCCESS)
+        if (g->r->cuda.DeviceGet(&d, i) != CUDA_SUCCESS ||
+            g->r->cuda.DeviceGetPCIBusId(bus, sizeof bus, d) != CUDA_SUCCESS)
             continue;
         if (g->by_bus_id(bus, &g->dev[g->ndev]) == 0) g->ordinal[g->ndev++] = i;
     }

@@ -171,6 +171,12 @@ static void at_fork_child(void)
     mt_rec.sink = NULL; /* warnings in the child go to stderr only */
 }
 
+/* Waits (bounded) for callbacks that started before `enabled` went to 0. */
+static void quiesce(void)
+{
+    for (int i = 0; i < 1000 && atomic_load(&inflight) > 0; i++) usleep(100);
+}
+
 static void at_exit(void)
 {
     if (getpid() != mt_rec.pid || !mt_rec.sink) return;
@@ -179,8 +185,7 @@ static void at_exit(void)
     atomic_store(&mt_rec.enabled, 0);
     mt_gpu_sampler_stop(mt_rec.sampler);
     mt_rec.sampler = NULL;
-    /* Wait (bounded) for callbacks that started before we turned the switch off. */
-    for (int i = 0; i < 1000 && atomic_load(&inflight) > 0; i++) usleep(100);
+    quiesce(); /* callbacks that started before we turned the switch off */
     mt_sink *sink = mt_rec.sink;
     mt_modules_refresh(mt_rec.modules, on_new_module, &mt_rec);
     uint64_t cbs = atomic_load(&mt_rec.callbacks);
@@ -275,12 +280,41 @@ static int subscribe(void)
     } else {
         rc = mt_rec.cupti.Subscribe(&mt_rec.subscriber, guarded_callback, &mt_rec);
     }
-    if (rc == CUPTI_SUCCESS) return 0;
+    if (rc == CUPTI_SUCCESS) {
+        atomic_store(&mt_rec.subscribed, 1);
+        return 0;
+    }
     const char *msg = "?";
     mt_rec.cupti.GetResultString(rc, &msg);
     mt_warn_once("subscribe", "CUPTI refused a subscriber (%s%s%s): another profiler holds it; "
                  "the program runs untraced", msg, holder[0] ? ", held by " : "", holder);
     return -1;
+}
+
+void mt_recorder_yield(const char *who)
+{
+    if (getpid() != mt_rec.pid || !atomic_exchange(&mt_rec.subscribed, 0)) return;
+    if (mt_rec.activity_on && !atomic_load(&mt_rec.activity_stopped)) mt_activity_flush(&mt_rec);
+    atomic_store(&mt_rec.enabled, 0);
+    quiesce();
+    mt_rec.cupti.Unsubscribe(mt_rec.subscriber);
+    atomic_store(&mt_rec.yielded, 1);
+    mt_warn_once("yield", "another CUPTI client (%s; a profiler such as torch.profiler) started: "
+                 "CUPTI allows one, so memtrace stops recording until it is done", who);
+    mt_trace_note(MT_NOTE_WARNING,
+                  "recording paused: another CUPTI client (%s) subscribed. Allocations and frees "
+                  "from here until 'recording resumed' (or the end) are not in the trace.",
+                  who);
+}
+
+void mt_recorder_resume(void)
+{
+    if (getpid() != mt_rec.pid || !atomic_load(&mt_rec.yielded) || atomic_load(&mt_rec.subscribed))
+        return;
+    if (subscribe() != 0 || mt_callbacks_enable(&mt_rec) != 0) return;
+    atomic_store(&mt_rec.yielded, 0);
+    atomic_store(&mt_rec.enabled, 1);
+    mt_trace_note(MT_NOTE_WARNING, "recording resumed: the other CUPTI client unsubscribed");
 }
 
 __attribute__((visibility("default"))) int InitializeInjection(void)
@@ -295,6 +329,10 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     if (mt_cupti_load(&mt_rec.cupti, getenv("MEMTRACE_CUPTI"), &why, cupti_path,
                       sizeof cupti_path) != 0) {
         mt_warn_once("cupti", "%s; the program runs untraced", why);
+        return 1;
+    }
+    if (mt_cuda_load(&mt_rec.cuda, &why) != 0) {
+        mt_warn_once("cuda", "%s; the program runs untraced", why);
         return 1;
     }
     char comm[64];

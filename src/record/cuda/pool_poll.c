@@ -42,8 +42,8 @@ void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
 static void poll_pool(mt_recorder *r, CUmemoryPool pool, int32_t device)
 {
     cuuint64_t cur = 0, high = 0;
-    if (cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur) != CUDA_SUCCESS ||
-        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
+    if (r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur) != CUDA_SUCCESS ||
+        r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
         return;
     uint64_t key = (uint64_t)(uintptr_t)pool;
     int i = 0;
@@ -85,7 +85,7 @@ static void poll_locked(mt_recorder *r)
     uint64_t devs = atomic_load_explicit(&r->async_devices, memory_order_relaxed);
     for (int d = 0; devs; d++, devs >>= 1) {
         CUmemoryPool pool;
-        if ((devs & 1) && cuDeviceGetMemPool(&pool, d) == CUDA_SUCCESS) poll_pool(r, pool, d);
+        if ((devs & 1) && r->cuda.DeviceGetMemPool(&pool, d) == CUDA_SUCCESS) poll_pool(r, pool, d);
     }
     for (int i = 0; i < MT_MAX_POOLS; i++) {
         uint64_t p = atomic_load_explicit(&r->named_pools[i].pool, memory_order_relaxed);

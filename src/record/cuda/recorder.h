@@ -13,6 +13,7 @@
 #ifndef MT_RECORDER_H
 #define MT_RECORDER_H
 
+#include <cuda.h>
 #include <cupti.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -55,6 +56,21 @@ typedef struct mt_corr_set {
 
 enum { MT_STACKS_NONE = 0, MT_STACKS_NATIVE = 1, MT_STACKS_PYTHON = 2, MT_STACKS_BOTH = 3 };
 
+/* The few driver functions the recorder itself calls, resolved from the libcuda the process
+ * already has loaded. Why not link libcuda: `memtrace record` also preloads this library into
+ * every process of the command (see interpose.c), most of which never load CUDA; a DT_NEEDED on
+ * libcuda.so.1 would make the loader complain in each of them on a machine without a driver. */
+typedef struct mt_cuda {
+    __typeof__(&cuDeviceGet) DeviceGet;
+    __typeof__(&cuDeviceGetName) DeviceGetName;
+    __typeof__(&cuDeviceTotalMem) DeviceTotalMem;
+    __typeof__(&cuDeviceGetCount) DeviceGetCount;
+    __typeof__(&cuDeviceGetPCIBusId) DeviceGetPCIBusId;
+    __typeof__(&cuCtxGetId) CtxGetId;
+    __typeof__(&cuDeviceGetMemPool) DeviceGetMemPool;
+    __typeof__(&cuMemPoolGetAttribute) MemPoolGetAttribute;
+} mt_cuda;
+
 typedef struct mt_recorder_config {
     char output[4096]; /* the path actually opened */
     int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
@@ -73,7 +89,10 @@ typedef struct mt_recorder {
     pid_t pid;           /* the process that owns the trace; a fork()ed child differs */
     mt_recorder_config cfg;
     mt_cupti cupti;
+    mt_cuda cuda;
     CUpti_SubscriberHandle subscriber;
+    _Atomic int subscribed;             /* we hold CUPTI's one subscription */
+    _Atomic int yielded;                /* we gave it up to another client (interpose.c) */
     mt_sink *sink;
     mt_trie *trie;
     mt_modules *modules;
@@ -114,6 +133,8 @@ typedef struct mt_recorder {
 extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
 
 /* inject.c */
+void mt_recorder_yield(const char *who); /* another CUPTI client subscribes: step aside */
+void mt_recorder_resume(void);           /* ... it unsubscribed: subscribe again */
 uint64_t mt_now_ns(void);
 uint32_t mt_gettid(void);
 void mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -121,6 +142,7 @@ void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf
 
 /* cupti_loader.c: 0 on success; on failure *why says what was missing */
 int mt_cupti_load(mt_cupti *c, const char *explicit_path, const char **why, char *where, size_t len);
+int mt_cuda_load(mt_cuda *d, const char **why); /* from the libcuda already loaded */
 
 /* api_callbacks.c */
 int mt_callbacks_enable(mt_recorder *r); /* 0 ok */
