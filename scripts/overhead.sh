@@ -21,6 +21,11 @@ CMD[untraced_async]="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync $PY $CI
 CMD[tensors_both]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
+CMD[subscribed_only]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
+CMD[tensors_bare]="env MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
+CMD[tensors_bare_act]="env MEMTRACE_NVML=0 $MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
+CMD[tensors_bare_nvml]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
+CMD[tensors_python_bare]="env MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_nostack]="$MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
@@ -29,13 +34,15 @@ for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
     (cd "$W" && ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
-    [ "$c" != "${c#tensors}" ] && "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
+    case $c in tensors*) ;; *) continue ;; esac
+    "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
   done
 done
 {
   printf "%-20s %9s %9s  %s\n" config median_ms overhead runs_ms
   for c in $ORDER; do
-    base=untraced_default; [ "$c" != "${c#tensors}" ] && base=untraced_async; [ "$c" = untraced_async ] && base=untraced_async
+    base=untraced_default
+    case $c in tensors*|untraced_async|subscribed_only) base=untraced_async ;; esac
     $PY - "$W/$c.ms" "$W/$base.ms" "$c" <<'PYEOF'
 import statistics, sys
 v = [float(x) for x in open(sys.argv[1]) if x.strip()]

@@ -16,6 +16,7 @@
  *                      the interpreter's, when the process runs Python)
  *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations/pool sizes)
  *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
+ *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
  *   MEMTRACE_MANIFEST  file to which the path of each trace is appended (one line each)
  */
@@ -390,7 +391,11 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
         mt_rec.driver_internal_stack = mt_trie_intern(mt_rec.trie, &cache, &pseudo, 1);
     }
 
-    if (subscribe() != 0 || mt_callbacks_enable(&mt_rec) != 0) {
+    /* MEMTRACE_CALLBACKS=0 is a diagnostic: subscribe but enable nothing, to measure what a
+     * CUPTI subscription alone costs the program (scripts/overhead.sh). */
+    const char *cbs = getenv("MEMTRACE_CALLBACKS");
+    int want_callbacks = !(cbs && strcmp(cbs, "0") == 0);
+    if (subscribe() != 0 || (want_callbacks && mt_callbacks_enable(&mt_rec) != 0)) {
         mt_sink_stop(mt_rec.sink, NULL);
         mt_rec.sink = NULL;
         unlink(mt_rec.cfg.output);
