@@ -38,6 +38,7 @@ typedef struct mt_sink_stats {
     uint64_t records;       /* all records written */
     uint64_t bytes;         /* file size */
     int write_failed;       /* a write(2) failed (disk full...): the trace ends early */
+    uint64_t rings_freed;   /* per-thread rings freed after their thread exited */
 } mt_sink_stats;
 
 /* Starts the writer thread. NULL on failure (then nothing was started). */

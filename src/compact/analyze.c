@@ -370,9 +370,11 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
         d->api_peak_time_ns = rel(u[i].api_peak_time, a->header.start_monotonic_ns);
         for (size_t k = 0; k < n_devs; k++)
             if (!u[i].is_host && devs[k].ordinal == u[i].device) {
+                /* one DEVICE record per context: a device with several contexts has several */
                 d->name = devs[k].name;
                 devs[k].name = NULL; /* the report owns it now */
                 d->capacity = devs[k].total;
+                break;
             }
         uint64_t sk = slot_key(u[i].device, u[i].is_host);
         if (mt_stack_list_from_map(&leaks, sk, &d->leaks) < 0 ||

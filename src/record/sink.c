@@ -47,6 +47,7 @@ typedef struct mt_ring {
     _Atomic uint64_t dropped; /* events lost to a full ring, not yet reported */
     uint64_t tail_cache;      /* producer's last view of tail (avoids a shared read per event) */
     uint64_t drain_head;      /* consumer only: head as seen by the drain in progress */
+    _Atomic int retired;      /* its thread exited: freed once drained */
     uint32_t mask;
     struct mt_ring *next; /* registry list, appended under the sink's mutex */
     mt_slot slots[];
@@ -76,6 +77,8 @@ struct mt_sink {
     void *tick_ctx;
 
     pthread_t thread;
+    pthread_key_t thread_exit; /* its destructor retires the exiting thread's ring */
+    int has_key;
     mt_sink_stats stats; /* written by the writer thread only */
     /* drain scratch space, writer thread only */
     mt_slot **batch;
@@ -83,14 +86,22 @@ struct mt_sink {
 };
 
 /* The calling thread's ring for the sink of the given generation. A thread that outlives a sink
- * (tests start several) finds a stale generation and registers a new ring. Rings are never freed
- * while their sink lives, so the pointer stays valid even after its thread exits. */
+ * (tests start several) finds a stale generation and registers a new ring. When a thread exits,
+ * the key's destructor retires its ring (the writer frees it once drained), so a program that
+ * makes many short-lived threads does not accumulate rings; a destructor that runs CUDA after ours
+ * simply gets a fresh ring (the generation is cleared). */
 static __thread struct {
     uint64_t generation;
     mt_ring *ring;
 } tls_ring;
 
 static _Atomic uint64_t next_generation = 1;
+
+static void retire_ring(void *ring)
+{
+    tls_ring.generation = 0;
+    atomic_store_explicit(&((mt_ring *)ring)->retired, 1, memory_order_release);
+}
 
 static mt_ring *ring_for_this_thread(mt_sink *s)
 {
@@ -102,9 +113,30 @@ static mt_ring *ring_for_this_thread(mt_sink *s)
     r->next = s->rings;
     s->rings = r;
     pthread_mutex_unlock(&s->lock);
+    if (s->has_key) pthread_setspecific(s->thread_exit, r);
     tls_ring.generation = s->generation;
     tls_ring.ring = r;
     return r;
+}
+
+/* Frees the rings of exited threads that the drain emptied. Writer thread only. */
+static void free_retired(mt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (mt_ring **pp = &s->rings; *pp;) {
+        mt_ring *r = *pp;
+        /* acquire: the exited thread's last commits are visible once retired is */
+        if (atomic_load_explicit(&r->retired, memory_order_acquire) &&
+            atomic_load_explicit(&r->head, memory_order_acquire) == r->drain_head &&
+            atomic_load_explicit(&r->dropped, memory_order_relaxed) == 0) {
+            *pp = r->next;
+            free(r);
+            s->stats.rings_freed++;
+        } else {
+            pp = &r->next;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Claims a slot, or NULL when the ring is full. */
@@ -288,6 +320,7 @@ static void drain(mt_sink *s)
         s->stats.dropped += dropped;
     }
     if (mt_writer_flush(s->writer) != 0) s->stats.write_failed = 1;
+    free_retired(s);
 }
 
 static void *writer_main(void *arg)
@@ -343,6 +376,7 @@ mt_sink *mt_sink_start(const mt_sink_config *cfg)
         return NULL;
     }
     pthread_mutex_init(&s->lock, NULL);
+    s->has_key = pthread_key_create(&s->thread_exit, retire_ring) == 0;
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->flushed, NULL);
     /* The writer thread must not receive the program's signals (its handlers expect its own
@@ -386,6 +420,7 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    if (s->has_key) pthread_key_delete(s->thread_exit); /* no destructor may touch freed rings */
 
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
