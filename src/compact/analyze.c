@@ -359,6 +359,11 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     if (s.oom) return -1;
     for (size_t i = 0; i < n; i++) {
         mt_device_report *d;
+        /* A context destroyed while its device could not be named leaves an empty "unknown
+         * device" slot behind: nothing to report there. */
+        if (!u[i].is_host && u[i].device < 0 && u[i].alloc_count == 0 && u[i].failed_count == 0 &&
+            u[i].free_count == 0 && !u[i].has_pool_info && u[i].peak == 0)
+            continue;
         if (u[i].is_host) {
             if (!(a->host = calloc(1, sizeof *a->host))) return -1;
             d = a->host;
