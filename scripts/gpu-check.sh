@@ -72,19 +72,12 @@ check "every API alloc/failed has a stack" 0 "$(grep '^event ' "$W/ap.dump" | gr
 say "info: driver-internal events (activity): $(grep '^event ' "$W/ap.dump" | grep -c ' activity') ; stack nodes: $(grep -c '^node ' "$W/ap.dump"); modules: $(grep -c '^module ' "$W/ap.dump"); symbols: $(grep -c '^symbol ' "$W/ap.dump")"
 grep '^note' "$W/ap.dump" | sed 's/^/  /' >> "$LOG"
 
-# Peak of API-requested device bytes, computed from the dump alone (an independent check of the
-# compactor): device, pitch, managed, async and VMM physical allocations, per device.
-api_peak() { # api_peak DUMP -> "dev:peak ..."; FAMILY-matched frees
-  awk '/^event / && !/ activity/ {
-      for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
-      k = f["kind"]; fam = (k == "vmm_physical") ? "p" : ((k ~ /^(device|pitch|managed|async)$/) ? "l" : "")
-      if (fam == "") next
-      key = f["dev"] SUBSEP fam SUBSEP f["addr"]
-      if (f["op"] == "alloc") { live[key] = f["bytes"]; cur[f["dev"]] += f["bytes"]; if (cur[f["dev"]] > pk[f["dev"]]) pk[f["dev"]] = cur[f["dev"]] }
-      else if (f["op"] == "free" && (key in live)) { cur[f["dev"]] -= live[key]; delete live[key] }
-    } END { for (d in pk) printf "%s:%d ", d, pk[d] }' "$1"
+# Peaks computed from the dump alone, an independent check of the compactor
+# (scripts/dump_peaks.py: frees matched by family, context destroys honoured).
+dump_peak() { # dump_peak DUMP KINDS -> device 0's peak of live bytes of those kinds
+  $PY scripts/dump_peaks.py --kinds "$2" "$1" | sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p'
 }
-say "info: alloc_patterns API device peak from dump: $(api_peak "$W/ap.dump")"
+say "info: alloc_patterns API device peak from dump: $(dump_peak "$W/ap.dump" device,pitch,managed,async,vmm_physical)"
 
 # ---- processes, another profiler, another CUPTI subscriber -------------------------------------
 say "== processes and other tools"
@@ -97,9 +90,7 @@ for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "
 check "torch.profiler inside a traced run still works" ok "$(grep -q 'profiler_cuda_events=[1-9]' "$W/profiler.out" && echo ok)"
 "$MT" dump "$W/profiler.mtrace" > "$W/profiler.dump" 2>> "$LOG"
 check "the trace says where recording paused for the profiler" 1 "$(grep -c 'recording paused: another CUPTI client' "$W/profiler.dump")"
-prof_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
-   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
-   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/profiler.dump")
+prof_live=$(dump_peak "$W/profiler.dump" async)
 check "tensor peak (before the profiler) == max_memory_allocated" "$(sed -n 's/.*max_memory_allocated=\([0-9]*\).*/\1/p' "$W/profiler.out")" "$prof_live"
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
@@ -176,15 +167,11 @@ for n in default expandable; do
 done
 # cudaMallocAsync: live async allocations vs max_memory_allocated; pool high-water vs reserved.
 # Tensor mode: the peak of live tensor (async) bytes against torch's max_memory_allocated, within 1%.
-tensor_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
-   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
-   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/tensors.dump")
+tensor_live=$(dump_peak "$W/tensors.dump" async)
 check "tensor mode: live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$tensor_live; b=$(val tensors max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
 say "tensor mode: live tensor peak $tensor_live vs max_memory_allocated $(val tensors max_memory_allocated)"
 grep -q 'python code=' "$W/tensors.dump"; check "tensor mode trace has Python frames" 0 $?
-async_live=$(awk '/^event / && !/ activity/ && / kind=async / { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}
-   if (f["op"]=="alloc") { live[f["addr"]]=f["bytes"]; cur+=f["bytes"]; if (cur>pk) pk=cur }
-   else if (f["op"]=="free" && (f["addr"] in live)) { cur-=live[f["addr"]]; delete live[f["addr"]] } } END { print pk+0 }' "$W/async.dump")
+async_live=$(dump_peak "$W/async.dump" async)
 pool_hw=$(awk '/op=pool_reserved/ { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}; cur[f["addr"]]=f["bytes"]; s=0; for (p in cur) s+=cur[p]; if (s>pk) pk=s } END { print pk+0 }' "$W/async.dump")
 pool_high=$($PY -c 'import re,sys; print(max([int(m.group(1),16) for m in re.finditer(r"op=pool_reserved .* aux=(0x[0-9a-f]+)", open(sys.argv[1]).read())] or [0]))' "$W/async.dump")
 check "cifar async: pool RESERVED_MEM_HIGH == max_memory_reserved" "$(val async max_memory_reserved)" "$pool_high"

@@ -74,8 +74,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     (void)ctx, (void)stream, (void)size;
     mt_recorder *r = &mt_rec;
     CUpti_Activity *rec = NULL;
-    int live = atomic_load(&r->enabled) || r->sink; /* at exit the flush runs before disabling */
-    while (live && r->cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    /* r->sink, not r->enabled: at exit the last flush runs after callbacks are switched off */
+    while (r->sink && r->cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY2)
             on_memory(r, (const CUpti_ActivityMemory4 *)rec);
     }

@@ -134,8 +134,6 @@ static void name_thread(mt_recorder *r, uint32_t tid)
 
 static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
 {
-    uint32_t ctx_id = 0;
-    (void)ctx_id;
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
         int32_t dev = device_of(r, rd->context);
         char name[256] = "";
@@ -347,7 +345,6 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         ev.op = MT_OP_FAILED;
         ev.result = (uint16_t)res;
         ev.address = 0;
-        atomic_fetch_add_explicit(&r->failed_requests, 1, memory_order_relaxed);
     }
     if (ev.op == MT_OP_FREE) {
         ev.time_ns = *cb->correlationData; /* stamped at entry, see the top of this file */

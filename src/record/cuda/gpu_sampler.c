@@ -46,6 +46,7 @@ struct mt_gpu_sampler {
     nvml_device dev[MAX_DEVICES];
     uint64_t last_proc[MAX_DEVICES], last_used[MAX_DEVICES];
     int proc_seen;
+    nvml_process procs[MAX_PROCS]; /* scratch for sample_once (sampler thread, then stop) */
     pthread_t thread;
     _Atomic int stop;
     mt_recorder *r;
@@ -61,7 +62,7 @@ static void emit(mt_recorder *r, int32_t device, uint16_t counter, uint64_t valu
 
 static void sample_once(mt_gpu_sampler *g)
 {
-    static nvml_process procs[MAX_PROCS];
+    nvml_process *procs = g->procs;
     pid_t self = getpid();
     for (int i = 0; i < g->ndev; i++) {
         unsigned int n = MAX_PROCS;

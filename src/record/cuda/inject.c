@@ -56,8 +56,18 @@ uint32_t mt_gettid(void)
     return tid;
 }
 
+/* A note record in the trace (when there is one). */
+static void put_note(int level, const char *msg)
+{
+    mt_sink *sink = mt_rec.sink;
+    if (!sink) return;
+    mt_record rec = {.type = MT_REC_NOTE};
+    rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = (uint8_t)level, .text = msg};
+    mt_sink_put_copy(sink, &rec);
+}
+
 /* One warning per key per process. Keys are string literals; a few dozen at most. */
-void mt_warn_once(const char *key, const char *fmt, ...)
+int mt_warn_once(const char *key, const char *fmt, ...)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static const char *said[64];
@@ -67,18 +77,15 @@ void mt_warn_once(const char *key, const char *fmt, ...)
         if (said[n] == key) seen = 1;
     if (!seen && n < 64) said[n] = key;
     pthread_mutex_unlock(&lock);
-    if (seen) return;
+    if (seen) return 0;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "memtrace: %s\n", msg);
-    if (mt_rec.sink) {
-        mt_record rec = {.type = MT_REC_NOTE};
-        rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = MT_NOTE_WARNING, .text = msg};
-        mt_sink_put_copy(mt_rec.sink, &rec);
-    }
+    put_note(MT_NOTE_WARNING, msg);
+    return 1;
 }
 
 /* A note in the trace only (not on stderr). */
@@ -90,9 +97,7 @@ void mt_trace_note(int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    mt_record rec = {.type = MT_REC_NOTE};
-    rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = (uint8_t)level, .text = msg};
-    mt_sink_put_copy(mt_rec.sink, &rec);
+    put_note(level, msg);
 }
 
 static void read_file_line(const char *path, char *buf, size_t len)
@@ -214,8 +219,8 @@ static void at_exit(void)
                       (double)atomic_load(&mt_rec.unwind_ns) / (double)calls,
                       mt_trie_size(mt_rec.trie));
     mt_sink_stats st;
+    mt_rec.sink = NULL; /* first: a late activity buffer or warning must not reach a freed sink */
     mt_sink_stop(sink, &st);
-    mt_rec.sink = NULL;
     if (st.write_failed)
         fprintf(stderr, "memtrace: writing %s failed (disk full?): the trace ends early\n",
                 mt_rec.cfg.output);
@@ -300,12 +305,14 @@ void mt_recorder_yield(const char *who)
     quiesce();
     mt_rec.cupti.Unsubscribe(mt_rec.subscriber);
     atomic_store(&mt_rec.yielded, 1);
-    mt_warn_once("yield", "another CUPTI client (%s; a profiler such as torch.profiler) started: "
-                 "CUPTI allows one, so memtrace stops recording until it is done", who);
-    mt_trace_note(MT_NOTE_WARNING,
-                  "recording paused: another CUPTI client (%s) subscribed. Allocations and frees "
-                  "from here until 'recording resumed' (or the end) are not in the trace.",
-                  who);
+    /* on stderr once, in the trace every time */
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "recording paused: another CUPTI client (%s; a profiler such as torch.profiler) "
+             "subscribed, and CUPTI allows one. Allocations and frees from here until 'recording "
+             "resumed' (or the end) are not in the trace.",
+             who);
+    if (!mt_warn_once("yield", "%s", msg)) put_note(MT_NOTE_WARNING, msg);
 }
 
 void mt_recorder_resume(void)

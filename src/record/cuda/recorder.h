@@ -124,7 +124,6 @@ typedef struct mt_recorder {
     } pools[MT_MAX_POOLS];
     int npools;
 
-    _Atomic uint64_t failed_requests;
     _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
     _Atomic uint64_t unwind_ns;                           /* ... of which native unwinding */
     _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
@@ -137,7 +136,8 @@ void mt_recorder_yield(const char *who); /* another CUPTI client subscribes: ste
 void mt_recorder_resume(void);           /* ... it unsubscribed: subscribe again */
 uint64_t mt_now_ns(void);
 uint32_t mt_gettid(void);
-void mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 when it printed (and noted) the warning, 0 when `key` had been warned about already */
+int mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* cupti_loader.c: 0 on success; on failure *why says what was missing */

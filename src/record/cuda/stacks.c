@@ -42,7 +42,7 @@ static uint32_t code_id(mt_recorder *r, uintptr_t code)
         if (c == 0) break;
     }
     /* Miss: describe it now, while the calling thread is inside it (so it is alive). */
-    char file[512], qual[256];
+    char file[512] = "", qual[256] = ""; /* describe leaves them alone for a non-code object */
     uint32_t first = 0;
     if (mt_pyframes_describe(r->py, code, file, sizeof file, qual, sizeof qual, &first) != 0 &&
         !file[0])
