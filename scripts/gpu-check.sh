@@ -43,6 +43,18 @@ say "== exit status"
 (cd "$W" && "$MT" record -q -- sh -c 'exit 7'); check "record returns the command's status" 7 $?
 (cd "$W" && "$MT" record -q -- sh -c 'kill -TERM $$'); check "signal death is 128+N" 143 $?
 
+# Exit with async allocations in flight, under every recorder setting: the writer's last tick once
+# polled pools through a sink pointer that exit had already cleared (SIGSEGV at exit, rc 139).
+AC=$PWD/$BUILD/samples/api_cost
+for setting in "MEMTRACE_STACKS=none MEMTRACE_NVML=0 MEMTRACE_ACTIVITY=0" "MEMTRACE_STACKS=native MEMTRACE_NVML=0" \
+               "MEMTRACE_STACKS=both" "MEMTRACE_ACTIVITY=0"; do
+  for i in 1 2 3; do
+    (cd "$W" && env $setting "$MT" record -q -f -o "$W/api_cost.mtrace" -- "$AC" 10) >> "$LOG" 2>&1
+    rc=$?; [ $rc = 0 ] || break
+  done
+  check "api_cost exits 0 under memtrace ($setting), 3 runs" 0 $rc
+done
+
 # ---- alloc_patterns: every kind, exact counts ---------------------------------------------------
 say "== alloc_patterns"
 (cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"

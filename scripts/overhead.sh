@@ -6,6 +6,7 @@
 # Each configuration runs REPEATS times, interleaved round-robin so that drift of the machine
 # (clocks, other tenants) spreads over all of them; the table gives the median step time (ms, GPU
 # synchronized, after warm-up) and the overhead against the untraced run of the same allocator.
+# PIN="taskset -c 2-5" runs every configuration on the same cores (less spread between runs).
 set -u
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
 MT=$PWD/$BUILD/src/cli/memtrace
@@ -32,7 +33,8 @@ CMD[tensors_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $
 ORDER=${ORDER:-"untraced_default record_history traced_default untraced_async tensors_both tensors_python tensors_native tensors_nostack tensors_noactivity tensors_nonvml"}
 for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
-    (cd "$W" && ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
+    (cd "$W" && ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
+    rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
     case $c in tensors*) ;; *) continue ;; esac
     "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
@@ -51,5 +53,6 @@ m, mb = statistics.median(v), statistics.median(b)
 print("%-20s %9.4f %8.2f%%  %s" % (sys.argv[3], m, 100.0 * (m / mb - 1), " ".join("%.4f" % x for x in v)))
 PYEOF
   done
+  [ -f "$W/failures" ] && { echo; cat "$W/failures"; }
   echo; sort "$W/notes" | uniq | head -40
 } | tee "$OUT/overhead.txt"

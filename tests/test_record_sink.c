@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -205,4 +206,51 @@ Test(record_sink, rings_of_exited_threads_are_freed_and_nothing_is_lost)
     cr_expect_eq(rb.events + rb.dropped_total, 4 * THREADS * 500);
     cr_expect_eq(rb.events, st.events);
     unlink(path);
+}
+
+/* The contract the recorder's exit relies on: its tick emits through a pointer that goes away at
+ * exit, so it takes the tick away first (set_tick NULL, then flush), and then no tick may be
+ * running or run again. (Exit without that step crashed the traced program on the GPU; the GPU
+ * check now asserts every traced program's exit status.) */
+typedef struct slow_tick {
+    _Atomic int running, calls;
+} slow_tick;
+
+static void slow_tick_fn(void *ctx, mt_sink *s)
+{
+    (void)s;
+    slow_tick *t = ctx;
+    atomic_store(&t->running, 1);
+    usleep(20000); /* long enough that set_tick below lands in the middle of one */
+    atomic_fetch_add(&t->calls, 1);
+    atomic_store(&t->running, 0);
+}
+
+Test(record_sink, no_tick_runs_after_set_tick_null_and_flush)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-tick.mtrace");
+    mt_sink *s = start(path, 1024, 1); /* ticks back to back */
+    slow_tick t = {0};
+    mt_sink_set_tick(s, slow_tick_fn, &t);
+    while (atomic_load(&t.calls) < 2) usleep(1000);
+    while (!atomic_load(&t.running)) usleep(100); /* one is in progress now */
+    mt_sink_set_tick(s, NULL, NULL);
+    mt_sink_flush(s);
+    cr_assert_eq(atomic_load(&t.running), 0, "a tick still runs after set_tick(NULL) + flush");
+    int calls = atomic_load(&t.calls);
+    usleep(50000); /* dozens of writer cycles */
+    cr_assert_eq(atomic_load(&t.calls), calls, "a tick ran after set_tick(NULL) + flush");
+    mt_sink_stop(s, NULL);
+    unlink(path);
+}
+
+Test(record_sink, a_null_sink_is_ignored)
+{
+    mt_event e = {.op = MT_OP_ALLOC, .bytes = 1};
+    mt_stack_node n = {.id = 1};
+    mt_record r = {.type = MT_REC_NOTE, .u.note = {.text = "x"}};
+    mt_sink_event(NULL, &e);
+    mt_sink_node(NULL, &n);
+    mt_sink_put_copy(NULL, &r);
 }

@@ -46,7 +46,9 @@ mt_sink *mt_sink_start(const mt_sink_config *cfg);
 
 /* Hot path, any thread, never blocks: copies an event or a stack node into the calling thread's
  * ring. When the ring is full an event is dropped and counted (the trace says how many); a stack
- * node is never dropped — it takes the slow path below instead. */
+ * node is never dropped — it takes the slow path below instead. A NULL sink is accepted and
+ * ignored (here and in mt_sink_put_copy): emitters racing with shutdown lose their record, never
+ * the program. */
 void mt_sink_event(mt_sink *s, const mt_event *ev);
 void mt_sink_node(mt_sink *s, const mt_stack_node *node);
 
@@ -58,7 +60,9 @@ void mt_sink_put_copy(mt_sink *s, const mt_record *r);
 void mt_sink_flush(mt_sink *s);
 
 /* Writer-thread hook, called once per drain before the batch is written (module map refresh,
- * CUPTI activity flush...). Runs on the writer thread; may call mt_sink_put_copy. */
+ * CUPTI activity flush...). Runs on the writer thread; may call mt_sink_put_copy.
+ * To take it away for good: mt_sink_set_tick(s, NULL, NULL) then mt_sink_flush(s); when the flush
+ * returns, no tick is running and none will run again. */
 typedef void (*mt_sink_tick_fn)(void *ctx, mt_sink *s);
 void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx);
 

@@ -157,6 +157,7 @@ static void ring_commit(mt_ring *r)
 
 void mt_sink_event(mt_sink *s, const mt_event *ev)
 {
+    if (!s) return; /* the recorder is shutting down (or never started): nothing to record into */
     mt_ring *r = ring_for_this_thread(s);
     if (!r) return; /* out of memory: nothing sensible to count into */
     mt_slot *slot = ring_claim(r);
@@ -171,6 +172,7 @@ void mt_sink_event(mt_sink *s, const mt_event *ev)
 
 void mt_sink_node(mt_sink *s, const mt_stack_node *node)
 {
+    if (!s) return;
     mt_ring *r = ring_for_this_thread(s);
     mt_slot *slot = r ? ring_claim(r) : NULL;
     if (!slot) {
@@ -215,6 +217,7 @@ static int record_strings(mt_record *r, const char ***out)
 
 void mt_sink_put_copy(mt_sink *s, const mt_record *r)
 {
+    if (!s) return;
     mt_record tmp = *r;
     const char **fields[4];
     int nf = record_strings(&tmp, fields);
@@ -340,8 +343,12 @@ static void *writer_main(void *arg)
             stopping = s->stopping;
             want = s->flush_requested;
         }
+        /* Read under the lock, after `want`: once mt_sink_set_tick(NULL) has returned, the
+         * cycle that serves any later flush request runs no tick (see record.h). */
+        mt_sink_tick_fn tick = s->tick;
+        void *tick_ctx = s->tick_ctx;
         pthread_mutex_unlock(&s->lock);
-        if (s->tick) s->tick(s->tick_ctx, s);
+        if (tick) tick(tick_ctx, s);
         drain(s);
         pthread_mutex_lock(&s->lock);
         s->flush_done = want;

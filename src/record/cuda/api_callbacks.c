@@ -300,6 +300,10 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
                              const void *cbdata)
 {
     mt_recorder *r = userdata;
+    if (r->cfg.census) {
+        mt_census_count(domain, cbid, cbdata);
+        return;
+    }
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
         on_resource(r, cbid, cbdata);
         return;

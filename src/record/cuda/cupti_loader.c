@@ -48,6 +48,7 @@ int mt_cupti_load(mt_cupti *c, const char *explicit_path, const char **why, char
     RESOLVE(EnableDomain, "cuptiEnableDomain", 1);
     RESOLVE(GetResultString, "cuptiGetResultString", 1);
     RESOLVE(GetDeviceId, "cuptiGetDeviceId", 1);
+    RESOLVE(GetCallbackName, "cuptiGetCallbackName", 0);
     RESOLVE(ActivityEnable, "cuptiActivityEnable", 1);
     RESOLVE(ActivityDisable, "cuptiActivityDisable", 1);
     RESOLVE(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks", 1);

@@ -16,7 +16,9 @@
  *                      the interpreter's, when the process runs Python)
  *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations/pool sizes)
  *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
- *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost)
+ *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost);
+ *                      count: count every driver/runtime API call by name, record no event
+ *                      (diagnostic, api_census.c)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
  *   MEMTRACE_MANIFEST  file to which the path of each trace is appended (one line each)
  */
@@ -193,7 +195,13 @@ static void at_exit(void)
     mt_rec.sampler = NULL;
     quiesce(); /* callbacks that started before we turned the switch off */
     mt_sink *sink = mt_rec.sink;
+    /* The writer's tick reads mt_rec.sink (pool polls, notes): take it away, and wait out a tick
+     * in progress, before that pointer goes; then do its last round here. */
+    mt_sink_set_tick(sink, NULL, NULL);
+    mt_sink_flush(sink);
+    mt_pool_poll(&mt_rec);
     mt_modules_refresh(mt_rec.modules, on_new_module, &mt_rec);
+    if (mt_rec.cfg.census) mt_census_note(&mt_rec);
     uint64_t cbs = atomic_load(&mt_rec.callbacks);
     if (cbs)
         mt_trace_note(MT_NOTE_INFO,
@@ -218,6 +226,10 @@ static void at_exit(void)
                       (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
                       (double)atomic_load(&mt_rec.unwind_ns) / (double)calls,
                       mt_trie_size(mt_rec.trie));
+    /* Leave CUPTI before the libraries' destructors run: libcudart tears its contexts down from
+     * _dl_fini, possibly after libcupti's own destructor, and a callback dispatched then would
+     * land in a finalized CUPTI. Nothing after this point would be recorded anyway. */
+    if (atomic_exchange(&mt_rec.subscribed, 0)) mt_rec.cupti.Unsubscribe(mt_rec.subscriber);
     mt_sink_stats st;
     mt_rec.sink = NULL; /* first: a late activity buffer or warning must not reach a freed sink */
     mt_sink_stop(sink, &st);
@@ -402,7 +414,10 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
      * CUPTI subscription alone costs the program (scripts/overhead.sh). */
     const char *cbs = getenv("MEMTRACE_CALLBACKS");
     int want_callbacks = !(cbs && strcmp(cbs, "0") == 0);
-    if (subscribe() != 0 || (want_callbacks && mt_callbacks_enable(&mt_rec) != 0)) {
+    mt_rec.cfg.census = cbs && strcmp(cbs, "count") == 0;
+    if (subscribe() != 0 ||
+        (want_callbacks && (mt_rec.cfg.census ? mt_census_enable(&mt_rec)
+                                              : mt_callbacks_enable(&mt_rec)) != 0)) {
         mt_sink_stop(mt_rec.sink, NULL);
         mt_rec.sink = NULL;
         unlink(mt_rec.cfg.output);

@@ -34,6 +34,7 @@ typedef struct mt_cupti {
     CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
     CUptiResult (*GetResultString)(CUptiResult, const char **);
     CUptiResult (*GetDeviceId)(CUcontext, uint32_t *);
+    CUptiResult (*GetCallbackName)(CUpti_CallbackDomain, uint32_t, const char **); /* may be NULL */
     CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
     CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
     CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
@@ -75,6 +76,7 @@ typedef struct mt_recorder_config {
     char output[4096]; /* the path actually opened */
     int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
     int activity;      /* enable CUPTI activity enrichment (default 1) */
+    int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
     uint32_t flush_ms;
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
@@ -148,6 +150,11 @@ int mt_cuda_load(mt_cuda *d, const char **why); /* from the libcuda already load
 int mt_callbacks_enable(mt_recorder *r); /* 0 ok */
 void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *cbdata);
+
+/* api_census.c: the MEMTRACE_CALLBACKS=count diagnostic */
+int mt_census_enable(mt_recorder *r); /* 0 ok */
+void mt_census_count(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *cbdata);
+void mt_census_note(mt_recorder *r);
 
 /* activity.c */
 int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks still record) */
