@@ -37,7 +37,7 @@ for r in $(seq "$REPEATS"); do
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
     case $c in tensors*) ;; *) continue ;; esac
-    "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
+    "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*\|"unwinder: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
   done
 done
 {

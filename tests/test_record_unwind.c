@@ -309,3 +309,112 @@ Test(record_unwind, memo_after_a_short_walk)
     for (int i = 1; i < n0 && i < n2; i++)
         cr_expect_eq(again[i], all[i], "frame %d", i);
 }
+
+/* Keyed memos (mt_unwind_keyed): two call sites whose stacks differ only near the root, far from
+ * the leaf, at the same depth. Alternating, each walk's previous walk is the other site's, which
+ * validates nothing below the root: ~DEEP frames stepped by rule per walk. Keyed by site, each
+ * walk finds its own site's earlier walk: almost nothing stepped. Both must stay exact. */
+#define DEEP 30
+static NOINLINE void keyed_leaf(capture *c, uint64_t key)
+{
+    c->n = mt_unwind_keyed(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key);
+    c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    sink++;
+}
+
+static NOINLINE void keyed_deep(capture *c, uint64_t key, int depth)
+{
+    if (depth > 0)
+        keyed_deep(c, key, depth - 1);
+    else
+        keyed_leaf(c, key);
+    sink++;
+}
+
+static NOINLINE void root_a(capture *c, uint64_t key)
+{
+    keyed_deep(c, key, DEEP);
+    sink++;
+}
+
+static NOINLINE void root_b(capture *c, uint64_t key)
+{
+    keyed_deep(c, key, DEEP);
+    sink += 2;
+}
+
+/* Alternates the two sites `rounds` times; returns the frames stepped by rule, counts errors. */
+static uint64_t alternate(int keyed, int rounds, int *wrong)
+{
+    uint64_t w0, m0, steps0, x0, w1, m1, steps1, x1;
+    mt_unwind_stats(&w0, &m0, &steps0, &x0);
+    capture c;
+    for (int k = 0; k < 2 * rounds; k++) {
+        int a = k % 2 == 0;
+        (a ? root_a : root_b)(&c, keyed ? (a ? 11 : 22) : 0);
+        if (c.n != c.nbt) {
+            (*wrong)++;
+            continue;
+        }
+        for (int i = 1; i < c.n; i++)
+            *wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+    }
+    mt_unwind_stats(&w1, &m1, &steps1, &x1);
+    return steps1 - steps0;
+}
+
+Test(record_unwind, keyed_memo_finds_its_own_call_site_and_stays_exact)
+{
+    warm_backtrace();
+    int wrong = 0;
+    alternate(1, 2, &wrong); /* warm-up: rules cached, both sites' walks remembered */
+    uint64_t plain = alternate(0, 50, &wrong);
+    uint64_t keyed = alternate(1, 50, &wrong);
+    cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
+    cr_expect_geq(plain, 100 * DEEP / 2, "unkeyed: %lu frames stepped (expected ~%d per walk)",
+                  (unsigned long)plain, DEEP);
+    cr_expect_lt(keyed * 10, plain, "keyed: %lu frames stepped, unkeyed %lu",
+                 (unsigned long)keyed, (unsigned long)plain);
+}
+
+/* rbp as a scratch register holding a different value at every call (as PyTorch's code does with
+ * pointers): the keyed memo must still match (rbp plays no part in those frames' rules) and the
+ * frames above must still come out right, through a frame-pointer caller whose CFA needs the
+ * caller's rbp reloaded from the stack. */
+static volatile long noise;
+static NO_FP void rbp_noise(capture *c)
+{
+    long v = ++noise * 0x1000 + 8;
+    __asm__ volatile("movq %0, %%rbp" ::"r"(v) : "rbp");
+    keyed_deep(c, 33, 5);
+    sink++;
+}
+
+static NOINLINE void fp_noise(capture *c)
+{
+    rbp_noise(c);
+    sink++;
+}
+
+Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
+{
+    warm_backtrace();
+    capture c;
+    int wrong = 0;
+    fp_noise(&c);
+    uint64_t w0, m0, s0, x0, w1, m1, s1, x1;
+    mt_unwind_stats(&w0, &m0, &s0, &x0);
+    for (int k = 0; k < 100; k++) {
+        fp_noise(&c);
+        if (c.n != c.nbt) {
+            wrong++;
+            continue;
+        }
+        for (int i = 1; i < c.n; i++)
+            wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+    }
+    mt_unwind_stats(&w1, &m1, &s1, &x1);
+    cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
+    cr_expect_lt(s1 - s0, 100 * 3, "%lu frames stepped by rule in 100 walks",
+                 (unsigned long)(s1 - s0));
+}

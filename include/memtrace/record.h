@@ -81,6 +81,11 @@ void mt_sink_abandon_in_child(mt_sink *s);
  * Reads only the thread's own stack and mapped unwind tables; never faults. Returns the count;
  * *truncated is set when it stopped for any reason other than reaching the outermost frame. */
 int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
+/* The same, with a hint: walks made under the same key from the same stack depth are remembered
+ * together, so a call site that allocates again (next training step) validates its earlier walk
+ * instead of unwinding. Any key is correct (the result never depends on it); a key that tells call
+ * sites apart (the recorder uses the innermost Python frame) makes it fast. */
+int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key);
 /* Totals since the process started: walks, walks that reused the previous walk's outer frames,
  * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). */
 void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,

@@ -12,8 +12,8 @@
  *     rbp'  = *(CFA + rule.rbp_off) if saved, else rbp unchanged
  *     rsp'  = CFA,   pc' = ra   (looked up at ra - 1: ra may be past the end of a noreturn call)
  *
- * Cheaper still when the outer part of the stack did not change since this thread's previous
- * walk: see unwind_memo.h. The memo is an exact check, not a heuristic: it is used only when the
+ * Cheaper still when the stack did not change since an earlier walk of this thread from the same
+ * place (the previous walk, or the one under the same key: mt_unwind_keyed): see unwind_memo.h. The memo is an exact check, not a heuristic: it is used only when the
  * frame state and every stack word the previous walk read from there on are unchanged.
  *
  * Safety: every load is from this thread's own stack, checked against [rsp at entry, stack top)
@@ -94,14 +94,18 @@ static inline int load_word(uintptr_t addr, uintptr_t lo, uintptr_t hi, uintptr_
 }
 
 /* -1 when every stack word the previous walk loaded from step k on still holds what it held,
- * else the first step whose words changed. All loads are independent: this is the cheap path. */
+ * else the first step whose words changed. A reloaded rbp that no later step reads (the next
+ * step's rbp is marked irrelevant, see mark_rbp_use) need not hold the same value. All loads are
+ * independent: this is the cheap path. */
 static int first_changed(const mt_walk_memo *old, int k, uintptr_t lo, uintptr_t hi)
 {
     for (; k < old->n; k++) {
         const mt_walk_step *s = &old->steps[k];
         uintptr_t v;
         if (!load_word(s->ra_addr, lo, hi, &v) || v != s->ra) return k;
-        if (s->bp_addr && (!load_word(s->bp_addr, lo, hi, &v) || v != s->bp_val)) return k;
+        if (s->bp_addr && !(k + 1 < old->n && (s[1].bp_known & MT_BP_IRRELEVANT)) &&
+            (!load_word(s->bp_addr, lo, hi, &v) || v != s->bp_val))
+            return k;
     }
     return -1;
 }
@@ -112,6 +116,7 @@ typedef struct walk_out {
     int skip, limit; /* limit = skip + max: steps wanted */
     int steps;       /* steps taken so far */
     int n;           /* ips written */
+    int may_reuse;   /* the memo compared with is this walk's own way: it may be updated in place */
     int reused_prev; /* the previous memo, its prefix updated, stays the current one */
     int memo_hit;    /* the walk ended by reusing the previous walk's outer frames */
     uint32_t rule_steps, rule_misses; /* for mt_unwind_stats */
@@ -174,15 +179,16 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
             const mt_walk_step *o_st = &old->steps[k];
             if (k == old->n) {
                 ok = 0;
-            } else if (k > changed && o_st->sp == sp && o_st->pc == st.pc && o_st->bp == bp &&
-                       o_st->bp_known == bp_known) {
+            } else if (k > changed && o_st->sp == sp && o_st->pc == st.pc &&
+                       ((o_st->bp_known & MT_BP_IRRELEVANT) ||
+                        (o_st->bp == bp && (o_st->bp_known & MT_BP_KNOWN) == bp_known))) {
                 /* Same frame state as the previous walk: reuse its suffix if still true, and
                  * if it went far enough (a walk cut at its limit may have stopped early). A
                  * changed word at step c rules out every match up to c: no quadratic retries. */
                 changed = first_changed(old, k, lo, hi);
                 if (changed < 0 &&
                     (old->end != MT_WALK_LIMIT || old->n - k >= o->limit - o->steps)) {
-                    if (k == o->steps && rec) {
+                    if (k == o->steps && rec && o->may_reuse) {
                         /* Same depth (the usual case): rather than copying the long common
                          * suffix into rec, copy the short new prefix into old and keep it. */
                         for (int i = 0; i < k; i++)
@@ -254,7 +260,39 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
     }
 }
 
-__attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *truncated)
+/* Marks the steps of memo m from whose state on rbp plays no part: from there the walk reads
+ * rbp nowhere before reloading it from the stack (or losing it), so a later walk may match such a
+ * step whatever its own rbp holds. Why it matters: PyTorch's code uses rbp as an ordinary register,
+ * so at most steps rbp holds a pointer that changes from one training step to the next; requiring
+ * it equal made walks from the same call site step ~20 frames by rule before they could match.
+ * Backwards, since each step depends on the next: the state after the last step (where the walk
+ * ended, for whatever reason) is taken to depend on rbp. */
+static void mark_rbp_use(mt_walk_memo *m)
+{
+    int next_uses = 1;
+    for (int i = m->n - 1; i >= 0; i--) {
+        mt_walk_step *st = &m->steps[i];
+        mt_unwind_rule r = st->rule;
+        int uses = mt_rule_cfa_reg(r) == MT_CFA_RBP ||
+                   (mt_rule_rbp_of(r) == MT_RBP_SAME && next_uses);
+        st->bp_known = (st->bp_known & MT_BP_KNOWN) | (uses ? 0 : MT_BP_IRRELEVANT);
+        next_uses = uses;
+    }
+}
+
+/* The memo way for a walk starting at rsp `sp` under `key`: the tag, never 0, and its way. */
+static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
+{
+    uint64_t z = key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) | 1;
+}
+
+/* The body of both entry points, inlined into each so that the frame it starts from (pc, rsp, rbp
+ * of one asm) is the entry point's own: skip counts from its caller either way. */
+static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int max, int skip,
+                                                             int *truncated, uint64_t key)
 {
     uintptr_t pc, sp, bp;
     /* One asm so that pc (the next instruction's address), rsp and rbp belong to the same
@@ -270,17 +308,36 @@ __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *t
     if (skip < 0) skip = 0;
     if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES; /* keeps limit far from overflow */
     if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
-    walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0};
+    walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0, 0};
     mt_walk_memos *memos = mt_walk_memo_acquire();
-    mt_walk_memo *old = memos ? memos->prev : NULL, *rec = memos ? memos->next : NULL;
-    if (rec) rec->n = 0;
+    mt_walk_memo *old = NULL, *rec = NULL;
+    uint64_t tag = memo_tag(key, sp);
+    int w = (int)(tag >> 59) & (MT_MEMO_WAYS - 1);
+    if (memos) {
+        /* This call site's earlier walk if there is one, else the latest walk of any. */
+        if (memos->way[w] && memos->tag[w] == tag) {
+            old = memos->way[w];
+            o.may_reuse = 1; /* updating it in place keeps it this call site's */
+        } else if (memos->last >= 0) {
+            old = memos->way[memos->last]; /* another site's: read it, never overwrite it */
+        }
+        if (!memos->spare) memos->spare = mt_walk_memo_new();
+        rec = memos->spare;
+        if (rec) rec->n = 0;
+    }
     mt_walk_end end = walk(pc, sp, bp, &o, old, rec);
     if (memos) {
-        if (!o.reused_prev) {
+        if (o.reused_prev) {
+            memos->last = w; /* `old`, this site's own way, was brought up to date in place */
+            mark_rbp_use(old);
+        } else if (rec) {
             if (rec->n == 0) rec->n = o.steps; /* emit() set -1 if it outgrew the memo */
             rec->end = end;
-            memos->prev = rec; /* this walk is the one the next will compare with */
-            memos->next = old;
+            mark_rbp_use(rec);
+            memos->spare = memos->way[w]; /* the evicted walk (or NULL): recorded over next */
+            memos->way[w] = rec;
+            memos->tag[w] = tag;
+            memos->last = w;
         }
         mt_walk_memo_release(memos);
     }
@@ -290,4 +347,15 @@ __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *t
     atomic_fetch_add_explicit(&unwind_stats.rule_steps, o.rule_steps, memory_order_relaxed);
     atomic_fetch_add_explicit(&unwind_stats.rule_misses, o.rule_misses, memory_order_relaxed);
     return o.n;
+}
+
+__attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *truncated)
+{
+    return unwind_here(ips, max, skip, truncated, 0);
+}
+
+__attribute__((noinline)) int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated,
+                                              uint64_t key)
+{
+    return unwind_here(ips, max, skip, truncated, key);
 }

@@ -1,8 +1,8 @@
 /* unwind_memo.c — allocation of the per-thread walk memos (see unwind_memo.h for what they do).
  *
- * Heap, not __thread arrays: 2 x 10 KiB per thread would sit in every thread's dynamic TLS block
- * of the injected library. The __thread pointer below is the only per-thread state; a pthread key
- * destructor frees the memos when the thread exits.
+ * Heap, not __thread arrays: up to 17 x 11.5 KiB per thread would sit in every thread's dynamic
+ * TLS block of the injected library. The __thread pointer below is the only per-thread state; a
+ * pthread key destructor frees the memos when the thread exits.
  */
 #include "unwind_memo.h"
 
@@ -18,8 +18,16 @@ static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
 
 static void free_memos(void *p)
 {
-    free(p);
+    mt_walk_memos *m = p;
+    for (int i = 0; i < MT_MEMO_WAYS; i++) free(m->way[i]);
+    free(m->spare);
+    free(m);
     tls_memos = MEMOS_GONE; /* unwinds later in this thread's exit run without memo */
+}
+
+mt_walk_memo *mt_walk_memo_new(void)
+{
+    return calloc(1, sizeof(mt_walk_memo));
 }
 
 static void make_key(void)
@@ -34,12 +42,9 @@ mt_walk_memos *mt_walk_memo_acquire(void)
     if (!m) {
         pthread_once(&memo_once, make_key);
         if (!memo_key_ok) return NULL;
-        /* One block: the pair header followed by the two memos. */
-        m = calloc(1, sizeof *m + 2 * sizeof(mt_walk_memo));
+        m = calloc(1, sizeof *m);
         if (!m) return NULL;
-        m->prev = (mt_walk_memo *)(m + 1);
-        m->next = m->prev + 1;
-        m->prev->n = -1;
+        m->last = -1;
         if (pthread_setspecific(memo_key, m) != 0) {
             free(m);
             return NULL;

@@ -27,11 +27,15 @@
 /* Steps one memo holds: max frames plus a generous skip; longer walks are not memoized. */
 #define MT_MEMO_STEPS (MT_MAX_FRAMES + 32)
 
+#define MT_BP_KNOWN 1u
+#define MT_BP_IRRELEVANT 2u
+
 typedef struct mt_walk_step {
     uintptr_t pc, sp, bp;
     uintptr_t ra_addr, ra;
     uintptr_t bp_addr, bp_val;
-    uintptr_t bp_known;
+    uintptr_t bp_known; /* MT_BP_KNOWN: rbp holds a known value; MT_BP_IRRELEVANT: no later
+                           step reads it before reloading it (set after the walk, mark_rbp_use) */
     mt_unwind_rule rule; /* the rule that took this frame to its caller (see rule_at_step) */
 } mt_walk_step;
 
@@ -47,14 +51,33 @@ typedef struct mt_walk_memo {
     mt_walk_step steps[MT_MEMO_STEPS];
 } mt_walk_memo;
 
-/* The calling thread's pair of memos (previous walk, walk being recorded), allocated on first
- * use and freed at thread exit. NULL when unavailable: no memory, thread exiting, or already in
- * use on this thread (a signal handler unwinding inside an unwind). Release with
- * mt_walk_memo_release after the walk, after swapping if the new one should be kept. */
+/* The calling thread's memos: a small set of ways, each holding one earlier walk, chosen by a tag
+ * made from the walk's starting rsp and a caller-given key (mt_unwind_keyed).
+ *
+ * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
+ * the other, so the previous walk (the only memo there was before) shares just the outermost
+ * frames with the current one, and the ~30 frames below are stepped by rule, each rule fetched
+ * from a shared table that the program evicts between allocations (~30 ns a frame, measured in
+ * PyTorch). The same call site one step earlier left the same frames at the same addresses: its
+ * memo, found by the tag, is read sequentially (prefetchable) and validates almost the whole walk.
+ * The recorder keys walks by the innermost Python frame (code object and line), which tells call
+ * sites at the same stack depth apart. The memo check itself stays exact (see above): a wrong or
+ * stale way only costs speed.
+ *
+ * Ways and the spare are allocated on first use (11.5 KiB each) and freed at thread exit. NULL
+ * from acquire: no memory, thread exiting, or already in use on this thread (a signal handler
+ * unwinding inside an unwind). Release with mt_walk_memo_release. */
+#define MT_MEMO_WAYS 16
 typedef struct mt_walk_memos {
-    mt_walk_memo *prev, *next;
+    mt_walk_memo *way[MT_MEMO_WAYS]; /* NULL until used */
+    uint64_t tag[MT_MEMO_WAYS];      /* tag of the walk each way holds */
+    mt_walk_memo *spare;             /* where the next walk is recorded; NULL = not allocated */
+    int last;                        /* way holding the latest walk; -1 = none yet */
     int busy;
 } mt_walk_memos;
+
+/* A zeroed memo (n = 0: holds no walk), or NULL when out of memory. */
+mt_walk_memo *mt_walk_memo_new(void);
 
 mt_walk_memos *mt_walk_memo_acquire(void);
 static inline void mt_walk_memo_release(mt_walk_memos *m)

@@ -132,9 +132,16 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags)
     uint64_t t0 = mt_now_ns();
     uint64_t native[MT_MAX_FRAMES], words[MT_MAX_FRAMES];
     int nn = 0, truncated = 0, n;
-    if (r->cfg.stacks & MT_STACKS_NATIVE) nn = mt_unwind(native, MT_MAX_FRAMES - 1, 1, &truncated);
+    /* Python first: its innermost frame (code, line) names the call site, which is the key under
+     * which the unwinder remembers this walk for the next allocation from the same place. */
+    mt_pyframe py[MT_MAX_FRAMES];
+    int np = (r->py && (r->cfg.stacks & MT_STACKS_PYTHON)) ? mt_pyframes_read(r->py, py, 96) : 0;
     uint64_t t1 = mt_now_ns();
-    atomic_fetch_add_explicit(&r->unwind_ns, t1 - t0, memory_order_relaxed);
+    if (r->cfg.stacks & MT_STACKS_NATIVE) {
+        uint64_t key = np > 0 ? (uint64_t)py[0].code ^ ((uint64_t)(uint32_t)py[0].line << 40) : 0;
+        nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, key);
+    }
+    atomic_fetch_add_explicit(&r->unwind_ns, mt_now_ns() - t1, memory_order_relaxed);
     int skip = 0;
     while (skip < nn && ((native[skip] >= r->self_lo && native[skip] < r->self_hi) ||
                          (native[skip] >= r->cupti_lo && native[skip] < r->cupti_hi)))
@@ -142,8 +149,6 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags)
     const uint64_t *nat = native + skip;
     nn -= skip;
 
-    mt_pyframe py[MT_MAX_FRAMES];
-    int np = (r->py && (r->cfg.stacks & MT_STACKS_PYTHON)) ? mt_pyframes_read(r->py, py, 96) : 0;
     if (np > 0 && (r->cfg.stacks & MT_STACKS_NATIVE)) {
         n = mt_merge_python(&r->py_ranges, nat, nn, py, np, code_id_cb, r, words,
                             MT_MAX_FRAMES - 1);
