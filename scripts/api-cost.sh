@@ -8,6 +8,7 @@
 # Every setting runs REPEATS times, interleaved; the table gives the median of the per-run medians
 # in ns per call and the difference from the untraced run.
 set -u
+. "$(dirname "$0")/cost-notes.sh"
 BUILD=${1:-build-gpu}; REPEATS=${2:-3}
 MT=$PWD/$BUILD/src/cli/memtrace
 AC=$PWD/$BUILD/samples/api_cost
@@ -27,7 +28,7 @@ for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
     (cd "$W" && ${CMD[$c]}) >> "$W/$c.out" 2>> "$W/$c.err"
     rc=$?; [ $rc = 0 ] || echo "exit status $rc" >> "$W/$c.err"
-    [ $c = untraced ] || "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^(]*\|"stack capture: [^(]*' | sed "s/^/$c: /" >> "$W/notes"
+    [ $c = untraced ] || cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
 done
 {

@@ -8,6 +8,7 @@
 # synchronized, after warm-up) and the overhead against the untraced run of the same allocator.
 # PIN="taskset -c 2-5" runs every configuration on the same cores (less spread between runs).
 set -u
+. "$(dirname "$0")/cost-notes.sh"
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
 MT=$PWD/$BUILD/src/cli/memtrace
 PY=${PYTHON:-python3}
@@ -37,7 +38,7 @@ for r in $(seq "$REPEATS"); do
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
     case $c in tensors*) ;; *) continue ;; esac
-    "$MT" dump "$W/t.mtrace" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*\|"unwinder: [^"]*' | sed "s/^/$c: /" >> "$W/notes"
+    cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
 done
 {

@@ -86,7 +86,7 @@ int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
  * instead of unwinding. Any key is correct (the result never depends on it); a key that tells call
  * sites apart (the recorder uses the innermost Python frame) makes it fast. */
 int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key);
-/* Totals since the process started: walks, walks that reused the previous walk's outer frames,
+/* Totals since the process started: walks, walks that reused an earlier walk's outer frames,
  * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). */
 void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
                      uint64_t *rule_misses);

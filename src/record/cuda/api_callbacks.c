@@ -354,7 +354,8 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         ev.time_ns = *cb->correlationData; /* stamped at entry, see the top of this file */
     } else {
         ev.time_ns = mt_now_ns();
-        if (ev.op == MT_OP_ALLOC || ev.op == MT_OP_FAILED) ev.stack = mt_capture_stack(r, &ev.flags);
+        if (ev.op == MT_OP_ALLOC || ev.op == MT_OP_FAILED)
+            ev.stack = mt_capture_stack(r, &ev.flags, ev.time_ns);
     }
     mt_sink_event(r->sink, &ev);
     if (ev.op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */

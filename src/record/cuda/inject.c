@@ -212,7 +212,7 @@ static void at_exit(void)
     mt_unwind_stats(&walks, &memo, &steps, &misses);
     if (walks)
         mt_trace_note(MT_NOTE_INFO,
-                      "unwinder: %" PRIu64 " walks, %.1f%% ended on the previous walk's frames, "
+                      "unwinder: %" PRIu64 " walks, %.1f%% ended on an earlier walk's frames, "
                       "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses",
                       walks, 100.0 * (double)memo / (double)walks,
                       (double)steps / (double)walks, misses);

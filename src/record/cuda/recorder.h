@@ -176,7 +176,9 @@ void mt_gpu_sampler_stop(mt_gpu_sampler *g);
 /* stacks.c */
 void mt_stacks_init(mt_recorder *r);        /* where our and CUPTI's code are */
 int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags);
+/* t0: a CLOCK_MONOTONIC stamp taken just before the call (the event's own), from which the
+ * capture's cost is measured for the exit note: one clock read fewer per allocation. */
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0);
 
 /* api_callbacks.c: 1 when the calling thread is one of PyTorch's autograd workers */
 int mt_thread_is_autograd(void);

@@ -123,13 +123,12 @@ int mt_stacks_init_python(mt_recorder *r)
 
 static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code); }
 
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags)
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0)
 {
     static __thread mt_trie_cache *cache;
     if (r->cfg.stacks == MT_STACKS_NONE) return 0;
     if (!cache && !(cache = calloc(1, sizeof *cache))) return 0;
 
-    uint64_t t0 = mt_now_ns();
     uint64_t native[MT_MAX_FRAMES], words[MT_MAX_FRAMES];
     int nn = 0, truncated = 0, n;
     /* Python first: its innermost frame (code, line) names the call site, which is the key under

@@ -1,0 +1,9 @@
+# cost-notes.sh — sourced by overhead.sh and api-cost.sh (not run on its own).
+#
+#   cost_notes MEMTRACE TRACE LABEL
+# prints the recorder's self-measurements that TRACE carries as notes (callback time, stack
+# capture, unwinder), each line prefixed with "LABEL: ".
+cost_notes() {
+  "$1" dump "$2" 2>/dev/null | grep -o '"callbacks: [^"]*\|"stack capture: [^"]*\|"unwinder: [^"]*' \
+    | sed "s/^/$3: /"
+}
