@@ -23,7 +23,8 @@ CMD[callbacks]="env $QUIET $MT record -q -f --stacks none -o $W/t.mtrace -- $AC"
 CMD[native]="env $QUIET $MT record -q -f --stacks native -o $W/t.mtrace -- $AC"
 CMD[default]="$MT record -q -f -o $W/t.mtrace -- $AC"
 CMD[tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $AC"
-ORDER=${ORDER:-"untraced subscribed callbacks native tensors default"}
+CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $AC"
+ORDER=${ORDER:-"untraced subscribed callbacks native tensors tensors_cupti default"}
 for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
     (cd "$W" && ${CMD[$c]}) >> "$W/$c.out" 2>> "$W/$c.err"

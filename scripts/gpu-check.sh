@@ -146,7 +146,7 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   echo "wall=$(calc "$t1 - $t0")" >> "$W/$name.out"
   check "cifar $name exit status" 0 $rc
 }
-val() { sed -n "s/.*$2=\([0-9.]*\).*/\1/p" "$W/$1.out" | tail -1; }
+val() { sed -n "s/.*$2=\(-\?[0-9.]*\).*/\1/p" "$W/$1.out" | tail -1; }
 # Runs are interleaved (untraced, traced, untraced, ...) so drift of the machine hits both sides.
 cifar plain0
 cifar default
@@ -161,9 +161,14 @@ cifar plain_hist0 CIFAR_ARGS=--record-history
 cifar tensors_nostack MEMTRACE_TENSORS=1 MEMTRACE_STACKS=none
 cifar tensors_noact MEMTRACE_TENSORS=1 MEMTRACE_ACTIVITY=0
 cifar tensors_pyonly MEMTRACE_TENSORS=1 MEMTRACE_STACKS=python
+cifar tensors_cupti MEMTRACE_TENSORS=1 MEMTRACE_ASYNC_HOOKS=0
 cifar plain_hist1 CIFAR_ARGS=--record-history
-for n in default expandable async tensors; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
-for n in default expandable async tensors tensors2 tensors_nostack tensors_noact tensors_pyonly; do
+# In-process A/B (cifar.py --ab): the recorder off and on every 50 steps of one process, which the
+# spread between identical processes (several percent on this machine) does not blur.
+cifar ab_tensors MEMTRACE_TENSORS=1 CIFAR_ARGS=--steps CIFAR_ARGS=1500 CIFAR_ARGS=--ab CIFAR_ARGS=50
+cifar plain_ab_history CIFAR_ARGS=--steps CIFAR_ARGS=1500 CIFAR_ARGS=--ab CIFAR_ARGS=50 CIFAR_ARGS=--ab-what CIFAR_ARGS=history
+for n in default expandable async tensors tensors_cupti; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
+for n in default expandable async tensors tensors2 tensors_nostack tensors_noact tensors_pyonly tensors_cupti; do
   "$MT" dump "$W/$n.mtrace" 2>/dev/null | grep '^note' | sed "s/^/  $n: /" >> "$LOG"
   say "info: $n: $("$MT" dump "$W/$n.mtrace" 2>/dev/null | grep -o 'stack capture: [^"]*')"
 done
@@ -183,6 +188,13 @@ tensor_live=$(dump_peak "$W/tensors.dump" async)
 check "tensor mode: live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$tensor_live; b=$(val tensors max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
 say "tensor mode: live tensor peak $tensor_live vs max_memory_allocated $(val tensors max_memory_allocated)"
 grep -q 'python code=' "$W/tensors.dump"; check "tensor mode trace has Python frames" 0 $?
+# Tensor mode takes the allocator's calls from libc10_cuda's import slots (async_hooks.c); with
+# MEMTRACE_ASYNC_HOOKS=0 CUPTI's callbacks do. Both must see the same tensors.
+check "tensor mode: cudaMallocAsync/cudaFreeAsync hooked, not through CUPTI" "1 0" \
+  "$(grep -c 'import slots of cudaMallocAsync/cudaFreeAsync redirected' "$W/tensors.dump") $(grep '^event ' "$W/tensors.dump" | grep 'kind=async' | grep -c 'corr=')"
+cupti_live=$(dump_peak "$W/tensors_cupti.dump" async)
+check "tensor mode through CUPTI (MEMTRACE_ASYNC_HOOKS=0): live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$cupti_live; b=$(val tensors_cupti max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
+check "tensor mode: as many async allocs hooked as through CUPTI" "$(grep '^event ' "$W/tensors_cupti.dump" | grep -c 'op=alloc kind=async')" "$(grep '^event ' "$W/tensors.dump" | grep -c 'op=alloc kind=async')"
 async_live=$(dump_peak "$W/async.dump" async)
 pool_hw=$(awk '/op=pool_reserved/ { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}; cur[f["addr"]]=f["bytes"]; s=0; for (p in cur) s+=cur[p]; if (s>pk) pk=s } END { print pk+0 }' "$W/async.dump")
 pool_high=$($PY -c 'import re,sys; print(max([int(m.group(1),16) for m in re.finditer(r"op=pool_reserved .* aux=(0x[0-9a-f]+)", open(sys.argv[1]).read())] or [0]))' "$W/async.dump")
@@ -198,6 +210,8 @@ pa=$(calc "($(val plain_async step_ms) + $(val plain_async2 step_ms)) / 2"); ta=
 ph=$(calc "($(val plain_hist0 step_ms) + $(val plain_hist1 step_ms)) / 2")
 say "timing step_ms (tensor mode): untraced cudaMallocAsync $(val plain_async step_ms) / $(val plain_async2 step_ms); traced --tensors (Python+native stacks) $(val tensors step_ms) / $(val tensors2 step_ms); no stacks $(val tensors_nostack step_ms); no activity $(val tensors_noact step_ms); Python-only stacks $(val tensors_pyonly step_ms)"
 say "overhead --tensors vs untraced cudaMallocAsync: $(calc "100.0 * ($ta / $pa - 1)") %"
+say "in-process A/B, median over adjacent 50-step phases: --tensors (Python+native stacks) $(val ab_tensors ab_overhead_pct) % (off $(val ab_tensors ab_off_ms) ms, on $(val ab_tensors ab_on_ms) ms); torch _record_memory_history(stacks=python) $(val plain_ab_history ab_overhead_pct) % (off $(val plain_ab_history ab_off_ms) ms, on $(val plain_ab_history ab_on_ms) ms)"
+check "in-process A/B ran (memtrace_set_paused found, pairs measured)" "ok ok" "$(grep -q 'ab_pairs=[1-9]' "$W/ab_tensors.out" && echo ok) $(grep -q 'ab_pairs=[1-9]' "$W/plain_ab_history.out" && echo ok)"
 say "overhead torch _record_memory_history(stacks=python) vs untraced default allocator: $(calc "100.0 * ($ph / (($p0 + $p1) / 2) - 1)") % (step_ms $(val plain_hist0 step_ms) / $(val plain_hist1 step_ms))"
 say "timing step_ms: untraced $p0 / $p1, traced default $d, expandable $(val expandable step_ms); async untraced $(val plain_async step_ms) traced $(val async step_ms)"
 say "slowdown traced/untraced (step_ms, cudaMallocAsync: every tensor is an event): $(calc "$(val async step_ms) / $(val plain_async step_ms)")"
@@ -208,7 +222,7 @@ say "slowdown traced/untraced (wall, default allocator): $(calc "$(val default w
 # ---- analysis commands on the recorded traces -------------------------------------------------------
 if [ -x "$MT" ] && "$MT" report --help > /dev/null 2>&1; then
   say "== report / export"
-  for n in alloc_patterns default expandable async; do
+  for n in alloc_patterns default expandable async tensors; do
     run "$MT" report "$W/$n.mtrace"
     "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"; check "report --json $n" 0 $?
     "$MT" export --format folded --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
@@ -243,6 +257,7 @@ PYEOF
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
   grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
+  grep -q 'mallocAsync.*;cudaMallocAsync ' "$W/tensors.folded"; check "hooked tensor stacks end in c10's mallocAsync -> cudaMallocAsync" 0 $?
 fi
 
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
@@ -251,8 +266,9 @@ say "== fixtures"
 (cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
 cat "$W/cifar_default.out" "$W/cifar_tensors.out" >> "$LOG"
 cp "$W/ap.out" "$W/alloc_patterns.out"
+cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 tar -C "$W" -czf "$OUT/traces.tar.gz" alloc_patterns.mtrace alloc_patterns.out cifar_default.mtrace cifar_default.out \
-    cifar_tensors.mtrace cifar_tensors.out \
+    cifar_tensors.mtrace cifar_tensors.out cifar.py \
     $(cd "$W" && ls *.out *.json *.folded *.peaks 2>/dev/null | grep -v '^plain' | head -60)
 ls -la "$W" >> "$LOG"
 say "== $FAILS failed"

@@ -7,6 +7,10 @@
 # (clocks, other tenants) spreads over all of them; the table gives the median step time (ms, GPU
 # synchronized, after warm-up) and the overhead against the untraced run of the same allocator.
 # PIN="taskset -c 2-5" runs every configuration on the same cores (less spread between runs).
+# Identical processes still spread by several percent on the lent machine, so the ab_* settings
+# measure inside one process instead: cifar.py --ab switches the recorder off and on every AB
+# (default 50) steps and reports the median ratio of adjacent phases; the table's second part
+# gives the median over runs. ab_history does the same with torch's _record_memory_history.
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
@@ -22,6 +26,13 @@ CMD[traced_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR"
 CMD[untraced_async]="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync $PY $CIFAR"
 CMD[tensors_both]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR"
+# In-process A/B (cifar.py --ab): the recorder switched off and on every AB steps in one process.
+AB=${AB:-50}
+CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
+CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
 CMD[subscribed_only]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_bare]="env MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
@@ -37,13 +48,15 @@ for r in $(seq "$REPEATS"); do
     (cd "$W" && ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
-    case $c in tensors*) ;; *) continue ;; esac
+    grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
+    case $c in tensors*|ab_tensors*) ;; *) continue ;; esac
     cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
 done
 {
   printf "%-20s %9s %9s  %s\n" config median_ms overhead runs_ms
   for c in $ORDER; do
+    case $c in ab_*) continue ;; esac
     base=untraced_default
     case $c in tensors*|untraced_async|subscribed_only) base=untraced_async ;; esac
     $PY - "$W/$c.ms" "$W/$base.ms" "$c" <<'PYEOF'
@@ -54,6 +67,21 @@ m, mb = statistics.median(v), statistics.median(b)
 print("%-20s %9.4f %8.2f%%  %s" % (sys.argv[3], m, 100.0 * (m / mb - 1), " ".join("%.4f" % x for x in v)))
 PYEOF
   done
+  if ls "$W"/*.ab > /dev/null 2>&1; then
+    echo
+    printf "%-20s %9s %9s %9s  %s\n" "in-process A/B" off_ms on_ms overhead "per-run medians of on/off - 1 over adjacent phase pairs"
+    for c in $ORDER; do
+      case $c in ab_*) ;; *) continue ;; esac
+      $PY - "$W/$c.ab" "$c" <<'PYEOF'
+import re, statistics, sys
+runs = [dict((k, float(v)) for k, v in re.findall(r"(\w+)=([0-9.eE+-]+)", l)) for l in open(sys.argv[1]) if l.strip()]
+if runs:
+    med = lambda k: statistics.median(r[k] for r in runs)
+    print("%-20s %9.4f %9.4f %8.2f%%  %s (pairs %d)" % (sys.argv[2], med("ab_off_ms"), med("ab_on_ms"), med("ab_overhead_pct"),
+          " ".join("%.2f" % r["ab_overhead_pct"] for r in runs), sum(int(r["ab_pairs"]) for r in runs)))
+PYEOF
+    done
+  fi
   [ -f "$W/failures" ] && { echo; cat "$W/failures"; }
   echo; sort "$W/notes" | uniq | head -40
 } | tee "$OUT/overhead.txt"

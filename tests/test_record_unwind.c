@@ -19,6 +19,7 @@ typedef struct capture {
     uint64_t ips[MT_MAX_FRAMES];
     void *bt[MT_MAX_FRAMES + 16];
     int n, nbt, truncated;
+    uint64_t walk_id;
 } capture;
 
 /* Work after each call keeps the compiler from turning calls into jumps (tail calls). */
@@ -312,12 +313,13 @@ Test(record_unwind, memo_after_a_short_walk)
 
 /* Keyed memos (mt_unwind_keyed): two call sites whose stacks differ only near the root, far from
  * the leaf, at the same depth. Alternating, each walk's previous walk is the other site's, which
- * validates nothing below the root: ~DEEP frames stepped by rule per walk. Keyed by site, each
- * walk finds its own site's earlier walk: almost nothing stepped. Both must stay exact. */
+ * validates nothing below the root: a memo of the previous walk alone would step ~DEEP frames by
+ * rule per walk (the first design did). Each walk must find its own site's earlier walk instead,
+ * under its own key, under a key both share, or under no key at all, and stay exact. */
 #define DEEP 30
 static NOINLINE void keyed_leaf(capture *c, uint64_t key)
 {
-    c->n = mt_unwind_keyed(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key);
+    c->n = mt_unwind_keyed(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
     sink++;
 }
@@ -343,7 +345,9 @@ static NOINLINE void root_b(capture *c, uint64_t key)
     sink += 2;
 }
 
-/* Alternates the two sites `rounds` times; returns the frames stepped by rule, counts errors. */
+/* Alternates the two sites `rounds` times, keyed 0: unkeyed, 1: one key per site, 2: one key
+ * for both (one Python line reaching the allocator through two native paths); returns the frames
+ * stepped by rule, counts errors. */
 static uint64_t alternate(int keyed, int rounds, int *wrong)
 {
     uint64_t w0, m0, steps0, x0, w1, m1, steps1, x1;
@@ -351,7 +355,7 @@ static uint64_t alternate(int keyed, int rounds, int *wrong)
     capture c;
     for (int k = 0; k < 2 * rounds; k++) {
         int a = k % 2 == 0;
-        (a ? root_a : root_b)(&c, keyed ? (a ? 11 : 22) : 0);
+        (a ? root_a : root_b)(&c, keyed == 2 ? 44 : keyed ? (a ? 11 : 22) : 0);
         if (c.n != c.nbt) {
             (*wrong)++;
             continue;
@@ -367,14 +371,73 @@ Test(record_unwind, keyed_memo_finds_its_own_call_site_and_stays_exact)
 {
     warm_backtrace();
     int wrong = 0;
-    alternate(1, 2, &wrong); /* warm-up: rules cached, both sites' walks remembered */
-    uint64_t plain = alternate(0, 50, &wrong);
-    uint64_t keyed = alternate(1, 50, &wrong);
+    for (int keyed = 0; keyed <= 2; keyed++) {
+        uint64_t first = alternate(keyed, 1, &wrong); /* the two walks of a fresh key: stepped */
+        uint64_t later = alternate(keyed, 50, &wrong);
+        if (keyed == 1) /* fresh keys: both walks stepped all their DEEP frames */
+            cr_expect_geq(first, 2 * DEEP, "first walks stepped %lu frames", (unsigned long)first);
+        cr_expect_lt(later, 100 * 2, "keying %d: %lu frames stepped in 100 walks", keyed,
+                     (unsigned long)later);
+    }
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
-    cr_expect_geq(plain, 100 * DEEP / 2, "unkeyed: %lu frames stepped (expected ~%d per walk)",
-                  (unsigned long)plain, DEEP);
-    cr_expect_lt(keyed * 10, plain, "keyed: %lu frames stepped, unkeyed %lu",
-                 (unsigned long)keyed, (unsigned long)plain);
+}
+
+/* walk_id (mt_unwind_keyed): the same nonzero id must mean the same frames, whatever happened in
+ * between; a site walked again unchanged keeps its id. */
+Test(record_unwind, equal_walk_ids_mean_equal_frames)
+{
+    warm_backtrace();
+    enum { WALKS = 120 };
+    static capture c[WALKS];
+    for (int k = 0; k < WALKS; k++) {
+        int which = k % 3;
+        if (which == 0) root_a(&c[k], 7);
+        if (which == 1) root_b(&c[k], 7); /* same key, another path */
+        if (which == 2) root_a(&c[k], 8); /* same path, another key */
+    }
+    int compared = 0;
+    for (int i = 0; i < WALKS; i++)
+        for (int j = i + 1; j < WALKS; j++) {
+            if (!c[i].walk_id || c[i].walk_id != c[j].walk_id) continue;
+            compared++;
+            cr_assert_eq(c[i].n, c[j].n);
+            cr_assert_eq(c[i].truncated, c[j].truncated);
+            for (int f = 1; f < c[i].n; f++) /* frame 0: inside keyed_leaf, the same anyway */
+                cr_assert_eq(c[i].ips[f], c[j].ips[f], "walks %d and %d, frame %d", i, j, f);
+        }
+    /* after the first round every site keeps its id: 3 sites, ~40 walks each */
+    cr_expect_gt(compared, 3 * 38 * 37 / 2, "only %d pairs shared an id", compared);
+    cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 2].walk_id, "two paths, two ids");
+    cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 1].walk_id, "two keys, two memos");
+}
+
+/* A training step allocates from ~40 places: every one must find its own earlier walk a step
+ * later (the memos must hold them all), while the previous walk, from the other root, helps
+ * nothing. */
+Test(record_unwind, forty_call_sites_each_find_their_walk_a_round_later)
+{
+    warm_backtrace();
+    int wrong = 0;
+    capture c;
+    uint64_t w0, m0, s0, x0, w1, m1, s1, x1;
+    for (int round = 0; round < 12; round++) {
+        if (round == 2) mt_unwind_stats(&w0, &m0, &s0, &x0);
+        for (int site = 0; site < 40; site++) {
+            (site % 2 ? root_a : root_b)(&c, 1000 + (uint64_t)site);
+            if (c.n != c.nbt) {
+                wrong++;
+                continue;
+            }
+            for (int i = 1; i < c.n; i++)
+                wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+        }
+    }
+    mt_unwind_stats(&w1, &m1, &s1, &x1);
+    cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
+    /* 400 walks after warm-up; each would step ~DEEP frames if its own walk had been evicted. A
+     * few sets may overflow (40 tags over 16 sets of 4): allow a tenth of that. */
+    cr_expect_lt(s1 - s0, 400 * DEEP / 10, "%lu frames stepped by rule in 400 walks",
+                 (unsigned long)(s1 - s0));
 }
 
 /* rbp as a scratch register holding a different value at every call (as PyTorch's code does with

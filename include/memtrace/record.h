@@ -6,6 +6,7 @@
  *   mt_trie     stack deduplication: each frame written once, events carry a leaf id
  *   mt_modules  the loaded ELF objects (path, load address, build id) for later symbolization
  *   mt_pyframes the calling thread's Python frames, read without the GIL
+ *   mt_got      redirect one object's calls of an imported function to a stand-in (GOT slots)
  * Everything here runs inside the traced program: no function may crash, block for long, or print
  * more than one warning per problem.
  */
@@ -84,10 +85,15 @@ int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
 /* The same, with a hint: walks made under the same key from the same stack depth are remembered
  * together, so a call site that allocates again (next training step) validates its earlier walk
  * instead of unwinding. Any key is correct (the result never depends on it); a key that tells call
- * sites apart (the recorder uses the innermost Python frame) makes it fast. */
-int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key);
+ * sites apart (the recorder uses the innermost Python frame) makes it fast.
+ * *walk_id (may be NULL): nonzero when the calling thread remembers this exact result under that
+ * id — an earlier walk with the same id returned the same frames and truncation, so whatever the
+ * caller derived from them then still holds; 0 when it is not remembered. */
+int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
+                    uint64_t *walk_id);
 /* Totals since the process started: walks, walks that reused an earlier walk's outer frames,
- * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). */
+ * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). Exact for the
+ * calling thread; other threads' last (< 64) walks may not be counted yet. */
 void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
                      uint64_t *rule_misses);
 
@@ -136,6 +142,41 @@ mt_modules *mt_modules_new(void);
 int mt_modules_refresh(mt_modules *mods, mt_module_fn fn, void *ctx);
 void mt_modules_free(mt_modules *mods);
 
+/* ---- Control from inside the traced program ---------------------------------------------------- */
+
+/* Defined by the recorder (libmemtrace_inject.so), not by these libraries: a program recorded by
+ * `memtrace record` finds it with dlsym(RTLD_DEFAULT, "memtrace_set_paused") (Python:
+ * ctypes.CDLL(None).memtrace_set_paused). 1 pauses recording, 0 resumes it; returns the previous
+ * state, or -1 when the process is not being recorded. What happens while paused is not in the
+ * trace (a tensor allocated before and freed during a pause looks leaked). Made for measuring what
+ * recording costs inside one process (samples/cifar.py --ab) and for leaving out phases. */
+int memtrace_set_paused(int paused);
+
+/* ---- Import-slot patching (got_patch.c) ------------------------------------------------------ */
+
+/* Redirects the calls that loaded objects make to an imported function (through their GOT slots)
+ * to a stand-in, object by object, leaving the function and every other caller alone. */
+typedef struct mt_got_hook {
+    const char *name; /* the imported symbol, e.g. "cudaMallocAsync" */
+    void *hook;       /* its stand-in */
+    void *original;   /* set (release store) before the first slot is redirected: the definition
+                         every redirected slot had bound to, which the stand-in calls */
+} mt_got_hook;
+
+typedef struct mt_got_patcher mt_got_patcher;
+
+/* hooks: n (<= 64) entries, owned by the caller and kept for the patcher's life. */
+mt_got_patcher *mt_got_patcher_new(mt_got_hook *hooks, int n);
+/* Redirects the import slots of every object loaded since the last call (cheap when none was).
+ * Returns the slots newly redirected. An object that bound a hooked name to another definition
+ * than the others (its own copy of the library) is left alone and named in `conflict` ("" when
+ * none; may be NULL). Thread-safe. */
+int mt_got_patch_new(mt_got_patcher *p, char *conflict, size_t len);
+int mt_got_patched_slots(mt_got_patcher *p); /* slots redirected now */
+/* Puts back what every redirected slot of a still-loaded object held. */
+void mt_got_unpatch(mt_got_patcher *p);
+void mt_got_patcher_free(mt_got_patcher *p);
+
 /* ---- Python frames (no GIL) ------------------------------------------------------------------- */
 
 typedef struct mt_pyframes mt_pyframes;
@@ -155,6 +196,13 @@ typedef struct mt_pyframe {
 mt_pyframes *mt_pyframes_new(const char **why);
 /* The calling thread's Python frames, innermost first. 0 when the thread has none. */
 int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max);
+/* A 64-bit digest of what mt_pyframes_read would decide by (each frame's code object, position
+ * and ownership), read from the frames alone: no code object, line table or type is touched.
+ * Equal digests mean an equal mt_pyframes_read result (barring a 2^-64 collision, and a code
+ * object freed and another allocated at its address, which code ids do not survive either).
+ * 0 when the thread has no Python frames. *inner: a nonzero word naming the innermost frame's
+ * position (code object and instruction), a call-site key for mt_unwind_keyed. */
+uint64_t mt_pyframes_signature(mt_pyframes *py, uint64_t *inner);
 /* Copies out filename, qualname and first line of a code object met by mt_pyframes_read on this
  * thread during the same call (so it is alive). Returns 0 on success. */
 int mt_pyframes_describe(mt_pyframes *py, uintptr_t code, char *filename, int flen, char *qualname,

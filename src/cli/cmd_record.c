@@ -38,7 +38,9 @@ static void usage(FILE *out)
         "                    only: cheapest), native, or none\n"
         "  --tensors         PyTorch: make every tensor allocation visible by running the\n"
         "                    caching allocator in its cudaMallocAsync mode (merged into\n"
-        "                    PYTORCH_CUDA_ALLOC_CONF; see docs/tensor-mode.md for what changes)\n"
+        "                    PYTORCH_CUDA_ALLOC_CONF; see docs/tensor-mode.md for what changes);\n"
+        "                    its cudaMallocAsync/cudaFreeAsync calls are taken where libraries\n"
+        "                    call them, not through CUPTI (cheaper)\n"
         "  --activity on|off CUPTI activity records: driver-internal allocations nobody asked\n"
         "                    for (default on; with --tensors off: there they cost more than the\n"
         "                    rest of the recording, measured on cifar.py)\n"
@@ -316,6 +318,9 @@ int mt_cmd_record(int argc, char **argv)
             char conf[4096];
             mt_tensor_mode_conf(getenv("PYTORCH_CUDA_ALLOC_CONF"), conf, sizeof conf);
             setenv("PYTORCH_CUDA_ALLOC_CONF", conf, 1);
+            /* the allocator's calls straight from libc10_cuda, not through CUPTI (MEMTRACE_
+             * ASYNC_HOOKS=0 in the environment keeps CUPTI: a diagnostic) */
+            setenv("MEMTRACE_ASYNC_HOOKS", "1", 0);
         }
         execvp(cmd[0], cmd);
         fprintf(stderr, "memtrace: cannot run %s: %s\n", cmd[0], strerror(errno));

@@ -299,6 +299,43 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
     return n;
 }
 
+uint64_t mt_pyframes_signature(mt_pyframes *py, uint64_t *inner)
+{
+    *inner = 0;
+    if (!py || !py->is_initialized())
+        return 0;
+    const mt_py_layout *L = py->L;
+    uintptr_t ts = (uintptr_t)py->this_thread_state();
+    if (!ptr_ok(ts))
+        return 0;
+    uintptr_t frame = rd_ptr(ts, L->ts_frame);
+    if (L->chain == MT_PY_CHAIN_CFRAME)
+        frame = ptr_ok(frame) ? rd_ptr(frame, L->cframe_current) : 0;
+    /* Exactly the words mt_pyframes_read decides by, from the frames alone (no code object, line
+     * table or type is touched: those are the cold lines this exists to skip). */
+    uint64_t h = 0x243f6a8885a308d3ull;
+    int steps = 0;
+    for (; ptr_ok(frame) && steps < MT_PY_MAX_DEPTH; steps++) {
+        uintptr_t code = rd_ptr(frame, L->fr_code);
+        uint64_t pos = L->chain == MT_PY_CHAIN_FRAMEOBJECT ? (uint32_t)rd_i32(frame, L->fr_pos)
+                                                           : rd_ptr(frame, L->fr_pos);
+        uint64_t marks = 0;
+        if (L->fr_owner >= 0) marks |= *(const uint8_t *)(frame + (unsigned)L->fr_owner);
+        if (L->fr_is_entry >= 0)
+            marks |= (uint64_t)*(const uint8_t *)(frame + (unsigned)L->fr_is_entry) << 8;
+        if (steps == 0) *inner = mix64(code ^ (pos * 0x9e3779b97f4a7c15ull)) | 1;
+        h = mix64(h ^ code) ^ pos ^ (marks << 52);
+        uintptr_t next = rd_ptr(frame, L->fr_back);
+        if (next == frame)
+            break;
+        frame = next;
+    }
+    if (steps == 0)
+        return 0;
+    h = mix64(h ^ (uint64_t)steps);
+    return h ? h : 1;
+}
+
 /* ---- Describing ----------------------------------------------------------------------------- */
 
 /* Appends code point c as UTF-8 if it fits in buf[0..cap-1) (one byte is kept for the NUL). */

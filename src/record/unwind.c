@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "memtrace/record.h"
 #include "unwind_cache.h"
@@ -60,15 +61,32 @@ static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
     return ts->state == 1;
 }
 
-/* What the walks cost, for the recorder's self-report (mt_unwind_stats). Relaxed counters, added
- * once per walk. */
+/* What the walks cost, for the recorder's self-report (mt_unwind_stats). Each thread counts in its
+ * own counters and adds them to the shared ones every STATS_BATCH walks: four locked adds on a line
+ * shared by every allocating thread, at every walk, were a measurable part of a walk's cost. */
+#define STATS_BATCH 64
+typedef struct walk_stats {
+    uint64_t walks, memo_hits, rule_steps, rule_misses;
+} walk_stats;
+
 static struct {
     _Atomic uint64_t walks, memo_hits, rule_steps, rule_misses;
 } unwind_stats;
+static __thread walk_stats tls_stats; /* not yet added to unwind_stats */
+
+static void stats_flush(walk_stats *t)
+{
+    atomic_fetch_add_explicit(&unwind_stats.walks, t->walks, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.memo_hits, t->memo_hits, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.rule_steps, t->rule_steps, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_stats.rule_misses, t->rule_misses, memory_order_relaxed);
+    *t = (walk_stats){0};
+}
 
 void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
                      uint64_t *rule_misses)
 {
+    stats_flush(&tls_stats); /* the calling thread's own are exact; others' lag <= STATS_BATCH */
     *walks = atomic_load_explicit(&unwind_stats.walks, memory_order_relaxed);
     *memo_hits = atomic_load_explicit(&unwind_stats.memo_hits, memory_order_relaxed);
     *rule_steps = atomic_load_explicit(&unwind_stats.rule_steps, memory_order_relaxed);
@@ -280,6 +298,22 @@ static void mark_rbp_use(mt_walk_memo *m)
     }
 }
 
+/* 1 when memo m, taken from the frame (pc, sp, bp) with stack words [lo, hi), would be this
+ * walk's exact result: its first frame state is this one (as walk() requires of a match) and
+ * every word it loaded still holds the same value. A walk cut at its limit must have gone as far
+ * as this one wants. */
+static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, uintptr_t bp,
+                             uintptr_t lo, uintptr_t hi, int limit)
+{
+    if (m->n <= 0) return 0;
+    const mt_walk_step *s = &m->steps[0];
+    if (s->sp != sp || s->pc != pc) return 0;
+    if (!(s->bp_known & MT_BP_IRRELEVANT) && !((s->bp_known & MT_BP_KNOWN) && s->bp == bp))
+        return 0;
+    if (m->end == MT_WALK_LIMIT && m->n < limit) return 0;
+    return first_changed(m, 0, lo, hi) < 0;
+}
+
 /* The memo way for a walk starting at rsp `sp` under `key`: the tag, never 0, and its way. */
 static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
 {
@@ -292,8 +326,12 @@ static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
 /* The body of both entry points, inlined into each so that the frame it starts from (pc, rsp, rbp
  * of one asm) is the entry point's own: skip counts from its caller either way. */
 static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int max, int skip,
-                                                             int *truncated, uint64_t key)
+                                                             int *truncated, uint64_t key,
+                                                             uint64_t *walk_id)
 {
+    uint64_t id_dummy;
+    if (!walk_id) walk_id = &id_dummy;
+    *walk_id = 0;
     uintptr_t pc, sp, bp;
     /* One asm so that pc (the next instruction's address), rsp and rbp belong to the same
      * instant; the CFI at that pc describes exactly this frame. */
@@ -312,50 +350,99 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
     mt_walk_memos *memos = mt_walk_memo_acquire();
     mt_walk_memo *old = NULL, *rec = NULL;
     uint64_t tag = memo_tag(key, sp);
-    int w = (int)(tag >> 59) & (MT_MEMO_WAYS - 1);
-    if (memos) {
-        /* This call site's earlier walk if there is one, else the latest walk of any. */
-        if (memos->way[w] && memos->tag[w] == tag) {
-            old = memos->way[w];
-            o.may_reuse = 1; /* updating it in place keeps it this call site's */
-        } else if (memos->last >= 0) {
-            old = memos->way[memos->last]; /* another site's: read it, never overwrite it */
+    int w = 0, hit = -1;
+    mt_walk_end end = MT_WALK_STOPPED;
+    uintptr_t lo, hi;
+    if (memos && stack_bounds(&lo, &hi)) {
+        /* The set's ways under this tag, most recent first in effect: the first that holds as a
+         * whole is the result, no walk at all. Otherwise the new walk goes to an empty way or the
+         * least recently used, never over a sibling path that is still in use. */
+        int set = (int)(tag >> 59) & (MT_MEMO_SETS - 1), same = -1;
+        w = set * MT_MEMO_ASSOC;
+        for (int i = set * MT_MEMO_ASSOC; i < (set + 1) * MT_MEMO_ASSOC; i++) {
+            mt_walk_memo *m = memos->way[i];
+            if (!m) {
+                if (memos->way[w]) w = i;
+                continue;
+            }
+            if (memos->way[w] && memos->used[i] < memos->used[w]) w = i;
+            if (memos->tag[i] != tag) continue;
+            if (memo_holds(m, pc, sp, bp, sp, hi, o.limit)) {
+                hit = i;
+                break;
+            }
+            if (same < 0 || memos->used[i] > memos->used[same]) same = i;
         }
-        if (!memos->spare) memos->spare = mt_walk_memo_new();
-        rec = memos->spare;
-        if (rec) rec->n = 0;
+        if (hit >= 0) {
+            const mt_walk_memo *m = memos->way[hit];
+            end = m->end;
+            for (int k = 0; k < m->n; k++) {
+                if (o.steps == o.limit) {
+                    end = MT_WALK_LIMIT;
+                    break;
+                }
+                emit(&o, NULL, &m->steps[k]);
+            }
+            o.memo_hit = 1;
+            memos->used[hit] = ++memos->clock;
+            memos->last = hit;
+            *walk_id = m->id;
+        } else {
+            /* Compared with: this tag's most recent walk (another path from the same place shares
+             * most frames), else the latest walk of any. Updated in place only when it is also the
+             * way this walk replaces. */
+            if (same >= 0) {
+                old = memos->way[same];
+                o.may_reuse = same == w;
+            } else if (memos->last >= 0) {
+                old = memos->way[memos->last];
+            }
+            if (!memos->spare) memos->spare = mt_walk_memo_new();
+            rec = memos->spare;
+            if (rec) rec->n = 0;
+        }
     }
-    mt_walk_end end = walk(pc, sp, bp, &o, old, rec);
+    if (hit < 0) end = walk(pc, sp, bp, &o, old, rec);
     if (memos) {
-        if (o.reused_prev) {
-            memos->last = w; /* `old`, this site's own way, was brought up to date in place */
+        if (hit >= 0) {
+            /* nothing to record */
+        } else if (o.reused_prev) {
+            memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
+            memos->used[w] = ++memos->clock;
             mark_rbp_use(old);
+            old->id = ++memos->next_id;
+            *walk_id = old->n > 0 ? old->id : 0;
         } else if (rec) {
             if (rec->n == 0) rec->n = o.steps; /* emit() set -1 if it outgrew the memo */
             rec->end = end;
             mark_rbp_use(rec);
-            memos->spare = memos->way[w]; /* the evicted walk (or NULL): recorded over next */
-            memos->way[w] = rec;
+            free(memos->way[w]); /* the evicted walk, trimmed: too small to record into */
+            memos->spare = NULL;
+            rec->id = ++memos->next_id;
+            *walk_id = rec->n > 0 ? rec->id : 0;
+            memos->way[w] = mt_walk_memo_trim(rec);
             memos->tag[w] = tag;
+            memos->used[w] = ++memos->clock;
             memos->last = w;
         }
         mt_walk_memo_release(memos);
     }
     *truncated = end != MT_WALK_OUTERMOST;
-    atomic_fetch_add_explicit(&unwind_stats.walks, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.memo_hits, (uint64_t)o.memo_hit, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.rule_steps, o.rule_steps, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.rule_misses, o.rule_misses, memory_order_relaxed);
+    walk_stats *ts = &tls_stats;
+    ts->memo_hits += (uint64_t)o.memo_hit;
+    ts->rule_steps += o.rule_steps;
+    ts->rule_misses += o.rule_misses;
+    if (++ts->walks == STATS_BATCH) stats_flush(ts);
     return o.n;
 }
 
 __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *truncated)
 {
-    return unwind_here(ips, max, skip, truncated, 0);
+    return unwind_here(ips, max, skip, truncated, 0, NULL);
 }
 
 __attribute__((noinline)) int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated,
-                                              uint64_t key)
+                                              uint64_t key, uint64_t *walk_id)
 {
-    return unwind_here(ips, max, skip, truncated, key);
+    return unwind_here(ips, max, skip, truncated, key, walk_id);
 }

@@ -1,7 +1,7 @@
 /* unwind_memo.c — allocation of the per-thread walk memos (see unwind_memo.h for what they do).
  *
- * Heap, not __thread arrays: up to 17 x 11.5 KiB per thread would sit in every thread's dynamic
- * TLS block of the injected library. The __thread pointer below is the only per-thread state; a
+ * Heap, not __thread arrays: up to 128 memos per thread would sit in every thread's dynamic TLS
+ * block of the injected library. The __thread pointer below is the only per-thread state; a
  * pthread key destructor frees the memos when the thread exits.
  */
 #include "unwind_memo.h"
@@ -27,7 +27,14 @@ static void free_memos(void *p)
 
 mt_walk_memo *mt_walk_memo_new(void)
 {
-    return calloc(1, sizeof(mt_walk_memo));
+    return calloc(1, sizeof(mt_walk_memo) + MT_MEMO_STEPS * sizeof(mt_walk_step));
+}
+
+mt_walk_memo *mt_walk_memo_trim(mt_walk_memo *m)
+{
+    size_t n = m->n > 0 ? (size_t)m->n : 0;
+    mt_walk_memo *t = realloc(m, sizeof(mt_walk_memo) + n * sizeof(mt_walk_step));
+    return t ? t : m; /* glibc shrinks in place; a failure leaves m as it was, still valid */
 }
 
 static void make_key(void)

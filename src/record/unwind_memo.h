@@ -46,38 +46,56 @@ typedef enum mt_walk_end {
 } mt_walk_end;
 
 typedef struct mt_walk_memo {
+    uint64_t id; /* names its current content (mt_unwind_keyed's walk_id); new at every change */
     int n; /* steps; -1 = not usable (walk longer than MT_MEMO_STEPS) */
     mt_walk_end end;
-    mt_walk_step steps[MT_MEMO_STEPS];
+    mt_walk_step steps[]; /* MT_MEMO_STEPS while it records a walk; n once it holds one */
 } mt_walk_memo;
 
-/* The calling thread's memos: a small set of ways, each holding one earlier walk, chosen by a tag
- * made from the walk's starting rsp and a caller-given key (mt_unwind_keyed).
+/* The calling thread's memos: earlier walks, found by a tag made from the walk's starting rsp and
+ * a caller-given key (mt_unwind_keyed); MT_MEMO_SETS sets of MT_MEMO_ASSOC ways, the set chosen by
+ * the tag, the least recently used way of a set replaced.
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
- * the other, so the previous walk (the only memo there was before) shares just the outermost
- * frames with the current one, and the ~30 frames below are stepped by rule, each rule fetched
- * from a shared table that the program evicts between allocations (~30 ns a frame, measured in
- * PyTorch). The same call site one step earlier left the same frames at the same addresses: its
- * memo, found by the tag, is read sequentially (prefetchable) and validates almost the whole walk.
- * The recorder keys walks by the innermost Python frame (code object and line), which tells call
- * sites at the same stack depth apart. The memo check itself stays exact (see above): a wrong or
- * stale way only costs speed.
+ * the other, so the previous walk shares just the outermost frames with the current one, and the
+ * ~30 frames below are stepped by rule, each rule fetched from a shared table that the program
+ * evicts between allocations (~30 ns a frame, measured in PyTorch). The same call site one step
+ * earlier left the same frames at the same addresses: its memo, found by the tag, is read
+ * sequentially (prefetchable) and validates the whole walk.
+ * Why associative, and why more than one walk per tag: the recorder keys walks by the innermost
+ * Python frame (code object and line), and one line allocates from several native paths
+ * (`relu(conv(x))`: the convolution's output and the activation's, same depth); cifar.py has ~40
+ * allocating call sites per step. With 16 direct-mapped ways (the previous design) sites evicted
+ * each other and ~10 frames per walk were stepped by rule. Now every way of the set whose tag
+ * matches is tried as a whole (mt_unwind's fast path), and a new path goes to another way instead
+ * of replacing its sibling. The check stays exact (see above): a wrong or stale way only costs
+ * speed.
  *
- * Ways and the spare are allocated on first use (11.5 KiB each) and freed at thread exit. NULL
- * from acquire: no memory, thread exiting, or already in use on this thread (a signal handler
- * unwinding inside an unwind). Release with mt_walk_memo_release. */
-#define MT_MEMO_WAYS 16
+ * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (11.5 KiB); a recorded
+ * walk is trimmed to its length when it goes into a way (~3 KiB for a 40-frame stack, so ~120 KiB
+ * for the 40 sites of a training step), and a new spare is allocated at the next walk that needs
+ * one (none in a steady state, where every walk finds its memo). All are freed at thread exit. NULL from acquire: no memory, thread
+ * exiting, or already in use on this thread (a signal handler unwinding inside an unwind). Release
+ * with mt_walk_memo_release. */
+#define MT_MEMO_SETS 32
+#define MT_MEMO_ASSOC 4
+#define MT_MEMO_WAYS (MT_MEMO_SETS * MT_MEMO_ASSOC)
 typedef struct mt_walk_memos {
     mt_walk_memo *way[MT_MEMO_WAYS]; /* NULL until used */
     uint64_t tag[MT_MEMO_WAYS];      /* tag of the walk each way holds */
+    uint32_t used[MT_MEMO_WAYS];     /* `clock` at its last use: the set's smallest is replaced */
+    uint32_t clock;
+    uint64_t next_id;                /* last memo id given out on this thread */
     mt_walk_memo *spare;             /* where the next walk is recorded; NULL = not allocated */
     int last;                        /* way holding the latest walk; -1 = none yet */
     int busy;
 } mt_walk_memos;
 
-/* A zeroed memo (n = 0: holds no walk), or NULL when out of memory. */
+/* A zeroed memo with room for MT_MEMO_STEPS steps (n = 0: holds no walk), or NULL when out of
+ * memory. */
 mt_walk_memo *mt_walk_memo_new(void);
+/* m, holding a walk of m->n steps (-1: none usable), shrunk to what it holds. */
+mt_walk_memo *mt_walk_memo_trim(mt_walk_memo *m);
 
 mt_walk_memos *mt_walk_memo_acquire(void);
 static inline void mt_walk_memo_release(mt_walk_memos *m)

@@ -47,6 +47,10 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
     atomic_fetch_add_explicit(&r->activity_records, 1, memory_order_relaxed);
     int is_alloc = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
     if (mt_corr_has(&r->corr, m->correlationId)) return; /* the callbacks have it */
+    /* Pool allocations are the hooks' while they record (no correlation id to match them by). */
+    if (atomic_load_explicit(&r->hooks.active, memory_order_relaxed) &&
+        m->memoryPoolConfig.memoryPoolType != CUPTI_ACTIVITY_MEMORY_POOL_TYPE_INVALID)
+        return;
     if (m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
         m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
         return;

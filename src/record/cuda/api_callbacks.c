@@ -9,6 +9,9 @@
  * Only the callback ids below are enabled, never the whole domain: a kernel launch must not pay for
  * memory tracing.
  *
+ * In tensor mode the stream-ordered calls from PyTorch reach us without CUPTI (async_hooks.c);
+ * both paths end in mt_record_call.
+ *
  * Timestamps: allocations are stamped at API exit (the address exists then); releases at API
  * entry. So when one thread frees an address and another gets it back, the free always sorts first.
  */
@@ -74,9 +77,27 @@ static const CUpti_CallbackId traced[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
 };
 
-int mt_callbacks_enable(mt_recorder *r)
+/* The stream-ordered calls, which the hooks take over in tensor mode (async_hooks.c). */
+static int is_stream_ordered(CUpti_CallbackId cbid)
+{
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: return 1;
+    default: return 0;
+    }
+}
+
+/* Enables the traced callbacks: all of them (which = 0), all but the stream-ordered ones while the
+ * hooks record those (which = 1), or only the stream-ordered ones (which = 2). */
+static int enable(mt_recorder *r, int which)
 {
     for (size_t i = 0; i < sizeof traced / sizeof *traced; i++) {
+        int so = is_stream_ordered(traced[i]);
+        if ((which == 1 && so) || (which == 2 && !so)) continue;
         CUptiResult rc =
             r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, traced[i]);
         if (rc != CUPTI_SUCCESS) {
@@ -87,6 +108,7 @@ int mt_callbacks_enable(mt_recorder *r)
             return -1;
         }
     }
+    if (which == 2) return 0;
     /* Context creation/destruction: device names, and releasing what a dying context held. */
     r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                             CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
@@ -95,9 +117,19 @@ int mt_callbacks_enable(mt_recorder *r)
     return 0;
 }
 
+int mt_callbacks_enable(mt_recorder *r)
+{
+    return enable(r, atomic_load(&r->hooks.active) ? 1 : 0);
+}
+
+int mt_callbacks_enable_async(mt_recorder *r)
+{
+    return enable(r, 2);
+}
+
 /* Device ordinal of a context; the last answer is cached per thread (one context per thread is
  * the common case). */
-static int32_t device_of(mt_recorder *r, CUcontext ctx)
+int32_t mt_device_of(mt_recorder *r, CUcontext ctx)
 {
     static __thread CUcontext last_ctx;
     static __thread int32_t last_dev = -1;
@@ -135,7 +167,7 @@ static void name_thread(mt_recorder *r, uint32_t tid)
 static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
 {
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
-        int32_t dev = device_of(r, rd->context);
+        int32_t dev = mt_device_of(r, rd->context);
         char name[256] = "";
         size_t total = 0;
         CUdevice d;
@@ -149,7 +181,7 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
         mt_sink_put_copy(r->sink, &rec);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
         mt_event ev = {.time_ns = mt_now_ns(), .tid = mt_gettid(), .op = MT_OP_CTX_DESTROY,
-                       .device = device_of(r, rd->context)};
+                       .device = mt_device_of(r, rd->context)};
         /* CUPTI gives no context uid in resource data; cuCtxGetId names the same id. */
         unsigned long long id = 0;
         if (r->cuda.CtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
@@ -330,34 +362,41 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         return;
     }
     mt_event ev = {0};
-    ev.tid = mt_gettid();
     ev.context = cb->contextUid;
     ev.correlation = cb->correlationId;
     ev.api = (uint16_t)cbid;
-    ev.device = device_of(r, cb->context);
+    ev.device = mt_device_of(r, cb->context);
     if (!describe(cbid, cb->functionParams, ok, &ev)) return;
-    /* cudaFree(0) / cuMemFree(0) is the classic "make sure a context exists" call: no event. */
-    if (ev.op == MT_OP_FREE && ev.address == 0) return;
-    name_thread(r, ev.tid);
+    mt_record_call(r, &ev, res, *cb->correlationData, 0);
+}
 
-    if (ev.kind == MT_KIND_ASYNC && ev.op == MT_OP_ALLOC)
-        mt_pool_note_use(r, ev.device, (ev.flags & MT_EF_FROM_POOL) ? ev.aux : 0);
+void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_ns,
+                    uint64_t api_ip)
+{
+    int ok = res == CUDA_SUCCESS;
+    /* cudaFree(0) / cuMemFree(0) is the classic "make sure a context exists" call: no event. */
+    if (ev->op == MT_OP_FREE && ev->address == 0) return;
+    ev->tid = mt_gettid();
+    name_thread(r, ev->tid);
+
+    if (ev->kind == MT_KIND_ASYNC && ev->op == MT_OP_ALLOC)
+        mt_pool_note_use(r, ev->device, (ev->flags & MT_EF_FROM_POOL) ? ev->aux : 0);
     if (!ok) {
         /* A failed release changes nothing; a failed request is an event of its own. */
-        if (ev.op != MT_OP_ALLOC) return;
-        if (ev.kind == MT_KIND_ASYNC) mt_pool_poll(r); /* the reservation at that moment */
-        ev.op = MT_OP_FAILED;
-        ev.result = (uint16_t)res;
-        ev.address = 0;
+        if (ev->op != MT_OP_ALLOC) return;
+        if (ev->kind == MT_KIND_ASYNC) mt_pool_poll(r); /* the reservation at that moment */
+        ev->op = MT_OP_FAILED;
+        ev->result = (uint16_t)res;
+        ev->address = 0;
     }
-    if (ev.op == MT_OP_FREE) {
-        ev.time_ns = *cb->correlationData; /* stamped at entry, see the top of this file */
+    if (ev->op == MT_OP_FREE) {
+        ev->time_ns = entry_ns; /* stamped at entry, see the top of this file */
     } else {
-        ev.time_ns = mt_now_ns();
-        if (ev.op == MT_OP_ALLOC || ev.op == MT_OP_FAILED)
-            ev.stack = mt_capture_stack(r, &ev.flags, ev.time_ns);
+        ev->time_ns = mt_now_ns();
+        if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)
+            ev->stack = mt_capture_stack(r, &ev->flags, ev->time_ns, api_ip);
     }
-    mt_sink_event(r->sink, &ev);
-    if (ev.op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
-    if (ev.op == MT_OP_ALLOC && ev.kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev.time_ns);
+    mt_sink_event(r->sink, ev);
+    if (ev->op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
+    if (ev->op == MT_OP_ALLOC && ev->kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev->time_ns);
 }

@@ -76,6 +76,7 @@ int mt_cuda_load(mt_cuda *d, const char **why)
         {(void **)&d->DeviceGetCount, "cuDeviceGetCount"},
         {(void **)&d->DeviceGetPCIBusId, "cuDeviceGetPCIBusId"},
         {(void **)&d->CtxGetId, "cuCtxGetId"},
+        {(void **)&d->CtxGetCurrent, "cuCtxGetCurrent"},
         {(void **)&d->DeviceGetMemPool, "cuDeviceGetMemPool"},
         {(void **)&d->MemPoolGetAttribute, "cuMemPoolGetAttribute"},
     };

@@ -19,6 +19,8 @@
  *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost);
  *                      count: count every driver/runtime API call by name, record no event
  *                      (diagnostic, api_census.c)
+ *   MEMTRACE_ASYNC_HOOKS 1: take cudaMallocAsync/cudaFreeAsync calls from the callers' import
+ *                      slots instead of CUPTI (record --tensors; async_hooks.c says what it costs)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
  *   MEMTRACE_MANIFEST  file to which the path of each trace is appended (one line each)
  */
@@ -37,9 +39,6 @@
 #include "recorder.h"
 
 mt_recorder mt_rec;
-
-/* Callbacks in flight: atexit waits for them before tearing the sink down. */
-static _Atomic int inflight;
 
 uint64_t mt_now_ns(void)
 {
@@ -168,6 +167,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_modules_refresh(r->modules, on_new_module, r);
     mt_pool_poll(r);
     mt_activity_tick(r);
+    mt_async_hooks_tick(r);
 }
 
 static void at_fork_child(void)
@@ -182,7 +182,7 @@ static void at_fork_child(void)
 /* Waits (bounded) for callbacks that started before `enabled` went to 0. */
 static void quiesce(void)
 {
-    for (int i = 0; i < 1000 && atomic_load(&inflight) > 0; i++) usleep(100);
+    for (int i = 0; i < 1000 && atomic_load(&mt_rec.inflight) > 0; i++) usleep(100);
 }
 
 static void at_exit(void)
@@ -205,9 +205,16 @@ static void at_exit(void)
     uint64_t cbs = atomic_load(&mt_rec.callbacks);
     if (cbs)
         mt_trace_note(MT_NOTE_INFO,
-                      "callbacks: %" PRIu64 " (API entry and exit), %.0f ns each on average inside "
-                      "memtrace (CUPTI's own dispatch not included)",
-                      cbs, (double)atomic_load(&mt_rec.callback_ns) / (double)cbs);
+                      "callbacks: about %" PRIu64 " (API entry and exit), %.0f ns each on average "
+                      "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed)",
+                      cbs, (double)atomic_load(&mt_rec.callback_ns) / (double)cbs, MT_TIME_SAMPLE);
+    uint64_t hooked = atomic_load(&mt_rec.hooks.calls);
+    if (hooked)
+        mt_trace_note(MT_NOTE_INFO,
+                      "hooked calls: about %" PRIu64 " cudaMallocAsync/cudaFreeAsync, %.0f ns each on "
+                      "average inside memtrace after the call (1 in %d timed)",
+                      hooked, (double)atomic_load(&mt_rec.hooks.ns) / (double)hooked,
+                      MT_TIME_SAMPLE);
     uint64_t walks, memo, steps, misses;
     mt_unwind_stats(&walks, &memo, &steps, &misses);
     if (walks)
@@ -217,15 +224,17 @@ static void at_exit(void)
                       walks, 100.0 * (double)memo / (double)walks,
                       (double)steps / (double)walks, misses);
     uint64_t calls = atomic_load(&mt_rec.stack_calls);
+    uint64_t built = atomic_load(&mt_rec.stack_built);
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
-                      "stack capture: %" PRIu64 " stacks, %.1f frames and %.0f ns each on average "
-                      "(of which native unwinding %.0f ns; the rest Python frames and the trie), "
-                      "%u trie nodes",
-                      calls, (double)atomic_load(&mt_rec.stack_frames) / (double)calls,
-                      (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
+                      "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
+                      "native unwinding %.0f ns); %.1f%% the same as the call site's last stack "
+                      "(leaf memo), the others %.1f frames long; 1 in %d timed; %u trie nodes",
+                      calls, (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
                       (double)atomic_load(&mt_rec.unwind_ns) / (double)calls,
-                      mt_trie_size(mt_rec.trie));
+                      100.0 * (1.0 - (double)built / (double)calls),
+                      built ? (double)atomic_load(&mt_rec.stack_frames) / (double)built : 0.0,
+                      MT_TIME_SAMPLE, mt_trie_size(mt_rec.trie));
     /* Leave CUPTI before the libraries' destructors run: libcudart tears its contexts down from
      * _dl_fini, possibly after libcupti's own destructor, and a callback dispatched then would
      * land in a finalized CUPTI. Nothing after this point would be recorded anyway. */
@@ -242,14 +251,21 @@ static void at_exit(void)
 static void CUPTIAPI guarded_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
                                       const void *data)
 {
-    atomic_fetch_add(&inflight, 1);
-    if (atomic_load(&mt_rec.enabled)) {
-        uint64_t t0 = mt_now_ns();
-        mt_on_callback(ud, d, id, data);
-        atomic_fetch_add_explicit(&mt_rec.callback_ns, mt_now_ns() - t0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mt_rec.callbacks, 1, memory_order_relaxed);
+    atomic_fetch_add(&mt_rec.inflight, 1);
+    if (atomic_load(&mt_rec.enabled) &&
+        (!atomic_load_explicit(&mt_rec.paused, memory_order_relaxed) ||
+         d == CUPTI_CB_DOMAIN_RESOURCE)) { /* a context's birth and death are never skipped */
+        if (mt_time_this_call()) {
+            uint64_t t0 = mt_now_ns();
+            mt_on_callback(ud, d, id, data);
+            atomic_fetch_add_explicit(&mt_rec.callback_ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&mt_rec.callbacks, MT_TIME_SAMPLE, memory_order_relaxed);
+        } else {
+            mt_on_callback(ud, d, id, data);
+        }
     }
-    atomic_fetch_sub(&inflight, 1);
+    atomic_fetch_sub(&mt_rec.inflight, 1);
 }
 
 static int open_output(const char *comm)
@@ -337,6 +353,21 @@ void mt_recorder_resume(void)
     mt_trace_note(MT_NOTE_WARNING, "recording resumed: the other CUPTI client unsubscribed");
 }
 
+/* The program's own switch (declared in memtrace/record.h): 1 pauses, 0 resumes; returns the
+ * previous state, -1 when this process is not being recorded. While paused, the callbacks and the
+ * hooks return at once: what the program does then is not in the trace, and costs it nothing of
+ * memtrace's but CUPTI's dispatch of the callbacks still enabled (none for the allocations of
+ * tensor mode). Each switch is a note in the trace. */
+__attribute__((visibility("default"))) int memtrace_set_paused(int paused)
+{
+    if (getpid() != mt_rec.pid || !mt_rec.sink) return -1;
+    int was = atomic_exchange(&mt_rec.paused, paused ? 1 : 0);
+    if (was != (paused ? 1 : 0))
+        mt_trace_note(MT_NOTE_INFO, paused ? "recording paused by the program (memtrace_set_paused)"
+                                           : "recording resumed by the program");
+    return was;
+}
+
 __attribute__((visibility("default"))) int InitializeInjection(void)
 {
     static _Atomic int once;
@@ -415,6 +446,11 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     const char *cbs = getenv("MEMTRACE_CALLBACKS");
     int want_callbacks = !(cbs && strcmp(cbs, "0") == 0);
     mt_rec.cfg.census = cbs && strcmp(cbs, "count") == 0;
+    const char *hooks = getenv("MEMTRACE_ASYNC_HOOKS");
+    mt_rec.cfg.async_hooks = hooks && strcmp(hooks, "1") == 0 && want_callbacks &&
+                             !mt_rec.cfg.census;
+    if (mt_rec.cfg.async_hooks) mt_async_hooks_install(&mt_rec); /* before the callbacks: they
+                                                                     skip what it hooked */
     if (subscribe() != 0 ||
         (want_callbacks && (mt_rec.cfg.census ? mt_census_enable(&mt_rec)
                                               : mt_callbacks_enable(&mt_rec)) != 0)) {

@@ -21,7 +21,10 @@
 
 void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
 {
-    if (device >= 0 && device < 64)
+    /* Read first: the bit is set once, and a locked RMW on every allocation would pull this line
+     * back and forth between the allocating threads. */
+    if (device >= 0 && device < 64 &&
+        !(atomic_load_explicit(&r->async_devices, memory_order_relaxed) & (1ull << device)))
         atomic_fetch_or_explicit(&r->async_devices, 1ull << device, memory_order_relaxed);
     if (!pool) return;
     for (int i = 0; i < MT_MAX_POOLS; i++) {

@@ -5,6 +5,8 @@
  *   api_callbacks.c                 CUPTI driver-API callbacks -> memory events (the core record)
  *   activity.c                      CUPTI MEMORY2 / MEMORY_POOL records -> driver-internal
  *                                   allocations and pool sizes (enrichment)
+ *   async_hooks.c                   tensor mode: cudaMallocAsync/cudaFreeAsync called directly
+ *                                   through the callers' GOT slots instead of through CUPTI
  *   stacks.c                        the caller's stack -> a trie leaf id
  *
  * All state lives in one struct, `mt_rec` (defined in inject.c): a reader looking for global state
@@ -68,6 +70,7 @@ typedef struct mt_cuda {
     __typeof__(&cuDeviceGetCount) DeviceGetCount;
     __typeof__(&cuDeviceGetPCIBusId) DeviceGetPCIBusId;
     __typeof__(&cuCtxGetId) CtxGetId;
+    __typeof__(&cuCtxGetCurrent) CtxGetCurrent;
     __typeof__(&cuDeviceGetMemPool) DeviceGetMemPool;
     __typeof__(&cuMemPoolGetAttribute) MemPoolGetAttribute;
 } mt_cuda;
@@ -77,11 +80,28 @@ typedef struct mt_recorder_config {
     int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
     int activity;      /* enable CUPTI activity enrichment (default 1) */
     int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
+    int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1 (record --tensors): see async_hooks.c */
     uint32_t flush_ms;
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
 
 typedef struct mt_gpu_sampler mt_gpu_sampler;
+
+/* The stream-ordered allocation functions async_hooks.c can stand in for. */
+enum {
+    MT_HOOK_MALLOC_ASYNC,
+    MT_HOOK_MALLOC_ASYNC_PTSZ,
+    MT_HOOK_FREE_ASYNC,
+    MT_HOOK_FREE_ASYNC_PTSZ,
+    MT_HOOK_MALLOC_FROM_POOL_ASYNC,
+    MT_HOOK_MALLOC_FROM_POOL_ASYNC_PTSZ,
+    MT_HOOK_COUNT
+};
+
+/* Self-measurement is sampled: one call in MT_TIME_SAMPLE per thread (at random) reads the clock
+ * around our own work, and counts for MT_TIME_SAMPLE calls. Two clock reads on every call would be a tenth
+ * of what they measure. A power of two. */
+#define MT_TIME_SAMPLE 16
 
 #define MT_MAX_POOLS 64
 #define MT_POOL_DEAD 1ull
@@ -95,6 +115,8 @@ typedef struct mt_recorder {
     CUpti_SubscriberHandle subscriber;
     _Atomic int subscribed;             /* we hold CUPTI's one subscription */
     _Atomic int yielded;                /* we gave it up to another client (interpose.c) */
+    _Atomic int inflight; /* callbacks and hooked calls in progress: at_exit waits for them */
+    _Atomic int paused;   /* the program asked for a pause (memtrace_set_paused) */
     mt_sink *sink;
     mt_trie *trie;
     mt_modules *modules;
@@ -126,7 +148,16 @@ typedef struct mt_recorder {
     } pools[MT_MAX_POOLS];
     int npools;
 
+    /* async_hooks.c: the stand-ins, the originals they call, and whether they record */
+    struct {
+        mt_got_hook table[MT_HOOK_COUNT];
+        mt_got_patcher *patcher;
+        _Atomic int active; /* 1: the stand-ins record, CUPTI's stream-ordered callbacks are off */
+        _Atomic uint64_t calls, ns; /* cost of the stand-ins' own work, for a note (sampled) */
+    } hooks;
+
     _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
+    _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
     _Atomic uint64_t unwind_ns;                           /* ... of which native unwinding */
     _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
 } mt_recorder;
@@ -134,6 +165,16 @@ typedef struct mt_recorder {
 extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
 
 /* inject.c */
+/* 1 for the calls that measure their own cost (see MT_TIME_SAMPLE) */
+static inline int mt_time_this_call(void)
+{
+    /* Random, not every 16th: a training step repeats the same calls in the same order, and a
+     * fixed stride would time the same few call sites forever. xorshift32, per thread. */
+    static __thread uint32_t x;
+    if (!x) x = (uint32_t)(uintptr_t)&x | 1;
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    return (x & (MT_TIME_SAMPLE - 1)) == 0;
+}
 void mt_recorder_yield(const char *who); /* another CUPTI client subscribes: step aside */
 void mt_recorder_resume(void);           /* ... it unsubscribed: subscribe again */
 uint64_t mt_now_ns(void);
@@ -148,8 +189,20 @@ int mt_cuda_load(mt_cuda *d, const char **why); /* from the libcuda already load
 
 /* api_callbacks.c */
 int mt_callbacks_enable(mt_recorder *r); /* 0 ok */
+int mt_callbacks_enable_async(mt_recorder *r); /* the stream-ordered ones (hooks' fallback) */
+/* Records one memory API call whose parameters ev holds (op, kind, address, bytes, stream, aux,
+ * flags, device, context, api, correlation), for CUPTI's callbacks and the hooks alike: failed
+ * requests, timestamps (frees at entry_ns, the rest now), the stack, pool bookkeeping.
+ * api_ip: address of the API function when the stack is taken from outside it (the hooks: the
+ * stack then still ends in the API call); 0 when its frames are on the stack. */
+void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_ns,
+                    uint64_t api_ip);
 void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *cbdata);
+
+/* async_hooks.c */
+int mt_async_hooks_install(mt_recorder *r); /* 1: active (call before mt_callbacks_enable) */
+void mt_async_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
 
 /* api_census.c: the MEMTRACE_CALLBACKS=count diagnostic */
 int mt_census_enable(mt_recorder *r); /* 0 ok */
@@ -178,7 +231,10 @@ void mt_stacks_init(mt_recorder *r);        /* where our and CUPTI's code are */
 int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
 /* t0: a CLOCK_MONOTONIC stamp taken just before the call (the event's own), from which the
  * capture's cost is measured for the exit note: one clock read fewer per allocation. */
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0);
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip);
+
+/* api_callbacks.c: device ordinal of a context (-1 unknown), cached per thread */
+int32_t mt_device_of(mt_recorder *r, CUcontext ctx);
 
 /* api_callbacks.c: 1 when the calling thread is one of PyTorch's autograd workers */
 int mt_thread_is_autograd(void);

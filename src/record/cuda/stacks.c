@@ -123,31 +123,70 @@ int mt_stacks_init_python(mt_recorder *r)
 
 static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code); }
 
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0)
+/* The leaf a call site produced last time, per thread: when neither its native frames (the same
+ * unwinder memo, walk_id) nor its Python frames (the same signature) nor the API frame changed, the
+ * stack is the same, and merging, code ids and the trie are skipped. Those touch a cache line or
+ * two per frame that the program has usually evicted since (~0.3 us an allocation in PyTorch). */
+#define LEAF_MEMO_SLOTS 256
+typedef struct leaf_memo {
+    uint64_t py_sig, walk_id, api_ip;
+    uint32_t leaf;
+    uint16_t flags;
+} leaf_memo;
+
+typedef struct stack_tls {
+    mt_trie_cache trie;
+    leaf_memo leaves[LEAF_MEMO_SLOTS];
+} stack_tls;
+
+static inline leaf_memo *leaf_slot(stack_tls *t, uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
 {
-    static __thread mt_trie_cache *cache;
+    uint64_t h = (py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull) ^ api_ip) * 0xff51afd7ed558ccdull;
+    return &t->leaves[(h >> 56) & (LEAF_MEMO_SLOTS - 1)];
+}
+
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
+{
+    static __thread stack_tls *tls;
     if (r->cfg.stacks == MT_STACKS_NONE) return 0;
-    if (!cache && !(cache = calloc(1, sizeof *cache))) return 0;
+    if (!tls && !(tls = calloc(1, sizeof *tls))) return 0;
+    int timed = mt_time_this_call();
+    int want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON);
 
     uint64_t native[MT_MAX_FRAMES], words[MT_MAX_FRAMES];
     int nn = 0, truncated = 0, n;
-    /* Python first: its innermost frame (code, line) names the call site, which is the key under
-     * which the unwinder remembers this walk for the next allocation from the same place. */
-    mt_pyframe py[MT_MAX_FRAMES];
-    int np = (r->py && (r->cfg.stacks & MT_STACKS_PYTHON)) ? mt_pyframes_read(r->py, py, 96) : 0;
-    uint64_t t1 = mt_now_ns();
-    if (r->cfg.stacks & MT_STACKS_NATIVE) {
-        uint64_t key = np > 0 ? (uint64_t)py[0].code ^ ((uint64_t)(uint32_t)py[0].line << 40) : 0;
-        nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, key);
+    /* Python first, as a signature: its innermost frame names the call site, the key under which
+     * the unwinder remembers this walk for the next allocation from the same place. */
+    uint64_t inner = 0, py_sig = want_py ? mt_pyframes_signature(r->py, &inner) : 0;
+    uint64_t t1 = timed ? mt_now_ns() : 0;
+    uint64_t walk_id = 1; /* no native frames: nothing that could change */
+    if (r->cfg.stacks & MT_STACKS_NATIVE)
+        nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
+    if (timed)
+        atomic_fetch_add_explicit(&r->unwind_ns, (mt_now_ns() - t1) * MT_TIME_SAMPLE,
+                                  memory_order_relaxed);
+    leaf_memo *lm = leaf_slot(tls, py_sig, walk_id, api_ip);
+    uint32_t leaf;
+    if (walk_id && lm->leaf && lm->py_sig == py_sig && lm->walk_id == walk_id &&
+        lm->api_ip == api_ip) {
+        leaf = lm->leaf;
+        *flags |= lm->flags;
+        n = -1; /* frames not counted: the note averages over the stacks it saw */
+        goto done;
     }
-    atomic_fetch_add_explicit(&r->unwind_ns, mt_now_ns() - t1, memory_order_relaxed);
+    mt_pyframe py[MT_MAX_FRAMES];
+    int np = want_py ? mt_pyframes_read(r->py, py, 96) : 0;
     int skip = 0;
     while (skip < nn && ((native[skip] >= r->self_lo && native[skip] < r->self_hi) ||
                          (native[skip] >= r->cupti_lo && native[skip] < r->cupti_hi)))
         skip++;
+    /* Unwound from a stand-in (async_hooks.c): the API function's own frame is not on the stack;
+     * put it where it would be, as a return address into it (frames are looked up at ip - 1). */
+    if (api_ip && skip > 0) native[--skip] = api_ip + 1;
     const uint64_t *nat = native + skip;
     nn -= skip;
 
+    uint16_t added = 0;
     if (np > 0 && (r->cfg.stacks & MT_STACKS_NATIVE)) {
         n = mt_merge_python(&r->py_ranges, nat, nn, py, np, code_id_cb, r, words,
                             MT_MAX_FRAMES - 1);
@@ -160,14 +199,26 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0)
     }
     if (truncated) {
         words[n++] = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_TRUNCATED);
-        *flags |= MT_EF_STACK_TRUNCATED;
+        added = MT_EF_STACK_TRUNCATED;
     } else if (np == 0 && r->py && mt_thread_is_autograd()) {
         words[n++] = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_AUTOGRAD);
     }
-    uint32_t leaf = mt_trie_intern(r->trie, cache, words, n);
+    *flags |= added;
+    leaf = mt_trie_intern(r->trie, &tls->trie, words, n);
+    if (walk_id && leaf)
+        *lm = (leaf_memo){.py_sig = py_sig, .walk_id = walk_id, .api_ip = api_ip, .leaf = leaf,
+                          .flags = added};
+done:
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
-    atomic_fetch_add_explicit(&r->stack_ns, mt_now_ns() - t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->stack_frames, (uint64_t)n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->stack_calls, 1, memory_order_relaxed);
+    if (timed) {
+        atomic_fetch_add_explicit(&r->stack_ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE,
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->stack_calls, MT_TIME_SAMPLE, memory_order_relaxed);
+        if (n >= 0) {
+            atomic_fetch_add_explicit(&r->stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&r->stack_built, MT_TIME_SAMPLE, memory_order_relaxed);
+        }
+    }
     return leaf;
 }
