@@ -13,8 +13,9 @@
  *     rsp'  = CFA,   pc' = ra   (looked up at ra - 1: ra may be past the end of a noreturn call)
  *
  * Cheaper still when the stack did not change since an earlier walk of this thread from the same
- * place (the previous walk, or the one under the same key: mt_unwind_keyed): see unwind_memo.h. The memo is an exact check, not a heuristic: it is used only when the
- * frame state and every stack word the previous walk read from there on are unchanged.
+ * place (one remembered under the same tag, or the previous walk): see unwind_memo.h. The memo is
+ * an exact check, not a heuristic: it is used only when the frame state and every stack word that
+ * earlier walk read from there on are unchanged.
  *
  * Safety: every load is from this thread's own stack, checked against [rsp at entry, stack top)
  * (pthread_getattr_np, once per thread), and the CFA must strictly grow, so the walk can neither

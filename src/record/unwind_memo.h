@@ -54,7 +54,9 @@ typedef struct mt_walk_memo {
 
 /* The calling thread's memos: earlier walks, found by a tag made from the walk's starting rsp and
  * a caller-given key (mt_unwind_keyed); MT_MEMO_SETS sets of MT_MEMO_ASSOC ways, the set chosen by
- * the tag, the least recently used way of a set replaced.
+ * the tag, the least recently used way of a set replaced. Eight ways: with 4, forty call sites
+ * overflowed one of the 32 sets in ~1 process in 4 (birthday odds), and a set holding more sites
+ * than ways, visited in a cycle, misses on every one of them under LRU.
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
  * the other, so the previous walk shares just the outermost frames with the current one, and the
@@ -73,12 +75,12 @@ typedef struct mt_walk_memo {
  *
  * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (11.5 KiB); a recorded
  * walk is trimmed to its length when it goes into a way (~3 KiB for a 40-frame stack, so ~120 KiB
- * for the 40 sites of a training step), and a new spare is allocated at the next walk that needs
- * one (none in a steady state, where every walk finds its memo). All are freed at thread exit. NULL from acquire: no memory, thread
- * exiting, or already in use on this thread (a signal handler unwinding inside an unwind). Release
- * with mt_walk_memo_release. */
+ * for the 40 sites of a training step; up to 256 ways), and a new spare is allocated at the next
+ * walk that needs one (none in a steady state, where every walk finds its memo). All are freed at
+ * thread exit. NULL from acquire: no memory, thread exiting, or already in use on this thread (a
+ * signal handler unwinding inside an unwind). Release with mt_walk_memo_release. */
 #define MT_MEMO_SETS 32
-#define MT_MEMO_ASSOC 4
+#define MT_MEMO_ASSOC 8
 #define MT_MEMO_WAYS (MT_MEMO_SETS * MT_MEMO_ASSOC)
 typedef struct mt_walk_memos {
     mt_walk_memo *way[MT_MEMO_WAYS]; /* NULL until used */
