@@ -22,6 +22,17 @@ typedef struct capture {
     uint64_t walk_id;
 } capture;
 
+/* Frames of c that differ from backtrace()'s (frame 0 is where each was taken, so it differs by
+ * design); a different count is one difference. */
+static int differs_from_backtrace(const capture *c)
+{
+    if (c->n != c->nbt) return 1;
+    int wrong = 0;
+    for (int i = 1; i < c->n; i++)
+        wrong += c->ips[i] != (uint64_t)(uintptr_t)c->bt[i];
+    return wrong;
+}
+
 /* Work after each call keeps the compiler from turning calls into jumps (tail calls). */
 static volatile int sink;
 /* Loop bounds read from a volatile cannot be unrolled: a loop body stays ONE call site, so
@@ -282,12 +293,8 @@ Test(record_unwind, memo_notices_a_changed_caller)
     int wrong = 0;
     for (int k = 0; k < 200; k++) {
         (k % 3 ? mid_a : mid_b)(&c);
-        if (c.n != c.nbt) {
-            wrong++;
-            continue;
-        }
-        for (int i = 1; i < c.n; i++)
-            wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+        wrong += differs_from_backtrace(&c);
+        if (c.n != c.nbt) continue;
         wrong += !returns_into(c.ips[2], (k % 3 ? (void (*)(void))mid_a : (void (*)(void))mid_b));
     }
     cr_expect_eq(wrong, 0);
@@ -356,12 +363,7 @@ static uint64_t alternate(int keyed, int rounds, int *wrong)
     for (int k = 0; k < 2 * rounds; k++) {
         int a = k % 2 == 0;
         (a ? root_a : root_b)(&c, keyed == 2 ? 44 : keyed ? (a ? 11 : 22) : 0);
-        if (c.n != c.nbt) {
-            (*wrong)++;
-            continue;
-        }
-        for (int i = 1; i < c.n; i++)
-            *wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+        *wrong += differs_from_backtrace(&c);
     }
     mt_unwind_stats(&w1, &m1, &steps1, &x1);
     return steps1 - steps0;
@@ -424,12 +426,7 @@ Test(record_unwind, forty_call_sites_each_find_their_walk_a_round_later)
         if (round == 2) mt_unwind_stats(&w0, &m0, &s0, &x0);
         for (int site = 0; site < 40; site++) {
             (site % 2 ? root_a : root_b)(&c, 1000 + (uint64_t)site);
-            if (c.n != c.nbt) {
-                wrong++;
-                continue;
-            }
-            for (int i = 1; i < c.n; i++)
-                wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+            wrong += differs_from_backtrace(&c);
         }
     }
     mt_unwind_stats(&w1, &m1, &s1, &x1);
@@ -469,12 +466,7 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
     mt_unwind_stats(&w0, &m0, &s0, &x0);
     for (int k = 0; k < 100; k++) {
         fp_noise(&c);
-        if (c.n != c.nbt) {
-            wrong++;
-            continue;
-        }
-        for (int i = 1; i < c.n; i++)
-            wrong += c.ips[i] != (uint64_t)(uintptr_t)c.bt[i];
+        wrong += differs_from_backtrace(&c);
     }
     mt_unwind_stats(&w1, &m1, &s1, &x1);
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);

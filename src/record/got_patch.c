@@ -77,6 +77,14 @@ typedef struct walk_state {
     int failed;
 } walk_state;
 
+/* 1 when an object loaded at `base` was seen in walk w. */
+static int still_loaded(const walk_state *w, uintptr_t base)
+{
+    for (size_t j = 0; j < w->n; j++)
+        if (w->objs[j].base == base) return 1;
+    return 0;
+}
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     walk_state *w = data;
@@ -281,11 +289,8 @@ int mt_got_patch_new(mt_got_patcher *p, char *conflict, size_t len)
     if (!w.failed && !(p->walked && w.adds == p->adds && w.subs == p->subs)) {
         /* Forget what belongs to objects that are gone: their memory may hold something else. */
         size_t keep = 0;
-        for (size_t i = 0; i < p->nslots; i++) {
-            int alive = 0;
-            for (size_t j = 0; j < w.n && !alive; j++) alive = w.objs[j].base == p->slots[i].base;
-            if (alive) p->slots[keep++] = p->slots[i];
-        }
+        for (size_t i = 0; i < p->nslots; i++)
+            if (still_loaded(&w, p->slots[i].base)) p->slots[keep++] = p->slots[i];
         p->nslots = keep;
         uintptr_t *seen = malloc((w.n ? w.n : 1) * sizeof *seen);
         if (seen) {
@@ -328,9 +333,7 @@ void mt_got_unpatch(mt_got_patcher *p)
     dl_iterate_phdr(collect, &w);
     for (size_t i = 0; i < p->nslots; i++) {
         const patched_slot *s = &p->slots[i];
-        int alive = 0;
-        for (size_t j = 0; j < w.n && !alive; j++) alive = w.objs[j].base == s->base;
-        if (alive) store_slot(s->slot, s->old, s->relro_lo, s->relro_hi);
+        if (still_loaded(&w, s->base)) store_slot(s->slot, s->old, s->relro_lo, s->relro_hi);
     }
     p->nslots = 0;
     p->nseen = 0; /* a later mt_got_patch_new examines everything again */

@@ -260,9 +260,10 @@ static int frame_lasti(const mt_pyframes *py, uintptr_t frame, uintptr_t code, i
     return 1;
 }
 
-int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
+/* The calling thread's innermost frame, 0 when it has none (or Python is not running). */
+static uintptr_t innermost_frame(mt_pyframes *py)
 {
-    if (!py || !out || max <= 0 || !py->is_initialized())
+    if (!py->is_initialized())
         return 0;
     const mt_py_layout *L = py->L;
     uintptr_t ts = (uintptr_t)py->this_thread_state();
@@ -271,6 +272,15 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
     uintptr_t frame = rd_ptr(ts, L->ts_frame);
     if (L->chain == MT_PY_CHAIN_CFRAME)
         frame = ptr_ok(frame) ? rd_ptr(frame, L->cframe_current) : 0;
+    return frame;
+}
+
+int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
+{
+    if (!py || !out || max <= 0)
+        return 0;
+    const mt_py_layout *L = py->L;
+    uintptr_t frame = innermost_frame(py);
 
     int n = 0;
     for (int steps = 0; ptr_ok(frame) && n < max && steps < MT_PY_MAX_DEPTH; steps++) {
@@ -302,15 +312,10 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
 uint64_t mt_pyframes_signature(mt_pyframes *py, uint64_t *inner)
 {
     *inner = 0;
-    if (!py || !py->is_initialized())
+    if (!py)
         return 0;
     const mt_py_layout *L = py->L;
-    uintptr_t ts = (uintptr_t)py->this_thread_state();
-    if (!ptr_ok(ts))
-        return 0;
-    uintptr_t frame = rd_ptr(ts, L->ts_frame);
-    if (L->chain == MT_PY_CHAIN_CFRAME)
-        frame = ptr_ok(frame) ? rd_ptr(frame, L->cframe_current) : 0;
+    uintptr_t frame = innermost_frame(py);
     /* Exactly the words mt_pyframes_read decides by, from the frames alone (no code object, line
      * table or type is touched: those are the cold lines this exists to skip). */
     uint64_t h = 0x243f6a8885a308d3ull;

@@ -30,7 +30,6 @@
  * draws from lives (PyTorch sets the device around every call).
  */
 #include <cuda_runtime_api.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
