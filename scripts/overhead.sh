@@ -11,6 +11,8 @@
 # measure inside one process instead: cifar.py --ab switches the recorder off and on every AB
 # (default 50) steps and reports the median ratio of adjacent phases; the table's second part
 # gives the median over runs. ab_history does the same with torch's _record_memory_history.
+# BASE=OTHER_BUILD_DIR adds ab_tensors_base and ab_tensors_python_base: the same A/B with another
+# build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
@@ -31,6 +33,11 @@ AB=${AB:-50}
 CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+if [ -n "${BASE:-}" ]; then
+  MB=$PWD/$BASE/src/cli/memtrace
+  CMD[ab_tensors_base]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+  CMD[ab_tensors_python_base]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+fi
 CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
 CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
@@ -83,5 +90,5 @@ PYEOF
     done
   fi
   [ -f "$W/failures" ] && { echo; cat "$W/failures"; }
-  echo; sort "$W/notes" | uniq | head -40
+  echo; sort "$W/notes" | uniq | head -100
 } | tee "$OUT/overhead.txt"

@@ -357,16 +357,16 @@ static NOINLINE void root_b(capture *c, uint64_t key)
  * stepped by rule, counts errors. */
 static uint64_t alternate(int keyed, int rounds, int *wrong)
 {
-    uint64_t w0, m0, steps0, x0, w1, m1, steps1, x1;
-    mt_unwind_stats(&w0, &m0, &steps0, &x0);
+    mt_unwind_totals t0, t1;
+    mt_unwind_stats(&t0);
     capture c;
     for (int k = 0; k < 2 * rounds; k++) {
         int a = k % 2 == 0;
         (a ? root_a : root_b)(&c, keyed == 2 ? 44 : keyed ? (a ? 11 : 22) : 0);
         *wrong += differs_from_backtrace(&c);
     }
-    mt_unwind_stats(&w1, &m1, &steps1, &x1);
-    return steps1 - steps0;
+    mt_unwind_stats(&t1);
+    return t1.rule_steps - t0.rule_steps;
 }
 
 Test(record_unwind, keyed_memo_finds_its_own_call_site_and_stays_exact)
@@ -421,15 +421,16 @@ Test(record_unwind, forty_call_sites_each_find_their_walk_a_round_later)
     warm_backtrace();
     int wrong = 0;
     capture c;
-    uint64_t w0, m0, s0, x0, w1, m1, s1, x1;
+    mt_unwind_totals t0, t1;
     for (int round = 0; round < 12; round++) {
-        if (round == 2) mt_unwind_stats(&w0, &m0, &s0, &x0);
+        if (round == 2) mt_unwind_stats(&t0);
         for (int site = 0; site < 40; site++) {
             (site % 2 ? root_a : root_b)(&c, 1000 + (uint64_t)site);
             wrong += differs_from_backtrace(&c);
         }
     }
-    mt_unwind_stats(&w1, &m1, &s1, &x1);
+    mt_unwind_stats(&t1);
+    uint64_t s1 = t1.rule_steps, s0 = t0.rule_steps;
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
     /* 400 walks after warm-up; each would step ~DEEP frames if its own walk had been evicted. A
      * few sets may overflow (40 tags over 16 sets of 4): allow a tenth of that. */
@@ -462,13 +463,14 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
     capture c;
     int wrong = 0;
     fp_noise(&c);
-    uint64_t w0, m0, s0, x0, w1, m1, s1, x1;
-    mt_unwind_stats(&w0, &m0, &s0, &x0);
+    mt_unwind_totals t0, t1;
+    mt_unwind_stats(&t0);
     for (int k = 0; k < 100; k++) {
         fp_noise(&c);
         wrong += differs_from_backtrace(&c);
     }
-    mt_unwind_stats(&w1, &m1, &s1, &x1);
+    mt_unwind_stats(&t1);
+    uint64_t s1 = t1.rule_steps, s0 = t0.rule_steps;
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
     cr_expect_lt(s1 - s0, 100 * 3, "%lu frames stepped by rule in 100 walks",
                  (unsigned long)(s1 - s0));

@@ -91,11 +91,19 @@ int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
  * caller derived from them then still holds; 0 when it is not remembered. */
 int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
                     uint64_t *walk_id);
-/* Totals since the process started: walks, walks that reused an earlier walk's outer frames,
- * frames stepped with a cached or parsed rule, and rule-cache misses (CFI parsed). Exact for the
- * calling thread; other threads' last (< 64) walks may not be counted yet. */
-void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
-                     uint64_t *rule_misses);
+/* What the walks cost, totals since the process started. Exact for the calling thread; other
+ * threads' last (< 64) walks may not be counted yet. */
+typedef struct mt_unwind_totals {
+    uint64_t walks;
+    uint64_t memo_hits;          /* walks that ended on an earlier walk's frames */
+    uint64_t whole_hits;         /* ... of which an earlier walk was the whole result */
+    uint64_t keyless;            /* walks without a key (mt_unwind, or key 0) */
+    uint64_t keyless_whole_hits; /* ... of which an earlier walk was the whole result */
+    uint64_t ways_checked;       /* remembered walks compared as a whole */
+    uint64_t rule_steps;         /* frames stepped with a cached or parsed rule */
+    uint64_t rule_misses;        /* rule-cache misses (CFI parsed) */
+} mt_unwind_totals;
+void mt_unwind_stats(mt_unwind_totals *t);
 
 /* ---- Stack trie ------------------------------------------------------------------------------- */
 

@@ -66,32 +66,29 @@ static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
  * own counters and adds them to the shared ones every STATS_BATCH walks: four locked adds on a line
  * shared by every allocating thread, at every walk, were a measurable part of a walk's cost. */
 #define STATS_BATCH 64
-typedef struct walk_stats {
-    uint64_t walks, memo_hits, rule_steps, rule_misses;
+#define STATS_FIELDS (sizeof(mt_unwind_totals) / sizeof(uint64_t))
+typedef union walk_stats {
+    mt_unwind_totals t;
+    uint64_t v[STATS_FIELDS];
 } walk_stats;
 
-static struct {
-    _Atomic uint64_t walks, memo_hits, rule_steps, rule_misses;
-} unwind_stats;
+static _Atomic uint64_t unwind_stats[STATS_FIELDS];
 static __thread walk_stats tls_stats; /* not yet added to unwind_stats */
 
 static void stats_flush(walk_stats *t)
 {
-    atomic_fetch_add_explicit(&unwind_stats.walks, t->walks, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.memo_hits, t->memo_hits, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.rule_steps, t->rule_steps, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_stats.rule_misses, t->rule_misses, memory_order_relaxed);
+    for (size_t i = 0; i < STATS_FIELDS; i++)
+        atomic_fetch_add_explicit(&unwind_stats[i], t->v[i], memory_order_relaxed);
     *t = (walk_stats){0};
 }
 
-void mt_unwind_stats(uint64_t *walks, uint64_t *memo_hits, uint64_t *rule_steps,
-                     uint64_t *rule_misses)
+void mt_unwind_stats(mt_unwind_totals *t)
 {
     stats_flush(&tls_stats); /* the calling thread's own are exact; others' lag <= STATS_BATCH */
-    *walks = atomic_load_explicit(&unwind_stats.walks, memory_order_relaxed);
-    *memo_hits = atomic_load_explicit(&unwind_stats.memo_hits, memory_order_relaxed);
-    *rule_steps = atomic_load_explicit(&unwind_stats.rule_steps, memory_order_relaxed);
-    *rule_misses = atomic_load_explicit(&unwind_stats.rule_misses, memory_order_relaxed);
+    walk_stats out;
+    for (size_t i = 0; i < STATS_FIELDS; i++)
+        out.v[i] = atomic_load_explicit(&unwind_stats[i], memory_order_relaxed);
+    *t = out.t;
 }
 
 /* The rule at pc: cache, else CFI (and remember it). 0 when pc is in no object. */
@@ -175,8 +172,8 @@ static inline mt_walk_end forget(mt_walk_memo *rec)
     return MT_WALK_STOPPED;
 }
 
-/* Walks from the frame (pc, sp, bp), whose pc is exact (not a return address). Always inlined
- * into mt_unwind so that mt_unwind's frame, the first one walked, stays live meanwhile. */
+/* Walks from the frame (pc, sp, bp), whose pc is exact (not a return address), a frame of a caller
+ * (it stays live meanwhile). */
 static inline __attribute__((always_inline)) mt_walk_end
 walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, mt_walk_memo *rec)
 {
@@ -299,20 +296,58 @@ static void mark_rbp_use(mt_walk_memo *m)
     }
 }
 
-/* 1 when memo m, taken from the frame (pc, sp, bp) with stack words [lo, hi), would be this
- * walk's exact result: its first frame state is this one (as walk() requires of a match) and
- * every word it loaded still holds the same value. A walk cut at its limit must have gone as far
- * as this one wants. */
-static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, uintptr_t bp,
-                             uintptr_t lo, uintptr_t hi, int limit)
+/* Builds m's check (see unwind_memo.h) from its steps, after marking which saved rbp words
+ * matter. Called whenever a walk is stored or brought up to date, so that the check always
+ * describes the steps. A word further than 4 GiB from the walk's start (not a stack) makes the
+ * memo unusable rather than wrong. */
+static void memo_seal(mt_walk_memo *m)
 {
-    if (m->n <= 0) return 0;
-    const mt_walk_step *s = &m->steps[0];
-    if (s->sp != sp || s->pc != pc) return 0;
-    if (!(s->bp_known & MT_BP_IRRELEVANT) && !((s->bp_known & MT_BP_KNOWN) && s->bp == bp))
+    if (m->n <= 0) return;
+    mark_rbp_use(m);
+    const mt_walk_step *s = m->steps;
+    uintptr_t sp0 = s[0].sp;
+    uint64_t *ra = mt_memo_ra(m), *bp_val = mt_memo_bp_val(m);
+    uint32_t *ra_off = mt_memo_ra_off(m), *bp_off = mt_memo_bp_off(m);
+    int nbp = 0;
+    for (int k = 0; k < m->n; k++) {
+        if (s[k].ra_addr - sp0 > UINT32_MAX) goto unusable;
+        ra[k] = s[k].ra;
+        ra_off[k] = (uint32_t)(s[k].ra_addr - sp0);
+        if (s[k].bp_addr && !(k + 1 < m->n && (s[k + 1].bp_known & MT_BP_IRRELEVANT))) {
+            if (s[k].bp_addr - sp0 > UINT32_MAX) goto unusable;
+            bp_val[nbp] = s[k].bp_val;
+            bp_off[nbp++] = (uint32_t)(s[k].bp_addr - sp0);
+        }
+    }
+    m->nbp = nbp;
+    m->pc0 = s[0].pc;
+    m->sp0 = sp0;
+    m->bp0 = s[0].bp;
+    m->bp0_known = s[0].bp_known;
+    return;
+unusable:
+    m->n = -1;
+}
+
+/* 1 when memo m would be the exact result of a walk from the frame (pc, sp, bp): its first frame
+ * state is this one (as walk() requires of a match) and every word its check names still holds
+ * the same value (the same test as first_changed, on the packed copy). A walk cut at its limit must
+ * have gone as far as this one wants. No bounds test: with sp equal to the memo's sp0, every word
+ * lies where the recorded walk found it inside this thread's stack. */
+static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, uintptr_t bp,
+                             int limit)
+{
+    if (m->n <= 0 || m->sp0 != sp || m->pc0 != pc) return 0;
+    if (!(m->bp0_known & MT_BP_IRRELEVANT) && !((m->bp0_known & MT_BP_KNOWN) && m->bp0 == bp))
         return 0;
     if (m->end == MT_WALK_LIMIT && m->n < limit) return 0;
-    return first_changed(m, 0, lo, hi) < 0;
+    const uint64_t *ra = mt_memo_ra(m), *bp_val = mt_memo_bp_val(m);
+    const uint32_t *ra_off = mt_memo_ra_off(m), *bp_off = mt_memo_bp_off(m);
+    for (int k = 0; k < m->n; k++)
+        if (*(const uintptr_t *)(sp + ra_off[k]) != ra[k]) return 0;
+    for (int j = 0; j < m->nbp; j++)
+        if (*(const uintptr_t *)(sp + bp_off[j]) != bp_val[j]) return 0;
+    return 1;
 }
 
 /* The memo way for a walk starting at rsp `sp` under `key`: the tag, never 0, and its way. */
@@ -322,6 +357,58 @@ static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return (z ^ (z >> 31)) | 1;
+}
+
+/* A walk that no remembered walk holds for as a whole: unwound (from the remembered walk that
+ * shares most of it, when there is one) and remembered in way w of memos (NULL: no memo).
+ * Out of line and marked cold: in a steady state ~99.8% of walks match as a whole (cifar.py on the
+ * GPU machine), and the code they run stays short. Its own frame is below sp, which it does not
+ * read: the walk starts from the caller's frame state as before. */
+static __attribute__((noinline, cold)) mt_walk_end
+walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memos *memos,
+                  uint64_t tag, int w, int same, uint64_t *walk_id)
+{
+    mt_walk_memo *old = NULL, *rec = NULL;
+    if (memos) {
+        /* Compared with: this tag's most recent walk (another path from the same place shares
+         * most frames), else the latest walk of any. Updated in place only when it is also the
+         * way this walk replaces. */
+        if (same >= 0) {
+            old = memos->way[same];
+            o->may_reuse = same == w;
+        } else if (memos->last >= 0) {
+            old = memos->way[memos->last];
+        }
+        if (!memos->spare) memos->spare = mt_walk_memo_new(MT_MEMO_STEPS);
+        rec = memos->spare;
+        if (rec) rec->n = 0;
+    }
+    mt_walk_end end = walk(pc, sp, bp, o, old, rec);
+    if (!memos) return end;
+    if (o->reused_prev) {
+        memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
+        memos->used[w] = ++memos->clock;
+        old->id = ++memos->next_id;
+        memo_seal(old);
+        *walk_id = old->n > 0 ? old->id : 0;
+    } else if (rec) {
+        if (rec->n == 0) rec->n = o->steps; /* emit() set -1 if it outgrew the memo */
+        rec->end = end;
+        rec->id = ++memos->next_id;
+        /* Stored as a copy of its own size; the spare stays for the next walk. Out of memory:
+         * the way keeps what it held. */
+        mt_walk_memo *kept = mt_walk_memo_copy(rec);
+        if (kept) {
+            memo_seal(kept);
+            *walk_id = kept->n > 0 ? kept->id : 0;
+            free(memos->way[w]);
+            memos->way[w] = kept;
+            memos->tag[w] = tag;
+            memos->used[w] = ++memos->clock;
+            memos->last = w;
+        }
+    }
+    return end;
 }
 
 /* The body of both entry points, inlined into each so that the frame it starts from (pc, rsp, rbp
@@ -349,16 +436,16 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
     if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
     walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0, 0};
     mt_walk_memos *memos = mt_walk_memo_acquire();
-    mt_walk_memo *old = NULL, *rec = NULL;
     uint64_t tag = memo_tag(key, sp);
-    int w = 0, hit = -1;
+    int w = 0, same = -1, hit = -1;
     mt_walk_end end = MT_WALK_STOPPED;
     uintptr_t lo, hi;
-    if (memos && stack_bounds(&lo, &hi)) {
+    int usable = memos && stack_bounds(&lo, &hi);
+    if (usable) {
         /* The set's ways under this tag, most recent first in effect: the first that holds as a
          * whole is the result, no walk at all. Otherwise the new walk goes to an empty way or the
          * least recently used, never over a sibling path that is still in use. */
-        int set = (int)(tag >> 59) & (MT_MEMO_SETS - 1), same = -1;
+        int set = (int)(tag >> 59) & (MT_MEMO_SETS - 1);
         w = set * MT_MEMO_ASSOC;
         for (int i = set * MT_MEMO_ASSOC; i < (set + 1) * MT_MEMO_ASSOC; i++) {
             mt_walk_memo *m = memos->way[i];
@@ -368,72 +455,44 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
             }
             if (memos->way[w] && memos->used[i] < memos->used[w]) w = i;
             if (memos->tag[i] != tag) continue;
-            if (memo_holds(m, pc, sp, bp, sp, hi, o.limit)) {
+            tls_stats.t.ways_checked++;
+            if (memo_holds(m, pc, sp, bp, o.limit)) {
                 hit = i;
                 break;
             }
             if (same < 0 || memos->used[i] > memos->used[same]) same = i;
         }
         if (hit >= 0) {
+            /* The output is the check's return addresses: just read, so no step is touched. */
             const mt_walk_memo *m = memos->way[hit];
+            const uint64_t *ra = mt_memo_ra(m);
+            int steps = m->n;
             end = m->end;
-            for (int k = 0; k < m->n; k++) {
-                if (o.steps == o.limit) {
-                    end = MT_WALK_LIMIT;
-                    break;
-                }
-                emit(&o, NULL, &m->steps[k]);
+            if (steps > o.limit) {
+                steps = o.limit;
+                end = MT_WALK_LIMIT;
             }
+            for (int k = o.skip; k < steps; k++)
+                o.ips[o.n++] = ra[k];
+            o.steps = steps;
             o.memo_hit = 1;
             memos->used[hit] = ++memos->clock;
             memos->last = hit;
             *walk_id = m->id;
-        } else {
-            /* Compared with: this tag's most recent walk (another path from the same place shares
-             * most frames), else the latest walk of any. Updated in place only when it is also the
-             * way this walk replaces. */
-            if (same >= 0) {
-                old = memos->way[same];
-                o.may_reuse = same == w;
-            } else if (memos->last >= 0) {
-                old = memos->way[memos->last];
-            }
-            if (!memos->spare) memos->spare = mt_walk_memo_new();
-            rec = memos->spare;
-            if (rec) rec->n = 0;
         }
     }
-    if (hit < 0) end = walk(pc, sp, bp, &o, old, rec);
-    if (memos) {
-        if (hit >= 0) {
-            /* nothing to record */
-        } else if (o.reused_prev) {
-            memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
-            memos->used[w] = ++memos->clock;
-            mark_rbp_use(old);
-            old->id = ++memos->next_id;
-            *walk_id = old->n > 0 ? old->id : 0;
-        } else if (rec) {
-            if (rec->n == 0) rec->n = o.steps; /* emit() set -1 if it outgrew the memo */
-            rec->end = end;
-            mark_rbp_use(rec);
-            free(memos->way[w]); /* the evicted walk, trimmed: too small to record into */
-            memos->spare = NULL;
-            rec->id = ++memos->next_id;
-            *walk_id = rec->n > 0 ? rec->id : 0;
-            memos->way[w] = mt_walk_memo_trim(rec);
-            memos->tag[w] = tag;
-            memos->used[w] = ++memos->clock;
-            memos->last = w;
-        }
-        mt_walk_memo_release(memos);
-    }
+    if (hit < 0)
+        end = walk_and_remember(pc, sp, bp, &o, usable ? memos : NULL, tag, w, same, walk_id);
+    if (memos) mt_walk_memo_release(memos);
     *truncated = end != MT_WALK_OUTERMOST;
     walk_stats *ts = &tls_stats;
-    ts->memo_hits += (uint64_t)o.memo_hit;
-    ts->rule_steps += o.rule_steps;
-    ts->rule_misses += o.rule_misses;
-    if (++ts->walks == STATS_BATCH) stats_flush(ts);
+    ts->t.memo_hits += (uint64_t)o.memo_hit;
+    ts->t.whole_hits += hit >= 0;
+    ts->t.keyless += key == 0;
+    ts->t.keyless_whole_hits += key == 0 && hit >= 0;
+    ts->t.rule_steps += o.rule_steps;
+    ts->t.rule_misses += o.rule_misses;
+    if (++ts->t.walks == STATS_BATCH) stats_flush(ts);
     return o.n;
 }
 

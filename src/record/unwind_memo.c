@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static __thread mt_walk_memos *tls_memos; /* this thread's memos; (void *)1 once it is exiting */
 static pthread_key_t memo_key;            /* its destructor frees them */
@@ -25,16 +26,32 @@ static void free_memos(void *p)
     tls_memos = MEMOS_GONE; /* unwinds later in this thread's exit run without memo */
 }
 
-mt_walk_memo *mt_walk_memo_new(void)
+/* Bytes after the header for cap steps: see the layout in unwind_memo.h. */
+static size_t memo_bytes(int cap)
 {
-    return calloc(1, sizeof(mt_walk_memo) + MT_MEMO_STEPS * sizeof(mt_walk_step));
+    return (size_t)cap * (2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(mt_walk_step));
 }
 
-mt_walk_memo *mt_walk_memo_trim(mt_walk_memo *m)
+mt_walk_memo *mt_walk_memo_new(int cap)
 {
-    size_t n = m->n > 0 ? (size_t)m->n : 0;
-    mt_walk_memo *t = realloc(m, sizeof(mt_walk_memo) + n * sizeof(mt_walk_step));
-    return t ? t : m; /* glibc shrinks in place; a failure leaves m as it was, still valid */
+    if (cap < 0) cap = 0;
+    mt_walk_memo *m = calloc(1, sizeof(mt_walk_memo) + memo_bytes(cap));
+    if (!m) return NULL;
+    m->cap = cap;
+    m->steps = (mt_walk_step *)(void *)(mt_memo_bp_off(m) + cap);
+    return m;
+}
+
+mt_walk_memo *mt_walk_memo_copy(const mt_walk_memo *m)
+{
+    int n = m->n > 0 ? m->n : 0;
+    mt_walk_memo *c = mt_walk_memo_new(n);
+    if (!c) return NULL;
+    c->id = m->id;
+    c->n = m->n;
+    c->end = m->end;
+    memcpy(c->steps, m->steps, (size_t)n * sizeof(mt_walk_step));
+    return c;
 }
 
 static void make_key(void)

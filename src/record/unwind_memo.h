@@ -9,7 +9,7 @@
  * exactly. Checking that takes independent loads (no rule lookups, no dependent chain), ~1 ns a
  * frame instead of ~7.
  *
- * One step (64 bytes): the state before it and the two stack words it loaded.
+ * One step (72 bytes): the state before it, the two stack words it loaded, and its rule.
  *   +------+------+------+--------+------+--------+------+----------+
  *   | pc   | sp   | bp   | ra_adr | ra   | bp_adr | bp'  | bp_known |
  *   +------+------+------+--------+------+--------+------+----------+
@@ -45,12 +45,54 @@ typedef enum mt_walk_end {
     MT_WALK_LIMIT = 2,     /* there were callers left but the caller wanted no more */
 } mt_walk_end;
 
+/* A remembered walk. Two views of it, in one allocation:
+ *   - the steps, as above: what a walk that matches part of it (walk() in unwind.c) follows;
+ *   - the check: what mt_unwind reads to decide that the whole walk holds again, nothing more.
+ *     It is built from the steps when the walk is stored (memo_seal, unwind.c) and packed so that
+ *     a typical stack's check spans ~12 cache lines instead of the steps' ~50. Why it matters:
+ *     in a training step the program evicts the memo between two allocations from the same call
+ *     site, and each line is a miss (the check was ~0.6 us an allocation on the GPU machine).
+ *
+ * Layout (cap = steps it has room for; all offsets from the block's `data`):
+ *
+ *   +----------------+----------------+---------------+---------------+--------------------+
+ *   | ra[cap]        | bp_val[cap]    | ra_off[cap]   | bp_off[cap]   | steps[cap]         |
+ *   | uint64 each    | uint64 each    | uint32 each   | uint32 each   | mt_walk_step each  |
+ *   +----------------+----------------+---------------+---------------+--------------------+
+ *   ra[k]:     step k's return address, as loaded from sp0 + ra_off[k]; also the walk's output
+ *   bp_val[j]: the j-th rbp word the check compares (of nbp), loaded from sp0 + bp_off[j]; a
+ *              saved rbp that no later step reads is not compared (see mark_rbp_use)
+ * Offsets are from the walk's starting rsp (sp0), which a match requires equal: every word was
+ * within this thread's stack when the walk loaded it, so it still is, and the check needs no
+ * bounds test. */
 typedef struct mt_walk_memo {
     uint64_t id; /* names its current content (mt_unwind_keyed's walk_id); new at every change */
-    int n; /* steps; -1 = not usable (walk longer than MT_MEMO_STEPS) */
+    int n;   /* steps; -1 = not usable (walk longer than MT_MEMO_STEPS); 0 = none yet */
+    int cap; /* steps it has room for */
     mt_walk_end end;
-    mt_walk_step steps[]; /* MT_MEMO_STEPS while it records a walk; n once it holds one */
+    int nbp;                    /* rbp words in the check */
+    uintptr_t pc0, sp0, bp0;    /* the first step's state, copied for the check */
+    uintptr_t bp0_known;        /* its bp_known */
+    mt_walk_step *steps;        /* into data, after the check */
+    unsigned char data[] __attribute__((aligned(16)));
 } mt_walk_memo;
+
+static inline uint64_t *mt_memo_ra(const mt_walk_memo *m)
+{
+    return (uint64_t *)(uintptr_t)m->data;
+}
+static inline uint64_t *mt_memo_bp_val(const mt_walk_memo *m)
+{
+    return mt_memo_ra(m) + m->cap;
+}
+static inline uint32_t *mt_memo_ra_off(const mt_walk_memo *m)
+{
+    return (uint32_t *)(mt_memo_bp_val(m) + m->cap);
+}
+static inline uint32_t *mt_memo_bp_off(const mt_walk_memo *m)
+{
+    return mt_memo_ra_off(m) + m->cap;
+}
 
 /* The calling thread's memos: earlier walks, found by a tag made from the walk's starting rsp and
  * a caller-given key (mt_unwind_keyed); MT_MEMO_SETS sets of MT_MEMO_ASSOC ways, the set chosen by
@@ -73,11 +115,10 @@ typedef struct mt_walk_memo {
  * of replacing its sibling. The check stays exact (see above): a wrong or stale way only costs
  * speed.
  *
- * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (11.5 KiB); a recorded
- * walk is trimmed to its length when it goes into a way (~3 KiB for a 40-frame stack, so ~120 KiB
- * for the 40 sites of a training step; up to 256 ways), and a new spare is allocated at the next
- * walk that needs one (none in a steady state, where every walk finds its memo). All are freed at
- * thread exit. NULL from acquire: no memory, thread exiting, or already in use on this thread (a
+ * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (15 KiB) and is kept; a
+ * recorded walk is copied into a way of its own size (~4 KiB for a 40-frame stack, so ~160 KiB
+ * for the 40 sites of a training step, of which the checks are ~1 KiB each; up to 256 ways).
+ * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use on this thread (a
  * signal handler unwinding inside an unwind). Release with mt_walk_memo_release. */
 #define MT_MEMO_SETS 32
 #define MT_MEMO_ASSOC 8
@@ -88,16 +129,16 @@ typedef struct mt_walk_memos {
     uint32_t used[MT_MEMO_WAYS];     /* `clock` at its last use: the set's smallest is replaced */
     uint32_t clock;
     uint64_t next_id;                /* last memo id given out on this thread */
-    mt_walk_memo *spare;             /* where the next walk is recorded; NULL = not allocated */
+    mt_walk_memo *spare;             /* where walks are recorded; NULL = not allocated yet */
     int last;                        /* way holding the latest walk; -1 = none yet */
     int busy;
 } mt_walk_memos;
 
-/* A zeroed memo with room for MT_MEMO_STEPS steps (n = 0: holds no walk), or NULL when out of
- * memory. */
-mt_walk_memo *mt_walk_memo_new(void);
-/* m, holding a walk of m->n steps (-1: none usable), shrunk to what it holds. */
-mt_walk_memo *mt_walk_memo_trim(mt_walk_memo *m);
+/* A zeroed memo with room for cap steps (n = 0: holds no walk), or NULL when out of memory. */
+mt_walk_memo *mt_walk_memo_new(int cap);
+/* A copy of m's n steps (its id and end too) in a memo just large enough, or NULL. Its check is
+ * not built: seal it. */
+mt_walk_memo *mt_walk_memo_copy(const mt_walk_memo *m);
 
 mt_walk_memos *mt_walk_memo_acquire(void);
 static inline void mt_walk_memo_release(mt_walk_memos *m)

@@ -6,6 +6,9 @@
  *     unchanged since the thread's last walk (the memo validates it), warm with two leaves
  *     alternating (the memo takes over two frames up), and warm with the memo held off (every
  *     frame through the rule cache: the cost of a stack never seen on this thread);
+ *   - the same stack unchanged, but with the caches flushed between calls by a pass over 4 MiB
+ *     (past L2) or 96 MiB (past L3): what the recorder meets in a training step, where the
+ *     program evicts the memo and the outer stack between two allocations; each call timed alone;
  *   - glibc backtrace() on the same stack, for comparison;
  *   - mt_trie_intern of the result with the per-thread cache (same stack as last time: the
  *     common case) and without it (every frame hashed under the mutex);
@@ -44,6 +47,23 @@ static __attribute__((noinline)) int leaf_b(uint64_t *ips, int *truncated)
     return n;
 }
 
+/* Mean ns of one mt_unwind right after a write pass over `bytes` of other memory. */
+static double flushed_unwind(uint64_t *ips, int *n, int *truncated, size_t bytes, long iters)
+{
+    volatile unsigned char *flush = malloc(bytes);
+    if (!flush) return 0;
+    double sum = 0;
+    for (long i = 0; i < iters; i++) {
+        for (size_t b = 0; b < bytes; b += 64)
+            flush[b]++;
+        double t0 = now_ns();
+        *n = mt_unwind(ips, MT_MAX_FRAMES, 0, truncated);
+        sum += now_ns() - t0;
+    }
+    free((void *)flush);
+    return sum / iters;
+}
+
 static __attribute__((noinline)) void measure(void)
 {
     uint64_t ips[MT_MAX_FRAMES];
@@ -71,6 +91,9 @@ static __attribute__((noinline)) void measure(void)
         n = mt_unwind(ips, MT_MAX_FRAMES, 0, &truncated);
     double no_memo = (now_ns() - t0) / iterations;
     if (held) mt_walk_memo_release(held);
+
+    double evicted_l2 = flushed_unwind(ips, &n, &truncated, 4 << 20, iterations / 100 + 1);
+    double evicted_l3 = flushed_unwind(ips, &n, &truncated, 96 << 20, iterations / 4000 + 1);
 
     backtrace(bt, MT_MAX_FRAMES); /* first call loads libgcc_s */
     long bt_iters = iterations / 20 + 1;
@@ -107,6 +130,10 @@ static __attribute__((noinline)) void measure(void)
     printf("mt_unwind warm, 2 leaves alt. %10.1f ns/call  %6.2f ns/frame\n", alternating,
            alternating / n);
     printf("mt_unwind warm, memo off      %10.1f ns/call  %6.2f ns/frame\n", no_memo, no_memo / n);
+    printf("mt_unwind, L2 flushed         %10.1f ns/call  %6.2f ns/frame\n", evicted_l2,
+           evicted_l2 / n);
+    printf("mt_unwind, L3 flushed         %10.1f ns/call  %6.2f ns/frame\n", evicted_l3,
+           evicted_l3 / n);
     printf("glibc backtrace               %10.1f ns/call  (%.0fx memo off)\n", glibc,
            glibc / no_memo);
     printf("mt_trie_intern, cache         %10.1f ns/call\n", cached);

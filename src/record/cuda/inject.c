@@ -215,14 +215,20 @@ static void at_exit(void)
                       "average inside memtrace after the call (1 in %d timed)",
                       hooked, (double)atomic_load(&mt_rec.hooks.ns) / (double)hooked,
                       MT_TIME_SAMPLE);
-    uint64_t walks, memo, steps, misses;
-    mt_unwind_stats(&walks, &memo, &steps, &misses);
-    if (walks)
+    mt_unwind_totals u;
+    mt_unwind_stats(&u);
+    if (u.walks) {
+        double w = (double)u.walks;
         mt_trace_note(MT_NOTE_INFO,
-                      "unwinder: %" PRIu64 " walks, %.1f%% ended on an earlier walk's frames, "
-                      "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses",
-                      walks, 100.0 * (double)memo / (double)walks,
-                      (double)steps / (double)walks, misses);
+                      "unwinder: %" PRIu64 " walks, %.1f%% ended on an earlier walk's frames "
+                      "(%.1f%% were one as a whole; %.2f remembered walks compared per walk), "
+                      "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses; "
+                      "%" PRIu64 " walks without a Python key, %.1f%% of them whole",
+                      u.walks, 100.0 * (double)u.memo_hits / w, 100.0 * (double)u.whole_hits / w,
+                      (double)u.ways_checked / w, (double)u.rule_steps / w, u.rule_misses,
+                      u.keyless,
+                      u.keyless ? 100.0 * (double)u.keyless_whole_hits / (double)u.keyless : 0.0);
+    }
     uint64_t calls = atomic_load(&mt_rec.stack_calls);
     uint64_t built = atomic_load(&mt_rec.stack_built);
     if (calls)
