@@ -225,6 +225,25 @@ static int seen_before(const mt_got_patcher *p, uintptr_t base)
     return 0;
 }
 
+/* The next of o's relocations, from *pos on (both tables in turn), that imports a hooked name
+ * into a slot not already ours (a reloaded object's): its hook, with *slot set and *pos past it;
+ * -1 when none is left. */
+static int next_hooked_slot(const mt_got_patcher *p, const object *o, const dyn_info *d,
+                            size_t *pos, void ***slot)
+{
+    for (; *pos < d->nrel[0] + d->nrel[1]; ++*pos) {
+        int t = *pos >= d->nrel[0];
+        const ElfW(Rela) *r = &d->rel[t][*pos - (t ? d->nrel[0] : 0)];
+        int h = hook_of(p, d, r);
+        if (h < 0) continue;
+        *slot = (void **)(o->base + r->r_offset);
+        if (**slot == p->hooks[h].hook) continue;
+        ++*pos;
+        return h;
+    }
+    return -1;
+}
+
 /* Examines one object: all its hooked imports must lead to the hooks' originals (or set them,
  * the first time); then every such slot is redirected. Returns slots patched, or -1 on conflict. */
 static int patch_object(mt_got_patcher *p, const object *o)
@@ -232,38 +251,29 @@ static int patch_object(mt_got_patcher *p, const object *o)
     dyn_info d;
     if (read_dynamic(o, &d) != 0) return 0;
     void *first[64] = {0}; /* definitions this object binds, per hook (nhooks <= 64) */
-    int found = 0;
-    for (int t = 0; t < 2; t++)
-        for (size_t i = 0; i < d.nrel[t]; i++) {
-            int h = hook_of(p, &d, &d.rel[t][i]);
-            if (h < 0) continue;
-            void **slot = (void **)(o->base + d.rel[t][i].r_offset);
-            if (*slot == p->hooks[h].hook) continue; /* already ours (a reloaded object) */
-            void *f = bound_target(o, slot, p->hooks[h].name);
-            void *want = p->hooks[h].original ? p->hooks[h].original : first[h];
-            if (!f || (want && f != want)) return -1;
-            first[h] = f;
-            found = 1;
-        }
+    int found = 0, h;
+    void **slot;
+    for (size_t pos = 0; (h = next_hooked_slot(p, o, &d, &pos, &slot)) >= 0;) {
+        void *f = bound_target(o, slot, p->hooks[h].name);
+        void *want = p->hooks[h].original ? p->hooks[h].original : first[h];
+        if (!f || (want && f != want)) return -1;
+        first[h] = f;
+        found = 1;
+    }
     if (!found) return 0;
-    for (int h = 0; h < p->nhooks; h++)
-        if (first[h] && !p->hooks[h].original)
-            __atomic_store_n(&p->hooks[h].original, first[h], __ATOMIC_RELEASE);
+    for (int k = 0; k < p->nhooks; k++)
+        if (first[k] && !p->hooks[k].original)
+            __atomic_store_n(&p->hooks[k].original, first[k], __ATOMIC_RELEASE);
     int n = 0;
-    for (int t = 0; t < 2; t++)
-        for (size_t i = 0; i < d.nrel[t]; i++) {
-            int h = hook_of(p, &d, &d.rel[t][i]);
-            if (h < 0) continue;
-            void **slot = (void **)(o->base + d.rel[t][i].r_offset);
-            if (*slot == p->hooks[h].hook) continue;
-            patched_slot s = {slot, p->hooks[h].original, o->base, o->relro_lo, o->relro_hi};
-            if (add_slot(p, s) != 0) break; /* out of memory: the rest stay as they are */
-            if (store_slot(slot, p->hooks[h].hook, o->relro_lo, o->relro_hi) != 0) {
-                p->nslots--;
-                continue;
-            }
-            n++;
+    for (size_t pos = 0; (h = next_hooked_slot(p, o, &d, &pos, &slot)) >= 0;) {
+        patched_slot s = {slot, p->hooks[h].original, o->base, o->relro_lo, o->relro_hi};
+        if (add_slot(p, s) != 0) break; /* out of memory: the rest stay as they are */
+        if (store_slot(slot, p->hooks[h].hook, o->relro_lo, o->relro_hi) != 0) {
+            p->nslots--;
+            continue;
         }
+        n++;
+    }
     return n;
 }
 

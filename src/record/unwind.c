@@ -109,6 +109,15 @@ static inline int load_word(uintptr_t addr, uintptr_t lo, uintptr_t hi, uintptr_
     return 1;
 }
 
+/* 1 when step k's reloaded rbp is one a match must find unchanged: the step loaded it and the
+ * next step does not have rbp marked irrelevant (mark_rbp_use). The one rule for first_changed
+ * and for the packed check (memo_seal). */
+static inline int bp_word_matters(const mt_walk_memo *m, int k)
+{
+    return m->steps[k].bp_addr &&
+           !(k + 1 < m->n && (m->steps[k + 1].bp_known & MT_BP_IRRELEVANT));
+}
+
 /* -1 when every stack word the previous walk loaded from step k on still holds what it held,
  * else the first step whose words changed. A reloaded rbp that no later step reads (the next
  * step's rbp is marked irrelevant, see mark_rbp_use) need not hold the same value. All loads are
@@ -119,8 +128,7 @@ static int first_changed(const mt_walk_memo *old, int k, uintptr_t lo, uintptr_t
         const mt_walk_step *s = &old->steps[k];
         uintptr_t v;
         if (!load_word(s->ra_addr, lo, hi, &v) || v != s->ra) return k;
-        if (s->bp_addr && !(k + 1 < old->n && (s[1].bp_known & MT_BP_IRRELEVANT)) &&
-            (!load_word(s->bp_addr, lo, hi, &v) || v != s->bp_val))
+        if (bp_word_matters(old, k) && (!load_word(s->bp_addr, lo, hi, &v) || v != s->bp_val))
             return k;
     }
     return -1;
@@ -313,7 +321,7 @@ static void memo_seal(mt_walk_memo *m)
         if (s[k].ra_addr - sp0 > UINT32_MAX) goto unusable;
         ra[k] = s[k].ra;
         ra_off[k] = (uint32_t)(s[k].ra_addr - sp0);
-        if (s[k].bp_addr && !(k + 1 < m->n && (s[k + 1].bp_known & MT_BP_IRRELEVANT))) {
+        if (bp_word_matters(m, k)) {
             if (s[k].bp_addr - sp0 > UINT32_MAX) goto unusable;
             bp_val[nbp] = s[k].bp_val;
             bp_off[nbp++] = (uint32_t)(s[k].bp_addr - sp0);

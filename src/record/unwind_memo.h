@@ -118,8 +118,9 @@ static inline uint32_t *mt_memo_bp_off(const mt_walk_memo *m)
  * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (15 KiB) and is kept; a
  * recorded walk is copied into a way of its own size (~4 KiB for a 40-frame stack, so ~160 KiB
  * for the 40 sites of a training step, of which the checks are ~1 KiB each; up to 256 ways).
- * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use on this thread (a
- * signal handler unwinding inside an unwind). Release with mt_walk_memo_release. */
+ * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use
+ * on this thread (a signal handler unwinding inside an unwind). Release with
+ * mt_walk_memo_release. */
 #define MT_MEMO_SETS 32
 #define MT_MEMO_ASSOC 8
 #define MT_MEMO_WAYS (MT_MEMO_SETS * MT_MEMO_ASSOC)
