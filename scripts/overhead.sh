@@ -13,6 +13,7 @@
 # gives the median over runs. ab_history does the same with torch's _record_memory_history.
 # BASE=OTHER_BUILD_DIR adds ab_tensors_base and ab_tensors_python_base: the same A/B with another
 # build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
+# BUILDS="NAME=DIR ..." adds ab_tensors_NAME and ab_tensors_python_NAME for each (variants).
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
@@ -33,11 +34,11 @@ AB=${AB:-50}
 CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-if [ -n "${BASE:-}" ]; then
-  MB=$PWD/$BASE/src/cli/memtrace
-  CMD[ab_tensors_base]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-  CMD[ab_tensors_python_base]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-fi
+for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
+  name=${nb%%=*}; MB=$PWD/${nb#*=}/src/cli/memtrace
+  CMD[ab_tensors_$name]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+  CMD[ab_tensors_python_$name]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+done
 CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
 CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
@@ -90,5 +91,5 @@ PYEOF
     done
   fi
   [ -f "$W/failures" ] && { echo; cat "$W/failures"; }
-  echo; sort "$W/notes" | uniq | head -100
+  echo; sort "$W/notes" | uniq | head -300
 } | tee "$OUT/overhead.txt"

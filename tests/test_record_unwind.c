@@ -475,3 +475,125 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
     cr_expect_lt(s1 - s0, 100 * 3, "%lu frames stepped by rule in 100 walks",
                  (unsigned long)(s1 - s0));
 }
+
+/* mt_unwind_keyed_lazy: a call site walked before is answered with MT_UNWIND_LATER and its walk
+ * id, no frames; mt_unwind_recall then gives the frames backtrace() gives, and refuses (-1) once
+ * another walk ran on the thread. The first walk of a site is a real one. */
+static NOINLINE void lazy_leaf(capture *c, uint64_t key, int recall_after_other)
+{
+    c->n = mt_unwind_keyed_lazy(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
+    c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    if (c->n == MT_UNWIND_LATER) {
+        if (recall_after_other) {
+            uint64_t other[MT_MAX_FRAMES];
+            mt_unwind(other, MT_MAX_FRAMES, 0, NULL);
+        }
+        int t = -1;
+        c->n = mt_unwind_recall(c->walk_id, c->ips, MT_MAX_FRAMES, 0, &t);
+        if (c->n >= 0) cr_expect_eq(t, c->truncated, "recall and check agree on truncation");
+        c->truncated = t;
+        c->walk_id |= 1ull << 63; /* marks "answered lazily" for the test */
+    }
+    sink++;
+}
+
+static NOINLINE void lazy_mid(capture *c, uint64_t key, int other)
+{
+    lazy_leaf(c, key, other);
+    sink++;
+}
+
+Test(record_unwind, lazy_walks_recall_the_frames_a_real_walk_gives)
+{
+    warm_backtrace();
+    capture c;
+    int wrong = 0, lazy = 0;
+    for (int k = 0; k < 50; k++) {
+        (k % 5 ? lazy_mid : (void (*)(capture *, uint64_t, int))lazy_leaf)(&c, 55 + k % 5, 0);
+        if (c.walk_id >> 63) lazy++;
+        wrong += differs_from_backtrace(&c);
+    }
+    cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
+    cr_expect_geq(lazy, 40, "only %d of 50 walks were answered lazily", lazy);
+
+    uint64_t how[2];
+    int n[2];
+    for (int k = 0; k < two; k++) { /* one call site: a fresh key walked for real, then */
+        lazy_mid(&c, 99, 1);        /* remembered, but another walk runs before the recall */
+        how[k] = c.walk_id >> 63;
+        n[k] = c.n;
+    }
+    cr_expect_eq(how[0], 0);
+    cr_expect_eq(how[1], 1);
+    cr_expect_eq(n[1], -1, "recall after another walk must refuse");
+    cr_expect_eq(mt_unwind_recall(0, c.ips, MT_MAX_FRAMES, 0, NULL), -1, "id 0 names no walk");
+}
+
+/* A short lazy walk (max below the stack's depth) is truncated, and recall cuts it the same way. */
+Test(record_unwind, lazy_walk_cut_at_max)
+{
+    uint64_t ips[4], full[MT_MAX_FRAMES];
+    int t = -1, n = 0;
+    uint64_t id = 0;
+    for (int k = 0; k < two; k++) {
+        n = mt_unwind_keyed_lazy(ips, 3, 0, &t, 77, &id);
+        if (n == MT_UNWIND_LATER) n = mt_unwind_recall(id, ips, 3, 0, &t);
+    }
+    cr_expect_eq(n, 3);
+    cr_expect_eq(t, 1);
+    int nf = mt_unwind(full, MT_MAX_FRAMES, 0, NULL);
+    cr_assert_gt(nf, 3);
+    for (int i = 1; i < 3; i++) cr_expect_eq(ips[i], full[i], "frame %d", i);
+}
+
+/* mt_unwind_slot: bytes that stay with a remembered walk (the recorder keeps the stack's leaf
+ * there), NULL for an id that is not the thread's latest walk, and zero again once the walk
+ * under that key changed. mt_unwind_prefetch is only a hint: it must not change any result. */
+static NOINLINE void slot_leaf(capture *c, uint64_t key)
+{
+    mt_unwind_prefetch(key);
+    c->n = mt_unwind_keyed_lazy(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
+    c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    if (c->n == MT_UNWIND_LATER)
+        c->n = mt_unwind_recall(c->walk_id, c->ips, MT_MAX_FRAMES, 0, NULL);
+    sink++;
+}
+
+static NOINLINE void slot_a(capture *c, uint64_t key)
+{
+    slot_leaf(c, key);
+    sink++;
+}
+
+static NOINLINE void slot_b(capture *c, uint64_t key)
+{
+    slot_leaf(c, key);
+    sink += 2;
+}
+
+Test(record_unwind, slot_stays_with_its_walk)
+{
+    warm_backtrace();
+    capture c;
+    mt_unwind_prefetch(0);      /* no key: nothing to do */
+    mt_unwind_prefetch(123456); /* a key never walked */
+    uint64_t ids[6];
+    unsigned char *slots[6];
+    int wrong = 0;
+    for (int k = 0; k < 6; k++) {
+        (k < 3 ? slot_a : slot_b)(&c, 4242); /* same key and depth, another path from k = 3 */
+        wrong += differs_from_backtrace(&c);
+        ids[k] = c.walk_id;
+        slots[k] = mt_unwind_slot(c.walk_id);
+        cr_assert_not_null(slots[k], "walk %d has a slot", k);
+        if (k == 0 || k == 3) cr_expect_eq(slots[k][0], 0, "a new walk's slot is zero (%d)", k);
+        if (k == 1 || k == 2 || k == 4 || k == 5)
+            cr_expect_eq(slots[k][0], 0x5a, "the slot kept what walk %d's id wrote", k);
+        slots[k][0] = 0x5a;
+    }
+    cr_expect_eq(wrong, 0);
+    cr_expect_eq(ids[0], ids[2]);
+    cr_expect_neq(ids[2], ids[3], "another path: another id");
+    cr_expect_null(mt_unwind_slot(ids[0]), "not the latest walk: no slot");
+    cr_expect_null(mt_unwind_slot(0));
+}

@@ -91,6 +91,27 @@ int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
  * caller derived from them then still holds; 0 when it is not remembered. */
 int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
                     uint64_t *walk_id);
+/* The same, for a caller that may not need the frames (the recorder, whose own memo usually
+ * knows the stack a walk id stands for): when the thread remembers this walk whole, only
+ * *walk_id and *truncated are set and MT_UNWIND_LATER is returned. mt_unwind_recall(walk_id, ...)
+ * with the same max and skip then copies those frames, if no other walk ran on this thread in
+ * between; it returns -1 (nothing copied) when one did. Otherwise as mt_unwind_keyed.
+ * mt_unwind_slot(walk_id): MT_UNWIND_SLOT_BYTES bytes (8-byte aligned) that belong to the
+ * thread's latest walk while walk_id names it (NULL otherwise), zero whenever that walk was stored
+ * or changed, for what the caller derives from its frames. They sit in the lines the check has
+ * just read.
+ * Why: every line read at an allocation is a miss in a busy program, and misses that wait on
+ * each other add up (see src/record/unwind_memo.h). */
+#define MT_UNWIND_LATER (-1)
+#define MT_UNWIND_SLOT_BYTES 64
+int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
+                         uint64_t *walk_id);
+void *mt_unwind_slot(uint64_t walk_id);
+/* A walk under `key` is coming on this thread: starts fetching what its check will read, so that
+ * the misses overlap with what the caller does meanwhile (the recorder reads the Python frames).
+ * Does nothing for key 0. */
+void mt_unwind_prefetch(uint64_t key);
+int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated);
 /* What the walks cost, totals since the process started. Exact for the calling thread; other
  * threads' last (< 64) walks may not be counted yet. */
 typedef struct mt_unwind_totals {
@@ -204,13 +225,17 @@ typedef struct mt_pyframe {
 mt_pyframes *mt_pyframes_new(const char **why);
 /* The calling thread's Python frames, innermost first. 0 when the thread has none. */
 int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max);
+/* The calling thread's innermost Python frame (an address, for mt_pyframes_signature), 0 when it
+ * has none. *key: a nonzero word naming that frame's position (code object and instruction), a
+ * call-site key for mt_unwind_keyed; 0 with no frame. Reads that one frame. */
+uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key);
 /* A 64-bit digest of what mt_pyframes_read would decide by (each frame's code object, position
- * and ownership), read from the frames alone: no code object, line table or type is touched.
+ * and ownership), from `top` (mt_pyframes_top's, on this thread, while it is still in the same
+ * call) outward, read from the frames alone: no code object, line table or type is touched.
  * Equal digests mean an equal mt_pyframes_read result (barring a 2^-64 collision, and a code
  * object freed and another allocated at its address, which code ids do not survive either).
- * 0 when the thread has no Python frames. *inner: a nonzero word naming the innermost frame's
- * position (code object and instruction), a call-site key for mt_unwind_keyed. */
-uint64_t mt_pyframes_signature(mt_pyframes *py, uint64_t *inner);
+ * 0 when there are no frames. */
+uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t top);
 /* Copies out filename, qualname and first line of a code object met by mt_pyframes_read on this
  * thread during the same call (so it is alive). Returns 0 on success. */
 int mt_pyframes_describe(mt_pyframes *py, uintptr_t code, char *filename, int flen, char *qualname,

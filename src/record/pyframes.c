@@ -260,6 +260,13 @@ static int frame_lasti(const mt_pyframes *py, uintptr_t frame, uintptr_t code, i
     return 1;
 }
 
+/* Where the frame is in its code: the instruction pointer (3.11+) or f_lasti (3.10), as a word. */
+static inline uint64_t frame_pos(const mt_py_layout *L, uintptr_t frame)
+{
+    return L->chain == MT_PY_CHAIN_FRAMEOBJECT ? (uint32_t)rd_i32(frame, L->fr_pos)
+                                               : rd_ptr(frame, L->fr_pos);
+}
+
 /* The calling thread's innermost frame, 0 when it has none (or Python is not running). */
 static uintptr_t innermost_frame(mt_pyframes *py)
 {
@@ -309,27 +316,36 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
     return n;
 }
 
-uint64_t mt_pyframes_signature(mt_pyframes *py, uint64_t *inner)
+uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
 {
-    *inner = 0;
+    *key = 0;
     if (!py)
         return 0;
     const mt_py_layout *L = py->L;
     uintptr_t frame = innermost_frame(py);
+    if (!ptr_ok(frame))
+        return 0;
+    uintptr_t code = rd_ptr(frame, L->fr_code);
+    *key = mix64(code ^ (frame_pos(L, frame) * 0x9e3779b97f4a7c15ull)) | 1;
+    return frame;
+}
+
+uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
+{
+    if (!py)
+        return 0;
+    const mt_py_layout *L = py->L;
     /* Exactly the words mt_pyframes_read decides by, from the frames alone (no code object, line
      * table or type is touched: those are the cold lines this exists to skip). */
     uint64_t h = 0x243f6a8885a308d3ull;
     int steps = 0;
     for (; ptr_ok(frame) && steps < MT_PY_MAX_DEPTH; steps++) {
         uintptr_t code = rd_ptr(frame, L->fr_code);
-        uint64_t pos = L->chain == MT_PY_CHAIN_FRAMEOBJECT ? (uint32_t)rd_i32(frame, L->fr_pos)
-                                                           : rd_ptr(frame, L->fr_pos);
         uint64_t marks = 0;
         if (L->fr_owner >= 0) marks |= *(const uint8_t *)(frame + (unsigned)L->fr_owner);
         if (L->fr_is_entry >= 0)
             marks |= (uint64_t)*(const uint8_t *)(frame + (unsigned)L->fr_is_entry) << 8;
-        if (steps == 0) *inner = mix64(code ^ (pos * 0x9e3779b97f4a7c15ull)) | 1;
-        h = mix64(h ^ code) ^ pos ^ (marks << 52);
+        h = mix64(h ^ code) ^ frame_pos(L, frame) ^ (marks << 52);
         uintptr_t next = rd_ptr(frame, L->fr_back);
         if (next == frame)
             break;

@@ -14,8 +14,9 @@
  *
  * Cheaper still when the stack did not change since an earlier walk of this thread from the same
  * place (one remembered under the same tag, or the previous walk): see unwind_memo.h. The memo is
- * an exact check, not a heuristic: it is used only when the frame state and every stack word that
- * earlier walk read from there on are unchanged.
+ * a check, not a guess: it is used only when the frame state and every stack word that earlier
+ * walk read from there on are unchanged (word by word for a partial match; for a whole one, by a
+ * 64-bit weighted sum that any single changed word alters).
  *
  * Safety: every load is from this thread's own stack, checked against [rsp at entry, stack top)
  * (pthread_getattr_np, once per thread), and the CFA must strictly grow, so the walk can neither
@@ -25,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "memtrace/record.h"
 #include "unwind_cache.h"
@@ -304,67 +306,83 @@ static void mark_rbp_use(mt_walk_memo *m)
     }
 }
 
-/* Builds m's check (see unwind_memo.h) from its steps, after marking which saved rbp words
- * matter. Called whenever a walk is stored or brought up to date, so that the check always
- * describes the steps. A word further than 4 GiB from the walk's start (not a stack) makes the
- * memo unusable rather than wrong. */
+/* Appends the word at addr (holding v) to m's check: its place above sp0 and its share of the
+ * sum. 0 when it lies too far up for a 16-bit offset. */
+static inline int check_add(mt_walk_memo *m, uintptr_t sp0, uintptr_t addr, uint64_t v)
+{
+    uintptr_t w = (addr - sp0) / 8;
+    if (w > MT_CHECK_MAX_WORD) return 0;
+    int i = m->nwords++;
+    mt_memo_word(m)[i] = (uint16_t)w;
+    m->check += v * (MT_CHECK_C0 + (uint64_t)i * MT_CHECK_DC);
+    return 1;
+}
+
+/* Builds m's output and check (see unwind_memo.h) from its steps, after marking which saved rbp
+ * words matter. Called whenever a walk is stored or brought up to date, so that the check always
+ * describes the steps. */
 static void memo_seal(mt_walk_memo *m)
 {
+    memset(m->slot, 0, sizeof m->slot); /* what the caller kept there named the old content */
     if (m->n <= 0) return;
     mark_rbp_use(m);
     const mt_walk_step *s = m->steps;
     uintptr_t sp0 = s[0].sp;
-    uint64_t *ra = mt_memo_ra(m), *bp_val = mt_memo_bp_val(m);
-    uint32_t *ra_off = mt_memo_ra_off(m), *bp_off = mt_memo_bp_off(m);
-    int nbp = 0;
+    uint64_t *ra = mt_memo_ra(m);
+    m->nwords = 0;
+    m->check = 0;
+    int whole = 1;
     for (int k = 0; k < m->n; k++) {
-        if (s[k].ra_addr - sp0 > UINT32_MAX) goto unusable;
         ra[k] = s[k].ra;
-        ra_off[k] = (uint32_t)(s[k].ra_addr - sp0);
-        if (bp_word_matters(m, k)) {
-            if (s[k].bp_addr - sp0 > UINT32_MAX) goto unusable;
-            bp_val[nbp] = s[k].bp_val;
-            bp_off[nbp++] = (uint32_t)(s[k].bp_addr - sp0);
-        }
+        whole = whole && check_add(m, sp0, s[k].ra_addr, s[k].ra);
+        if (whole && bp_word_matters(m, k)) whole = check_add(m, sp0, s[k].bp_addr, s[k].bp_val);
     }
-    m->nbp = nbp;
+    if (!whole) m->nwords = -1;
     m->pc0 = s[0].pc;
     m->sp0 = sp0;
     m->bp0 = s[0].bp;
     m->bp0_known = s[0].bp_known;
-    return;
-unusable:
-    m->n = -1;
 }
 
-/* 1 when memo m would be the exact result of a walk from the frame (pc, sp, bp): its first frame
- * state is this one (as walk() requires of a match) and every word its check names still holds
- * the same value (the same test as first_changed, on the packed copy). A walk cut at its limit must
- * have gone as far as this one wants. No bounds test: with sp equal to the memo's sp0, every word
- * lies where the recorded walk found it inside this thread's stack. */
+/* 1 when memo m would be the result of a walk from the frame (pc, sp, bp): its first frame state
+ * is this one (as walk() requires of a match) and the words its check names give the same sum
+ * (see unwind_memo.h). A walk cut at its limit must have gone as far as this one wants. No bounds
+ * test: with sp equal to the memo's sp0, every word lies where the recorded walk found it inside
+ * this thread's stack. The loads are independent, and only the offsets are read from the memo:
+ * 2 bytes a word, where comparing values would read 8 more. */
 static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, uintptr_t bp,
                              int limit)
 {
-    if (m->n <= 0 || m->sp0 != sp || m->pc0 != pc) return 0;
+    if (m->n <= 0 || m->nwords < 0 || m->sp0 != sp || m->pc0 != pc) return 0;
     if (!(m->bp0_known & MT_BP_IRRELEVANT) && !((m->bp0_known & MT_BP_KNOWN) && m->bp0 == bp))
         return 0;
     if (m->end == MT_WALK_LIMIT && m->n < limit) return 0;
-    const uint64_t *ra = mt_memo_ra(m), *bp_val = mt_memo_bp_val(m);
-    const uint32_t *ra_off = mt_memo_ra_off(m), *bp_off = mt_memo_bp_off(m);
-    for (int k = 0; k < m->n; k++)
-        if (*(const uintptr_t *)(sp + ra_off[k]) != ra[k]) return 0;
-    for (int j = 0; j < m->nbp; j++)
-        if (*(const uintptr_t *)(sp + bp_off[j]) != bp_val[j]) return 0;
-    return 1;
+    const uint16_t *word = mt_memo_word(m);
+    const uint64_t *stack = (const uint64_t *)sp;
+    uint64_t sum = 0, f = MT_CHECK_C0;
+    for (int i = 0; i < m->nwords; i++, f += MT_CHECK_DC)
+        sum += stack[word[i]] * f;
+    return sum == m->check;
 }
 
-/* The memo way for a walk starting at rsp `sp` under `key`: the tag, never 0, and its way. */
-static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
+static inline uint64_t mix(uint64_t z)
 {
-    uint64_t z = key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (z ^ (z >> 31)) | 1;
+    return z ^ (z >> 31);
+}
+
+/* The tag of a walk starting at rsp `sp` under `key`, never 0. */
+static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
+{
+    return mix(key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull)) | 1;
+}
+
+/* Its set: by the key alone, so that mt_unwind_prefetch (which knows no rsp) finds it; unkeyed
+ * walks by the tag, or they would all share one set. */
+static inline int memo_set(uint64_t key, uint64_t tag)
+{
+    return (int)((key ? mix(key) : tag) >> 59) & (MT_MEMO_SETS - 1);
 }
 
 /* A walk that no remembered walk holds for as a whole: unwound (from the remembered walk that
@@ -374,7 +392,7 @@ static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
  * read: the walk starts from the caller's frame state as before. */
 static __attribute__((noinline, cold)) mt_walk_end
 walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memos *memos,
-                  uint64_t tag, int w, int same, uint64_t *walk_id)
+                  uint64_t key, uint64_t tag, int w, int same, uint64_t *walk_id)
 {
     mt_walk_memo *old = NULL, *rec = NULL;
     if (memos) {
@@ -412,6 +430,7 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
             free(memos->way[w]);
             memos->way[w] = kept;
             memos->tag[w] = tag;
+            memos->key[w] = key;
             memos->used[w] = ++memos->clock;
             memos->last = w;
         }
@@ -419,11 +438,28 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
     return end;
 }
 
+/* How a walk that memo m holds for as a whole ends, for the walk o (which may want fewer steps:
+ * memo_holds checked that m goes at least as far). */
+static inline mt_walk_end whole_end(const mt_walk_memo *m, const walk_out *o)
+{
+    return m->n > o->limit ? MT_WALK_LIMIT : m->end;
+}
+
+/* Writes memo m's return addresses as the walk o's output, as far as o wants them. */
+static void copy_out(const mt_walk_memo *m, walk_out *o)
+{
+    const uint64_t *ra = mt_memo_ra(m);
+    int steps = m->n > o->limit ? o->limit : m->n;
+    for (int k = o->skip; k < steps; k++)
+        o->ips[o->n++] = ra[k];
+    o->steps = steps;
+}
+
 /* The body of both entry points, inlined into each so that the frame it starts from (pc, rsp, rbp
  * of one asm) is the entry point's own: skip counts from its caller either way. */
 static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int max, int skip,
                                                              int *truncated, uint64_t key,
-                                                             uint64_t *walk_id)
+                                                             uint64_t *walk_id, int lazy)
 {
     uint64_t id_dummy;
     if (!walk_id) walk_id = &id_dummy;
@@ -453,7 +489,7 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
         /* The set's ways under this tag, most recent first in effect: the first that holds as a
          * whole is the result, no walk at all. Otherwise the new walk goes to an empty way or the
          * least recently used, never over a sibling path that is still in use. */
-        int set = (int)(tag >> 59) & (MT_MEMO_SETS - 1);
+        int set = memo_set(key, tag);
         w = set * MT_MEMO_ASSOC;
         for (int i = set * MT_MEMO_ASSOC; i < (set + 1) * MT_MEMO_ASSOC; i++) {
             mt_walk_memo *m = memos->way[i];
@@ -463,6 +499,7 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
             }
             if (memos->way[w] && memos->used[i] < memos->used[w]) w = i;
             if (memos->tag[i] != tag) continue;
+            mt_walk_memo_prefetch(m); /* header and word offsets in parallel, not one by one */
             tls_stats.t.ways_checked++;
             if (memo_holds(m, pc, sp, bp, o.limit)) {
                 hit = i;
@@ -471,18 +508,13 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
             if (same < 0 || memos->used[i] > memos->used[same]) same = i;
         }
         if (hit >= 0) {
-            /* The output is the check's return addresses: just read, so no step is touched. */
+            /* The output is the memo's return addresses; a lazy caller may not want them. */
             const mt_walk_memo *m = memos->way[hit];
-            const uint64_t *ra = mt_memo_ra(m);
-            int steps = m->n;
-            end = m->end;
-            if (steps > o.limit) {
-                steps = o.limit;
-                end = MT_WALK_LIMIT;
-            }
-            for (int k = o.skip; k < steps; k++)
-                o.ips[o.n++] = ra[k];
-            o.steps = steps;
+            end = whole_end(m, &o);
+            if (lazy)
+                o.n = MT_UNWIND_LATER; /* mt_unwind_recall copies them if they are wanted */
+            else
+                copy_out(m, &o);
             o.memo_hit = 1;
             memos->used[hit] = ++memos->clock;
             memos->last = hit;
@@ -490,7 +522,7 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
         }
     }
     if (hit < 0)
-        end = walk_and_remember(pc, sp, bp, &o, usable ? memos : NULL, tag, w, same, walk_id);
+        end = walk_and_remember(pc, sp, bp, &o, usable ? memos : NULL, key, tag, w, same, walk_id);
     if (memos) mt_walk_memo_release(memos);
     *truncated = end != MT_WALK_OUTERMOST;
     walk_stats *ts = &tls_stats;
@@ -506,11 +538,70 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
 
 __attribute__((noinline)) int mt_unwind(uint64_t *ips, int max, int skip, int *truncated)
 {
-    return unwind_here(ips, max, skip, truncated, 0, NULL);
+    return unwind_here(ips, max, skip, truncated, 0, NULL, 0);
 }
 
 __attribute__((noinline)) int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated,
                                               uint64_t key, uint64_t *walk_id)
 {
-    return unwind_here(ips, max, skip, truncated, key, walk_id);
+    return unwind_here(ips, max, skip, truncated, key, walk_id, 0);
+}
+
+__attribute__((noinline)) int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip,
+                                                   int *truncated, uint64_t key,
+                                                   uint64_t *walk_id)
+{
+    return unwind_here(ips, max, skip, truncated, key, walk_id, 1);
+}
+
+void mt_unwind_prefetch(uint64_t key)
+{
+    const mt_walk_memos *memos = mt_walk_memo_peek();
+    if (!key || !memos) return;
+    /* No branch on what the loads find: a mispredicted one, resolved only when the miss returns,
+     * would throw away the caller's work done meanwhile. A way of another key prefetches the
+     * memos' own first line, which is at hand. */
+    int set = memo_set(key, 0);
+    for (int i = set * MT_MEMO_ASSOC; i < (set + 1) * MT_MEMO_ASSOC; i++) {
+        uintptr_t mine = -(uintptr_t)(memos->key[i] == key); /* a way with a key has a memo */
+        uintptr_t p = ((uintptr_t)memos->way[i] & mine) | ((uintptr_t)memos & ~mine);
+        mt_walk_memo_prefetch((const mt_walk_memo *)p);
+    }
+}
+
+/* The thread's latest walk, when walk_id still names it. */
+static mt_walk_memo *latest(const mt_walk_memos *memos, uint64_t walk_id)
+{
+    mt_walk_memo *m = memos->last >= 0 ? memos->way[memos->last] : NULL;
+    return walk_id && m && m->id == walk_id && m->n > 0 ? m : NULL;
+}
+
+void *mt_unwind_slot(uint64_t walk_id)
+{
+    mt_walk_memos *memos = mt_walk_memo_peek();
+    mt_walk_memo *m = memos ? latest(memos, walk_id) : NULL;
+    return m ? m->slot : NULL;
+}
+
+int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated)
+{
+    int dummy;
+    if (!truncated) truncated = &dummy;
+    *truncated = 1;
+    if (!walk_id || !ips || max <= 0) return -1;
+    if (skip < 0) skip = 0;
+    if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES;
+    if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
+    mt_walk_memos *memos = mt_walk_memo_acquire();
+    if (!memos) return -1;
+    const mt_walk_memo *m = latest(memos, walk_id);
+    int n = -1;
+    if (m) {
+        walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0, 0};
+        copy_out(m, &o);
+        *truncated = whole_end(m, &o) != MT_WALK_OUTERMOST;
+        n = o.n;
+    }
+    mt_walk_memo_release(memos);
+    return n;
 }

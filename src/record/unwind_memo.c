@@ -26,19 +26,23 @@ static void free_memos(void *p)
     tls_memos = MEMOS_GONE; /* unwinds later in this thread's exit run without memo */
 }
 
-/* Bytes after the header for cap steps: see the layout in unwind_memo.h. */
+/* Bytes of a memo with room for cap steps: see the layout in unwind_memo.h. */
 static size_t memo_bytes(int cap)
 {
-    return (size_t)cap * (2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(mt_walk_step));
+    return sizeof(mt_walk_memo) + mt_memo_words_bytes(cap) +
+           (size_t)cap * (sizeof(uint64_t) + sizeof(mt_walk_step));
 }
 
 mt_walk_memo *mt_walk_memo_new(int cap)
 {
     if (cap < 0) cap = 0;
-    mt_walk_memo *m = calloc(1, sizeof(mt_walk_memo) + memo_bytes(cap));
+    /* Line-aligned, so that the header and the check's first words share the first lines. */
+    size_t bytes = (memo_bytes(cap) + 63) & ~(size_t)63;
+    mt_walk_memo *m = aligned_alloc(64, bytes);
     if (!m) return NULL;
+    memset(m, 0, bytes);
     m->cap = cap;
-    m->steps = (mt_walk_step *)(void *)(mt_memo_bp_off(m) + cap);
+    m->steps = (mt_walk_step *)(void *)(mt_memo_ra(m) + cap);
     return m;
 }
 
@@ -66,8 +70,9 @@ mt_walk_memos *mt_walk_memo_acquire(void)
     if (!m) {
         pthread_once(&memo_once, make_key);
         if (!memo_key_ok) return NULL;
-        m = calloc(1, sizeof *m);
+        m = aligned_alloc(64, (sizeof *m + 63) & ~(size_t)63); /* a set's tags: one line */
         if (!m) return NULL;
+        memset(m, 0, sizeof *m);
         m->last = -1;
         if (pthread_setspecific(memo_key, m) != 0) {
             free(m);
@@ -78,4 +83,10 @@ mt_walk_memos *mt_walk_memo_acquire(void)
     if (m->busy) return NULL;
     m->busy = 1;
     return m;
+}
+
+mt_walk_memos *mt_walk_memo_peek(void)
+{
+    mt_walk_memos *m = tls_memos;
+    return m == MEMOS_GONE ? NULL : m;
 }

@@ -19,6 +19,7 @@
 #ifndef MT_RECORD_UNWIND_MEMO_H
 #define MT_RECORD_UNWIND_MEMO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "memtrace/record.h"
@@ -47,56 +48,81 @@ typedef enum mt_walk_end {
 
 /* A remembered walk. Two views of it, in one allocation:
  *   - the steps, as above: what a walk that matches part of it (walk() in unwind.c) follows;
- *   - the check: what mt_unwind reads to decide that the whole walk holds again, nothing more.
- *     It is built from the steps when the walk is stored (memo_seal, unwind.c) and packed so that
- *     a typical stack's check spans ~12 cache lines instead of the steps' ~50. Why it matters:
- *     in a training step the program evicts the memo between two allocations from the same call
- *     site, and each line is a miss (the check was ~0.6 us an allocation on the GPU machine).
+ *   - the check: what mt_unwind reads to decide that the whole walk holds again, nothing more:
+ *     where each word the walk loaded lies (2 bytes a word) and one sum over their values, next
+ *     to the header. It is built from the steps when the walk is stored (memo_seal, unwind.c).
  *
- * Layout (cap = steps it has room for; all offsets from the block's `data`):
+ * Why it is laid out for latency: in a training step the program evicts the memo and most of the
+ * stack between two allocations from the same call site, so each cache line is a miss, and what
+ * costs is the number of misses that wait on each other: the set's tags, then the memo's header,
+ * then where its words are, then the words. Measured on the GPU machine, halving the lines the
+ * check reads (16 -> 4 for cifar.py) saved nothing; the chain of dependent misses is what this
+ * layout shortens. The header, the caller's slot and the word offsets are one run of lines
+ * from the 64-byte-aligned start, fetched together (mt_walk_memo_prefetch) as soon as the memo's
+ * address is known; the return addresses, read only when the frames are wanted, come after.
  *
- *   +----------------+----------------+---------------+---------------+--------------------+
- *   | ra[cap]        | bp_val[cap]    | ra_off[cap]   | bp_off[cap]   | steps[cap]         |
- *   | uint64 each    | uint64 each    | uint32 each   | uint32 each   | mt_walk_step each  |
- *   +----------------+----------------+---------------+---------------+--------------------+
- *   ra[k]:     step k's return address, as loaded from sp0 + ra_off[k]; also the walk's output
- *   bp_val[j]: the j-th rbp word the check compares (of nbp), loaded from sp0 + bp_off[j]; a
- *              saved rbp that no later step reads is not compared (see mark_rbp_use)
- * Offsets are from the walk's starting rsp (sp0), which a match requires equal: every word was
- * within this thread's stack when the walk loaded it, so it still is, and the check needs no
- * bounds test. */
+ *   +--------+----------+--------------------------+--------------+----------------------+
+ *   | header | slot     | word[2 * cap], padded    | ra[cap]      | steps[cap]           |
+ *   |        | 64 bytes | uint16 each, to 8 bytes  | uint64 each  | mt_walk_step each    |
+ *   +--------+----------+--------------------------+--------------+----------------------+
+ *   slot:    MT_UNWIND_SLOT_BYTES for the caller (mt_unwind_slot), zeroed whenever the memo's
+ *            content (and id) changes
+ *   word[i]: where the check's i-th word lies, in 8-byte words above the walk's starting rsp
+ *            (sp0), in the order the walk loaded them: each step's return address, and its saved
+ *            rbp when a later step reads it (see mark_rbp_use); nwords of them
+ *   check:   the sum over i of value(i) * (MT_CHECK_C0 + i * MT_CHECK_DC), mod 2^64, with the
+ *            values the recorded walk loaded
+ *   ra[k]:   step k's return address: the walk's output
+ * Every factor is odd, so a change of any one word always changes the sum; several changes that
+ * cancel out need a 64-bit coincidence (the same bar as the Python signature the recorder keys
+ * by). Offsets are from sp0, which a match requires equal: every word was within this thread's
+ * stack when the walk loaded it, so it still is, and the check needs no bounds test. A word more
+ * than 512 KiB above sp0 leaves the memo without a whole check (its steps still serve walk()). */
+#define MT_CHECK_C0 0x9e3779b97f4a7c15ull
+#define MT_CHECK_DC 0xd6e8feb86659fd92ull /* even: every factor stays odd */
+#define MT_CHECK_MAX_WORD 0xffffu
+
 typedef struct mt_walk_memo {
-    uint64_t id; /* names its current content (mt_unwind_keyed's walk_id); new at every change */
-    int n;   /* steps; -1 = not usable (walk longer than MT_MEMO_STEPS); 0 = none yet */
-    int cap; /* steps it has room for */
-    mt_walk_end end;
-    int nbp;                    /* rbp words in the check */
+    uint64_t id;                /* names its content (walk_id); a new one at every change */
+    uint64_t check;             /* the sum the check's words must give */
     uintptr_t pc0, sp0, bp0;    /* the first step's state, copied for the check */
     uintptr_t bp0_known;        /* its bp_known */
-    mt_walk_step *steps;        /* into data, after the check */
+    int n;                      /* steps; -1: unusable (over MT_MEMO_STEPS); 0: none yet */
+    int cap;                    /* steps it has room for */
+    int nwords;                 /* words in the check; -1: no whole check (see above) */
+    mt_walk_end end;
+    mt_walk_step *steps;        /* into data, after the return addresses */
+    unsigned char slot[MT_UNWIND_SLOT_BYTES] __attribute__((aligned(8)));
     unsigned char data[] __attribute__((aligned(16)));
 } mt_walk_memo;
 
+/* Bytes of word offsets for cap steps, rounded up so that what follows stays 8-byte aligned. */
+static inline size_t mt_memo_words_bytes(int cap)
+{
+    return ((size_t)cap * 2 * sizeof(uint16_t) + 7) & ~(size_t)7;
+}
+static inline uint16_t *mt_memo_word(const mt_walk_memo *m)
+{
+    return (uint16_t *)(uintptr_t)m->data;
+}
 static inline uint64_t *mt_memo_ra(const mt_walk_memo *m)
 {
-    return (uint64_t *)(uintptr_t)m->data;
+    return (uint64_t *)(uintptr_t)(m->data + mt_memo_words_bytes(m->cap));
 }
-static inline uint64_t *mt_memo_bp_val(const mt_walk_memo *m)
+
+/* Starts fetching what a check of m reads from the memo: the header, slot and word offsets of a
+ * walk up to ~110 words (nothing is read from m, so the lines come in parallel). */
+static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
 {
-    return mt_memo_ra(m) + m->cap;
-}
-static inline uint32_t *mt_memo_ra_off(const mt_walk_memo *m)
-{
-    return (uint32_t *)(mt_memo_bp_val(m) + m->cap);
-}
-static inline uint32_t *mt_memo_bp_off(const mt_walk_memo *m)
-{
-    return mt_memo_ra_off(m) + m->cap;
+    const char *p = (const char *)m;
+    for (int line = 0; line < 6; line++)
+        __builtin_prefetch(p + 64 * line);
 }
 
 /* The calling thread's memos: earlier walks, found by a tag made from the walk's starting rsp and
  * a caller-given key (mt_unwind_keyed); MT_MEMO_SETS sets of MT_MEMO_ASSOC ways, the set chosen by
- * the tag, the least recently used way of a set replaced. Eight ways: with 4, forty call sites
+ * the key (by the tag for key 0, so that unkeyed walks from different depths spread), the least
+ * recently used way of a set replaced. Eight ways: with 4, forty call sites
  * overflowed one of the 32 sets in ~1 process in 4 (birthday odds), and a set holding more sites
  * than ways, visited in a cycle, misses on every one of them under LRU.
  *
@@ -117,7 +143,7 @@ static inline uint32_t *mt_memo_bp_off(const mt_walk_memo *m)
  *
  * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (15 KiB) and is kept; a
  * recorded walk is copied into a way of its own size (~4 KiB for a 40-frame stack, so ~160 KiB
- * for the 40 sites of a training step, of which the checks are ~1 KiB each; up to 256 ways).
+ * for the 40 sites of a training step, of which the checks are ~100 bytes each; up to 256 ways).
  * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use
  * on this thread (a signal handler unwinding inside an unwind). Release with
  * mt_walk_memo_release. */
@@ -127,6 +153,7 @@ static inline uint32_t *mt_memo_bp_off(const mt_walk_memo *m)
 typedef struct mt_walk_memos {
     mt_walk_memo *way[MT_MEMO_WAYS]; /* NULL until used */
     uint64_t tag[MT_MEMO_WAYS];      /* tag of the walk each way holds */
+    uint64_t key[MT_MEMO_WAYS];      /* and its key, for mt_unwind_prefetch (which has no rsp) */
     uint32_t used[MT_MEMO_WAYS];     /* `clock` at its last use: the set's smallest is replaced */
     uint32_t clock;
     uint64_t next_id;                /* last memo id given out on this thread */
@@ -142,6 +169,8 @@ mt_walk_memo *mt_walk_memo_new(int cap);
 mt_walk_memo *mt_walk_memo_copy(const mt_walk_memo *m);
 
 mt_walk_memos *mt_walk_memo_acquire(void);
+/* The calling thread's memos to look at without using them (a prefetch), or NULL. */
+mt_walk_memos *mt_walk_memo_peek(void);
 static inline void mt_walk_memo_release(mt_walk_memos *m)
 {
     m->busy = 0;

@@ -127,3 +127,13 @@ int probe_line(int format, const unsigned char *tab, long n, int firstlineno, in
     return format == 0 ? mt_py_line_pep626(tab, (size_t)n, firstlineno, lasti)
                        : mt_py_line_locations(tab, (size_t)n, firstlineno, lasti);
 }
+
+/* mt_pyframes_top + mt_pyframes_signature at the caller's stack: the signature, and the top
+ * frame's call-site key in *key (0 when the thread has no frame). */
+unsigned long long probe_signature(unsigned long long *key)
+{
+    uint64_t k = 0;
+    uintptr_t top = mt_pyframes_top(probe_py, &k);
+    *key = k;
+    return mt_pyframes_signature(probe_py, top);
+}

@@ -25,6 +25,8 @@ LIB.probe_describe_innermost.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c
 LIB.probe_bench_ns.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int),
                                ctypes.POINTER(ctypes.c_double)]
 LIB.probe_bench_ns.restype = ctypes.c_double
+LIB.probe_signature.argtypes = [ctypes.POINTER(ctypes.c_ulonglong)]
+LIB.probe_signature.restype = ctypes.c_ulonglong
 LIB.probe_line.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_long, ctypes.c_int,
                            ctypes.c_int]
 
@@ -296,6 +298,49 @@ def test_line_tables():
           (checked, len(seen)))
 
 
+def sig_leaf():
+    key = ctypes.c_ulonglong()
+    sig = LIB.probe_signature(ctypes.byref(key))  # one call site: one key, whoever calls
+    return sig, key.value
+
+
+def sig_other_line():
+    key = ctypes.c_ulonglong()
+    sig = LIB.probe_signature(ctypes.byref(key))  # another call site: another key
+    return sig, key.value
+
+
+def sig_caller_a():
+    return sig_leaf()
+
+
+def sig_caller_b():
+    return sig_leaf()
+
+
+def test_signature():
+    """The signature the recorder keys its stack memo by: equal for an equal stack, different
+    when any frame's position differs; the key names the innermost frame alone."""
+    runs = [sig_caller_a() for _ in range(3)]  # one line, the same stack each time
+    if len(set(runs)) != 1 or not runs[0][0] or not runs[0][1]:
+        fail("signature: the same stack gave %s" % runs)
+    (sa, ka), (sb, kb), (so, ko) = runs[0], sig_caller_b(), sig_other_line()
+    if ka != kb:
+        fail("signature: the same innermost line gave two keys (%#x, %#x)" % (ka, kb))
+    if sa == sb:
+        fail("signature: another caller of the same line gave the same signature")
+    if ko == ka or so == sa:
+        fail("signature: another innermost line gave the same key or signature "
+             "(keys %#x %#x, signatures %#x %#x)" % (ko, ka, so, sa))
+    t = []
+    th = threading.Thread(target=lambda: t.append(sig_caller_a()))
+    th.start()
+    th.join()
+    if t[0][1] != ka or t[0][0] == sa:
+        fail("signature: another thread's stack (same innermost line, other outer frames) "
+             "gave key %#x / signature %#x against %#x / %#x" % (t[0][1], t[0][0], ka, sa))
+
+
 def bench():
     depth, cold = ctypes.c_int(), ctypes.c_double()
     ns = pyframes_helper.descend(16, lambda: LIB.probe_bench_ns(200000, ctypes.byref(depth),
@@ -319,6 +364,7 @@ def main():
     test_pthread()
     test_misuse()
     test_line_tables()
+    test_signature()
     bench()
     print("Python %s: %s (stack depths %s)" % (sys.version.split()[0],
           "FAILED %d" % len(FAILURES) if FAILURES else "all checks passed", depths))

@@ -110,6 +110,7 @@ static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t 
 {
     malloc_async_fn orig = (malloc_async_fn)ORIGINAL(h);
     if (!hook_enter()) return orig(ptr, size, stream);
+    mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     cudaError_t rc = orig(ptr, size, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,
@@ -125,6 +126,7 @@ static cudaError_t malloc_from_pool(int h, CUpti_CallbackId api, void **ptr, siz
 {
     malloc_pool_fn orig = (malloc_pool_fn)ORIGINAL(h);
     if (!hook_enter()) return orig(ptr, size, pool, stream);
+    mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     cudaError_t rc = orig(ptr, size, pool, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,

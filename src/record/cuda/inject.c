@@ -223,7 +223,8 @@ static void at_exit(void)
                       "unwinder: %" PRIu64 " walks, %.1f%% ended on an earlier walk's frames "
                       "(%.1f%% were one as a whole; %.2f remembered walks compared per walk), "
                       "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses; "
-                      "%" PRIu64 " walks without a Python key, %.1f%% of them whole",
+                      "%" PRIu64 " walks without a key (neither a Python frame nor a "
+                      "stand-in to name the call site), %.1f%% of them whole",
                       u.walks, 100.0 * (double)u.memo_hits / w, 100.0 * (double)u.whole_hits / w,
                       (double)u.ways_checked / w, (double)u.rule_steps / w, u.rule_misses,
                       u.keyless,
@@ -234,9 +235,11 @@ static void at_exit(void)
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
-                      "native unwinding %.0f ns); %.1f%% the same as the call site's last stack "
-                      "(leaf memo), the others %.1f frames long; 1 in %d timed; %u trie nodes",
+                      "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
+                      "call site's last stack (leaf memo), the others %.1f frames long; 1 in %d "
+                      "timed; %u trie nodes",
                       calls, (double)atomic_load(&mt_rec.stack_ns) / (double)calls,
+                      (double)atomic_load(&mt_rec.python_ns) / (double)calls,
                       (double)atomic_load(&mt_rec.unwind_ns) / (double)calls,
                       100.0 * (1.0 - (double)built / (double)calls),
                       built ? (double)atomic_load(&mt_rec.stack_frames) / (double)built : 0.0,

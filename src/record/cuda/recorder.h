@@ -159,6 +159,7 @@ typedef struct mt_recorder {
     _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
     _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
     _Atomic uint64_t unwind_ns;                           /* ... of which native unwinding */
+    _Atomic uint64_t python_ns;                           /* ... of which Python frames */
     _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
 } mt_recorder;
 
@@ -232,6 +233,10 @@ int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
 /* t0: a CLOCK_MONOTONIC stamp taken just before the call (the event's own), from which the
  * capture's cost is measured for the exit note: one clock read fewer per allocation. */
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip);
+/* Called by a stand-in before it calls the allocator, with its own frame address: on a thread
+ * without Python frames (autograd's workers), that names the call site's depth, and the walk the
+ * unwinder remembers under it is fetched while the allocator runs (stacks.c). */
+void mt_stacks_before_call(mt_recorder *r, uintptr_t frame);
 
 /* api_callbacks.c: device ordinal of a context (-1 unknown), cached per thread */
 int32_t mt_device_of(mt_recorder *r, CUcontext ctx);

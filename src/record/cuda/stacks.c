@@ -123,35 +123,70 @@ int mt_stacks_init_python(mt_recorder *r)
 
 static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code); }
 
-/* The leaf a call site produced last time, per thread: when neither its native frames (the same
- * unwinder memo, walk_id) nor its Python frames (the same signature) nor the API frame changed, the
- * stack is the same, and merging, code ids and the trie are skipped. Those touch a cache line or
- * two per frame that the program has usually evicted since (~0.3 us an allocation in PyTorch).
- * Four ways per set (a new entry goes in front, the oldest drops out): with one (the first
- * design) the ~40 call sites of a cifar.py step collided in a 256-slot table often enough that
- * 4-18% of allocations rebuilt their stack (~28 frames each), on the GPU machine; 1.6% now. */
+/* The leaf a call site produced last time: when neither its native frames (the same unwinder
+ * memo, walk_id) nor its Python frames (the same signature) nor the API frame changed, the stack
+ * is the same, and merging, code ids and the trie are skipped. Those touch a cache line or two per
+ * frame that the program has usually evicted since (~0.3 us an allocation in PyTorch).
+ * Entries are found by one 64-bit digest of all three (a wrong leaf needs a 2^-64 coincidence,
+ * the bar the Python signature already sets), in one of two places:
+ *   - the unwinder's slot of the walk (mt_unwind_slot): in the lines the walk's check has just
+ *     read, so finding the leaf costs no miss of its own; four entries (one walk: several Python
+ *     callers of one line, two API entry points);
+ *   - else this thread's table (no native frames, or a walk the unwinder did not keep): 128 sets
+ *     of 4 ways. With one way (the first design) the ~40 call sites of a cifar.py step collided
+ *     in a 256-slot table often enough that 4-18% of allocations rebuilt their stack (~28 frames
+ *     each), on the GPU machine.
+ * A new entry goes in front, the oldest drops out. */
 #define LEAF_MEMO_SETS 128
 #define LEAF_MEMO_WAYS 4
 typedef struct leaf_memo {
-    uint64_t py_sig, walk_id, api_ip;
+    uint64_t key; /* leaf_key(); 0 = empty */
     uint32_t leaf;
     uint16_t flags;
 } leaf_memo;
+#define SLOT_WAYS (MT_UNWIND_SLOT_BYTES / (int)sizeof(leaf_memo))
+_Static_assert(SLOT_WAYS >= 4, "four leaves per remembered walk");
 
 typedef struct stack_tls {
     mt_trie_cache trie;
     leaf_memo leaves[LEAF_MEMO_SETS][LEAF_MEMO_WAYS];
 } stack_tls;
 
-static inline leaf_memo *leaf_set(stack_tls *t, uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
+static inline uint64_t leaf_key(uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
 {
-    uint64_t h = (py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull) ^ api_ip) * 0xff51afd7ed558ccdull;
-    return t->leaves[(h >> 57) & (LEAF_MEMO_SETS - 1)];
+    uint64_t z = py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 31)) * 0xff51afd7ed558ccdull ^ api_ip;
+    z = (z ^ (z >> 29)) * 0xc4ceb9fe1a85ec53ull;
+    return (z ^ (z >> 32)) | 1;
 }
 
-static inline int leaf_is(const leaf_memo *m, uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
+/* Where the leaves of the stack under `key` would be, and how many ways there are. A walk id
+ * the unwinder no longer holds (a signal handler's allocation walked on this thread meanwhile)
+ * has no slot: the table then. */
+static inline leaf_memo *leaf_ways(stack_tls *t, int native, uint64_t walk_id, uint64_t key,
+                                   int *ways)
 {
-    return m->leaf && m->py_sig == py_sig && m->walk_id == walk_id && m->api_ip == api_ip;
+    void *slot = native ? mt_unwind_slot(walk_id) : NULL;
+    *ways = slot ? SLOT_WAYS : LEAF_MEMO_WAYS;
+    return slot ? slot : t->leaves[(key >> 57) & (LEAF_MEMO_SETS - 1)];
+}
+
+/* A thread without Python frames has no call-site key to remember its walks under, and nothing
+ * to overlap the fetching of its memo with (the Python frames, on other threads). The stand-in's
+ * own frame address serves as the key instead: it tells apart the depths the allocator is called
+ * from (the autograd engine reaches it through each backward function's own chain), and it is
+ * known before the allocator runs, so the walk's memo arrives meanwhile. On cifar.py ~60% of
+ * the walks are on autograd's thread. Any key is correct (mt_unwind_keyed); a CUPTI callback
+ * sets none and walks unkeyed. */
+static __thread uint64_t tls_site_key;  /* from the stand-in, for the capture that follows */
+static __thread int tls_had_no_python; /* this thread's last capture found no Python frames */
+
+void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
+{
+    if (!tls_had_no_python || !(r->cfg.stacks & MT_STACKS_NATIVE)) return;
+    uint64_t z = (uint64_t)frame * 0x9e3779b97f4a7c15ull;
+    tls_site_key = (z ^ (z >> 29)) | 1;
+    mt_unwind_prefetch(tls_site_key);
 }
 
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
@@ -165,23 +200,45 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     uint64_t native[MT_MAX_FRAMES], words[MT_MAX_FRAMES];
     int nn = 0, truncated = 0, n;
     /* Python first, as a signature: its innermost frame names the call site, the key under which
-     * the unwinder remembers this walk for the next allocation from the same place. */
-    uint64_t inner = 0, py_sig = want_py ? mt_pyframes_signature(r->py, &inner) : 0;
+     * the unwinder remembers this walk for the next allocation from the same place. The
+     * unwinder starts fetching that walk's memo as soon as the key is known, so that its misses
+     * overlap with the walk over the Python frames instead of following it. */
+    int want_native = (r->cfg.stacks & MT_STACKS_NATIVE) != 0;
+    uint64_t inner = 0, py_sig = 0;
+    if (want_py) {
+        uintptr_t top = mt_pyframes_top(r->py, &inner);
+        if (want_native) mt_unwind_prefetch(inner);
+        py_sig = mt_pyframes_signature(r->py, top);
+    }
+    tls_had_no_python = !inner;
+    if (!inner) inner = tls_site_key;
+    tls_site_key = 0;
     uint64_t t1 = timed ? mt_now_ns() : 0;
+    if (timed)
+        atomic_fetch_add_explicit(&r->python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
+    /* Lazily: when the unwinder remembers the walk whole, its frames are fetched only if the
+     * leaf memo does not know the stack (~1.6% of allocations in cifar.py). */
     uint64_t walk_id = 1; /* no native frames: nothing that could change */
-    if (r->cfg.stacks & MT_STACKS_NATIVE)
-        nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
+    if (want_native)
+        nn = mt_unwind_keyed_lazy(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
     if (timed)
         atomic_fetch_add_explicit(&r->unwind_ns, (mt_now_ns() - t1) * MT_TIME_SAMPLE,
                                   memory_order_relaxed);
-    leaf_memo *set = leaf_set(tls, py_sig, walk_id, api_ip);
+    int ways;
+    uint64_t key = leaf_key(py_sig, walk_id, api_ip);
+    leaf_memo *set = leaf_ways(tls, want_native, walk_id, key, &ways);
     uint32_t leaf;
-    for (int w = 0; walk_id && w < LEAF_MEMO_WAYS; w++) {
-        if (!leaf_is(&set[w], py_sig, walk_id, api_ip)) continue;
+    for (int w = 0; walk_id && w < ways; w++) {
+        if (set[w].key != key || !set[w].leaf) continue;
         leaf = set[w].leaf;
         *flags |= set[w].flags;
         n = -1; /* frames not counted: the note averages over the stacks it saw */
         goto done;
+    }
+    if (nn == MT_UNWIND_LATER) {
+        nn = mt_unwind_recall(walk_id, native, MT_MAX_FRAMES - 1, 1, &truncated);
+        if (nn < 0) /* another walk ran on this thread meanwhile (a signal handler's): again */
+            nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
     }
     mt_pyframe py[MT_MAX_FRAMES];
     int np = want_py ? mt_pyframes_read(r->py, py, 96) : 0;
@@ -215,9 +272,10 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     *flags |= added;
     leaf = mt_trie_intern(r->trie, &tls->trie, words, n);
     if (walk_id && leaf) {
-        memmove(&set[1], &set[0], (LEAF_MEMO_WAYS - 1) * sizeof set[0]);
-        set[0] = (leaf_memo){.py_sig = py_sig, .walk_id = walk_id, .api_ip = api_ip, .leaf = leaf,
-                             .flags = added};
+        key = leaf_key(py_sig, walk_id, api_ip); /* walk_id changes when it walked again */
+        set = leaf_ways(tls, want_native, walk_id, key, &ways);
+        memmove(&set[1], &set[0], (size_t)(ways - 1) * sizeof set[0]);
+        set[0] = (leaf_memo){.key = key, .leaf = leaf, .flags = added};
     }
 done:
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
