@@ -433,7 +433,7 @@ Test(record_unwind, forty_call_sites_each_find_their_walk_a_round_later)
     uint64_t s1 = t1.rule_steps, s0 = t0.rule_steps;
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
     /* 400 walks after warm-up; each would step ~DEEP frames if its own walk had been evicted. A
-     * few sets may overflow (40 tags over 16 sets of 4): allow a tenth of that. */
+     * few sets may overflow (40 keys over the sets): allow a tenth of that. */
     cr_expect_lt(s1 - s0, 400 * DEEP / 10, "%lu frames stepped by rule in 400 walks",
                  (unsigned long)(s1 - s0));
 }
