@@ -126,7 +126,7 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * overflowed one of 32 sets in ~1 process in 4 (birthday odds), and a set holding more sites
  * than ways, visited in a cycle, misses on every one of them under LRU. 64 sets since the set
  * follows the key alone (all native paths of one Python line share a set). With 32, now and
- * before, about one cifar.py process in 10 on the GPU machine matched 97-99% of its walks whole
+ * before, about one cifar.py process in 20 on the GPU machine matched 97-99% of its walks whole
  * instead of 99.8% (a set overflowing, we think; none in the 6 runs with 64).
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
