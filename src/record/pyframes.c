@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "memtrace/record.h"
+#include "mix64.h"
 #include "pyframes_layout.h"
 #include "pyframes_linetable.h"
 
@@ -191,15 +192,6 @@ void mt_pyframes_free(mt_pyframes *py)
 
 /* ---- Lines ---------------------------------------------------------------------------------- */
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Decodes the line table (uncached). */
 static int decode_line(const mt_pyframes *py, uintptr_t table, int firstlineno, int lasti)
 {
@@ -219,7 +211,7 @@ static int line_of(mt_pyframes *py, uintptr_t code, int lasti)
     const mt_py_layout *L = py->L;
     uintptr_t table = rd_ptr(code, L->co_linetable);
     int firstlineno = rd_i32(code, L->co_firstlineno);
-    uint64_t h = mix64(code ^ mix64(table ^ ((uint64_t)(uint32_t)firstlineno << 32)) ^
+    uint64_t h = mt_mix64(code ^ mt_mix64(table ^ ((uint64_t)(uint32_t)firstlineno << 32)) ^
                        ((uint64_t)(uint32_t)lasti * 0x9e3779b97f4a7c15ull));
     _Atomic uint64_t *slot = &py->line_cache[h & (MT_PY_LINE_CACHE_SLOTS - 1)];
     const uint64_t tag_mask = ~0xffffffull;
@@ -326,7 +318,7 @@ uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
     if (!ptr_ok(frame))
         return 0;
     uintptr_t code = rd_ptr(frame, L->fr_code);
-    *key = mix64(code ^ (frame_pos(L, frame) * 0x9e3779b97f4a7c15ull)) | 1;
+    *key = mt_mix64(code ^ (frame_pos(L, frame) * 0x9e3779b97f4a7c15ull)) | 1;
     return frame;
 }
 
@@ -345,7 +337,7 @@ uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
         if (L->fr_owner >= 0) marks |= *(const uint8_t *)(frame + (unsigned)L->fr_owner);
         if (L->fr_is_entry >= 0)
             marks |= (uint64_t)*(const uint8_t *)(frame + (unsigned)L->fr_is_entry) << 8;
-        h = mix64(h ^ code) ^ frame_pos(L, frame) ^ (marks << 52);
+        h = mt_mix64(h ^ code) ^ frame_pos(L, frame) ^ (marks << 52);
         uintptr_t next = rd_ptr(frame, L->fr_back);
         if (next == frame)
             break;
@@ -353,7 +345,7 @@ uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
     }
     if (steps == 0)
         return 0;
-    h = mix64(h ^ (uint64_t)steps);
+    h = mt_mix64(h ^ (uint64_t)steps);
     return h ? h : 1;
 }
 

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "memtrace/record.h"
+#include "mix64.h"
 #include "unwind_cache.h"
 #include "unwind_cfi.h"
 #include "unwind_memo.h"
@@ -365,24 +366,17 @@ static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, 
     return sum == m->check;
 }
 
-static inline uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* The tag of a walk starting at rsp `sp` under `key`, never 0. */
 static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
 {
-    return mix(key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull)) | 1;
+    return mt_mix64(key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull)) | 1;
 }
 
 /* Its set: by the key alone, so that mt_unwind_prefetch (which knows no rsp) finds it; unkeyed
  * walks by the tag, or they would all share one set. */
 static inline int memo_set(uint64_t key, uint64_t tag)
 {
-    return (int)((key ? mix(key) : tag) >> 59) & (MT_MEMO_SETS - 1);
+    return (int)((key ? mt_mix64(key) : tag) >> 59) & (MT_MEMO_SETS - 1);
 }
 
 /* A walk that no remembered walk holds for as a whole: unwound (from the remembered walk that
@@ -455,6 +449,16 @@ static void copy_out(const mt_walk_memo *m, walk_out *o)
     o->steps = steps;
 }
 
+/* A walk's output as asked for: at most MT_MAX_FRAMES frames after at most MT_MAX_FRAMES skipped
+ * (which keeps limit far from overflow). max must be > 0. */
+static inline walk_out request(uint64_t *ips, int max, int skip)
+{
+    if (skip < 0) skip = 0;
+    if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES;
+    if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
+    return (walk_out){.ips = ips, .skip = skip, .limit = skip + max};
+}
+
 /* The body of both entry points, inlined into each so that the frame it starts from (pc, rsp, rbp
  * of one asm) is the entry point's own: skip counts from its caller either way. */
 static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int max, int skip,
@@ -475,10 +479,7 @@ static inline __attribute__((always_inline)) int unwind_here(uint64_t *ips, int 
     if (!truncated) truncated = &dummy;
     *truncated = 1;
     if (max <= 0 || !ips) return 0;
-    if (skip < 0) skip = 0;
-    if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES; /* keeps limit far from overflow */
-    if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
-    walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0, 0};
+    walk_out o = request(ips, max, skip);
     mt_walk_memos *memos = mt_walk_memo_acquire();
     uint64_t tag = memo_tag(key, sp);
     int w = 0, same = -1, hit = -1;
@@ -589,15 +590,12 @@ int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *tr
     if (!truncated) truncated = &dummy;
     *truncated = 1;
     if (!walk_id || !ips || max <= 0) return -1;
-    if (skip < 0) skip = 0;
-    if (skip > MT_MAX_FRAMES) skip = MT_MAX_FRAMES;
-    if (max > MT_MAX_FRAMES) max = MT_MAX_FRAMES;
     mt_walk_memos *memos = mt_walk_memo_acquire();
     if (!memos) return -1;
     const mt_walk_memo *m = latest(memos, walk_id);
     int n = -1;
     if (m) {
-        walk_out o = {ips, skip, skip + max, 0, 0, 0, 0, 0, 0, 0};
+        walk_out o = request(ips, max, skip);
         copy_out(m, &o);
         *truncated = whole_end(m, &o) != MT_WALK_OUTERMOST;
         n = o.n;

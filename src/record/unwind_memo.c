@@ -33,14 +33,20 @@ static size_t memo_bytes(int cap)
            (size_t)cap * (sizeof(uint64_t) + sizeof(mt_walk_step));
 }
 
+/* Zeroed memory starting on a cache line, in whole lines (see unwind_memo.h: why lines). */
+static void *zeroed_lines(size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
 mt_walk_memo *mt_walk_memo_new(int cap)
 {
     if (cap < 0) cap = 0;
-    /* Line-aligned, so that the header and the check's first words share the first lines. */
-    size_t bytes = (memo_bytes(cap) + 63) & ~(size_t)63;
-    mt_walk_memo *m = aligned_alloc(64, bytes);
+    mt_walk_memo *m = zeroed_lines(memo_bytes(cap)); /* the header and the check's first words */
     if (!m) return NULL;
-    memset(m, 0, bytes);
     m->cap = cap;
     m->steps = (mt_walk_step *)(void *)(mt_memo_ra(m) + cap);
     return m;
@@ -70,9 +76,8 @@ mt_walk_memos *mt_walk_memo_acquire(void)
     if (!m) {
         pthread_once(&memo_once, make_key);
         if (!memo_key_ok) return NULL;
-        m = aligned_alloc(64, (sizeof *m + 63) & ~(size_t)63); /* a set's tags: one line */
+        m = zeroed_lines(sizeof *m); /* a set's tags: one line */
         if (!m) return NULL;
-        memset(m, 0, sizeof *m);
         m->last = -1;
         if (pthread_setspecific(memo_key, m) != 0) {
             free(m);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mix64.h"
 #include "recorder.h"
 
 /* ---- Python code objects -> small ids ------------------------------------------------------ */
@@ -154,10 +155,7 @@ typedef struct stack_tls {
 
 static inline uint64_t leaf_key(uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
 {
-    uint64_t z = py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 31)) * 0xff51afd7ed558ccdull ^ api_ip;
-    z = (z ^ (z >> 29)) * 0xc4ceb9fe1a85ec53ull;
-    return (z ^ (z >> 32)) | 1;
+    return mt_mix64(mt_mix64(py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull)) ^ api_ip) | 1;
 }
 
 /* Where the leaves of the stack under `key` would be, and how many ways there are. A walk id
@@ -184,8 +182,7 @@ static __thread int tls_had_no_python; /* this thread's last capture found no Py
 void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
 {
     if (!tls_had_no_python || !(r->cfg.stacks & MT_STACKS_NATIVE)) return;
-    uint64_t z = (uint64_t)frame * 0x9e3779b97f4a7c15ull;
-    tls_site_key = (z ^ (z >> 29)) | 1;
+    tls_site_key = mt_mix64(frame) | 1;
     mt_unwind_prefetch(tls_site_key);
 }
 
