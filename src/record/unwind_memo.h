@@ -125,9 +125,10 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * recently used way of a set replaced. Eight ways: with 4, forty call sites
  * overflowed one of 32 sets in ~1 process in 4 (birthday odds), and a set holding more sites
  * than ways, visited in a cycle, misses on every one of them under LRU. 64 sets since the set
- * follows the key alone (all native paths of one Python line share a set). With 32, now and
- * before, about one cifar.py process in 20 on the GPU machine matched 97-99% of its walks whole
- * instead of 99.8% (a set overflowing, we think; none in the 6 runs with 64).
+ * follows the key alone (all native paths of one Python line share a set). Not explained yet:
+ * about one cifar.py process in 20 on the GPU machine matches 97-99% of its walks whole instead of
+ * 99.8% and rebuilds more stacks; seen with 32 sets (this layout and the previous one) and again
+ * with 64, so it is not (only) a set overflowing.
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
  * the other, so the previous walk shares just the outermost frames with the current one, and the
