@@ -170,9 +170,17 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     key(o, "by_kind_at_peak");
     kinds_object(o, d->by_kind_at_peak);
     mt_out_write(o, ",", 1);
-    key(o, "peak_by_kind"); /* each kind's own high-water; async = tensors in tensor mode */
+    key(o, "peak_by_kind"); /* each kind's own high-water; tensor = max_memory_allocated */
     kinds_object(o, u->by_kind_peak);
     mt_out_write(o, ",", 1);
+    /* PyTorch's caching allocator: its segments (max_memory_reserved) and, with --tensors, its
+     * own counter of allocated bytes as it reported it (max_memory_allocated) */
+    u64f(o, "segments_peak_bytes", u->segment_peak, 1);
+    u64f(o, "segments_bytes_at_end", u->segment_bytes, 1);
+    u64f(o, "tensors_peak_bytes", u->by_kind_peak[MT_KIND_TENSOR], 1);
+    u64f(o, "torch_allocated_peak_bytes", u->tensor_counter_peak, 1);
+    u64f(o, "captured_allocations", u->captured_count, 1);
+    u64f(o, "captured_bytes", u->captured_bytes, 1);
     u64f(o, "total_alloc_bytes", u->alloc_bytes, 1);
     u64f(o, "total_alloc_count", u->alloc_count, 1);
     u64f(o, "free_count", u->free_count, 1);
@@ -353,7 +361,8 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     u64f(o, "replaced", an->replaced, 1);
     u64f(o, "partial_unmaps", an->partial_unmaps, 1);
     u64f(o, "ctx_destroy_released", an->ctx_destroy_released, 1);
-    u64f(o, "unknown_events", an->unknown_ops, 0);
+    u64f(o, "unknown_events", an->unknown_ops, 1);
+    u64f(o, "unknown_device_allocations", an->unknown_device, 0);
     mt_out_puts(o, "}}");
     mt_namebuf_free(&nb);
     return rc;

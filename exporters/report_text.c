@@ -287,10 +287,32 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                   (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
                   (unsigned long long)u->zero_byte_allocs);
     if (u->by_kind_peak[MT_KIND_ASYNC])
-        mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; with `record --tensors`: the "
-                         "peak of live tensors, torch's max_memory_allocated)\n",
+        mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; under backend:cudaMallocAsync "
+                         "(`record --tensors=async`): the peak of live tensors, torch's "
+                         "max_memory_allocated)\n",
                       mt_format_bytes(u->by_kind_peak[MT_KIND_ASYNC], b1, sizeof b1),
                       (unsigned long long)u->by_kind_peak[MT_KIND_ASYNC]);
+    if (u->by_kind_peak[MT_KIND_TENSOR] || u->tensor_counter_peak) {
+        /* the allocator's own running total came with every report: the check is exact */
+        int same = u->by_kind_peak[MT_KIND_TENSOR] == u->tensor_counter_peak;
+        mt_out_printf(o, "  tensors          peak %s (%llu bytes), %s PyTorch's own counter "
+                         "(max_memory_allocated %llu)\n",
+                      mt_format_bytes(u->by_kind_peak[MT_KIND_TENSOR], b1, sizeof b1),
+                      (unsigned long long)u->by_kind_peak[MT_KIND_TENSOR],
+                      same ? "equal to" : "DIFFERENT from", (unsigned long long)u->tensor_counter_peak);
+    }
+    if (u->segment_peak)
+        mt_out_printf(o, "  PyTorch segments peak %s (%llu bytes: max_memory_reserved), at end %s%s\n",
+                      mt_format_bytes(u->segment_peak, b1, sizeof b1),
+                      (unsigned long long)u->segment_peak,
+                      mt_format_bytes(u->segment_bytes, b2, sizeof b2),
+                      u->by_kind_peak[MT_KIND_TENSOR] ? "; the tensors in them are counted instead"
+                                                      : "");
+    if (u->captured_count)
+        mt_out_printf(o, "  graph capture    %llu allocations (%s) made while capturing CUDA "
+                         "graphs (replays allocate nothing)\n",
+                      (unsigned long long)u->captured_count,
+                      mt_format_bytes(u->captured_bytes, b1, sizeof b1));
     if (u->has_pool_info)
         mt_out_printf(o, "  pool reserved    peak %s, at end %s\n",
                       mt_format_bytes(u->pool_reserved_peak, b1, sizeof b1),
@@ -384,13 +406,14 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
-        an->ctx_destroy_released || an->unknown_ops)
+        an->ctx_destroy_released || an->unknown_ops || an->unknown_device)
         mt_out_printf(o, "\nanomalies: %llu unmatched frees, %llu double frees, %llu replaced "
                          "(alloc at a live address), %llu partial unmaps, %llu released by "
-                         "context destroy, %llu unknown events\n",
+                         "context destroy, %llu unknown events, %llu allocations on an unknown "
+                         "device (not counted on any)\n",
                       (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                       (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                       (unsigned long long)an->ctx_destroy_released,
-                      (unsigned long long)an->unknown_ops);
+                      (unsigned long long)an->unknown_ops, (unsigned long long)an->unknown_device);
     return 0;
 }

@@ -98,8 +98,11 @@ Test(fixtures, cifar_default_allocator_segments_equal_max_memory_reserved)
 {
     mt_analysis *a = analyze("cifar_default.mtrace");
     const mt_device_report *d = device0(a);
-    /* segments reserved through c10's CUDACachingAllocator, at the peak = what torch reported */
-    cr_expect_eq(d->at_peak.caching_bytes, printed("cifar_default", "max_memory_reserved"));
+    /* the recorder flags the caching allocator's segments: their peak is what torch reported */
+    uint64_t want = printed("cifar_default", "max_memory_reserved");
+    cr_expect_eq(d->u.segment_peak, want);
+    cr_expect_eq(d->at_peak.caching_bytes, want);
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], 0, "no tensors without --tensors");
     /* demangled libtorch/c10 names, no raw mangled symbols */
     int c10 = 0, mangled = 0;
     for (size_t i = 0; i < d->peak_stacks.n; i++) {
@@ -115,17 +118,37 @@ Test(fixtures, cifar_default_allocator_segments_equal_max_memory_reserved)
     mt_analysis_free(a);
 }
 
-Test(fixtures, cifar_tensor_mode_peak_equals_max_memory_allocated)
+/* record --tensors: the allocator unchanged, its tensors reported; both of PyTorch's peaks exact */
+Test(fixtures, cifar_tensor_mode_peaks_equal_torchs_own)
 {
-    mt_analysis *a = analyze("cifar_tensors.mtrace");
+    const char *runs[] = {"cifar_tensors", "cifar_tensors_b512"};
+    for (size_t i = 0; i < 2; i++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s.mtrace", runs[i]);
+        mt_analysis *a = analyze(file);
+        const mt_device_report *d = device0(a);
+        uint64_t allocated = printed(runs[i], "max_memory_allocated");
+        cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], allocated, "%s: tensor peak", runs[i]);
+        cr_expect_eq(d->u.tensor_counter_peak, allocated, "%s: the allocator's own counter",
+                     runs[i]);
+        cr_expect_eq(d->u.segment_peak, printed(runs[i], "max_memory_reserved"), "%s: segments",
+                     runs[i]);
+        cr_expect(d->at_peak.allocated_known, "tensors inside the reservation are known");
+        cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees +
+                         a->anomalies.replaced + a->anomalies.unknown_device, 0, "%s", runs[i]);
+        mt_analysis_free(a);
+    }
+}
+
+/* record --tensors=async (backend:cudaMallocAsync), as recorded by an earlier release */
+Test(fixtures, cifar_async_tensor_mode_peak_equals_max_memory_allocated)
+{
+    mt_analysis *a = analyze("cifar_tensors_async.mtrace");
     const mt_device_report *d = device0(a);
-    uint64_t want = printed("cifar_tensors", "max_memory_allocated");
-    uint64_t got = d->u.by_kind_peak[MT_KIND_ASYNC];
-    cr_expect(got >= want - want / 100 && got <= want + want / 100,
-              "live tensor peak %llu vs max_memory_allocated %llu (1%%)", (unsigned long long)got,
-              (unsigned long long)want);
+    uint64_t want = printed("cifar_tensors_async", "max_memory_allocated");
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ASYNC], want);
     cr_expect(d->u.has_pool_info, "pool reservations recorded");
-    cr_expect_eq(d->u.pool_reserved_peak, printed("cifar_tensors", "max_memory_reserved"));
+    cr_expect_eq(d->u.pool_reserved_peak, printed("cifar_tensors_async", "max_memory_reserved"));
     mt_analysis_free(a);
 }
 

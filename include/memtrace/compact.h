@@ -102,7 +102,8 @@ typedef enum mt_family {
     MT_FAM_VMM_PHYSICAL = 4,
     MT_FAM_DRIVER = 5,
     MT_FAM_OTHER = 6, /* UNKNOWN/POOL kinds: tracked, never counted */
-    MT_FAM_MAX_ = 7,
+    MT_FAM_TENSOR = 7, /* TENSOR: blocks inside segments, freed only by tensor frees */
+    MT_FAM_MAX_ = 8,
 } mt_family;
 
 /* One allocation while it lives. */
@@ -137,6 +138,13 @@ typedef struct mt_usage {
     uint64_t vmm_reserved, vmm_reserved_peak, vmm_mapped, vmm_mapped_peak;
     uint64_t pool_reserved, pool_reserved_peak; /* sum over pools of the last POOL_RESERVED */
     int has_pool_info;                          /* a POOL_RESERVED was seen for this device */
+    /* PyTorch's caching allocator, when the trace shows it */
+    uint64_t segment_bytes, segment_peak; /* live MT_EF_SEGMENT allocations: its reservation,
+                                             torch.cuda.memory_reserved() (peak: max_...) */
+    uint64_t tensor_counter_peak; /* the largest torch.cuda.memory_allocated() the allocator itself
+                                     reported with a TENSOR event (aux): its max_memory_allocated(),
+                                     to check by_kind_peak[MT_KIND_TENSOR] against */
+    uint64_t captured_count, captured_bytes; /* allocations made during CUDA graph capture */
 } mt_usage;
 
 /* Things that went wrong in the event stream; counted, never fatal. */
@@ -147,6 +155,8 @@ typedef struct mt_anomalies {
     uint64_t partial_unmaps;  /* UNMAP covering only part of a mapped range */
     uint64_t ctx_destroy_released; /* lifetimes ended by MT_OP_CTX_DESTROY */
     uint64_t unknown_ops;
+    uint64_t unknown_device;  /* device allocations whose device the recorder could not tell:
+                                 tracked (a free still matches them), counted on no device */
 } mt_anomalies;
 
 typedef struct mt_tracker mt_tracker;

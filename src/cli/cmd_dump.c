@@ -56,6 +56,9 @@ static void print_event(FILE *out, const mt_file_header *h, const mt_event *e)
     if (e->flags & MT_EF_ACTIVITY) fputs(" activity", out);
     if (e->flags & MT_EF_STACK_TRUNCATED) fputs(" truncated-stack", out);
     if (e->flags & MT_EF_FROM_POOL) fputs(" from-pool", out);
+    if (e->flags & MT_EF_SEGMENT) fputs(" segment", out);
+    if (e->flags & MT_EF_TENSORS_TRACKED) fputs(" tensors-tracked", out);
+    if (e->flags & MT_EF_CAPTURED) fputs(" captured", out);
     fputc('\n', out);
 }
 

@@ -64,20 +64,36 @@ static void summarize_one(const char *path, int symbolize, int quiet)
             path);
 }
 
+/* Reads the manifest the recorders appended to: "<pid> trace <path>" per trace written,
+ * "<pid> skipped <comm>" per process that initialized CUDA but made no context. */
 void mt_record_summarize(const char *manifest, int symbolize, int quiet)
 {
     FILE *f = fopen(manifest, "re");
     if (!f) return;
-    char line[4200];
-    int files = 0;
+    char line[4200], skipped[1024] = "";
+    int files = 0, n_skipped = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
-        char *path = strchr(line, ' ');
-        if (!path || !path[1]) continue;
-        files++;
-        summarize_one(path + 1, symbolize, quiet);
+        char *what = strchr(line, ' ');
+        char *arg = what ? strchr(what + 1, ' ') : NULL;
+        if (!arg || !arg[1]) continue;
+        *what++ = 0;
+        *arg++ = 0;
+        if (strcmp(what, "trace") == 0) {
+            files++;
+            summarize_one(arg, symbolize, quiet);
+        } else if (strcmp(what, "skipped") == 0) {
+            size_t o = strlen(skipped);
+            if (n_skipped++ < 8 && o < sizeof skipped - 96)
+                snprintf(skipped + o, sizeof skipped - o, "%s%.40s (pid %.12s)", o ? ", " : "",
+                         arg, line);
+        }
     }
     fclose(f);
-    if (!files && !quiet)
+    if (n_skipped && !quiet)
+        fprintf(stderr, "memtrace: no trace for %d process%s that initialized CUDA but made no "
+                "context: %s%s\n", n_skipped, n_skipped == 1 ? "" : "es", skipped,
+                n_skipped > 8 ? ", ..." : "");
+    if (!files && !n_skipped && !quiet)
         fprintf(stderr, "memtrace: no process of the command initialized CUDA: no trace written\n");
 }

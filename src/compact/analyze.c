@@ -124,7 +124,7 @@ typedef struct snap {
 static void snap_one(void *ctx, const mt_lifetime *l)
 {
     snap *s = ctx;
-    if (!mt_kind_counts(l->kind)) return;
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
     uint64_t key = agg_key(l);
     if (!s->leaks && (key >> 40) != s->only_slot) return;
     mt_u64map_slot *m = mt_u64map_upsert(s->map, key);
@@ -440,7 +440,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (e->op == MT_OP_FAILED) {
             a->failed_total++;
             if (a->n_failed < MT_MAX_FAILED_KEPT && snapshot_failed(a, p.t, e) < 0) rc = -1;
-        } else if (e->op == MT_OP_ALLOC && mt_kind_counts(e->kind)) {
+        } else if (e->op == MT_OP_ALLOC && mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
             mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
             mt_u64map_slot *s = mt_u64map_upsert(&allocs, agg_key(&l));
             if (!s) rc = -1;

@@ -1,12 +1,13 @@
 /* Reconciliation: what a device's memory is made of at one moment, in the terms people use.
  *
- *   allocator reserved  live DEVICE and VMM_PHYSICAL allocations whose stack names the PyTorch
- *                       caching allocator (default and expandable_segments modes: the segments
- *                       it reserved), plus, when the device has POOL_RESERVED events (tensor mode,
- *                       backend:cudaMallocAsync), the pools' reservation. Async allocations are
- *                       tensors: their live bytes are "tensors allocated" and the rest of the
- *                       pools' reservation is "cached but free". In default mode the allocator's
- *                       split of its segments into tensors is invisible to the driver: unknown.
+ *   allocator reserved  PyTorch's segments: live allocations the recorder flagged MT_EF_SEGMENT
+ *                       (older traces: DEVICE and VMM_PHYSICAL allocations whose stack names the
+ *                       caching allocator), plus, when the device has POOL_RESERVED events
+ *                       (backend:cudaMallocAsync), the pools' reservation. Tensors allocated:
+ *                       the live TENSOR blocks (record --tensors), or the live async
+ *                       allocations under backend:cudaMallocAsync; the rest of the reservation is
+ *                       "cached but free". Without either, the allocator's split of its segments
+ *                       into tensors is invisible to the driver: unknown.
  *   other libraries     every other live API allocation (not DRIVER), grouped by mt_frames_owner.
  *   context & driver    the NVML process total minus the two above: the CUDA context, module
  *                       images, driver-internal memory (the DRIVER bytes the trace saw are shown
@@ -29,15 +30,21 @@ typedef struct snap_ctx {
 static void visit(void *ctx, const mt_lifetime *l)
 {
     snap_ctx *c = ctx;
-    if (l->device != c->device || !mt_kind_counts(l->kind) || mt_kind_is_host(l->kind) ||
-        l->kind == MT_KIND_DRIVER)
+    if (l->device != c->device || mt_kind_is_host(l->kind) || l->kind == MT_KIND_DRIVER) return;
+    /* PyTorch's segments, named by the recorder (MT_EF_SEGMENT): its reservation, whether their
+     * tensors are in the trace (tensor mode) or not */
+    if (l->flags & MT_EF_SEGMENT) {
+        c->b->caching_bytes += l->bytes;
         return;
-    if (l->kind == MT_KIND_ASYNC && c->b->has_pool) {
+    }
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    if (l->kind == MT_KIND_TENSOR || (l->kind == MT_KIND_ASYNC && c->b->has_pool)) {
         c->b->allocated_bytes += l->bytes;
         return;
     }
     int caching = 0;
     const char *owner = mt_frames_owner(c->f, l->stack, &caching);
+    /* traces of recorders that did not flag segments: the stack says who made it */
     if (caching && (l->kind == MT_KIND_DEVICE || l->kind == MT_KIND_VMM_PHYSICAL)) {
         c->b->caching_bytes += l->bytes;
         return;
@@ -60,16 +67,20 @@ static int cmp_owner(const void *pa, const void *pb)
 int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
                           uint64_t time_rel)
 {
+    int tensors = u->by_kind_peak[MT_KIND_TENSOR] > 0 || u->tensor_counter_peak > 0;
     *b = (mt_breakdown){.valid = 1, .time_ns = time_rel, .has_pool = u->has_pool_info,
-                        .allocated_known = u->has_pool_info,
+                        .allocated_known = u->has_pool_info || tensors,
                         .driver_bytes = u->by_kind[MT_KIND_DRIVER]};
     snap_ctx c = {.b = b, .f = f, .device = u->device};
     mt_tracker_foreach_live(t, visit, &c);
     if (b->has_pool) {
-        b->pool_bytes = u->pool_reserved > b->allocated_bytes ? u->pool_reserved : b->allocated_bytes;
-        b->cached_free_bytes = b->pool_bytes - b->allocated_bytes;
+        uint64_t async = b->allocated_bytes - (tensors ? u->by_kind[MT_KIND_TENSOR] : 0);
+        b->pool_bytes = u->pool_reserved > async ? u->pool_reserved : async;
     }
     b->reserved_bytes = b->caching_bytes + b->pool_bytes;
+    if (b->allocated_known)
+        b->cached_free_bytes =
+            b->reserved_bytes > b->allocated_bytes ? b->reserved_bytes - b->allocated_bytes : 0;
     /* owners, largest first; the tail summed into one entry so the list still adds up */
     size_t n = c.owners.len, k = 0;
     mt_owner_bytes *all = n ? malloc(n * sizeof *all) : NULL;

@@ -57,11 +57,30 @@ static inline int mt_kind_counts(unsigned kind)
     switch (kind) {
     case MT_KIND_DEVICE: case MT_KIND_PITCH: case MT_KIND_ASYNC: case MT_KIND_MANAGED:
     case MT_KIND_VMM_PHYSICAL: case MT_KIND_DRIVER: case MT_KIND_HOST_PINNED:
-    case MT_KIND_HOST_REGISTERED:
+    case MT_KIND_HOST_REGISTERED: case MT_KIND_TENSOR:
         return 1;
     default:
         return 0;
     }
+}
+
+/* How an allocation's bytes count on its device, from its kind and flags:
+ *   IN_USE    device (or host) bytes in use: what the peak is the maximum of;
+ *   RESERVED  a PyTorch segment whose tensors are in the trace (record --tensors): the tensors
+ *             are what is in use, the segment is the allocator's reservation around them;
+ *   NONE      address space, mappings, pool bookkeeping, graph memory nodes: tracked, never
+ *             counted. */
+enum { MT_COUNT_NONE = 0, MT_COUNT_IN_USE = 1, MT_COUNT_RESERVED = 2 };
+
+static inline int mt_counting(unsigned kind, unsigned flags)
+{
+    if ((flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED)) ==
+        (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED))
+        return MT_COUNT_RESERVED;
+    /* a graph memory node: an address fixed at capture, backed from the graph memory pool only
+     * while the graph runs (the pool's reservation is what is counted, as POOL_RESERVED) */
+    if (kind == MT_KIND_ASYNC && (flags & MT_EF_CAPTURED)) return MT_COUNT_NONE;
+    return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
 }
 
 static inline int mt_kind_is_host(unsigned kind)
