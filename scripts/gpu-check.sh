@@ -3,6 +3,7 @@
 #
 #   scripts/gpu-check.sh [BUILD_DIR]        (default: build-gpu)
 #   SECTIONS="basics programs cifar" scripts/gpu-check.sh build-gpu      (a subset)
+#   ONLY="graphs_t threads" SECTIONS=programs scripts/gpu-check.sh         (named program runs only)
 #
 # Runs on the lent GPU machine, from the repository root, over a build made on the development
 # machine (scripts/build-for-gpu.sh makes it: the GPU machine has no libdwarf or Criterion).
@@ -60,6 +61,7 @@ NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 same_run() {
   local name=$1 envs=$2 opts=$3; shift 3
   local d=$W/$name
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
   mkdir -p "$d/plain" "$d/traced"
   # each run compiles for itself (a warm inductor cache would skip the first run's warnings)
   local cache="TORCHINDUCTOR_CACHE_DIR=$d/plain/inductor TRITON_CACHE_DIR=$d/plain/triton"
@@ -79,6 +81,7 @@ same_run() {
 # numbers of that traced run (scripts/trace_vs_torch.py).
 torch_match() {
   local name=$1 mode=$2; shift 2
+  [ -f "$W/$name/t.json" ] || return 0 # not run (ONLY)
   check "$name: trace == PyTorch ($mode${*:+ $*}), no anomaly, no unknown device" ok \
     "$($PY scripts/trace_vs_torch.py "$mode" "$W/$name/t.json" "$W/$name/traced.json" "$@" 2>&1 | tail -1)"
 }
@@ -173,18 +176,20 @@ same_run threads_ta "$ASYNC" "--tensors=async" $PY "$S/threads.py"; torch_match 
 same_run profiler "" "" $PY "$S/profiler_inside.py";                torch_match profiler default
 same_run profiler_t "" "--tensors" $PY "$S/profiler_inside.py" --profile-memory
 torch_match profiler_t tensors
-check "torch.profiler saw CUDA kernels while memtrace recorded" ok "$($PY -c 'import json,sys; print("ok" if json.load(open(sys.argv[1]))["profiler_cuda_events"] > 0 else "none")' "$W/profiler_t/traced.json")"
-check "the trace says CUPTI was shared with the profiler" ok "$("$MT" dump "$W/profiler_t/t.mtrace" | grep -q 'CUPTI shared with' && echo ok)"
+[ -d "$W/profiler_t" ] && check "torch.profiler saw CUDA kernels while memtrace recorded" ok "$($PY -c 'import json,sys; print("ok" if json.load(open(sys.argv[1]))["profiler_cuda_events"] > 0 else "none")' "$W/profiler_t/traced.json")"
+[ -d "$W/profiler_t" ] && check "the trace says CUPTI was shared with the profiler" ok "$("$MT" dump "$W/profiler_t/t.mtrace" | grep -q 'CUPTI shared with' && echo ok)"
 same_run burst "" "--tensors" $PY "$S/burst.py" --n 1000000 --threads 4
 torch_match burst tensors
-say "info: burst: $("$MT" dump "$W/burst/t.mtrace" | grep -c '^event ') events; $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f allocations/s traced" % d["allocs_per_s"])' "$W/burst/traced.json"), $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f untraced" % d["allocs_per_s"])' "$W/burst/plain.json"); $("$MT" dump "$W/burst/t.mtrace" | grep -o 'writer: [^"]*' | head -1)"
+[ -d "$W/burst" ] && say "info: burst: $("$MT" dump "$W/burst/t.mtrace" | grep -c '^event ') events; $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f allocations/s traced" % d["allocs_per_s"])' "$W/burst/traced.json"), $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f untraced" % d["allocs_per_s"])' "$W/burst/plain.json"); $("$MT" dump "$W/burst/t.mtrace" | grep -o 'writer: [^"]*' | head -1)"
 same_run resnet "" "" $PY "$S/train.py" --model resnet18 --steps 5;  torch_match resnet default
 same_run resnet_t "" "--tensors" $PY "$S/train.py" --model resnet18 --steps 5; torch_match resnet_t tensors
 same_run gpt2_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5; torch_match gpt2_t tensors
 # A launcher initializes CUDA (it asks how many GPUs there are) but makes no context: no trace.
+if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" launch "* ]]; then
 mkdir -p "$W/launch" && (cd "$W/launch" && timeout 300 "$MT" record -- torchrun --nproc_per_node=1 "$S/cifar.py" --steps 5 --warmup 1) > "$W/launch.out" 2> "$W/launch.err"
 check "torchrun: exit 0, one trace (the rank's), the launcher listed as skipped" "0 1 1" "$? $(ls "$W/launch"/*.mtrace 2>/dev/null | wc -l) $(grep -c 'no trace for 1 process' "$W/launch.err")"
 cat "$W/launch.err" >> "$LOG"
+fi
 fi
 
 # ---- cifar.py under three allocator settings ------------------------------------------------------
