@@ -190,7 +190,10 @@ static void free_retired(mt_sink *s)
 /* Asks the writer for a drain now; one request per drain, so a busy producer costs one lock. */
 static void wake_writer(mt_sink *s)
 {
-    if (atomic_exchange_explicit(&s->urgent, 1, memory_order_acq_rel)) return;
+    /* read first: while one request is pending, other producers must not bounce its line */
+    if (atomic_load_explicit(&s->urgent, memory_order_relaxed) ||
+        atomic_exchange_explicit(&s->urgent, 1, memory_order_acq_rel))
+        return;
     pthread_mutex_lock(&s->lock);
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
