@@ -3,7 +3,8 @@
  *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
  *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
  *           timeline, failed requests with what was live on their device at that moment, bytes
- *           allocated by stack, and what is still live at the end (leaks).
+ *           allocated by stack, and what is still live at the end (by stack, and by holder:
+ *           an allocator's cache, a library, the driver, or the program).
  *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
  *           device reaches the event number of its peak, its live set is aggregated by stack.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
@@ -116,7 +117,6 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 typedef struct snap {
     mt_u64map *map;
     uint64_t only_slot; /* slot key to keep */
-    int leaks;          /* 1: everything counted; 0: a device snapshot */
     uint64_t bytes, count;
     int oom;
 } snap;
@@ -126,7 +126,7 @@ static void snap_one(void *ctx, const mt_lifetime *l)
     snap *s = ctx;
     if (!mt_kind_counts(l->kind)) return;
     uint64_t key = agg_key(l);
-    if (!s->leaks && (key >> 40) != s->only_slot) return;
+    if ((key >> 40) != s->only_slot) return;
     mt_u64map_slot *m = mt_u64map_upsert(s->map, key);
     if (!m) {
         s->oom = 1;
@@ -172,6 +172,87 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
     mt_u64map_destroy(&m);
     a->n_failed++;
     return rc;
+}
+
+/* ---- what is live at the end, by stack and by holder -------------------------------------------- */
+
+typedef struct end_holder_sum {
+    uint64_t slot;
+    mt_end_holder h;
+} end_holder_sum;
+
+typedef struct end_snap {
+    mt_frames *f;
+    mt_u64map live, program; /* agg key -> bytes, count */
+    end_holder_sum *sums;
+    size_t n_sums;
+    int oom;
+} end_snap;
+
+static void add_to(mt_u64map *m, uint64_t key, uint64_t bytes, int *oom)
+{
+    mt_u64map_slot *s = mt_u64map_upsert(m, key);
+    if (!s) {
+        *oom = 1;
+        return;
+    }
+    s->a += bytes;
+    s->b++;
+}
+
+static void end_one(void *ctx, const mt_lifetime *l)
+{
+    end_snap *e = ctx;
+    if (!mt_kind_counts(l->kind)) return;
+    uint64_t key = agg_key(l);
+    add_to(&e->live, key, l->bytes, &e->oom);
+    const char *holder;
+    mt_holder_kind kind = mt_frames_holder(e->f, l, &holder);
+    if (kind == MT_HOLD_PROGRAM) add_to(&e->program, key, l->bytes, &e->oom);
+    uint64_t slot = key >> 40;
+    size_t i = 0;
+    while (i < e->n_sums && !(e->sums[i].slot == slot && e->sums[i].h.holder == holder)) i++;
+    if (i == e->n_sums) { /* a handful: static owner names, "program", "driver-internal" */
+        end_holder_sum *ns = realloc(e->sums, (e->n_sums + 1) * sizeof *ns);
+        if (!ns) {
+            e->oom = 1;
+            return;
+        }
+        e->sums = ns;
+        e->sums[e->n_sums++] = (end_holder_sum){slot, {.holder = holder, .kind = kind}};
+    }
+    e->sums[i].h.bytes += l->bytes;
+    e->sums[i].h.count++;
+}
+
+static int cmp_holder(const void *pa, const void *pb)
+{
+    const mt_end_holder *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    return strcmp(a->holder, b->holder);
+}
+
+/* The holders of device slot `slot`, largest first; past MT_MAX_END_HOLDERS the smallest are
+ * added to the last kept entry of their kind, or dropped from the list (never from the totals). */
+static void holders_of(const end_snap *e, uint64_t slot, mt_device_report *d)
+{
+    mt_end_holder all[64];
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_sums && n < 64; i++)
+        if (e->sums[i].slot == slot) all[n++] = e->sums[i].h;
+    if (n) qsort(all, n, sizeof *all, cmp_holder);
+    for (size_t i = 0; i < n; i++) {
+        if (d->n_end_holders < MT_MAX_END_HOLDERS) {
+            d->end_holders[d->n_end_holders++] = all[i];
+            continue;
+        }
+        for (size_t k = d->n_end_holders; k-- > 0;)
+            if (d->end_holders[k].kind == all[i].kind) {
+                d->end_holders[k].bytes += all[i].bytes;
+                d->end_holders[k].count += all[i].count;
+                break;
+            }
+    }
 }
 
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
@@ -353,10 +434,14 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     size_t n = mt_tracker_usages(p->t, &u);
     a->devices = calloc(n ? n : 1, sizeof *a->devices);
     if (!a->devices) return -1;
-    mt_u64map leaks = {0};
-    snap s = {.map = &leaks, .leaks = 1};
-    mt_tracker_foreach_live(p->t, snap_one, &s);
-    if (s.oom) return -1;
+    end_snap ends = {.f = a->frames};
+    mt_tracker_foreach_live(p->t, end_one, &ends);
+    if (ends.oom) {
+        mt_u64map_destroy(&ends.live);
+        mt_u64map_destroy(&ends.program);
+        free(ends.sums);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         mt_device_report *d;
         /* A context destroyed while its device could not be named leaves an empty "unknown
@@ -382,9 +467,11 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 break;
             }
         uint64_t sk = slot_key(u[i].device, u[i].is_host);
-        if (mt_stack_list_from_map(&leaks, sk, &d->leaks) < 0 ||
+        if (mt_stack_list_from_map(&ends.live, sk, &d->live_end) < 0 ||
+            mt_stack_list_from_map(&ends.program, sk, &d->leaks) < 0 ||
             mt_stack_list_from_map(allocs, sk, &d->allocs) < 0)
             return -1;
+        holders_of(&ends, sk, d);
         for (size_t k = 0; k < d->leaks.n; k++) {
             d->leak_bytes += d->leaks.v[k].bytes;
             d->leak_count += d->leaks.v[k].count;
@@ -401,7 +488,9 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 }
         }
     }
-    mt_u64map_destroy(&leaks);
+    mt_u64map_destroy(&ends.live);
+    mt_u64map_destroy(&ends.program);
+    free(ends.sums);
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
     a->anomalies = *mt_tracker_anomalies(p->t);
     return 0;
@@ -509,6 +598,7 @@ static void free_device(mt_device_report *d)
     free((char *)d->name);
     free(d->peak_stacks.v);
     free(d->leaks.v);
+    free(d->live_end.v);
     free(d->allocs.v);
     free(d->timeline);
     free(d->nvml);
