@@ -45,10 +45,12 @@ typedef enum mt_frame_filter {
     MT_FRAMES_ALL = 1,
     MT_FRAMES_PYTHON = 2, /* Python frames only */
     MT_FRAMES_NATIVE = 3, /* no Python frames */
-    MT_FRAMES_USER = 4,   /* a PyTorch user's view: the Python frames, the ATen operators
-                             ("aten::linear"), the autograd node of a backward allocation
-                             ("ConvolutionBackward0"), the library that allocated ("cuBLAS",
-                             MT_OWNER_CACHING_ALLOCATOR, ...); nothing else (frame_names.c) */
+    MT_FRAMES_USER = 4,   /* a PyTorch user's view: the Python frames, the ATen operator called
+                             ("aten::linear"; of operators calling operators the first and the
+                             last, "aten::conv2d", "aten::cudnn_convolution"), the autograd node
+                             of a backward allocation ("ConvolutionBackward0"), the library that
+                             allocated ("cuBLAS", MT_OWNER_CACHING_ALLOCATOR, ...); nothing else
+                             (frame_names.c) */
 } mt_frame_filter;
 
 /* What one name of a path is (mt_frames_path_ex's flags). */

@@ -359,7 +359,8 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
     if (!n) return mt_frames_path_ex(f, leaf, style, MT_FRAMES_PYTHON, out, flags, cap);
     size_t total = 0;
     int meaningful = 0; /* a Python frame or a role was kept */
-    const char *last_role = NULL, *lib = NULL;
+    const char *lib = NULL, *run_last = NULL; /* run_last: the last operator of a run not shown */
+    const char *last_role = NULL;
 #define EMIT(name, fl)                                                                             \
     do {                                                                                           \
         if (total < cap) {                                                                         \
@@ -368,9 +369,17 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
         }                                                                                          \
         total++;                                                                                   \
     } while (0)
+    /* A run of ATen operators (one calls the next) shows its first, what the code above called,
+     * and its last, what allocated: "aten::conv2d", "aten::cudnn_convolution". */
+#define END_RUN()                                                                                  \
+    do {                                                                                           \
+        if (run_last) EMIT(run_last, MT_FF_NATIVE | MT_FF_ROLE);                                   \
+        run_last = NULL;                                                                           \
+    } while (0)
     for (size_t k = 0; k < n; k++) {
         uint8_t fl = v->flg[k];
         if (fl & (MT_FF_PYTHON | MT_FF_PSEUDO)) {
+            END_RUN();
             EMIT(v->shw[k], fl);
             if (fl & MT_FF_PYTHON) {
                 meaningful = 1;
@@ -380,15 +389,24 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
         }
         const char *user;
         mt_frame_role r = role(v, v->lng[k], &user);
-        if (r == MT_ROLE_ATEN || r == MT_ROLE_AUTOGRAD_NODE) {
-            /* at::_ops::x::call, then x::redispatch of the same operator: one frame */
+        if (r == MT_ROLE_AUTOGRAD_NODE) {
+            END_RUN();
             if (!last_role || strcmp(last_role, user) != 0) EMIT(user, MT_FF_NATIVE | MT_FF_ROLE);
+            last_role = user;
+            meaningful = 1;
+        } else if (r == MT_ROLE_ATEN) {
+            /* at::_ops::x::call, then x::redispatch of the same operator: one frame */
+            if (last_role && strcmp(last_role, user) == 0) continue;
+            if (last_role && strncmp(last_role, "aten::", 6) == 0) run_last = user; /* in a run */
+            else EMIT(user, MT_FF_NATIVE | MT_FF_ROLE);
             last_role = user;
             meaningful = 1;
         } else if (r == MT_ROLE_LIBRARY || r == MT_ROLE_ALLOCATOR) {
             lib = user; /* innermost wins */
         }
     }
+    END_RUN();
+#undef END_RUN
     if (!meaningful) { /* no Python and no operator: the first native frame a user wrote */
         for (size_t k = n; k-- > 0;)
             if (user_native(v, k)) {
