@@ -62,13 +62,20 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
     if (b->process_known) {
         mt_out_printf(o, "%llu,", (unsigned long long)b->process_bytes);
         u64f(o, "process_sample_time_ns", b->process_sample_ns, 1);
+        key(o, "process_sample_after");
+        mt_out_puts(o, b->process_sample_after ? "true," : "false,");
         key(o, "context_driver_bytes");
         mt_out_printf(o, "%lld,", (long long)b->context_bytes);
     } else {
         mt_out_puts(o, "\"unknown\",");
+        key(o, "process_unknown_reason");
+        mt_out_puts(o, b->process_unknown == MT_PROCESS_LAGGED
+                           ? "\"the NVML samples around it read less than the trace had live\","
+                           : "\"no NVML samples in the trace\",");
         key(o, "context_driver_bytes");
         mt_out_puts(o, "\"unknown\",");
     }
+    u64f(o, "visible_bytes", b->visible_bytes, 1);
     u64f(o, "driver_internal_bytes", b->driver_bytes, 1);
     u64f(o, "allocator_reserved_bytes", b->reserved_bytes, 1);
     u64f(o, "caching_allocator_bytes", b->caching_bytes, 1);

@@ -183,17 +183,29 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
     if (!b->valid) return;
     mt_out_printf(o, "  where the memory is, %s (%s):\n", when, mt_format_rel(b->time_ns, t1, sizeof t1));
     if (b->process_known) {
-        mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s\n",
+        mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s%s\n",
                       mt_format_bytes(b->process_bytes, b1, sizeof b1),
-                      mt_format_rel(b->process_sample_ns, t1, sizeof t1));
-        uint64_t mag = b->context_bytes < 0 ? (uint64_t)-b->context_bytes : (uint64_t)b->context_bytes;
-        mt_out_printf(o, "    = CUDA context & driver      %s%9s   remainder; driver-internal seen "
-                         "by the trace: %s%s\n",
-                      b->context_bytes < 0 ? "-" : " ", mt_format_bytes(mag, b1, sizeof b1),
-                      mt_format_bytes(b->driver_bytes, b2, sizeof b2),
-                      b->context_bytes < 0 ? " (negative: the NVML sample lags the trace)" : "");
+                      mt_format_rel(b->process_sample_ns, t1, sizeof t1),
+                      b->process_sample_after ? ", the next one" : ", the one in effect");
+        mt_out_printf(o, "    = CUDA context & driver       %10s   remainder; driver-internal seen "
+                         "by the trace: %s\n",
+                      mt_format_bytes((uint64_t)b->context_bytes, b1, sizeof b1),
+                      mt_format_bytes(b->driver_bytes, b2, sizeof b2));
     } else {
-        mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
+        if (b->process_unknown == MT_PROCESS_LAGGED) {
+            char b3[32], b4[32];
+            mt_out_printf(o, "      process total (nvidia-smi)     unknown   the NVML samples around it "
+                             "read less than the %s the trace had live (%s at %s",
+                          mt_format_bytes(b->visible_bytes, b1, sizeof b1),
+                          mt_format_bytes(b->before_bytes, b3, sizeof b3),
+                          mt_format_rel(b->before_ns, t1, sizeof t1));
+            if (b->after_ns)
+                mt_out_printf(o, ", %s at %s", mt_format_bytes(b->after_bytes, b4, sizeof b4),
+                              mt_format_rel(b->after_ns, t1, sizeof t1));
+            mt_out_puts(o, "): they missed this burst\n");
+        } else {
+            mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
+        }
         mt_out_printf(o, "    = CUDA context & driver         unknown   driver-internal seen by the "
                          "trace: %s\n", mt_format_bytes(b->driver_bytes, b1, sizeof b1));
     }

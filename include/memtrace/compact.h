@@ -236,13 +236,29 @@ typedef struct mt_owner_bytes {
     uint64_t bytes, count;
 } mt_owner_bytes;
 
+/* Why the process total of a breakdown is unknown. */
+typedef enum mt_process_unknown {
+    MT_PROCESS_KNOWN = 0,
+    MT_PROCESS_NO_SAMPLES = 1,   /* the trace has no NVML sample for the device */
+    MT_PROCESS_LAGGED = 2,       /* the samples around the moment read less than the trace had
+                                    live then: the ~50 ms sampler missed a burst */
+} mt_process_unknown;
+
 typedef struct mt_breakdown {
     int valid;                 /* computed */
     uint64_t time_ns;          /* the moment, since trace start */
-    int process_known;         /* an NVML process sample was in effect then */
+    int process_known;         /* an NVML sample consistent with the moment exists */
     uint64_t process_bytes;    /* that sample's value */
     uint64_t process_sample_ns; /* its time, since trace start */
-    int64_t context_bytes;     /* process - reserved - other; < 0 when NVML lags the trace */
+    int process_sample_after;  /* it is the first sample after the moment (else the last one at
+                                  or before it, when there is none after or that one read less
+                                  than the trace had live) */
+    mt_process_unknown process_unknown; /* why not, when !process_known */
+    uint64_t visible_bytes;    /* what NVML must see of the trace at the moment
+                                  (mt_breakdown_visible): a sample reading less missed it */
+    uint64_t before_ns, before_bytes, after_ns, after_bytes; /* MT_PROCESS_LAGGED: the samples
+                                  around the moment (after_ns = 0: none after it) */
+    int64_t context_bytes;     /* process - reserved - other, never negative */
     uint64_t driver_bytes;     /* DRIVER-kind bytes the trace saw (inside context_bytes) */
     uint64_t reserved_bytes;   /* caching_bytes + pool_bytes */
     uint64_t caching_bytes;    /* live DEVICE/VMM_PHYSICAL allocations of the caching allocator */

@@ -286,7 +286,7 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (!u->is_host) {
         if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
             p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u));
     }
     if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
@@ -423,7 +423,7 @@ static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, 
         d->nvml[d->n_nvml++] = *s;
     }
     if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
-    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml);
+    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(u));
     return 0;
 }
 

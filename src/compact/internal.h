@@ -114,6 +114,12 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
 /* Fills b from the tracker's live set on usage slot u (a GPU device) at time_rel (since start). */
 int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
                           uint64_t time_rel);
-/* Sets the process total from the last sample at or before b->time_ns and the remainder. */
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n);
+/* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
+ * (driver-internal included), with the async allocations of a pool replaced by the pool's
+ * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
+uint64_t mt_breakdown_visible(const mt_usage *u);
+/* Pairs b's moment with an NVML sample consistent with it, one that read at least the `visible`
+ * bytes the trace had live then: the next one, else the one in effect; then the remainder.
+ * None: the total is unknown, and b says why. */
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible);
 #endif
