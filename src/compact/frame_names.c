@@ -167,25 +167,39 @@ size_t mt_cxx_short_name(const char *in, char *out, size_t cap)
 /* ---- roles in the user's view ------------------------------------------------------------------ */
 
 /* Who allocated, by a native frame's function name or module: the first rule that matches wins.
- * Python frames are never looked at (a script called "nccl_test.py" is not NCCL). */
+ * Allocators by a name anywhere in the (namespaced) function; libraries by their own API prefix or
+ * their module ("cublasCreate_v2", "libcublas.so.13+0x12"), so that PyTorch's operators named
+ * after them (at::native::cudnn_convolution) stay the program's; PyTorch's own cuBLAS handle and
+ * workspace functions count as cuBLAS. Python frames are never looked at (a script called
+ * "nccl_test.py" is not NCCL). */
 static const struct {
-    const char *needle, *owner;
+    const char *needle;
+    int prefix; /* the name starts with needle (else: contains it) */
+    const char *owner;
     int is_allocator;
 } owner_rules[] = {
-    {"CUDACachingAllocator", MT_OWNER_CACHING_ALLOCATOR, 1},
-    {"BFCAllocator", MT_OWNER_XLA_ALLOCATOR, 1}, /* XLA/TensorFlow (tsl::BFCAllocator) */
-    {"cublas", "cuBLAS", 0}, /* cublasCreate_v2, cublasLt..., libcublas*.so+0x... */
-    {"cudnn", "cuDNN", 0},
-    {"nccl", "NCCL", 0},
+    {"CUDACachingAllocator", 0, MT_OWNER_CACHING_ALLOCATOR, 1},
+    {"BFCAllocator", 0, MT_OWNER_XLA_ALLOCATOR, 1}, /* XLA/TensorFlow (tsl::BFCAllocator) */
+    {"cublas", 1, "cuBLAS", 0},                   /* cublasCreate_v2, cublasLtMatmul */
+    {"libcublas", 1, "cuBLAS", 0},                /* libcublas.so.13+0x21815a, libcublasLt */
+    {"at::cuda::getCurrentCUDABlas", 1, "cuBLAS", 0}, /* handles */
+    {"at::cuda::getCUDABlasLtWorkspace", 1, "cuBLAS", 0},
+    {"at::cuda::setWorkspaceForHandle", 1, "cuBLAS", 0},
+    {"cudnn", 1, "cuDNN", 0},
+    {"libcudnn", 1, "cuDNN", 0},
+    {"nccl", 1, "NCCL", 0},
+    {"libnccl", 1, "NCCL", 0},
 };
 
 const char *mt_owner_of_name(const char *fn, int *is_allocator)
 {
-    for (size_t r = 0; r < sizeof owner_rules / sizeof *owner_rules; r++)
-        if (strstr(fn, owner_rules[r].needle)) {
+    for (size_t r = 0; r < sizeof owner_rules / sizeof *owner_rules; r++) {
+        const char *needle = owner_rules[r].needle;
+        if (owner_rules[r].prefix ? strncmp(fn, needle, strlen(needle)) == 0 : strstr(fn, needle) != NULL) {
             if (is_allocator) *is_allocator = owner_rules[r].is_allocator;
             return owner_rules[r].owner;
         }
+    }
     /* CuPy's pool: Cython functions of cupy.cuda.memory (__pyx_..._4cupy_4cuda_6memory_...) */
     if (strstr(fn, "cupy") && strstr(fn, "memory") && strstr(fn, "Pool")) {
         if (is_allocator) *is_allocator = 1;
@@ -488,18 +502,21 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
     int alloc = 0;
     const char *owner = mt_frames_owner(f, l->stack, &alloc);
     /* an allocator's own reservations; what it hands out (async tensors in tensor mode) is the
-     * program's */
+     * program's, or a library's when a library asked for it (cuBLAS workspaces) */
     int reserves = l->kind == MT_KIND_DEVICE || l->kind == MT_KIND_VMM_PHYSICAL ||
                    l->kind == MT_KIND_PITCH || l->kind == MT_KIND_MANAGED;
     if (alloc && reserves) {
         *holder = owner;
         return MT_HOLD_CACHE;
     }
-    /* libraries are named by the rules' own strings, never by a frame */
-    if (!alloc && (strcmp(owner, "cuBLAS") == 0 || strcmp(owner, "cuDNN") == 0 ||
-                   strcmp(owner, "NCCL") == 0)) {
-        *holder = owner;
-        return MT_HOLD_LIBRARY;
+    mt_view_cache *v = cache_of(f);
+    size_t n = v && l->stack ? both_paths(f, v, l->stack, MT_NAME_SHORT) : 0;
+    for (size_t k = n; k-- > 0;) { /* innermost library that asked for it */
+        const char *user;
+        if ((v->flg[k] & MT_FF_NATIVE) && role(v, v->lng[k], &user) == MT_ROLE_LIBRARY) {
+            *holder = user;
+            return MT_HOLD_LIBRARY;
+        }
     }
     *holder = "program";
     return MT_HOLD_PROGRAM;
