@@ -64,6 +64,8 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
         u64f(o, "process_sample_time_ns", b->process_sample_ns, 1);
         key(o, "process_sample_after");
         mt_out_puts(o, b->process_sample_after ? "true," : "false,");
+        key(o, "process_sample_same_bytes"); /* the trace had the moment's bytes live then: exact */
+        mt_out_puts(o, b->process_sample_same ? "true," : "false,");
         key(o, "context_driver_bytes");
         mt_out_printf(o, "%lld,", (long long)b->context_bytes);
     } else {

@@ -186,7 +186,10 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
         mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s%s\n",
                       mt_format_bytes(b->process_bytes, b1, sizeof b1),
                       mt_format_rel(b->process_sample_ns, t1, sizeof t1),
-                      b->process_sample_after ? ", the next one" : ", the one in effect");
+                      b->process_sample_same    ? " (same bytes live in the trace)"
+                      : b->process_sample_after ? ", the next one (not exact: the trace's bytes changed)"
+                                                : ", the one in effect (not exact: the trace's bytes "
+                                                  "changed)");
         mt_out_printf(o, "    = CUDA context & driver       %10s   remainder; driver-internal seen "
                          "by the trace: %s\n",
                       mt_format_bytes((uint64_t)b->context_bytes, b1, sizeof b1),

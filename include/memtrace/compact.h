@@ -250,9 +250,9 @@ typedef struct mt_breakdown {
     int process_known;         /* an NVML sample consistent with the moment exists */
     uint64_t process_bytes;    /* that sample's value */
     uint64_t process_sample_ns; /* its time, since trace start */
-    int process_sample_after;  /* it is the first sample after the moment (else the last one at
-                                  or before it, when there is none after or that one read less
-                                  than the trace had live) */
+    int process_sample_same;   /* the trace had the moment's bytes live when it was read: the
+                                  total is the moment's (else it is the sample after or before) */
+    int process_sample_after;  /* it was read after the moment */
     mt_process_unknown process_unknown; /* why not, when !process_known */
     uint64_t visible_bytes;    /* what NVML must see of the trace at the moment
                                   (mt_breakdown_visible): a sample reading less missed it */
@@ -293,6 +293,10 @@ typedef struct mt_end_holder {
 typedef struct mt_sample_point {
     uint64_t time_ns; /* since trace start */
     uint64_t value;
+    uint64_t api_visible; /* NVML samples: mt_breakdown_visible less driver-internal bytes on the
+                             device when the sample was read in file order (samples and events of
+                             other threads interleave in the file within the recorder's flush
+                             delay; driver-internal records come later still) */
 } mt_sample_point;
 
 typedef struct mt_device_report {

@@ -31,6 +31,7 @@ static inline uint64_t agg_key(const mt_lifetime *l)
 }
 
 typedef struct timeline {
+    uint64_t api_visible; /* the slot's NVML-visible bytes less driver-internal (see sample_seen) */
     uint64_t width; /* ns per bucket; doubles when the trace outgrows MT_TIMELINE_POINTS buckets */
     uint64_t n;     /* buckets in use (highest index + 1) */
     mt_timeline_point p[MT_TIMELINE_POINTS];
@@ -47,9 +48,28 @@ typedef struct nvml_sample {
     mt_sample_point p;
 } nvml_sample;
 
+/* What the trace had live when an NVML sample was read, by event time: a sample is written by the
+ * sampler thread while other threads' events of the same moments may sit in their rings for a
+ * while, so the file order of a sample and the events around it is not their time order. Each
+ * sample starts from the live bytes of its place in the file, less the changes of the last
+ * HISTORY events that happened after its time, and takes every change of an event from before its
+ * time that comes later in the file, for SAMPLE_WINDOW_NS of event time after it. */
+#define HISTORY 65536
+#define SAMPLE_WINDOW_NS 2000000000ull
+
+typedef struct change {
+    uint64_t t; /* since trace start */
+    int32_t device;
+    int64_t delta;
+} change;
+
 typedef struct pass1 {
     nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
     size_t n_nvml, cap_nvml;
+    int64_t *nvml_live;  /* parallel to nvml: the trace's live bytes at the sample, so far */
+    size_t first_pending; /* samples from here on may still take changes */
+    change *hist;        /* the last HISTORY changes, a ring */
+    size_t hist_n, hist_head;
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
@@ -93,6 +113,8 @@ static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
     if (b + 1 > tl->n) tl->n = b + 1;
 }
 
+static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host);
+
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     pass1 *p = ctx;
@@ -109,7 +131,37 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         p->tl = nt;
         p->n_tl = n;
     }
-    timeline_note(&p->tl[i], u, rel(time_ns, p->start));
+    uint64_t t = rel(time_ns, p->start);
+    timeline_note(&p->tl[i], u, t);
+    if (u->is_host) return;
+    uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
+    int64_t delta = (int64_t)(v - p->tl[i].api_visible);
+    p->tl[i].api_visible = v;
+    if (!delta) return;
+    if (!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) {
+        p->oom = 1;
+        return;
+    }
+    p->hist[p->hist_head] = (change){t, u->device, delta};
+    p->hist_head = (p->hist_head + 1) % HISTORY;
+    if (p->hist_n < HISTORY) p->hist_n++;
+    while (p->first_pending < p->n_nvml && p->nvml[p->first_pending].p.time_ns + SAMPLE_WINDOW_NS < t)
+        p->first_pending++;
+    for (size_t k = p->first_pending; k < p->n_nvml; k++)
+        if (p->nvml[k].device == u->device && t <= p->nvml[k].p.time_ns) p->nvml_live[k] += delta;
+}
+
+/* A new sample: the live bytes of its place in the file, less the changes already read that
+ * happened after it. */
+static int64_t sample_seen(const pass1 *p, int32_t device, uint64_t t)
+{
+    const mt_usage *u = find_usage(p->t, device, 0);
+    int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
+    for (size_t k = 0; k < p->hist_n; k++) {
+        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
+        if (c->device == device && c->t > t) live -= c->delta;
+    }
+    return live;
 }
 
 /* ---- snapshots of the live set ----------------------------------------------------------------- */
@@ -286,7 +338,8 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (!u->is_host) {
         if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
             p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u));
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u),
+                                 u->by_kind[MT_KIND_DRIVER]);
     }
     if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
@@ -342,11 +395,14 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
             nvml_sample *nv = realloc(p->nvml, ncap * sizeof *nv);
             if (!nv) return -1;
             p->nvml = nv;
+            int64_t *nl = realloc(p->nvml_live, ncap * sizeof *nl);
+            if (!nl) return -1;
+            p->nvml_live = nl;
             p->cap_nvml = ncap;
         }
-        p->nvml[p->n_nvml++] = (nvml_sample){
-            rec->u.sample.device,
-            {rel(rec->u.sample.time_ns, a->header.start_monotonic_ns), rec->u.sample.value}};
+        uint64_t t = rel(rec->u.sample.time_ns, a->header.start_monotonic_ns);
+        p->nvml_live[p->n_nvml] = sample_seen(p, rec->u.sample.device, t);
+        p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
     }
     case MT_REC_PROCESS:
@@ -416,6 +472,7 @@ static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, 
     for (size_t k = 0; k < p->n_nvml; k++) {
         if (p->nvml[k].device != u->device) continue;
         const mt_sample_point *s = &p->nvml[k].p;
+        p->nvml[k].p.api_visible = p->nvml_live[k] > 0 ? (uint64_t)p->nvml_live[k] : 0;
         if (!d->n_nvml || s->value > d->nvml_max) {
             d->nvml_max = s->value;
             d->nvml_max_time_ns = s->time_ns;
@@ -423,7 +480,8 @@ static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, 
         d->nvml[d->n_nvml++] = *s;
     }
     if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
-    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(u));
+    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(u),
+                             u->by_kind[MT_KIND_DRIVER]);
     return 0;
 }
 
@@ -557,6 +615,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(devs);
     free(p.tl);
     free(p.nvml);
+    free(p.nvml_live);
+    free(p.hist);
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);

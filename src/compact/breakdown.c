@@ -107,39 +107,51 @@ uint64_t mt_breakdown_visible(const mt_usage *u)
     return u->in_use + (u->pool_reserved - async);
 }
 
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible)
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
+                              uint64_t driver)
 {
-    /* The first sample after the moment: the moment's memory was allocated at or before it (a
-     * peak is the moment its last allocation was made), so only a later sample has seen it; at
-     * the end of a trace there is none, and the last one stands. A sample reading less than the
-     * trace had live cannot be the moment's total (a lagging sample before a burst is what made
-     * the remainder negative): then the other one, else unknown. Samples are written in time
-     * order by one sampler thread; a scan is safe even if they were not. */
-    b->process_known = 0;
-    b->process_sample_after = 0;
+    /* 1. A sample read while the trace had the moment's bytes live (driver-internal aside: those
+     *    records arrive late) saw the moment's memory: the nearest such sample.
+     * 2. Else the first sample after the moment: the moment's memory was allocated at or before
+     *    it (a peak is the moment its last allocation was made), so a later sample has seen it;
+     *    at the end of a trace there is none after, and the last one stands.
+     * A sample reading less than the trace had live cannot be the moment's total (a lagging
+     * sample before a burst is what once made the remainder negative): then the other one, else
+     * unknown. Samples are written in time order by one sampler thread; scans are safe if not. */
+    b->process_known = b->process_sample_same = b->process_sample_after = 0;
     b->visible_bytes = visible;
     b->process_unknown = n ? MT_PROCESS_LAGGED : MT_PROCESS_NO_SAMPLES;
-    const mt_sample_point *before = NULL, *after = NULL;
+    uint64_t live = b->reserved_bytes + b->other_bytes;
+    if (live > visible) visible = live; /* never a negative remainder */
+    uint64_t api = visible - (driver < visible ? driver : visible);
+    const mt_sample_point *before = NULL, *after = NULL, *same = NULL;
+    uint64_t same_dist = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {
-        if (s[i].time_ns <= b->time_ns) {
-            if (!before || s[i].time_ns >= before->time_ns) before = &s[i];
-        } else if (!after || s[i].time_ns < after->time_ns) {
+        uint64_t t = s[i].time_ns;
+        if (t <= b->time_ns) {
+            if (!before || t >= before->time_ns) before = &s[i];
+        } else if (!after || t < after->time_ns) {
             after = &s[i];
+        }
+        uint64_t dist = t > b->time_ns ? t - b->time_ns : b->time_ns - t;
+        if (s[i].api_visible == api && s[i].value >= visible && dist < same_dist) {
+            same = &s[i];
+            same_dist = dist;
         }
     }
     b->before_ns = before ? before->time_ns : 0;
     b->before_bytes = before ? before->value : 0;
     b->after_ns = after ? after->time_ns : 0;
     b->after_bytes = after ? after->value : 0;
-    uint64_t live = b->reserved_bytes + b->other_bytes;
-    if (live > visible) visible = live; /* never a negative remainder */
-    const mt_sample_point *pick = after && after->value >= visible     ? after
-                                : before && before->value >= visible ? before
-                                                                      : NULL;
+    const mt_sample_point *pick = same                                  ? same
+                                : after && after->value >= visible     ? after
+                                : before && before->value >= visible   ? before
+                                                                        : NULL;
     if (!pick) return;
     b->process_known = 1;
     b->process_unknown = MT_PROCESS_KNOWN;
-    b->process_sample_after = pick == after;
+    b->process_sample_same = pick == same;
+    b->process_sample_after = pick->time_ns > b->time_ns;
     b->process_bytes = pick->value;
     b->process_sample_ns = pick->time_ns;
     b->context_bytes = (int64_t)(pick->value - live);

@@ -118,8 +118,9 @@ int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, co
  * (driver-internal included), with the async allocations of a pool replaced by the pool's
  * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
 uint64_t mt_breakdown_visible(const mt_usage *u);
-/* Pairs b's moment with an NVML sample consistent with it, one that read at least the `visible`
- * bytes the trace had live then: the next one, else the one in effect; then the remainder.
- * None: the total is unknown, and b says why. */
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible);
+/* Pairs b's moment with an NVML sample consistent with it (see breakdown.c); then the remainder.
+ * visible: mt_breakdown_visible at the moment, driver: its driver-internal bytes. None: the total
+ * is unknown, and b says why. */
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
+                              uint64_t driver);
 #endif
