@@ -106,19 +106,19 @@ static int parse_device(const char *s, int *out)
     return 0;
 }
 
-/* Says on stderr which device a folded export shows when none was asked for and there was a
- * choice (the output itself must stay pure folded lines). */
+/* Says on stderr which GPU a folded export shows when none was asked for and the trace has
+ * several (the output itself must stay pure folded lines; host memory is never the default when
+ * there is a GPU, so it needs no note). */
 static void say_device(mt_analysis *const *as, int n)
 {
     for (int i = 0; i < n; i++) {
         const mt_device_report *d = mt_select_device(as[i], MT_DEVICE_AUTO);
-        size_t others = as[i]->n_devices + (as[i]->host != NULL) - (d != NULL);
-        if (!d || !others) continue;
+        if (!d || as[i]->n_devices < 2) continue;
         char root[32];
         fprintf(stderr, "memtrace: export: %s: %s (the largest peak); the trace has %zu other "
-                        "device%s: choose with --device N|host\n",
-                as[i]->path, mt_device_root_name(d, root, sizeof root), others,
-                others == 1 ? "" : "s");
+                        "GPU%s: choose with --device N\n",
+                as[i]->path, mt_device_root_name(d, root, sizeof root), as[i]->n_devices - 1,
+                as[i]->n_devices == 2 ? "" : "s");
     }
 }
 
