@@ -143,6 +143,40 @@ Test(export, chrome_format_and_filters)
     cr_expect_eq(s.min_bytes, 524288);
 }
 
+/* Tracks are device x kind (x stream when a kind used several), never per size or name; driver
+ * slices only on request; the viewers' rules hold (check_chrome.py). */
+Test(export, chrome_tracks_by_kind_and_stream)
+{
+    fx f;
+    fx_open(&f, "tracks.mtrace");
+    fx_process(&f, "app", "app");
+    mt_record r = {.type = MT_REC_EVENT};
+    for (int i = 0; i < 6; i++) { /* async on streams 0x10 and 0x20, device, driver */
+        r.u.event = (mt_event){.time_ns = FX_T0 + (uint64_t)(i + 1) * MS, .address = A + (uint64_t)i * 0x100000,
+                               .bytes = 4096u << i, .stream = i % 2 ? 0x20 : 0x10, .tid = 7,
+                               .context = 1, .device = 0, .op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC};
+        fx_put(&f, &r);
+    }
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x1000000, 1 << 20, 8, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x2000000, 4, 9, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x2000100, 8, 9, 0, 1, MT_EF_ACTIVITY);
+    fx_end(&f, 12, 9, 0);
+    fx_close(&f);
+    chrome_summary s;
+    export_chrome(f.path, "", "tracks.json", &s);
+    cr_expect_eq(s.slices, 7, "no driver slices by default");
+    cr_expect_eq(s.tracks, 3, "cuda:0 async stream 1, cuda:0 async stream 2, cuda:0 device");
+    export_chrome(f.path, "--driver-slices", "tracks-drv.json", &s);
+    cr_expect_eq(s.slices, 9);
+    cr_expect_eq(s.tracks, 4, "and cuda:0 driver");
+    char out[512], cmd[4096];
+    mt_test_tmpname(out, sizeof out, "tracks2.json");
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s && grep -q '\"name\":\"cuda:0 async "
+                              "stream 2\"' %s && grep -q '\"driver_internal_slices_left_out\":2' %s",
+             out, f.path, out, out);
+    cr_expect_eq(run_status(cmd), 0, "%s", cmd);
+}
+
 Test(export, json_report_via_cli)
 {
     fx f;
