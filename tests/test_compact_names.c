@@ -118,6 +118,12 @@ Test(names, roles)
     cr_expect_str_eq(user, MT_OWNER_CACHING_ALLOCATOR);
     cr_expect_eq(mt_frame_role_of("libcublas.so.13+0x21815a", user, sizeof user), MT_ROLE_LIBRARY);
     cr_expect_str_eq(user, "cuBLAS");
+    cr_expect_eq(mt_frame_role_of("void* at::cuda::getCUDABlasLtWorkspace<float>()", user, sizeof user),
+                 MT_ROLE_LIBRARY, "a prefix rule sees the name without its return type");
+    cr_expect_eq(mt_frame_role_of("at::native::cudnn_convolution(at::Tensor const&)", user, sizeof user),
+                 MT_ROLE_PLAIN, "an ATen function named after cuDNN is not cuDNN");
+    cr_expect_eq(mt_frame_role_of("cudnnConvolutionForward", user, sizeof user), MT_ROLE_LIBRARY);
+    cr_expect_str_eq(user, "cuDNN");
     cr_expect_eq(mt_frame_role_of("torch::autograd::Node::operator()(std::vector<at::Tensor, "
                                   "std::allocator<at::Tensor> >&&)", user, sizeof user),
                  MT_ROLE_PLAIN);

@@ -193,9 +193,12 @@ static const struct {
 
 const char *mt_owner_of_name(const char *fn, int *is_allocator)
 {
+    char shortn[512]; /* prefixes are matched without a return type ("void* at::cuda::...") */
+    mt_cxx_short_name(fn, shortn, sizeof shortn);
     for (size_t r = 0; r < sizeof owner_rules / sizeof *owner_rules; r++) {
         const char *needle = owner_rules[r].needle;
-        if (owner_rules[r].prefix ? strncmp(fn, needle, strlen(needle)) == 0 : strstr(fn, needle) != NULL) {
+        if (owner_rules[r].prefix ? strncmp(shortn, needle, strlen(needle)) == 0
+                                  : strstr(fn, needle) != NULL) {
             if (is_allocator) *is_allocator = owner_rules[r].is_allocator;
             return owner_rules[r].owner;
         }
