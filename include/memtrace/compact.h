@@ -82,8 +82,9 @@ int mt_frames_add(mt_frames *f, const mt_record *r);
  * the single pseudo frame "[no stack]". Names are owned by f and live as long as it does. */
 size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                       size_t cap);
-/* mt_frames_path keeping only the frames `filter` selects; flags (may be NULL) receives MT_FF_* of
- * each name written. */
+/* mt_frames_path keeping only the frames `filter` selects (MT_FRAMES_USER: names that stand for
+ * frames, "aten::linear", carry MT_FF_ROLE); flags (may be NULL) receives MT_FF_* of each name
+ * written. */
 size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
                          const char **out, uint8_t *flags, size_t cap);
 /* MT_NAME_SHORT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
@@ -103,8 +104,9 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
 int mt_python_file_matches(const char *recorded, const char *wanted);
 /* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_CACHING_ALLOCATOR
  * ("CUDACachingAllocator" in a name; *is_allocator = 1), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
- * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*), "cuDNN"
- * (cudnn*), "NCCL" (nccl*), else the first user frame. Cached per stack. Short names. */
+ * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
+ * PyTorch's cuBLAS handle and workspace functions), "cuDNN" (cudnn*, libcudnn*), "NCCL" (nccl*,
+ * libnccl*), else the first user frame. Cached per stack. Short names. */
 const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
 /* The frame that names an allocation, never an allocator or CUDA frame: the innermost Python
  * frame; else the autograd node ("ConvolutionBackward0") or, without one, the outermost ATen
