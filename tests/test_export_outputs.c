@@ -177,6 +177,28 @@ Test(export, chrome_tracks_by_kind_and_stream)
     cr_expect_eq(run_status(cmd), 0, "%s", cmd);
 }
 
+/* Frame names flamegraph.pl would misread: a ';' splits a frame, a stack ending in " 42" reads as
+ * a second (differential) count. */
+Test(export, folded_lines_flamegraph_reads)
+{
+    fx f;
+    fx_open(&f, "weird.mtrace");
+    fx_module(&f, 1, "/usr/bin/app", 0x400000, 0x410000);
+    fx_node(&f, 1, 0, 0x401000, MT_FRAME_NATIVE);
+    fx_node(&f, 2, 1, 0x402000, MT_FRAME_NATIVE);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 4096, 1, 2);
+    fx_symbol(&f, 0x401000, 0, "a;b", "", 0);
+    fx_symbol(&f, 0x402000, 0, "step 42", "", 0);
+    fx_end(&f, 2, 1, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    char *text = fx_folded_of(a, fx_dev(a, 0), MT_METRIC_PEAK, MT_FRAMES_ALL);
+    cr_expect_str_eq(text, "cuda:0;a,b;step_42 4096\n");
+    cr_expect_eq(fx_folded_sum(text, "cuda:0"), 4096);
+    free(text);
+    mt_analysis_free(a);
+}
+
 Test(export, json_report_via_cli)
 {
     fx f;
