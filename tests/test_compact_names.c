@@ -53,6 +53,8 @@ static const struct {
     {"libcuda.so.1+0x2a1b3c", "libcuda.so.1+0x2a1b3c"},
     {"main", "main"},
     {"deep_fn_3", "deep_fn_3"},
+    {"vtable for c10::Error", "vtable for c10::Error"},
+    {"step 42", "step 42"},
 };
 
 Test(names, cxx_short_names)

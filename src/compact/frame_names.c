@@ -150,9 +150,10 @@ size_t mt_cxx_short_name(const char *in, char *out, size_t cap)
     }
     if (params_at != (size_t)-1) b.n = params_at; /* drop qualifiers after the parameters */
     while (b.n && b.p[b.n - 1] == ' ') b.n--;
-    /* the return type ends at the last blank outside operator names and lambdas */
+    /* the return type ends at the last blank outside operator names and lambdas; only functions
+     * have one ("vtable for X", "guard variable for X" keep their words) */
     size_t start = 0;
-    for (size_t k = 0; k < b.n; k++)
+    for (size_t k = 0; params_at != (size_t)-1 && k < b.n; k++)
         if (b.p[k] == ' ') start = k + 1;
     size_t n = 0;
     for (size_t k = start; k < b.n; k++) b.p[n++] = b.p[k] == KEEP_BLANK ? ' ' : b.p[k];
