@@ -256,3 +256,27 @@ Test(names, no_python_defaults_to_all)
     cr_expect_str_eq(names[0], "run");
     mt_frames_free(f);
 }
+
+/* Symbols appended after names were asked for (symbolize runs after recording): the answers
+ * cached per stack are redone. */
+Test(names, late_symbols_redo_cached_answers)
+{
+    const mt_record recs[] = {
+        MOD(5, "/usr/bin/app", 0x500000, 0x600000),
+        NODE(30, 0, 0x500010, MT_FRAME_NATIVE),
+        NODE(31, 30, 0x500020, MT_FRAME_NATIVE),
+    };
+    mt_frames *f = frames_of(recs, sizeof recs / sizeof *recs);
+    cr_expect_str_eq(mt_frames_first_user(f, 31), "app+0x20");
+    int alloc = 1;
+    cr_expect_str_eq(mt_frames_owner(f, 31, &alloc), "app+0x20");
+    const mt_record late[] = {
+        SYM(0x500020, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long, CUstream_st*)"),
+        SYM(0x500010, "train_step(Model&)"),
+    };
+    for (size_t i = 0; i < 2; i++) cr_assert_eq(mt_frames_add(f, &late[i]), 1);
+    cr_expect_str_eq(mt_frames_first_user(f, 31), "train_step");
+    cr_expect_str_eq(mt_frames_owner(f, 31, &alloc), MT_OWNER_CACHING_ALLOCATOR);
+    cr_expect(alloc);
+    mt_frames_free(f);
+}

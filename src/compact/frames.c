@@ -476,7 +476,11 @@ mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter)
     return mt_frames_has_python(f) ? MT_FRAMES_USER : MT_FRAMES_ALL;
 }
 
-mt_view_cache **mt_frames_view_cache(mt_frames *f) { return &f->view; }
+mt_view_cache **mt_frames_view_cache(mt_frames *f)
+{
+    prepare(f); /* records added since the last call rebuild names: per-leaf answers go first */
+    return &f->view;
+}
 
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname)
 {

@@ -102,6 +102,7 @@ const char *mt_owner_of_name(const char *fn, int *is_allocator);
 typedef struct mt_view_cache mt_view_cache;
 void mt_view_cache_free(mt_view_cache *v);
 void mt_view_cache_forget(mt_view_cache *v); /* names were rebuilt: per-leaf answers are stale */
+/* f's view cache (NULL until frame_names.c makes it), after bringing f's indexes up to date. */
 mt_view_cache **mt_frames_view_cache(mt_frames *f);
 /* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
  * string or owned by f. */
