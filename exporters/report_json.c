@@ -19,19 +19,21 @@ static void u64f(mt_out *o, const char *k, uint64_t v, int comma)
 }
 
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
-                       size_t top, mt_frame_filter filter, mt_namebuf *nb)
+                       size_t top, const mt_report_options *ro, mt_namebuf *nb)
 {
+    mt_frame_filter filter = mt_frames_resolve(a->frames, ro->frames);
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < l->n && i < top; i++) {
         const mt_stack_stat *s = &l->v[i];
-        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, filter, nb) < 0) return -1;
+        if (mt_stat_frames(a->frames, s, ro->names, filter, ro->full_stacks, nb) < 0) return -1;
         mt_out_puts(o, i ? ",{" : "{");
         u64f(o, "bytes", s->bytes, 1);
         u64f(o, "count", s->count, 1);
         key(o, "share");
         mt_out_printf(o, "%.6f,", whole ? (double)s->bytes / (double)whole : 0.0);
         key(o, "first_user_frame");
-        mt_out_json_string(o, s->driver ? nb->v[0] : mt_frames_first_user(a->frames, s->stack));
+        mt_out_json_string(o, s->driver ? nb->v[0]
+                                        : mt_frames_first_user_ex(a->frames, s->stack, ro->names));
         mt_out_write(o, ",", 1);
         key(o, "frames");
         mt_out_write(o, "[", 1);
@@ -60,13 +62,22 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
     if (b->process_known) {
         mt_out_printf(o, "%llu,", (unsigned long long)b->process_bytes);
         u64f(o, "process_sample_time_ns", b->process_sample_ns, 1);
+        key(o, "process_sample_after");
+        mt_out_puts(o, b->process_sample_after ? "true," : "false,");
+        key(o, "process_sample_same_bytes"); /* the trace had the moment's bytes live then: exact */
+        mt_out_puts(o, b->process_sample_same ? "true," : "false,");
         key(o, "context_driver_bytes");
         mt_out_printf(o, "%lld,", (long long)b->context_bytes);
     } else {
         mt_out_puts(o, "\"unknown\",");
+        key(o, "process_unknown_reason");
+        mt_out_puts(o, b->process_unknown == MT_PROCESS_LAGGED
+                           ? "\"the NVML samples around it read less than the trace had live\","
+                           : "\"no NVML samples in the trace\",");
         key(o, "context_driver_bytes");
         mt_out_puts(o, "\"unknown\",");
     }
+    u64f(o, "visible_bytes", b->visible_bytes, 1);
     u64f(o, "driver_internal_bytes", b->driver_bytes, 1);
     u64f(o, "allocator_reserved_bytes", b->reserved_bytes, 1);
     u64f(o, "caching_allocator_bytes", b->caching_bytes, 1);
@@ -145,7 +156,6 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
                          const mt_report_options *ro, mt_namebuf *nb)
 {
     size_t top = ro->top;
-    mt_frame_filter filter = ro->frames;
     const mt_usage *u = &d->u;
     char root[32];
     mt_out_write(o, "{", 1);
@@ -195,6 +205,22 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     }
     u64f(o, "leak_bytes", d->leak_bytes, 1);
     u64f(o, "leak_count", d->leak_count, 1);
+    key(o, "end_holders");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < d->n_end_holders; i++) {
+        static const char *const kinds[] = {"allocator cache", "library", "driver", "program"};
+        mt_out_puts(o, i ? ",{" : "{");
+        key(o, "holder");
+        mt_out_json_string(o, d->end_holders[i].holder);
+        mt_out_write(o, ",", 1);
+        key(o, "kind");
+        mt_out_json_string(o, kinds[d->end_holders[i].kind & 3]);
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->end_holders[i].bytes, 1);
+        u64f(o, "count", d->end_holders[i].count, 0);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
     if (!u->is_host) {
         if (d->n_nvml) {
             u64f(o, "nvml_max_bytes", d->nvml_max, 1);
@@ -215,10 +241,10 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
         }
     }
     key(o, "peak_stacks");
-    if (stack_array(o, a, &d->peak_stacks, u->peak, top, filter, nb) < 0) return -1;
+    if (stack_array(o, a, &d->peak_stacks, u->peak, top, ro, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "leaks");
-    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, nb) < 0) return -1;
+    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, ro, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "timeline");
     mt_out_write(o, "[", 1);
@@ -237,7 +263,6 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
 static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
 {
     size_t top = ro->top;
-    mt_frame_filter filter = ro->frames;
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
@@ -319,7 +344,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         u64f(o, "bytes", d->leak_bytes, 1);
         u64f(o, "count", d->leak_count, 1);
         key(o, "stacks");
-        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, &nb);
+        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, ro, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");
@@ -345,10 +370,10 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");
-        if ((rc = stack_array(o, a, &one, f->bytes, 1, filter, &nb)) < 0) break;
+        if ((rc = stack_array(o, a, &one, f->bytes, 1, ro, &nb)) < 0) break;
         mt_out_write(o, ",", 1);
         key(o, "live");
-        rc = stack_array(o, a, &f->live, f->in_use, top, filter, &nb);
+        rc = stack_array(o, a, &f->live, f->in_use, top, ro, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");

@@ -285,7 +285,7 @@ say "overhead torch _record_memory_history(stacks=python) vs untraced default al
 say "== report / export"
 for n in default expandable async tensors; do
   run "$MT" report "$W/$n.mtrace"
-  "$MT" export --format folded --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
+  "$MT" export --format folded --frames all --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
   "$MT" export --format chrome -o "$W/$n.chrome.json.gz" "$W/$n.mtrace" 2>> "$LOG"; check "export chrome $n" 0 $?
   check "folded peak sums == report peak_bytes ($n)" ok "$($PY - "$W/$n.json" "$W/$n.folded" <<'PYEOF'
 import json, sys, collections
@@ -316,6 +316,7 @@ if want basics; then
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
 fi
 grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
+"$MT" export --format folded --frames all --metric peak "$W/tensors.mtrace" 2>> "$LOG" | grep -q 'DeviceCachingAllocator::'; check "tensor stacks end inside PyTorch's caching allocator" 0 $?
 
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
 say "== fixtures"

@@ -226,8 +226,7 @@ Test(compact, driver_internal_bytes)
     cr_assert_eq(d->peak_stacks.n, 2);
     cr_expect_eq(d->peak_stacks.v[0].driver, 1);
     cr_expect_eq(d->peak_stacks.v[0].bytes, 400);
-    mt_folded_metric m = MT_METRIC_PEAK;
-    char *folded = fx_capture(a, fx_folded_fn, &m, "drv.folded");
+    char *folded = fx_folded_of(a, d, MT_METRIC_PEAK, MT_FRAMES_AUTO);
     cr_expect(strstr(folded, "cuda:0;[driver internal] 400\n"), "%s", folded);
     cr_expect(strstr(folded, "cuda:0;[no stack] 150\n"), "%s", folded);
     free(folded);

@@ -28,20 +28,29 @@ extern "C" {
 
 typedef struct mt_frames mt_frames;
 
+/* How a frame is named. Every output (text and JSON reports, folded, Chrome, speedscope) uses the
+ * same names; frames.c lists them. */
 typedef enum mt_name_style {
-    MT_NAME_REPORT = 0, /* "function (file:line)", "module.so+0x1a2b", "/full/file.py:42 in qualname" */
-    MT_NAME_FOLDED = 1, /* "function", "module.so+0x1a2b", "/full/file.py:qualname:42";
-                           never contains ';' or '\n' */
-    MT_NAME_TEXT = 2,   /* as REPORT with a short Python path: "pkg/file.py:42 in qualname"
-                           (below site-packages, relative to the base dir, or the last 2 parts) */
-    MT_NAME_STYLES_ = 3,
+    MT_NAME_SHORT = 0, /* default: C++ without return type, template arguments and parameters
+                          ("at::native::cudnn_convolution_backward_weight"), Python
+                          "Module._call_impl (torch/nn/modules/module.py:1790)" with a short path
+                          (below site-packages, relative to the base dir, or the last 2 parts) */
+    MT_NAME_LONG = 1,  /* `--long-names`: whole demangled signatures, Python paths as recorded */
+    MT_NAME_STYLES_ = 2,
 } mt_name_style;
 
 /* Which frames a path keeps (`--frames`). Pseudo frames are always kept. */
 typedef enum mt_frame_filter {
-    MT_FRAMES_ALL = 0,
-    MT_FRAMES_PYTHON = 1, /* Python frames only */
-    MT_FRAMES_NATIVE = 2, /* no Python frames */
+    MT_FRAMES_AUTO = 0,   /* user when the trace has Python frames, else all (mt_frames_resolve) */
+    MT_FRAMES_ALL = 1,
+    MT_FRAMES_PYTHON = 2, /* Python frames only */
+    MT_FRAMES_NATIVE = 3, /* no Python frames */
+    MT_FRAMES_USER = 4,   /* a PyTorch user's view: the Python frames, the ATen operator called
+                             ("aten::linear"; of operators calling operators the first and the
+                             last, "aten::conv2d", "aten::cudnn_convolution"), the autograd node
+                             of a backward allocation ("ConvolutionBackward0"), the library that
+                             allocated ("cuBLAS", MT_OWNER_CACHING_ALLOCATOR, ...); nothing else
+                             (frame_names.c) */
 } mt_frame_filter;
 
 /* What one name of a path is (mt_frames_path_ex's flags). */
@@ -52,10 +61,16 @@ enum {
     MT_FF_CUDA = 1u << 3, /* a native frame in libcuda*, libcudart*, libcupti*, libmemtrace_inject* */
     MT_FF_PYLIB = 1u << 4, /* a Python frame of an installed package or the standard library
                               (path holds site-packages, dist-packages or /lib/python) */
+    MT_FF_LIB = 1u << 5,  /* a native frame in an NVIDIA library that allocates on its own
+                             (libcublas*, libcudnn*, libnccl*, ...) */
+    MT_FF_ROLE = 1u << 6, /* user view: a name that stands for frames (an ATen operator, an
+                             autograd node, the allocating library), not a frame of the stack */
 };
 
-/* Owner name mt_frames_owner gives to stacks of PyTorch's caching allocator. */
+/* Owner names mt_frames_owner gives to stacks of allocators that keep memory cached. */
 #define MT_OWNER_CACHING_ALLOCATOR "PyTorch caching allocator"
+#define MT_OWNER_XLA_ALLOCATOR "XLA BFC allocator"
+#define MT_OWNER_CUPY_POOL "CuPy memory pool"
 
 mt_frames *mt_frames_new(void);
 void mt_frames_free(mt_frames *f);
@@ -67,12 +82,17 @@ int mt_frames_add(mt_frames *f, const mt_record *r);
  * the single pseudo frame "[no stack]". Names are owned by f and live as long as it does. */
 size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                       size_t cap);
-/* mt_frames_path keeping only the frames `filter` selects; flags (may be NULL) receives MT_FF_* of
- * each name written. */
+/* mt_frames_path keeping only the frames `filter` selects (MT_FRAMES_USER: names that stand for
+ * frames, "aten::linear", carry MT_FF_ROLE); flags (may be NULL) receives MT_FF_* of each name
+ * written. */
 size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
                          const char **out, uint8_t *flags, size_t cap);
-/* MT_NAME_TEXT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
+/* MT_NAME_SHORT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
 void mt_frames_set_base_dir(mt_frames *f, const char *dir);
+/* 1 when the trace has Python code objects (then MT_FRAMES_AUTO means MT_FRAMES_USER). */
+int mt_frames_has_python(const mt_frames *f);
+/* filter, with MT_FRAMES_AUTO replaced by what it means for this trace. */
+mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter);
 /* Filename and qualname of a Python code object; 0 if the trace has no PYCODE for it. */
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
 /* The innermost Python frame of stack leaf (with file != NULL: the innermost whose file matches,
@@ -82,14 +102,18 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
 /* A recorded Python filename matches what a user typed: equal, one a '/'-suffix of the other
  * ("cifar.py", "examples/cifar.py" ~ "/home/u/examples/cifar.py"), or the same basename. */
 int mt_python_file_matches(const char *recorded, const char *wanted);
-/* Who allocated, from the stack's native frame names (innermost match wins):
- * MT_OWNER_CACHING_ALLOCATOR ("CUDACachingAllocator" in a name; *is_allocator = 1), "cuBLAS"
- * (cublas*), "cuDNN" (cudnn*), "NCCL" (nccl*), else the first user frame. Cached per stack. */
+/* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_CACHING_ALLOCATOR
+ * ("CUDACachingAllocator" in a name; *is_allocator = 1), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
+ * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
+ * PyTorch's cuBLAS handle and workspace functions), "cuDNN" (cudnn*, libcudnn*), "NCCL" (nccl*,
+ * libnccl*), else the first user frame. Cached per stack. Short names. */
 const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
-/* The frame that names an allocation: the innermost Python frame if the stack has one, else the
- * innermost native frame outside the CUDA stack (libcuda*, libcudart*, libcupti*,
- * libmemtrace_inject*), else the innermost frame. Report style. */
+/* The frame that names an allocation, never an allocator or CUDA frame: the innermost Python
+ * frame; else the autograd node ("ConvolutionBackward0") or, without one, the outermost ATen
+ * operator ("aten::linear"); else the innermost native frame outside the CUDA stack, NVIDIA's
+ * libraries and the allocators; else the innermost frame. Owned by f. */
 const char *mt_frames_first_user(mt_frames *f, uint32_t leaf);
+const char *mt_frames_first_user_ex(mt_frames *f, uint32_t leaf, mt_name_style style);
 
 /* ---- Tracker ----------------------------------------------------------------------------------- */
 
@@ -224,13 +248,29 @@ typedef struct mt_owner_bytes {
     uint64_t bytes, count;
 } mt_owner_bytes;
 
+/* Why the process total of a breakdown is unknown. */
+typedef enum mt_process_unknown {
+    MT_PROCESS_KNOWN = 0,
+    MT_PROCESS_NO_SAMPLES = 1,   /* the trace has no NVML sample for the device */
+    MT_PROCESS_LAGGED = 2,       /* the samples around the moment read less than the trace had
+                                    live then: the ~50 ms sampler missed a burst */
+} mt_process_unknown;
+
 typedef struct mt_breakdown {
     int valid;                 /* computed */
     uint64_t time_ns;          /* the moment, since trace start */
-    int process_known;         /* an NVML process sample was in effect then */
+    int process_known;         /* an NVML sample consistent with the moment exists */
     uint64_t process_bytes;    /* that sample's value */
     uint64_t process_sample_ns; /* its time, since trace start */
-    int64_t context_bytes;     /* process - reserved - other; < 0 when NVML lags the trace */
+    int process_sample_same;   /* the trace had the moment's bytes live when it was read: the
+                                  total is the moment's (else it is the sample after or before) */
+    int process_sample_after;  /* it was read after the moment */
+    mt_process_unknown process_unknown; /* why not, when !process_known */
+    uint64_t visible_bytes;    /* what NVML must see of the trace at the moment
+                                  (mt_breakdown_visible): a sample reading less missed it */
+    uint64_t before_ns, before_bytes, after_ns, after_bytes; /* MT_PROCESS_LAGGED: the samples
+                                  around the moment (after_ns = 0: none after it) */
+    int64_t context_bytes;     /* process - reserved - other, never negative */
     uint64_t driver_bytes;     /* DRIVER-kind bytes the trace saw (inside context_bytes) */
     uint64_t reserved_bytes;   /* caching_bytes + pool_bytes */
     uint64_t caching_bytes;    /* live DEVICE/VMM_PHYSICAL allocations of the caching allocator */
@@ -244,9 +284,31 @@ typedef struct mt_breakdown {
     size_t n_owners;
 } mt_breakdown;
 
+/* Who holds memory still live at the end of a trace. Allocators keep their cache until exit by
+ * design (PyTorch's caching allocator, XLA's preallocation, CuPy's pool): not a leak; nor are
+ * libraries' workspaces or the driver's own allocations. The rest is the program's. */
+typedef enum mt_holder_kind {
+    MT_HOLD_CACHE = 0,   /* an allocator's cached segments (mt_frames_owner says allocator) */
+    MT_HOLD_LIBRARY = 1, /* cuBLAS, cuDNN, NCCL workspaces and handles */
+    MT_HOLD_DRIVER = 2,  /* driver-internal allocations (released with the context) */
+    MT_HOLD_PROGRAM = 3, /* everything else: leaks, or memory the program still referenced */
+} mt_holder_kind;
+
+#define MT_MAX_END_HOLDERS 8 /* holders listed; the rest summed into the last one of its kind */
+
+typedef struct mt_end_holder {
+    const char *holder; /* owner name (static or owned by the frames), or "program" / "driver" */
+    mt_holder_kind kind;
+    uint64_t bytes, count;
+} mt_end_holder;
+
 typedef struct mt_sample_point {
     uint64_t time_ns; /* since trace start */
     uint64_t value;
+    uint64_t api_visible; /* NVML samples: mt_breakdown_visible less driver-internal bytes on the
+                             device when the sample was read in file order (samples and events of
+                             other threads interleave in the file within the recorder's flush
+                             delay; driver-internal records come later still) */
 } mt_sample_point;
 
 typedef struct mt_device_report {
@@ -259,7 +321,11 @@ typedef struct mt_device_report {
     const char *name;              /* from MT_REC_DEVICE, or NULL */
     uint64_t capacity;             /* device total bytes from MT_REC_DEVICE, 0 = unknown */
     mt_stack_list peak_stacks;     /* live at the peak, by stack; sums to u.peak exactly */
-    mt_stack_list leaks;           /* live at the end of the trace, by stack */
+    mt_stack_list live_end;        /* live at the end of the trace, by stack (sums to u.in_use) */
+    mt_end_holder end_holders[MT_MAX_END_HOLDERS]; /* the same by holder, largest first */
+    size_t n_end_holders;
+    mt_stack_list leaks;           /* live at the end and held by the program (MT_HOLD_PROGRAM):
+                                      leaks, or tensors still referenced at exit */
     uint64_t leak_bytes, leak_count;
     mt_stack_list allocs;          /* bytes ever allocated, by stack */
     mt_timeline_point *timeline;   /* n_timeline points, time order */

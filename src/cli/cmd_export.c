@@ -1,6 +1,6 @@
-/* `memtrace export --format chrome|folded ...`: Perfetto/Chrome trace JSON (gzip when OUT ends in
- * .gz) or folded stacks for flame graphs. Exit 0, or 2 on bad arguments and unreadable or corrupt
- * traces. */
+/* `memtrace export --format chrome|folded|speedscope ...`: Perfetto/Chrome trace JSON (gzip when
+ * OUT ends in .gz), folded stacks for flame graphs (one device), or a speedscope file (every
+ * device and metric). Exit 0, or 2 on bad arguments and unreadable or corrupt traces. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +11,31 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace export --format chrome|folded [options] [-o OUT|-] TRACE...\n"
-          "  chrome  Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
-          "          counters per device and kind, one slice per allocation, peaks and failed\n"
-          "          requests as instants. OUT ending in .gz is gzip-compressed.\n"
-          "  folded  'frame;frame;... bytes' lines for flamegraph.pl / speedscope; the root\n"
-          "          frame is the device (cuda:N, host).\n"
+    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE...\n"
+          "  chrome      Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
+          "              counters per device and kind, one track of allocations per device and\n"
+          "              kind, peaks and failed requests as instants. OUT.gz: gzip-compressed.\n"
+          "  folded      'frame;frame;... bytes' lines of ONE device for flamegraph.pl, e.g.\n"
+          "              | flamegraph.pl --title 'cuda:0 live at the peak' --countname bytes\n"
+          "                --colors mem > peak.svg\n"
+          "  speedscope  one file for speedscope.app: a profile per device and metric, in bytes\n"
           "options:\n"
-          "  --metric peak|alloc|leak  folded: bytes live at each device's peak (default),\n"
-          "                            bytes ever allocated, or bytes live at the end\n"
+          "  --device N|host           folded: which device (default: the GPU with the largest\n"
+          "                            peak); speedscope: only that one (default: all)\n"
+          "  --metric peak|alloc|end|leak  bytes live at the device's peak (folded default),\n"
+          "                            bytes ever allocated, bytes live at the end, or those of\n"
+          "                            them held by the program (possible leaks); speedscope: one\n"
+          "                            metric instead of all\n"
+          "  --frames user|all|python|native  frames kept in stacks: user (default for Python\n"
+          "                            programs: Python frames, ATen operators, autograd nodes,\n"
+          "                            the allocating library), all (default otherwise), python,\n"
+          "                            native; sums are unchanged\n"
+          "  --long-names              whole C++ signatures and Python paths\n"
           "  --min-bytes B             chrome: slices only for allocations >= B (k/m/g suffix)\n"
           "  --top-allocs N            chrome: slices only for the N largest allocations\n"
           "                            (default: the largest 500000, about 200 MB)\n"
-          "  --frames all|python|native  frames kept in stacks (default all); python keeps\n"
-          "                            only Python frames (folded sums are unchanged)\n"
+          "  --driver-slices           chrome: slices for driver-internal allocations too\n"
+          "                            (their bytes are in the counters either way)\n"
           "  -o OUT                    output file, '-' = stdout (default)\n",
           f);
 }
@@ -53,11 +64,12 @@ int mt_cli_parse_count(const char *s, uint64_t *out)
     return 0;
 }
 
-/* --frames: all | python | native. -1 if something else. */
+/* --frames: user | all | python | native. -1 if something else. */
 int mt_cli_parse_frames(const char *s, mt_frame_filter *out);
 int mt_cli_parse_frames(const char *s, mt_frame_filter *out)
 {
-    if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
+    if (strcmp(s, "user") == 0) *out = MT_FRAMES_USER;
+    else if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
     else if (strcmp(s, "python") == 0) *out = MT_FRAMES_PYTHON;
     else if (strcmp(s, "native") == 0) *out = MT_FRAMES_NATIVE;
     else return -1;
@@ -76,25 +88,64 @@ static void progress2(void *ctx, int pass, double fraction)
     fflush(stderr);
 }
 
+/* --device: N, cuda:N or host. -1 if something else. */
+static int parse_device(const char *s, int *out)
+{
+    if (strcmp(s, "host") == 0) {
+        *out = MT_DEVICE_HOST;
+        return 0;
+    }
+    if (strncmp(s, "cuda:", 5) == 0) s += 5;
+    if (strcmp(s, "?") == 0) {
+        *out = -1;
+        return 0;
+    }
+    uint64_t v;
+    if (mt_cli_parse_count(s, &v) < 0 || v > 255 || strpbrk(s, "kmgtKMGT")) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Says on stderr which GPU a folded export shows when none was asked for and the trace has
+ * several (the output itself must stay pure folded lines; host memory is never the default when
+ * there is a GPU, so it needs no note). */
+static void say_device(mt_analysis *const *as, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const mt_device_report *d = mt_select_device(as[i], MT_DEVICE_AUTO);
+        if (!d || as[i]->n_devices < 2) continue;
+        char root[32];
+        fprintf(stderr, "memtrace: export: %s: %s (the largest peak); the trace has %zu other "
+                        "GPU%s: choose with --device N\n",
+                as[i]->path, mt_device_root_name(d, root, sizeof root), as[i]->n_devices - 1,
+                as[i]->n_devices == 2 ? "" : "s");
+    }
+}
+
 static int run(int argc, char **argv, char **traces)
 {
     const char *format = NULL, *metric = NULL, *out_path = "-";
     uint64_t min_bytes = 0, top_allocs = 0;
-    int have_min = 0, have_top = 0, n = 0;
-    mt_frame_filter frames = MT_FRAMES_ALL;
+    int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
+    int device = MT_DEVICE_AUTO;
+    mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (mt_cli_is_help(a)) {
             usage(stdout);
             return 0;
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
-            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome or folded");
+            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome, folded or speedscope");
             format = argv[++i];
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
         } else if (strcmp(a, "--metric") == 0) {
-            if (i + 1 >= argc) return mt_cli_fail("export: --metric needs peak, alloc or leak");
+            if (i + 1 >= argc) return mt_cli_fail("export: --metric needs peak, alloc, end or leak");
             metric = argv[++i];
+        } else if (strcmp(a, "--device") == 0) {
+            if (i + 1 >= argc || parse_device(argv[++i], &device) < 0)
+                return mt_cli_fail("export: --device needs a CUDA ordinal (0, cuda:1) or host");
+            have_device = 1;
         } else if (strcmp(a, "--min-bytes") == 0) {
             if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &min_bytes) < 0)
                 return mt_cli_fail("export: --min-bytes needs a size (e.g. 1048576 or 1m)");
@@ -105,7 +156,11 @@ static int run(int argc, char **argv, char **traces)
             have_top = 1;
         } else if (strcmp(a, "--frames") == 0) {
             if (i + 1 >= argc || mt_cli_parse_frames(argv[++i], &frames) < 0)
-                return mt_cli_fail("export: --frames needs all, python or native");
+                return mt_cli_fail("export: --frames needs user, all, python or native");
+        } else if (strcmp(a, "--long-names") == 0) {
+            long_names = 1;
+        } else if (strcmp(a, "--driver-slices") == 0) {
+            driver_slices = 1;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: -o needs a file name or -");
             out_path = argv[++i];
@@ -117,33 +172,46 @@ static int run(int argc, char **argv, char **traces)
             traces[n++] = argv[i];
         }
     }
-    if (!format) return mt_cli_fail("export: --format chrome|folded is required");
-    int chrome = strcmp(format, "chrome") == 0;
-    if (!chrome && strcmp(format, "folded") != 0)
-        return mt_cli_fail("export: unknown format '%s' (chrome or folded)", format);
-    mt_folded_metric m = MT_METRIC_PEAK;
+    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope is required");
+    int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
+    if (!chrome && !speedscope && strcmp(format, "folded") != 0)
+        return mt_cli_fail("export: unknown format '%s' (chrome, folded or speedscope)", format);
+    mt_folded_options fo = {.metric = MT_METRIC_PEAK, .all_metrics = speedscope && !metric,
+                            .device = device, .frames = frames,
+                            .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT};
     if (metric) {
-        if (chrome) return mt_cli_fail("export: --metric applies to --format folded");
-        if (strcmp(metric, "peak") == 0) m = MT_METRIC_PEAK;
-        else if (strcmp(metric, "alloc") == 0) m = MT_METRIC_ALLOC;
-        else if (strcmp(metric, "leak") == 0) m = MT_METRIC_LEAK;
-        else return mt_cli_fail("export: unknown metric '%s' (peak, alloc or leak)", metric);
+        if (chrome) return mt_cli_fail("export: --metric applies to --format folded and speedscope");
+        int m = -1;
+        for (int k = 0; k < MT_METRICS_; k++)
+            if (strcmp(metric, mt_metric_name((mt_folded_metric)k)) == 0) m = k;
+        if (m < 0) return mt_cli_fail("export: unknown metric '%s' (peak, alloc, end or leak)", metric);
+        fo.metric = (mt_folded_metric)m;
     }
-    if (!chrome && (have_min || have_top))
-        return mt_cli_fail("export: --min-bytes and --top-allocs apply to --format chrome");
+    if (!chrome && (have_min || have_top || driver_slices))
+        return mt_cli_fail("export: --min-bytes, --top-allocs and --driver-slices apply to --format chrome");
+    if (chrome && have_device)
+        return mt_cli_fail("export: --device applies to --format folded and speedscope");
     if (n <= 0) return mt_cli_fail("export: no trace given (see memtrace export --help)");
 
     mt_analysis **as = calloc((size_t)n, sizeof *as);
     if (!as) return mt_cli_fail("export: out of memory");
     int status = 0, tty = isatty(2);
-    char err[512];
+    char err[512], cwd_buf[4096];
+    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
     for (int i = 0; i < n && !status; i++) {
         mt_analyze_options o = {.progress = tty ? progress2 : NULL,
                                 .progress_ctx = traces[i]};
         int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
         if (rc < 0) status = mt_cli_fail("export: %s", err);
+        else if (cwd) mt_frames_set_base_dir(as[i]->frames, cwd); /* short Python paths */
     }
+    if (!status && !chrome && have_device) {
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= mt_select_device(as[i], device) != NULL;
+        if (!found) status = mt_cli_fail("export: no trace has that device");
+    }
+    if (!status && !chrome && !speedscope && !have_device) say_device(as, n);
     mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
     if (!status && !out) status = mt_cli_fail("export: %s", err);
     if (out) {
@@ -152,11 +220,13 @@ static int run(int argc, char **argv, char **traces)
         if (chrome) {
             mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
                                     .progress = tty ? progress : NULL,
-                                    .progress_ctx = (void *)"chrome export", .frames = frames};
+                                    .progress_ctx = (void *)"chrome export", .frames = frames,
+                                    .names = fo.names, .driver_slices = driver_slices};
             rc = mt_export_chrome(out, as, (size_t)n, &co, err, sizeof err);
             if (tty) fputs("\r\033[K", stderr);
         } else {
-            rc = mt_export_folded_ex(out, as, (size_t)n, m, frames);
+            rc = speedscope ? mt_export_speedscope(out, as, (size_t)n, &fo)
+                            : mt_export_folded_opt(out, as, (size_t)n, &fo);
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
         }
         int close_rc = mt_out_close(out);

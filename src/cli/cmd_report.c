@@ -1,4 +1,4 @@
-/* `memtrace report [--json] [--top N] [--frames all|python|native] [--full-stacks]
+/* `memtrace report [--json] [--top N] [--frames user|all|python|native] [--long-names] [--full-stacks]
  *  [--by-line [--file PATH]] [-o OUT] TRACE...`: per device the peak, what was live then
  * and who allocated it, leaks, failed requests with forensics. Exit 0, or 2 on bad arguments and
  * unreadable or corrupt traces (a truncated trace is analysed and flagged, not an error). */
@@ -15,10 +15,14 @@ static void usage(FILE *f)
     fputs("usage: memtrace report [options] TRACE...\n"
           "  per GPU: peak bytes and when, where the memory is (nvidia-smi total = context &\n"
           "  driver + allocator reserved + other libraries), what was live at the peak by\n"
-          "  stack, leaks (live at the end), failed requests with what was live then.\n"
+          "  stack, what is live at the end and who holds it (an allocator's cache or a\n"
+          "  library's workspace is not a leak), failed requests with what was live then.\n"
           "  --json              machine-readable (several traces: {\"traces\": [...]})\n"
           "  --top N             stacks (or lines) shown per list (default 10)\n"
-          "  --frames W          all (default), python (Python frames only) or native\n"
+          "  --frames W          user (default for Python programs: Python frames, ATen\n"
+          "                      operators, autograd nodes, the allocating library), all\n"
+          "                      (default otherwise), python or native\n"
+          "  --long-names        whole C++ signatures and Python paths\n"
           "  --full-stacks       every frame, CUDA's own included (default: long chains elided)\n"
           "  --by-line           bytes per Python source line (allocated, live at the peak)\n"
           "  --file PATH         with --by-line: attribute to the innermost frame in PATH\n"
@@ -40,7 +44,8 @@ static int run(int argc, char **argv, char **traces)
 {
     int json = 0, full = 0, by_line = 0;
     uint64_t top = 10;
-    mt_frame_filter frames = MT_FRAMES_ALL;
+    mt_frame_filter frames = MT_FRAMES_AUTO;
+    int long_names = 0;
     const char *file = NULL;
     const char *out_path = "-";
     int n = 0;
@@ -55,7 +60,9 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("report: --top needs a positive number");
         } else if (strcmp(argv[i], "--frames") == 0) {
             if (i + 1 >= argc || mt_cli_parse_frames(argv[++i], &frames) < 0)
-                return mt_cli_fail("report: --frames needs all, python or native");
+                return mt_cli_fail("report: --frames needs user, all, python or native");
+        } else if (strcmp(argv[i], "--long-names") == 0) {
+            long_names = 1;
         } else if (strcmp(argv[i], "--full-stacks") == 0) {
             full = 1;
         } else if (strcmp(argv[i], "--by-line") == 0) {
@@ -95,7 +102,9 @@ static int run(int argc, char **argv, char **traces)
         if (!out) {
             status = mt_cli_fail("report: %s", err);
         } else {
-            mt_report_options ro = {.top = (size_t)top, .frames = frames, .full_stacks = full,
+            mt_report_options ro = {.top = (size_t)top, .frames = frames,
+                                    .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT,
+                                    .full_stacks = full,
                                     .by_line = by_line, .by_line_file = file};
             int rc = 0;
             if (json) {

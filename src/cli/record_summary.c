@@ -56,12 +56,20 @@ static void summarize_one(const char *path, int symbolize, int quiet)
                 human(a->host->u.peak, h1, sizeof h1));
     fprintf(stderr, "  failed requests: %" PRIu64 ", dropped events: %" PRIu64 "%s\n",
             a->failed_total, a->dropped, a->truncated ? " (file truncated)" : "");
+    /* the flame graph of the GPU with the largest peak (what `export --format folded` picks) */
+    const mt_device_report *big = NULL;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (!big || a->devices[i].u.peak > big->u.peak) big = &a->devices[i];
+    char root[32] = "host";
+    if (big) mt_device_root_name(big, root, sizeof root);
     mt_analysis_free(a);
     fprintf(stderr, "  next: memtrace report %s\n", path);
-    fprintf(stderr, "        memtrace export --format chrome -o trace.json.gz %s   (Perfetto UI)\n",
+    fprintf(stderr, "        memtrace export --format chrome -o trace.json.gz %s   (ui.perfetto.dev)\n",
             path);
-    fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl > peak.svg\n",
-            path);
+    fprintf(stderr, "        memtrace export --format speedscope -o memory.speedscope.json %s   "
+                    "(speedscope.app)\n", path);
+    fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl --title '%s live at "
+                    "the peak' --countname bytes --colors mem > peak.svg\n", path, root);
 }
 
 /* Reads the manifest the recorders appended to: "<pid> trace <path>" per trace written,

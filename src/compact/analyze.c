@@ -3,7 +3,8 @@
  *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
  *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
  *           timeline, failed requests with what was live on their device at that moment, bytes
- *           allocated by stack, and what is still live at the end (leaks).
+ *           allocated by stack, and what is still live at the end (by stack, and by holder:
+ *           an allocator's cache, a library, the driver, or the program).
  *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
  *           device reaches the event number of its peak, its live set is aggregated by stack.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
@@ -30,6 +31,7 @@ static inline uint64_t agg_key(const mt_lifetime *l)
 }
 
 typedef struct timeline {
+    uint64_t api_visible; /* the slot's NVML-visible bytes less driver-internal (see sample_seen) */
     uint64_t width; /* ns per bucket; doubles when the trace outgrows MT_TIMELINE_POINTS buckets */
     uint64_t n;     /* buckets in use (highest index + 1) */
     mt_timeline_point p[MT_TIMELINE_POINTS];
@@ -46,9 +48,28 @@ typedef struct nvml_sample {
     mt_sample_point p;
 } nvml_sample;
 
+/* What the trace had live when an NVML sample was read, by event time: a sample is written by the
+ * sampler thread while other threads' events of the same moments may sit in their rings for a
+ * while, so the file order of a sample and the events around it is not their time order. Each
+ * sample starts from the live bytes of its place in the file, less the changes of the last
+ * HISTORY events that happened after its time, and takes every change of an event from before its
+ * time that comes later in the file, for SAMPLE_WINDOW_NS of event time after it. */
+#define HISTORY 65536
+#define SAMPLE_WINDOW_NS 2000000000ull
+
+typedef struct change {
+    uint64_t t; /* since trace start */
+    int32_t device;
+    int64_t delta;
+} change;
+
 typedef struct pass1 {
     nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
     size_t n_nvml, cap_nvml;
+    int64_t *nvml_live;  /* parallel to nvml: the trace's live bytes at the sample, so far */
+    size_t first_pending; /* samples from here on may still take changes */
+    change *hist;        /* the last HISTORY changes, a ring */
+    size_t hist_n, hist_head;
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
@@ -92,6 +113,8 @@ static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
     if (b + 1 > tl->n) tl->n = b + 1;
 }
 
+static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host);
+
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     pass1 *p = ctx;
@@ -108,7 +131,37 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         p->tl = nt;
         p->n_tl = n;
     }
-    timeline_note(&p->tl[i], u, rel(time_ns, p->start));
+    uint64_t t = rel(time_ns, p->start);
+    timeline_note(&p->tl[i], u, t);
+    if (u->is_host) return;
+    uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
+    int64_t delta = (int64_t)(v - p->tl[i].api_visible);
+    p->tl[i].api_visible = v;
+    if (!delta) return;
+    if (!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) {
+        p->oom = 1;
+        return;
+    }
+    p->hist[p->hist_head] = (change){t, u->device, delta};
+    p->hist_head = (p->hist_head + 1) % HISTORY;
+    if (p->hist_n < HISTORY) p->hist_n++;
+    while (p->first_pending < p->n_nvml && p->nvml[p->first_pending].p.time_ns + SAMPLE_WINDOW_NS < t)
+        p->first_pending++;
+    for (size_t k = p->first_pending; k < p->n_nvml; k++)
+        if (p->nvml[k].device == u->device && t <= p->nvml[k].p.time_ns) p->nvml_live[k] += delta;
+}
+
+/* A new sample: the live bytes of its place in the file, less the changes already read that
+ * happened after it. */
+static int64_t sample_seen(const pass1 *p, int32_t device, uint64_t t)
+{
+    const mt_usage *u = find_usage(p->t, device, 0);
+    int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
+    for (size_t k = 0; k < p->hist_n; k++) {
+        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
+        if (c->device == device && c->t > t) live -= c->delta;
+    }
+    return live;
 }
 
 /* ---- snapshots of the live set ----------------------------------------------------------------- */
@@ -116,7 +169,6 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 typedef struct snap {
     mt_u64map *map;
     uint64_t only_slot; /* slot key to keep */
-    int leaks;          /* 1: everything counted; 0: a device snapshot */
     uint64_t bytes, count;
     int oom;
 } snap;
@@ -126,7 +178,7 @@ static void snap_one(void *ctx, const mt_lifetime *l)
     snap *s = ctx;
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
     uint64_t key = agg_key(l);
-    if (!s->leaks && (key >> 40) != s->only_slot) return;
+    if ((key >> 40) != s->only_slot) return;
     mt_u64map_slot *m = mt_u64map_upsert(s->map, key);
     if (!m) {
         s->oom = 1;
@@ -174,6 +226,87 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
     return rc;
 }
 
+/* ---- what is live at the end, by stack and by holder -------------------------------------------- */
+
+typedef struct end_holder_sum {
+    uint64_t slot;
+    mt_end_holder h;
+} end_holder_sum;
+
+typedef struct end_snap {
+    mt_frames *f;
+    mt_u64map live, program; /* agg key -> bytes, count */
+    end_holder_sum *sums;
+    size_t n_sums;
+    int oom;
+} end_snap;
+
+static void add_to(mt_u64map *m, uint64_t key, uint64_t bytes, int *oom)
+{
+    mt_u64map_slot *s = mt_u64map_upsert(m, key);
+    if (!s) {
+        *oom = 1;
+        return;
+    }
+    s->a += bytes;
+    s->b++;
+}
+
+static void end_one(void *ctx, const mt_lifetime *l)
+{
+    end_snap *e = ctx;
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    uint64_t key = agg_key(l);
+    add_to(&e->live, key, l->bytes, &e->oom);
+    const char *holder;
+    mt_holder_kind kind = mt_frames_holder(e->f, l, &holder);
+    if (kind == MT_HOLD_PROGRAM) add_to(&e->program, key, l->bytes, &e->oom);
+    uint64_t slot = key >> 40;
+    size_t i = 0;
+    while (i < e->n_sums && !(e->sums[i].slot == slot && e->sums[i].h.holder == holder)) i++;
+    if (i == e->n_sums) { /* a handful: static owner names, "program", "driver-internal" */
+        end_holder_sum *ns = realloc(e->sums, (e->n_sums + 1) * sizeof *ns);
+        if (!ns) {
+            e->oom = 1;
+            return;
+        }
+        e->sums = ns;
+        e->sums[e->n_sums++] = (end_holder_sum){slot, {.holder = holder, .kind = kind}};
+    }
+    e->sums[i].h.bytes += l->bytes;
+    e->sums[i].h.count++;
+}
+
+static int cmp_holder(const void *pa, const void *pb)
+{
+    const mt_end_holder *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    return strcmp(a->holder, b->holder);
+}
+
+/* The holders of device slot `slot`, largest first; past MT_MAX_END_HOLDERS the smallest are
+ * added to the last kept entry of their kind, or dropped from the list (never from the totals). */
+static void holders_of(const end_snap *e, uint64_t slot, mt_device_report *d)
+{
+    mt_end_holder all[64];
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_sums && n < 64; i++)
+        if (e->sums[i].slot == slot) all[n++] = e->sums[i].h;
+    if (n) qsort(all, n, sizeof *all, cmp_holder);
+    for (size_t i = 0; i < n; i++) {
+        if (d->n_end_holders < MT_MAX_END_HOLDERS) {
+            d->end_holders[d->n_end_holders++] = all[i];
+            continue;
+        }
+        for (size_t k = d->n_end_holders; k-- > 0;)
+            if (d->end_holders[k].kind == all[i].kind) {
+                d->end_holders[k].bytes += all[i].bytes;
+                d->end_holders[k].count += all[i].count;
+                break;
+            }
+    }
+}
+
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
 
 typedef struct pass2 {
@@ -205,7 +338,8 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (!u->is_host) {
         if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
             p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u),
+                                 u->by_kind[MT_KIND_DRIVER]);
     }
     if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
@@ -261,11 +395,14 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
             nvml_sample *nv = realloc(p->nvml, ncap * sizeof *nv);
             if (!nv) return -1;
             p->nvml = nv;
+            int64_t *nl = realloc(p->nvml_live, ncap * sizeof *nl);
+            if (!nl) return -1;
+            p->nvml_live = nl;
             p->cap_nvml = ncap;
         }
-        p->nvml[p->n_nvml++] = (nvml_sample){
-            rec->u.sample.device,
-            {rel(rec->u.sample.time_ns, a->header.start_monotonic_ns), rec->u.sample.value}};
+        uint64_t t = rel(rec->u.sample.time_ns, a->header.start_monotonic_ns);
+        p->nvml_live[p->n_nvml] = sample_seen(p, rec->u.sample.device, t);
+        p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
     }
     case MT_REC_PROCESS:
@@ -335,6 +472,7 @@ static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, 
     for (size_t k = 0; k < p->n_nvml; k++) {
         if (p->nvml[k].device != u->device) continue;
         const mt_sample_point *s = &p->nvml[k].p;
+        p->nvml[k].p.api_visible = p->nvml_live[k] > 0 ? (uint64_t)p->nvml_live[k] : 0;
         if (!d->n_nvml || s->value > d->nvml_max) {
             d->nvml_max = s->value;
             d->nvml_max_time_ns = s->time_ns;
@@ -342,7 +480,8 @@ static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, 
         d->nvml[d->n_nvml++] = *s;
     }
     if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
-    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml);
+    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(u),
+                             u->by_kind[MT_KIND_DRIVER]);
     return 0;
 }
 
@@ -353,10 +492,14 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     size_t n = mt_tracker_usages(p->t, &u);
     a->devices = calloc(n ? n : 1, sizeof *a->devices);
     if (!a->devices) return -1;
-    mt_u64map leaks = {0};
-    snap s = {.map = &leaks, .leaks = 1};
-    mt_tracker_foreach_live(p->t, snap_one, &s);
-    if (s.oom) return -1;
+    end_snap ends = {.f = a->frames};
+    mt_tracker_foreach_live(p->t, end_one, &ends);
+    if (ends.oom) {
+        mt_u64map_destroy(&ends.live);
+        mt_u64map_destroy(&ends.program);
+        free(ends.sums);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         mt_device_report *d;
         /* A context destroyed while its device could not be named leaves an empty "unknown
@@ -382,9 +525,11 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 break;
             }
         uint64_t sk = slot_key(u[i].device, u[i].is_host);
-        if (mt_stack_list_from_map(&leaks, sk, &d->leaks) < 0 ||
+        if (mt_stack_list_from_map(&ends.live, sk, &d->live_end) < 0 ||
+            mt_stack_list_from_map(&ends.program, sk, &d->leaks) < 0 ||
             mt_stack_list_from_map(allocs, sk, &d->allocs) < 0)
             return -1;
+        holders_of(&ends, sk, d);
         for (size_t k = 0; k < d->leaks.n; k++) {
             d->leak_bytes += d->leaks.v[k].bytes;
             d->leak_count += d->leaks.v[k].count;
@@ -401,7 +546,9 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 }
         }
     }
-    mt_u64map_destroy(&leaks);
+    mt_u64map_destroy(&ends.live);
+    mt_u64map_destroy(&ends.program);
+    free(ends.sums);
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
     a->anomalies = *mt_tracker_anomalies(p->t);
     return 0;
@@ -468,6 +615,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(devs);
     free(p.tl);
     free(p.nvml);
+    free(p.nvml_live);
+    free(p.hist);
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);
@@ -509,6 +658,7 @@ static void free_device(mt_device_report *d)
     free((char *)d->name);
     free(d->peak_stacks.v);
     free(d->leaks.v);
+    free(d->live_end.v);
     free(d->allocs.v);
     free(d->timeline);
     free(d->nvml);

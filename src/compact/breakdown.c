@@ -11,7 +11,10 @@
  *   other libraries     every other live API allocation (not DRIVER), grouped by mt_frames_owner.
  *   context & driver    the NVML process total minus the two above: the CUDA context, module
  *                       images, driver-internal memory (the DRIVER bytes the trace saw are shown
- *                       as a part of it). Negative when the ~50 ms NVML sample lags the trace.
+ *                       as a part of it). The total is a sample taken while the trace had the
+ *                       moment's bytes live (mt_breakdown_set_process); a ~50 ms sampler often
+ *                       misses a burst, and then the total is unknown, not a stale number that
+ *                       would make the remainder wrong or negative.
  * Async allocations seen without any POOL_RESERVED count as "other" (no pool to put them in).
  * Classification by stack is cached per stack in mt_frames (mt_frames_owner).
  */
@@ -108,19 +111,59 @@ int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, co
     return rc;
 }
 
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n)
+uint64_t mt_breakdown_visible(const mt_usage *u)
 {
-    /* Samples are written in time order by one sampler thread; take the last one not after the
-     * moment (a binary search would need that order to be strict: a scan is safe and cheap). */
-    b->process_known = 0;
-    for (size_t i = 0; i < n; i++)
-        if (s[i].time_ns <= b->time_ns &&
-            (!b->process_known || s[i].time_ns >= b->process_sample_ns)) {
-            b->process_known = 1;
-            b->process_bytes = s[i].value;
-            b->process_sample_ns = s[i].time_ns;
+    uint64_t async = u->by_kind[MT_KIND_ASYNC];
+    if (!u->has_pool_info || u->pool_reserved <= async) return u->in_use;
+    return u->in_use + (u->pool_reserved - async);
+}
+
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
+                              uint64_t driver)
+{
+    /* 1. A sample read while the trace had the moment's bytes live (driver-internal aside: those
+     *    records arrive late) saw the moment's memory: the nearest such sample.
+     * 2. Else the first sample after the moment: the moment's memory was allocated at or before
+     *    it (a peak is the moment its last allocation was made), so a later sample has seen it;
+     *    at the end of a trace there is none after, and the last one stands.
+     * A sample reading less than the trace had live cannot be the moment's total (a lagging
+     * sample before a burst is what once made the remainder negative): then the other one, else
+     * unknown. Samples are written in time order by one sampler thread; scans are safe if not. */
+    b->process_known = b->process_sample_same = b->process_sample_after = 0;
+    b->visible_bytes = visible;
+    b->process_unknown = n ? MT_PROCESS_LAGGED : MT_PROCESS_NO_SAMPLES;
+    uint64_t live = b->reserved_bytes + b->other_bytes;
+    if (live > visible) visible = live; /* never a negative remainder */
+    uint64_t api = visible - (driver < visible ? driver : visible);
+    const mt_sample_point *before = NULL, *after = NULL, *same = NULL;
+    uint64_t same_dist = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = s[i].time_ns;
+        if (t <= b->time_ns) {
+            if (!before || t >= before->time_ns) before = &s[i];
+        } else if (!after || t < after->time_ns) {
+            after = &s[i];
         }
-    if (b->process_known)
-        b->context_bytes = (int64_t)b->process_bytes - (int64_t)b->reserved_bytes -
-                           (int64_t)b->other_bytes;
+        uint64_t dist = t > b->time_ns ? t - b->time_ns : b->time_ns - t;
+        if (s[i].api_visible == api && s[i].value >= visible && dist < same_dist) {
+            same = &s[i];
+            same_dist = dist;
+        }
+    }
+    b->before_ns = before ? before->time_ns : 0;
+    b->before_bytes = before ? before->value : 0;
+    b->after_ns = after ? after->time_ns : 0;
+    b->after_bytes = after ? after->value : 0;
+    const mt_sample_point *pick = same                                  ? same
+                                : after && after->value >= visible     ? after
+                                : before && before->value >= visible   ? before
+                                                                        : NULL;
+    if (!pick) return;
+    b->process_known = 1;
+    b->process_unknown = MT_PROCESS_KNOWN;
+    b->process_sample_same = pick == same;
+    b->process_sample_after = pick->time_ns > b->time_ns;
+    b->process_bytes = pick->value;
+    b->process_sample_ns = pick->time_ns;
+    b->context_bytes = (int64_t)(pick->value - live);
 }

@@ -98,10 +98,49 @@ static inline uint64_t mt_stack_key(uint32_t stack, int driver)
  * sorted list. -1 when out of memory. */
 int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out);
 
+/* ---- frame names (frame_names.c) ------------------------------------------------------------ */
+/* The short name of a demangled C++ function (see frame_names.c) into out (always terminated;
+ * cut at cap). Returns its length. */
+size_t mt_cxx_short_name(const char *in, char *out, size_t cap);
+
+typedef enum mt_frame_role {
+    MT_ROLE_PLAIN = 0,
+    MT_ROLE_ATEN = 1,          /* at::_ops::<op>::call -> "aten::<op>" */
+    MT_ROLE_AUTOGRAD_NODE = 2, /* torch::autograd::generated::<Node>::apply -> "<Node>" */
+    MT_ROLE_LIBRARY = 3,       /* cuBLAS, cuDNN, NCCL */
+    MT_ROLE_ALLOCATOR = 4,     /* an allocator that caches: PyTorch's, XLA's, CuPy's pool */
+} mt_frame_role;
+
+/* What native frame name fn (a demangled function, or "libfoo.so+0x12") is to a user; the user's
+ * name for it in user (empty for MT_ROLE_PLAIN). */
+mt_frame_role mt_frame_role_of(const char *fn, char *user, size_t cap);
+/* The owner named by a native frame name (a static string), or NULL; *is_allocator set. */
+const char *mt_owner_of_name(const char *fn, int *is_allocator);
+
+/* Per-mt_frames caches of frame_names.c: roles of names, first user frames and owners per leaf. */
+typedef struct mt_view_cache mt_view_cache;
+void mt_view_cache_free(mt_view_cache *v);
+void mt_view_cache_forget(mt_view_cache *v); /* names were rebuilt: per-leaf answers are stale */
+/* f's view cache (NULL until frame_names.c makes it), after bringing f's indexes up to date. */
+mt_view_cache **mt_frames_view_cache(mt_frames *f);
+/* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
+ * string or owned by f. */
+mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char **holder);
+/* mt_frames_path_ex for MT_FRAMES_USER. */
+size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
+                           uint8_t *flags, size_t cap);
+
 /* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
 /* Fills b from the tracker's live set on usage slot u (a GPU device) at time_rel (since start). */
 int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
                           uint64_t time_rel);
-/* Sets the process total from the last sample at or before b->time_ns and the remainder. */
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n);
+/* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
+ * (driver-internal included), with the async allocations of a pool replaced by the pool's
+ * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
+uint64_t mt_breakdown_visible(const mt_usage *u);
+/* Pairs b's moment with an NVML sample consistent with it (see breakdown.c); then the remainder.
+ * visible: mt_breakdown_visible at the moment, driver: its driver-internal bytes. None: the total
+ * is unknown, and b says why. */
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
+                              uint64_t driver);
 #endif
