@@ -191,6 +191,9 @@ typedef struct mt_tracker_hooks {
     void (*on_release)(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why);
     /* A device's counters changed at time_ns (after the change). May be NULL. */
     void (*on_usage)(void *ctx, const mt_usage *u, uint64_t time_ns);
+    /* A lifetime began: an ALLOC entered the live set (after any lifetime it replaced ended,
+     * before on_usage). VMM_MAP ranges are mappings, not lifetimes. May be NULL. */
+    void (*on_start)(void *ctx, const mt_lifetime *l);
 } mt_tracker_hooks;
 
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks); /* hooks may be NULL */
@@ -408,6 +411,84 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
 void mt_analysis_free(mt_analysis *a);
 /* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
 const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
+
+/* ---- Moments: a finer timeline, and what was live at chosen moments (moments.c) ----------------
+ * For viewers where a person points at a moment (export --format html). Two more reads of a trace
+ * already analysed, each through a fresh tracker, so event numbers are mt_usage.peak_seq's:
+ *   read 1  each device's usage over time. A trace of at most `points` events keeps every change;
+ *           a longer one is cut into `points` time buckets, each keeping its highest point (the
+ *           first, in file order, of its highest in_use) and its last one, so every peak is exact
+ *           (as the Chrome export's counters). Every point also splits its bytes into series: one
+ *           label per allocation (mt_series_key; the kind today). Time is also cut into `moments`
+ *           spans and the highest point of each is chosen, and the device's peak.
+ *   read 2  at each chosen moment, the device's live set by stack: the `top` largest stacks and
+ *           the rest summed, so a moment's size does not grow with what was live.
+ * Memory: the live set, buckets x series, moments x top; time: two reads plus one pass over the
+ * live set per chosen moment. */
+
+/* What a timeline's series are: a label for every counted allocation. */
+typedef struct mt_series_key {
+    const char *by; /* what the labels are: "kind" */
+    size_t n;       /* labels 0..n-1 */
+    const char *(*name)(void *ctx, size_t key); /* static, or owned by ctx */
+    size_t (*of)(void *ctx, const mt_lifetime *l); /* the label of l; n or more: the last */
+    void *ctx;
+} mt_series_key;
+
+/* Series by allocation kind (mt_kind_name), stacked until allocations have categories. */
+const mt_series_key *mt_series_by_kind(void);
+
+typedef struct mt_usage_point {
+    uint64_t time_ns; /* since trace start */
+    uint64_t seq;     /* event number */
+    uint64_t in_use;  /* the device's bytes in use after that event */
+} mt_usage_point;
+
+typedef struct mt_moment {
+    uint64_t time_ns, seq, in_use; /* the point (as mt_usage_point) */
+    uint64_t from_ns, to_ns;       /* the span [from, to) whose highest point it is */
+    int is_peak;                   /* the device's peak (seq = mt_usage.peak_seq) */
+    mt_stack_list top;             /* its largest stacks, largest first */
+    uint64_t rest_bytes, rest_count, rest_stacks; /* every other stack, summed: top + rest =
+                                                     in_use */
+} mt_moment;
+
+typedef struct mt_device_moments {
+    int32_t device;
+    int is_host;
+    mt_usage_point *points; /* time order (then file order) */
+    size_t n_points;
+    uint64_t *series;       /* n_points rows of n_series values: point i's bytes by label */
+    uint64_t changes;       /* points where the device's bytes changed, in the whole trace */
+    int downsampled;        /* points are each bucket's highest and last (else every change) */
+    uint64_t bucket_ns;     /* bucket width when downsampled */
+    mt_moment *moments;     /* time order */
+    size_t n_moments;
+} mt_device_moments;
+
+typedef struct mt_moments {
+    const char *series_by;
+    size_t n_series;
+    const char **series_names;  /* n_series: the key's names */
+    mt_device_moments *devices; /* one per device report: a->devices in order, then a->host */
+    size_t n_devices;
+} mt_moments;
+
+#define MT_MOMENTS_POINTS 2048 /* time buckets per device */
+#define MT_MOMENTS_SPANS 256   /* chosen moments per device (and the peak) */
+#define MT_MOMENTS_TOP 32      /* stacks kept per moment */
+
+typedef struct mt_moments_options {
+    size_t points, spans, top;   /* 0: the defaults above */
+    const mt_series_key *series; /* NULL: mt_series_by_kind() */
+    void (*progress)(void *ctx, int read, double fraction); /* read 1 or 2; may be NULL */
+    void *progress_ctx;
+} mt_moments_options;
+
+/* Reads a's trace twice more (see above). Returns 0, or -1 with a one-line reason in err. */
+int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_moments **out,
+                       char *err, size_t errlen);
+void mt_moments_free(mt_moments *m);
 
 #ifdef __cplusplus
 }

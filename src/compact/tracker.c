@@ -299,6 +299,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
                      .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
                      .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
     if (mt_live_insert(&t->live, &l) < 0) return -1;
+    if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
         t->an.unknown_device++;
         return 0;
