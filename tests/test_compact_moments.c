@@ -323,7 +323,7 @@ Test(compact_moments, a_long_trace_keeps_each_buckets_highest_and_last_point, .t
     }
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
-    mt_moments_options o = {.points = 128, .spans = 40, .top = 5};
+    mt_moments_options o = {.points = 128, .spans = 40, .top = 5, .exact = 1000};
     mt_moments *m = moments_of(a, &o);
     check_moments(a, m, 5);
     const mt_device_moments *d = &m->devices[0];
@@ -360,7 +360,7 @@ Test(compact_moments, every_gpu_fixture, .timeout = 120)
         snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
         mt_analysis *a = fx_analyze(path);
         for (size_t points = 16; points <= MT_MOMENTS_POINTS; points *= 128) {
-            mt_moments_options o = {.points = points, .spans = points / 2};
+            mt_moments_options o = {.exact = points, .points = points, .spans = points / 2};
             mt_moments *m = moments_of(a, &o);
             check_moments(a, m, MT_MOMENTS_TOP);
             mt_moments_free(m);

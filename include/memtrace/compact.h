@@ -415,7 +415,7 @@ const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len
 /* ---- Moments: a finer timeline, and what was live at chosen moments (moments.c) ----------------
  * For viewers where a person points at a moment (export --format html). Two more reads of a trace
  * already analysed, each through a fresh tracker, so event numbers are mt_usage.peak_seq's:
- *   read 1  each device's usage over time. A trace of at most `points` events keeps every change;
+ *   read 1  each device's usage over time. A trace of at most `exact` events keeps every change;
  *           a longer one is cut into `points` time buckets, each keeping its highest point (the
  *           first, in file order, of its highest in_use) and its last one, so every peak is exact
  *           (as the Chrome export's counters). Every point also splits its bytes into series: one
@@ -474,12 +474,13 @@ typedef struct mt_moments {
     size_t n_devices;
 } mt_moments;
 
-#define MT_MOMENTS_POINTS 2048 /* time buckets per device */
+#define MT_MOMENTS_EXACT 16384 /* traces of at most this many events keep every change */
+#define MT_MOMENTS_POINTS 4096 /* else: time buckets per device */
 #define MT_MOMENTS_SPANS 256   /* chosen moments per device (and the peak) */
 #define MT_MOMENTS_TOP 32      /* stacks kept per moment */
 
 typedef struct mt_moments_options {
-    size_t points, spans, top;   /* 0: the defaults above */
+    size_t exact, points, spans, top; /* 0: the defaults above */
     const mt_series_key *series; /* NULL: mt_series_by_kind() */
     void (*progress)(void *ctx, int read, double fraction); /* read 1 or 2; may be NULL */
     void *progress_ctx;

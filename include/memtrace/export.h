@@ -117,6 +117,27 @@ typedef struct mt_chrome_options {
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
 
+/* ---- HTML report ------------------------------------------------------------------------------- */
+
+typedef struct mt_html_options {
+    mt_frame_filter frames;  /* the stacks' first view (0 = user for Python programs); every stack
+                                also carries all its frames, shown on demand */
+    mt_name_style names;
+    const char *source_root; /* Python files not where the trace says: the longest tail of the
+                                recorded path found under this directory (NULL: none) */
+    void (*progress)(void *ctx, int read, double fraction); /* mt_moments_compute's reads */
+    void *progress_ctx;
+} mt_html_options;
+
+/* One self-contained HTML file (no network at view time: its script, style and data are inline;
+ * exporters/html/ holds the template, exporters/html_data.c draws the data): per trace and
+ * device the usage timeline by kind with the NVML line, peak and failed requests, what was live
+ * at chosen moments (mt_moments), a flame graph of the peak, the by-line table with source text,
+ * the reconciliation; with several traces a table of them and a switch. Re-reads each trace
+ * twice. Returns 0, or -1 with a one-line reason in err. */
+int mt_export_html(mt_out *o, mt_analysis *const *a, size_t n, const mt_html_options *opt,
+                   char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
-/* `memtrace export --format chrome|folded|speedscope ...`: Perfetto/Chrome trace JSON (gzip when
- * OUT ends in .gz), folded stacks for flame graphs (one device), or a speedscope file (every
- * device and metric). Exit 0, or 2 on bad arguments and unreadable or corrupt traces. */
+/* `memtrace export --format chrome|folded|speedscope|html ...`: Perfetto/Chrome trace JSON (gzip
+ * when OUT ends in .gz), folded stacks for flame graphs (one device), a speedscope file (every
+ * device and metric), or a self-contained HTML report. Exit 0, or 2 on bad arguments and
+ * unreadable or corrupt traces. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE...\n"
+    fputs("usage: memtrace export --format chrome|folded|speedscope|html [options] [-o OUT|-] TRACE...\n"
           "  chrome      Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
           "              counters per device and kind, one track of allocations per device and\n"
           "              kind, peaks and failed requests as instants. OUT.gz: gzip-compressed.\n"
@@ -19,6 +20,11 @@ static void usage(FILE *f)
           "              | flamegraph.pl --title 'cuda:0 live at the peak' --countname bytes\n"
           "                --colors mem > peak.svg\n"
           "  speedscope  one file for speedscope.app: a profile per device and metric, in bytes\n"
+          "  html        one self-contained page to open in a browser (nothing fetched): per\n"
+          "              device the usage timeline by kind with nvidia-smi's line, the peak and\n"
+          "              failed requests; what was live at a moment you click; a flame graph;\n"
+          "              the by-line table with source; where nvidia-smi's memory is. Several\n"
+          "              traces: a table of them and a switch\n"
           "options:\n"
           "  --device N|host           folded: which device (default: the GPU with the largest\n"
           "                            peak); speedscope: only that one (default: all)\n"
@@ -31,6 +37,8 @@ static void usage(FILE *f)
           "                            the allocating library), all (default otherwise), python,\n"
           "                            native; sums are unchanged\n"
           "  --long-names              whole C++ signatures and Python paths\n"
+          "  --source-root DIR         html: Python files not found where the trace says are\n"
+          "                            looked up under DIR (the longest tail of their path)\n"
           "  --min-bytes B             chrome: slices only for allocations >= B (k/m/g suffix)\n"
           "  --top-allocs N            chrome: slices only for the N largest allocations\n"
           "                            (default: the largest 500000, about 200 MB)\n"
@@ -124,7 +132,7 @@ static void say_device(mt_analysis *const *as, int n)
 
 static int run(int argc, char **argv, char **traces)
 {
-    const char *format = NULL, *metric = NULL, *out_path = "-";
+    const char *format = NULL, *metric = NULL, *out_path = "-", *source_root = NULL;
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
     int device = MT_DEVICE_AUTO;
@@ -159,6 +167,9 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("export: --frames needs user, all, python or native");
         } else if (strcmp(a, "--long-names") == 0) {
             long_names = 1;
+        } else if (strcmp(a, "--source-root") == 0) {
+            if (i + 1 >= argc) return mt_cli_fail("export: --source-root needs a directory");
+            source_root = argv[++i];
         } else if (strcmp(a, "--driver-slices") == 0) {
             driver_slices = 1;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
@@ -172,10 +183,14 @@ static int run(int argc, char **argv, char **traces)
             traces[n++] = argv[i];
         }
     }
-    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope is required");
+    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope|html is required");
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
-    if (!chrome && !speedscope && strcmp(format, "folded") != 0)
-        return mt_cli_fail("export: unknown format '%s' (chrome, folded or speedscope)", format);
+    int html = strcmp(format, "html") == 0;
+    if (!chrome && !speedscope && !html && strcmp(format, "folded") != 0)
+        return mt_cli_fail("export: unknown format '%s' (chrome, folded, speedscope or html)", format);
+    if (html && (metric || have_device))
+        return mt_cli_fail("export: --format html shows every device and metric (no --metric, --device)");
+    if (source_root && !html) return mt_cli_fail("export: --source-root applies to --format html");
     mt_folded_options fo = {.metric = MT_METRIC_PEAK, .all_metrics = speedscope && !metric,
                             .device = device, .frames = frames,
                             .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT};
@@ -211,7 +226,7 @@ static int run(int argc, char **argv, char **traces)
         for (int i = 0; i < n; i++) found |= mt_select_device(as[i], device) != NULL;
         if (!found) status = mt_cli_fail("export: no trace has that device");
     }
-    if (!status && !chrome && !speedscope && !have_device) say_device(as, n);
+    if (!status && !chrome && !speedscope && !html && !have_device) say_device(as, n);
     mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
     if (!status && !out) status = mt_cli_fail("export: %s", err);
     if (out) {
@@ -223,6 +238,12 @@ static int run(int argc, char **argv, char **traces)
                                     .progress_ctx = (void *)"chrome export", .frames = frames,
                                     .names = fo.names, .driver_slices = driver_slices};
             rc = mt_export_chrome(out, as, (size_t)n, &co, err, sizeof err);
+            if (tty) fputs("\r\033[K", stderr);
+        } else if (html) {
+            mt_html_options ho = {.frames = frames, .names = fo.names, .source_root = source_root,
+                                  .progress = tty ? progress2 : NULL,
+                                  .progress_ctx = (void *)"html export"};
+            rc = mt_export_html(out, as, (size_t)n, &ho, err, sizeof err);
             if (tty) fputs("\r\033[K", stderr);
         } else {
             rc = speedscope ? mt_export_speedscope(out, as, (size_t)n, &fo)

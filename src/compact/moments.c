@@ -6,7 +6,7 @@
  *           every series label (mt_series_key: the allocation's kind today, a category later;
  *           only allocations counted in in_use, so the labels always add up to in_use).
  *           on_usage records a point whenever the device's bytes or their split changed:
- *             every point,                   when the trace has at most `points` events;
+ *             every point,                   when the trace has at most `exact` events;
  *             per time bucket, the highest   (the first, in file order, of the bucket's highest
  *             and the last point,             in_use) otherwise: every peak stays exact and the
  *                                             curve ends each bucket where it really was;
@@ -503,7 +503,7 @@ int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_m
                .start = a->header.start_monotonic_ns};
     size_t top = opt && opt->top ? opt->top : MT_MOMENTS_TOP;
     r.ns = r.key->n ? r.key->n : 1;
-    r.exact = a->events <= r.points;
+    r.exact = a->events <= (opt && opt->exact ? opt->exact : MT_MOMENTS_EXACT);
     r.width = a->duration_ns / r.points + 1;
     r.span_width = a->duration_ns / r.spans + 1;
     mt_moments *mo = calloc(1, sizeof *mo);
