@@ -26,13 +26,6 @@
     while (v >= 1024 && u + 1 < UNITS.length) { v /= 1024; u++; }
     return v.toFixed(2) + ' ' + UNITS[u];
   }
-  /* axis labels: "256 MiB", "1.5 GiB" */
-  function fmtBytesShort(b) {
-    if (b < 1024) return b + ' B';
-    let v = b / 1024, u = 0;
-    while (v >= 1024 && u + 1 < UNITS.length) { v /= 1024; u++; }
-    return (Math.round(v * 100) / 100) + ' ' + UNITS[u];
-  }
   function fmtInt(n) { return Number(n).toLocaleString('en-US'); }
   function pad(n, w) { return String(n).padStart(w, '0'); }
   /* "+6.975496 s": time since the trace started (mt_format_rel) */
@@ -276,16 +269,22 @@
 
   // ---- axis ticks ----------------------------------------------------------------------------
 
+  /* ticks 0, step, ... up to the first at or above max, in the unit of max ("0.5 GiB") */
   function byteTicks(max, want) {
-    const raw = max / Math.max(1, want);
-    let unit = 1;
-    while (unit * 1024 <= raw) unit *= 1024;
-    const steps = [1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 200, 256, 500, 512, 1024];
-    let step = unit * steps[steps.length - 1];
-    for (const s of steps) if (unit * s >= raw) { step = unit * s; break; }
-    const out = [];
-    for (let v = 0; v <= max + 1e-9; v += step) out.push(v);
-    return out;
+    let unit = 1, name = 'B';
+    for (let u = 0, v = 1024; u < UNITS.length && max >= v; u++, v *= 1024) { unit = v; name = UNITS[u]; }
+    const raw = max / unit / Math.max(1, want);
+    let step = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (step * m >= raw) { step *= m; break; }
+    if (unit === 1) step = Math.max(1, Math.round(step));
+    const decimals = Math.max(0, Math.min(3, Math.ceil(-Math.log10(step) - 1e-9)));
+    const ticks = [];
+    for (let i = 0; ; i++) {
+      const v = i * step * unit;
+      ticks.push(v);
+      if (v >= max || i > 100) break;
+    }
+    return { ticks, label: (v) => (v / unit).toFixed(v ? decimals : 0) + ' ' + name };
   }
   function timeTicks(t0, t1, want) {
     const raw = (t1 - t0) / Math.max(1, want);
@@ -376,7 +375,7 @@
       const g = base.getContext('2d');
       g.setTransform(dpr, 0, 0, dpr, 0, 0);
       g.clearRect(0, 0, W, H);
-      const ticks = byteTicks(visibleMax() * 1.06, 5);
+      const yt = byteTicks(visibleMax() * 1.04, 5), ticks = yt.ticks;
       yMax = Math.max(ticks[ticks.length - 1], 1);
       g.font = '11px ' + getComputedStyle(document.body).fontFamily;
       g.textBaseline = 'middle';
@@ -385,7 +384,7 @@
       for (const v of ticks) {
         const y = Math.round(Y(v)) + 0.5;
         g.beginPath(); g.moveTo(M.l, y); g.lineTo(M.l + plotW, y); g.stroke();
-        g.fillText(fmtBytesShort(v), M.l - 6, y);
+        g.fillText(yt.label(v), M.l - 6, y);
       }
       const xt = timeTicks(view[0], view[1], plotW / 95);
       g.textAlign = 'center'; g.textBaseline = 'top';

@@ -121,13 +121,18 @@ export async function load(page, url, { ready = 'data-ready', timeoutMs = 60000 
   }
 }
 
-/* A PNG of the whole page (beyond the viewport). */
-export async function screenshot(page, file) {
+/* A PNG of the whole page (beyond the viewport), or of its top down to the end of element `until`. */
+export async function screenshot(page, file, until) {
   const m = await page.send('Page.getLayoutMetrics');
   const size = m.cssContentSize || m.contentSize;
+  let height = size.height;
+  if (until) {
+    height = await page.eval(`(() => { const e = document.querySelector(${JSON.stringify(until)});
+      return e ? e.getBoundingClientRect().bottom + window.scrollY + 8 : null; })()`) || height;
+  }
   const shot = await page.send('Page.captureScreenshot', {
     format: 'png', captureBeyondViewport: true,
-    clip: { x: 0, y: 0, width: Math.ceil(size.width), height: Math.ceil(size.height), scale: 1 },
+    clip: { x: 0, y: 0, width: Math.ceil(size.width), height: Math.ceil(height), scale: 1 },
   });
   fs.writeFileSync(file, Buffer.from(shot.data, 'base64'));
 }

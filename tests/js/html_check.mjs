@@ -190,6 +190,7 @@ async function fixtures(browser) {
     const devices = rep.devices.concat(rep.host ? [rep.host] : []);
     const first = await shown(page);
     await screenshot(page, path.join(opt.out, name + '.png'));
+    await screenshot(page, path.join(opt.out, name + '-top.png'), '#flame'); /* the README's picture */
     for (const d of devices) {
       await clickOn(page, `nav.tabs button[data-device="${d.root}"]`);
       const s = await shown(page);
