@@ -451,6 +451,8 @@
       }
       V.zoomNote.textContent = view[0] > 0 || view[1] < end ? 'Showing ' + fmtRel(view[0]) + ' to ' + fmtRel(view[1]) + '.' : '';
       V.sec.dataset.points = String(n);
+      V.sec.dataset.range = Math.round(view[0]) + ',' + Math.round(view[1]) + ',' + Math.round(end);
+      V.sec.dataset.ymax = String(yMax);
       V.sec.dataset.drawnFrom = String(a);
       V.sec.dataset.rendered = '1';
       overlay();
@@ -513,7 +515,7 @@
       overlay();
     });
     canvas.addEventListener('mouseleave', () => { hover = null; hideTip(); overlay(); });
-    window.addEventListener('mouseup', (ev) => {
+    V.mouseup = (ev) => {
       if (!drag) return;
       const d = drag; drag = null;
       if (Math.abs(d.x1 - d.x0) > 6) {
@@ -526,7 +528,7 @@
       const f = failedNear(x, y);
       if (f >= 0) { pick({ type: 'failed', i: T.failed.indexOf(failed[f]) }); return; }
       if (x >= M.l && x <= M.l + plotW) pick({ type: 'moment', i: momentAt(D, tOf(x)) });
-    });
+    };
     canvas.addEventListener('dblclick', () => { view = [0, end]; drawBase(); });
     canvas.addEventListener('keydown', (ev) => {
       const cur = state.pick && state.pick.type === 'moment' ? state.pick.i : peakMoment(D);
@@ -997,7 +999,8 @@
     if (an.length) notes.push(el('li', { text: 'Anomalies: ' + an.map(([k, v]) => k.replace(/_/g, ' ') + ' ' + v).join(', ') + '.' }));
     for (const w of T.warnings) notes.push(el('li', { class: 'warn', text: 'Recorder: ' + w }));
     if (!T.ended_cleanly && !T.truncated) notes.push(el('li', { text: 'The recorder did not close the trace (the process was killed?): the end is the last event.' }));
-    notes.push(el('li', { text: 'Moments with their live sets: the highest point of each of up to 256 time spans per device, and the peak; each keeps its 32 largest stacks and sums the rest. The peak keeps every stack.' }));
+    notes.push(el('li', { text: 'Moments with their live sets: the highest point of each of up to ' + T.moment_spans + ' time spans per device, and the peak; each keeps its ' +
+      T.moment_top + ' largest stacks and sums the rest. The peak keeps every stack (up to ' + fmtInt(T.peak_stacks_max) + ' in this page; the rest in one box).' }));
     notes.push(el('li', { text: 'Made by ' + DATA.generator + ' from ' + T.file + '. Frame names and views as in `memtrace report` (docs/analysis.md).' }));
     return el('footer', { class: 'card' }, el('ul', null, notes));
   }
@@ -1044,6 +1047,8 @@
     if (!TRACES.length) throw new Error('the report holds no trace');
     state.device = defaultDevice(TRACES[0]);
     render();
+    /* a drag may end outside the canvas: one listener for whichever timeline is shown */
+    window.addEventListener('mouseup', (ev) => { if (ui.timeline && ui.timeline.mouseup) ui.timeline.mouseup(ev); });
     let pending = 0;
     window.addEventListener('resize', () => {
       clearTimeout(pending);

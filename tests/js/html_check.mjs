@@ -133,6 +133,40 @@ async function interact(page, name, d, trace) {
     check(f.source === 'moment' && Number(f.rootBytes) === m.total, `${name}: flame graph of moment ${k}: ${f.source} ${f.rootBytes} != ${m.total}`);
     await clickOn(page, '#flame [data-source=peak]');
   }
+  // drag across the timeline to zoom, double-click to zoom out; the arrow keys step moments
+  const [left, top, width, height] = await page.eval(`(() => { const c = document.querySelector('#timeline canvas');
+    c.scrollIntoView({block: 'center'}); const b = c.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; })()`);
+  const ty = top + height / 2, tx0 = left + 80 + (width - 100) * 0.3, tx1 = left + 80 + (width - 100) * 0.6;
+  await page.send('Input.dispatchMouseEvent', { type: 'mousePressed', x: tx0, y: ty, button: 'left', buttons: 1, clickCount: 1 });
+  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: (tx0 + tx1) / 2, y: ty, button: 'left', buttons: 1 });
+  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: tx1, y: ty, button: 'left', buttons: 1 });
+  await page.send('Input.dispatchMouseEvent', { type: 'mouseReleased', x: tx1, y: ty, button: 'left', buttons: 0, clickCount: 1 });
+  await settle(page);
+  let range = (await page.eval('document.querySelector("#timeline").dataset.range')).split(',').map(Number);
+  check(range[0] > 0 && range[1] < range[2] && range[1] > range[0], `${name}: dragging did not zoom: ${range}`);
+  for (const type of ['mousePressed', 'mouseReleased'])
+    await page.send('Input.dispatchMouseEvent', { type, x: tx0, y: ty, button: 'left', buttons: type === 'mousePressed' ? 1 : 0, clickCount: 2 });
+  await settle(page);
+  range = (await page.eval('document.querySelector("#timeline").dataset.range')).split(',').map(Number);
+  check(range[0] === 0 && range[1] === range[2], `${name}: double-click did not zoom out: ${range}`);
+  if (D.moments.length > 1) {
+    await page.eval('document.querySelector("#timeline canvas").focus()');
+    const before = await page.eval('document.querySelector("#live").dataset.pick');
+    const key = { key: 'ArrowLeft', code: 'ArrowLeft', windowsVirtualKeyCode: 37 };
+    await page.send('Input.dispatchKeyEvent', { type: 'keyDown', ...key });
+    await page.send('Input.dispatchKeyEvent', { type: 'keyUp', ...key });
+    const after = await page.eval('document.querySelector("#live").dataset.pick');
+    const b = Number(before.split(':')[1]), a = Number(after.split(':')[1]);
+    check(after.startsWith('moment:') && a === Math.max(0, (before.startsWith('moment:') ? b : a + 1) - 1), `${name}: ArrowLeft went from ${before} to ${after}`);
+  }
+  if (D.nvml.t.length) { // nvidia-smi's line off: the axis fits the trace's own bytes
+    const y0 = Number(await page.eval('document.querySelector("#timeline").dataset.ymax'));
+    await clickOn(page, '#nvml-toggle');
+    const y1 = Number(await page.eval('document.querySelector("#timeline").dataset.ymax'));
+    const nvmax = Math.max(...D.nvml.v);
+    check(y1 >= d.peak_bytes && (nvmax > y1 * 1.04 ? y1 < y0 : y1 <= y0), `${name}: nvidia-smi off: axis ${y0} -> ${y1}`);
+    await clickOn(page, '#nvml-toggle');
+  }
   if (!d.peak_bytes) return;
   // every frame of the first row
   await clickOn(page, '#live-table details summary');
