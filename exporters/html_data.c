@@ -201,7 +201,6 @@ typedef struct tables {
     size_t n_stacks, cap_stacks;
     imap stack_ix;      /* driver << 32 | stack -> index */
     mt_namebuf nb;
-    int oom;
 } tables;
 
 static uint64_t hash_str(const char *s)
@@ -280,7 +279,8 @@ static long stack_index(tables *t, const mt_stack_stat *s)
     uint32_t *slot = imap_slot(&t->stack_ix, k, &found, NULL, NULL);
     if (!slot) return -1;
     if (found) return (long)*slot - 1;
-    stack_ref r;
+    /* the view's path (as folded output: without the CUDA stack's own frames at the leaf), then
+     * every frame; the names and nodes maps grow, the stacks map (slot) does not */
     long view, all, first;
     if (mt_stat_frames(t->f, s, t->names, t->view, 0, &t->nb) < 0 || (view = path_node(t)) < -1 ||
         mt_stat_frames(t->f, s, t->names, MT_FRAMES_ALL, 1, &t->nb) < 0 ||
@@ -288,13 +288,9 @@ static long stack_index(tables *t, const mt_stack_stat *s)
         return -1;
     first = name_index(t, s->driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
                                     : mt_frames_first_user_ex(t->f, s->stack, t->names));
-    if (first < 0) return -1;
-    r = (stack_ref){(int32_t)view, (int32_t)all, (uint32_t)first};
-    /* the paths may have grown the map: look the slot up again */
-    slot = imap_slot(&t->stack_ix, k, &found, NULL, NULL);
-    if (!slot || grow((void **)&t->stack, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stack) < 0)
+    if (first < 0 || grow((void **)&t->stack, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stack) < 0)
         return -1;
-    t->stack[t->n_stacks] = r;
+    t->stack[t->n_stacks] = (stack_ref){(int32_t)view, (int32_t)all, (uint32_t)first};
     *slot = (uint32_t)++t->n_stacks;
     t->stack_ix.len++;
     return (long)t->n_stacks - 1;

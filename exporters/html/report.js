@@ -498,8 +498,10 @@
       }
       const k = state.nvml ? lastAtOrBefore(nv.t, ns) : -1;
       if (k >= 0) rows.push(el('tr', null, el('td', { text: 'nvidia-smi' }), el('td', { text: fmtBytes(nv.v[k]) + ' (read at ' + fmtRel(nv.t[k]) + ')' })));
+      /* between kept points of a downsampled timeline the bytes are those of the last point */
+      const where = i < 0 ? 'before the first event' : tl.downsampled ? 'the kept point at ' + fmtRel(t[i]) + ' (each bucket keeps its highest and last point)' : 'since ' + fmtRel(t[i]);
       showTip(ev, el('div', null, el('div', null, el('b', { text: fmtRel(Math.max(0, Math.round(ns))) })), el('table', null, rows),
-        el('div', { class: 'sub', text: 'click: what was live' })));
+        el('div', { class: 'sub', text: where }), el('div', { class: 'sub', text: 'click: what was live' })));
     }
 
     function local(ev) { const r = canvas.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; }
