@@ -4,7 +4,8 @@
  *    "traces": [{
  *      "label", "file", "comm", "pid", "host", "command", "start_unix_ms", "duration_ns",
  *      "events", "dropped", "truncated" (reason or null), "ended_cleanly", "warnings": [...],
- *      "anomalies": {...}, "series_by": "kind", "moment_spans", "moment_top", "peak_stacks_max",
+ *      "anomalies": {...}, "series_by": "kind", "moment_spans", "moment_top", "moment_thinned"
+ *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
  *      "names": [frame name, ...],               string table of this trace
  *      "nodes": [parent, name, parent, name...], a trie of paths: node k is the pair at 2k, 2k+1,
  *                                                parent -1 = a frame just under the device
@@ -712,8 +713,9 @@ static int trace(mt_out *o, mt_analysis *a, const mt_html_options *opt, char *er
                   (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                   (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_ops);
     strk(o, "series_by", m->series_by);
-    u64k(o, "moment_spans", MT_MOMENTS_SPANS); /* mo's options are the defaults */
-    u64k(o, "moment_top", MT_MOMENTS_TOP);
+    u64k(o, "moment_spans", m->spans);
+    u64k(o, "moment_top", m->top);
+    u64k(o, "moment_thinned", m->thinned);
     u64k(o, "peak_stacks_max", MAX_PEAK_STACKS);
     int rc = 0;
     key(o, "devices");

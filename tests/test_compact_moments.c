@@ -101,6 +101,7 @@ typedef struct history {
     change *v;
     size_t n, cap;
     uint64_t start;
+    size_t max_live; /* the largest live set, in allocations */
 } history;
 
 static void note(void *ctx, const mt_usage *u, uint64_t time_ns)
@@ -125,7 +126,10 @@ static history history_of(const mt_analysis *a)
     cr_assert(r, "%s", err);
     mt_record rec;
     while (mt_reader_next(r, &rec) == MT_READ_RECORD)
-        if (rec.type == MT_REC_EVENT) mt_tracker_event(h.t, &rec.u.event);
+        if (rec.type == MT_REC_EVENT) {
+            mt_tracker_event(h.t, &rec.u.event);
+            if (mt_tracker_live_count(h.t) > h.max_live) h.max_live = mt_tracker_live_count(h.t);
+        }
     mt_reader_close(r);
     mt_tracker_free(h.t);
     return h;
@@ -327,6 +331,7 @@ Test(compact_moments, a_long_trace_keeps_each_buckets_highest_and_last_point, .t
     mt_moments *m = moments_of(a, &o);
     check_moments(a, m, 5);
     const mt_device_moments *d = &m->devices[0];
+    cr_expect_eq(m->thinned, 1);
     cr_expect(d->n_points <= 2 * 128);
     cr_expect(d->n_points > 128, "a busy trace fills every bucket with two points");
     cr_expect(d->n_moments >= 40 && d->n_moments <= 41);
@@ -342,7 +347,38 @@ Test(compact_moments, a_long_trace_keeps_each_buckets_highest_and_last_point, .t
                 hi = h.v[i].in_use;
         cr_expect_eq(mo->in_use, hi, "moment %zu is not its span's highest", k);
     }
+    /* a quarter of the work 40 snapshots of the largest live set would take: every 4th span's
+     * moment and the peak, each still adding up */
+    o.work = 40 * h.max_live / 4;
     free(h.v);
+    mt_moments_free(m);
+    m = moments_of(a, &o);
+    check_moments(a, m, 5);
+    cr_expect_eq(m->thinned, 4);
+    d = &m->devices[0];
+    cr_expect(d->n_moments == 10 || d->n_moments == 11, "%zu moments", d->n_moments);
+    mt_moments_free(m);
+    mt_analysis_free(a);
+}
+
+/* Twenty devices: fewer buckets each, so memory does not grow with the devices' count. */
+Test(compact_moments, many_devices_get_fewer_buckets_each)
+{
+    fx f;
+    fx_open(&f, "moments_devices.mtrace");
+    for (uint64_t i = 0; i < 40000; i++) /* 2000 changes per device, spread over 4 s */
+        fx_ev(&f, (i / 20) % 2 ? MT_OP_FREE : MT_OP_ALLOC, MT_KIND_DEVICE, (int)(i % 20),
+              A + (i % 20) * 0x10000000 + ((i / 40) % 4) * 4096, 4096, i / 10, 1);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_devices, 20);
+    mt_moments_options o = {.exact = 100, .points = 4096};
+    mt_moments *m = moments_of(a, &o);
+    check_moments(a, m, MT_MOMENTS_TOP);
+    for (size_t i = 0; i < m->n_devices; i++) {
+        cr_expect(m->devices[i].downsampled);
+        cr_expect_eq(m->devices[i].bucket_ns, a->duration_ns / (4096 * 8 / 20) + 1, "bucket");
+    }
     mt_moments_free(m);
     mt_analysis_free(a);
 }

@@ -1001,7 +1001,8 @@
     if (an.length) notes.push(el('li', { text: 'Anomalies: ' + an.map(([k, v]) => k.replace(/_/g, ' ') + ' ' + v).join(', ') + '.' }));
     for (const w of T.warnings) notes.push(el('li', { class: 'warn', text: 'Recorder: ' + w }));
     if (!T.ended_cleanly && !T.truncated) notes.push(el('li', { text: 'The recorder did not close the trace (the process was killed?): the end is the last event.' }));
-    notes.push(el('li', { text: 'Moments with their live sets: the highest point of each of up to ' + T.moment_spans + ' time spans per device, and the peak; each keeps its ' +
+    notes.push(el('li', { text: 'Moments with their live sets: the highest point of each of up to ' + T.moment_spans + ' time spans per device' +
+      (T.moment_thinned > 1 ? ' (of every ' + T.moment_thinned + 'th span: the live set was too large to keep them all)' : '') + ', and the peak; each keeps its ' +
       T.moment_top + ' largest stacks and sums the rest. The peak keeps every stack (up to ' + fmtInt(T.peak_stacks_max) + ' in this page; the rest in one box).' }));
     notes.push(el('li', { text: 'Made by ' + DATA.generator + ' from ' + T.file + '. Frame names and views as in `memtrace report` (docs/analysis.md).' }));
     return el('footer', { class: 'card' }, el('ul', null, notes));

@@ -423,8 +423,10 @@ const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len
  *           spans and the highest point of each is chosen, and the device's peak.
  *   read 2  at each chosen moment, the device's live set by stack: the `top` largest stacks and
  *           the rest summed, so a moment's size does not grow with what was live.
- * Memory: the live set, buckets x series, moments x top; time: two reads plus one pass over the
- * live set per chosen moment. */
+ * Memory: the live set, buckets x series per device (with more than 8 devices, fewer buckets
+ * each, 256 at least), moments x top; time: two reads plus one pass over the live set per
+ * moment, at most `work` lifetimes in all: a trace whose live set is too large for every span
+ * keeps every k-th of them (and the peak). */
 
 /* What a timeline's series are: a label for every counted allocation. */
 typedef struct mt_series_key {
@@ -472,15 +474,19 @@ typedef struct mt_moments {
     const char **series_names;  /* n_series: the key's names */
     mt_device_moments *devices; /* one per device report: a->devices in order, then a->host */
     size_t n_devices;
+    size_t spans, top;          /* as used */
+    size_t thinned;             /* k > 1: only every k-th span's moment was kept (work) */
 } mt_moments;
 
 #define MT_MOMENTS_EXACT 16384 /* traces of at most this many events keep every change */
 #define MT_MOMENTS_POINTS 4096 /* else: time buckets per device */
 #define MT_MOMENTS_SPANS 256   /* chosen moments per device (and the peak) */
 #define MT_MOMENTS_TOP 32      /* stacks kept per moment */
+#define MT_MOMENTS_WORK (1ull << 28) /* live allocations visited for all snapshots, at most */
 
 typedef struct mt_moments_options {
     size_t exact, points, spans, top; /* 0: the defaults above */
+    uint64_t work;                    /* 0: MT_MOMENTS_WORK */
     const mt_series_key *series; /* NULL: mt_series_by_kind() */
     void (*progress)(void *ctx, int read, double fraction); /* read 1 or 2; may be NULL */
     void *progress_ctx;

@@ -83,6 +83,7 @@ typedef struct read1 {
     int32_t host_index;      /* slot + 1 of the host */
     size_t points, spans;
     uint64_t width, span_width, start;
+    size_t max_live;         /* the largest live set (every device), for read 2's cost */
     int exact;
     int oom;
 } read1;
@@ -247,7 +248,13 @@ static int replay(const mt_analysis *a, mt_tracker *t, uint64_t until, const mt_
     return rc;
 }
 
-static int after_read1(void *ctx) { return ((read1 *)ctx)->oom ? -1 : 0; }
+static int after_read1(void *ctx)
+{
+    read1 *r = ctx;
+    size_t live = mt_tracker_live_count(r->t);
+    if (live > r->max_live) r->max_live = live;
+    return r->oom ? -1 : 0;
+}
 
 static int cmp_point(const void *pa, const void *pb)
 {
@@ -310,16 +317,18 @@ static int take_points(const read1 *r, slot *s, mt_device_moments *d)
     return 0;
 }
 
-/* The moments of slot s into d: the highest point of every span with points, and the peak. */
-static int take_moments(const read1 *r, slot *s, const mt_device_report *rep, mt_device_moments *d)
+/* The moments of slot s into d: the highest point of every span with points (of every k-th such
+ * span when thinned), and the peak. */
+static int take_moments(const read1 *r, slot *s, const mt_device_report *rep, size_t k,
+                        mt_device_moments *d)
 {
     size_t n = 0;
     for (size_t i = 0; i < r->spans; i++) n += s->spans[i].have;
     d->moments = calloc(n + 1, sizeof *d->moments);
     if (!d->moments) return -1;
     int have_peak = 0;
-    for (size_t i = 0; i < r->spans; i++) {
-        if (!s->spans[i].have) continue;
+    for (size_t i = 0, seen = 0; i < r->spans; i++) {
+        if (!s->spans[i].have || seen++ % k) continue;
         const mt_usage_point *p = &s->spans[i].best;
         mt_moment *m = &d->moments[d->n_moments++];
         *m = (mt_moment){.time_ns = p->time_ns, .seq = p->seq, .in_use = p->in_use,
@@ -464,8 +473,16 @@ void mt_moments_free(mt_moments *m)
     free(m);
 }
 
-static int fill(const mt_analysis *a, read1 *r, mt_moments *mo)
+static int fill(const mt_analysis *a, read1 *r, mt_moments *mo, uint64_t work)
 {
+    /* read 2 visits every live allocation once per moment: keep every k-th span's moment when
+     * all of them would visit more than `work` (each device keeps its peak) */
+    size_t wanted = 0;
+    for (size_t i = 0; i < r->n_slots; i++)
+        for (size_t k = 0; k < r->spans; k++) wanted += r->slots[i].spans[k].have;
+    uint64_t cost = (uint64_t)wanted * (r->max_live ? r->max_live : 1);
+    mo->thinned = cost > work ? (size_t)((cost + work - 1) / work) : 1;
+    mo->spans = r->spans;
     mo->series_by = r->key->by;
     mo->n_series = r->ns;
     mo->series_names = malloc(r->ns * sizeof *mo->series_names);
@@ -482,7 +499,8 @@ static int fill(const mt_analysis *a, read1 *r, mt_moments *mo)
         for (size_t k = 0; k < r->n_slots && !s; k++)
             if (r->slots[k].is_host == d->is_host && (d->is_host || r->slots[k].device == d->device))
                 s = &r->slots[k];
-        if (s && (take_points(r, s, d) < 0 || take_moments(r, s, rep, d) < 0)) return -1;
+        if (s && (take_points(r, s, d) < 0 || take_moments(r, s, rep, mo->thinned, d) < 0))
+            return -1;
     }
     return 0;
 }
@@ -502,6 +520,13 @@ int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_m
                .spans = opt && opt->spans ? opt->spans : MT_MOMENTS_SPANS,
                .start = a->header.start_monotonic_ns};
     size_t top = opt && opt->top ? opt->top : MT_MOMENTS_TOP;
+    uint64_t work = opt && opt->work ? opt->work : MT_MOMENTS_WORK;
+    /* buckets cost memory per device: a trace of many devices gets fewer each */
+    size_t n_dev = a->n_devices + (a->host != NULL);
+    if (n_dev > 8 && r.points > 256) {
+        size_t fewer = r.points * 8 / n_dev;
+        r.points = fewer > 256 ? fewer : 256;
+    }
     r.ns = r.key->n ? r.key->n : 1;
     r.exact = a->events <= (opt && opt->exact ? opt->exact : MT_MOMENTS_EXACT);
     r.width = a->duration_ns / r.points + 1;
@@ -513,7 +538,10 @@ int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_m
     int rc = mo && r.t ? 0 : -1;
     if (rc == 0) rc = replay(a, r.t, 0, opt, 1, after_read1, &r, err, errlen);
     if (rc == 0 && r.oom) rc = -1;
-    if (rc == 0) rc = fill(a, &r, mo);
+    if (rc == 0) {
+        mo->top = top;
+        rc = fill(a, &r, mo, work);
+    }
     mt_tracker_free(r.t);
     for (size_t i = 0; i < r.n_slots; i++) slot_free(&r.slots[i]);
     free(r.slots);
