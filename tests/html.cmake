@@ -20,7 +20,8 @@ if(MT_NODE_FOR_HTML AND MT_CHROMIUM)
   add_test(NAME test_html_browser
            COMMAND ${MT_NODE_FOR_HTML} ${CMAKE_CURRENT_SOURCE_DIR}/js/html_check.mjs fixtures
                    --memtrace $<TARGET_FILE:memtrace> --chromium ${MT_CHROMIUM}
-                   --out ${MT_HTML_SHOTS} --data ${CMAKE_CURRENT_SOURCE_DIR}/data)
+                   --out ${MT_HTML_SHOTS} --data ${CMAKE_CURRENT_SOURCE_DIR}/data
+                   --synth $<TARGET_FILE:synth_trace>)
   add_test(NAME test_html_scale
            COMMAND ${MT_NODE_FOR_HTML} ${CMAKE_CURRENT_SOURCE_DIR}/js/html_check.mjs scale
                    --memtrace $<TARGET_FILE:memtrace> --chromium ${MT_CHROMIUM}

@@ -1015,6 +1015,13 @@
     const app = document.getElementById('app');
     const T = curTrace(), D = curDevice();
     document.title = 'memtrace: ' + T.label;
+    if (!D) { /* a trace without memory events: nothing to draw but what it is */
+      ui.timeline = {};
+      app.replaceChildren(...[header(), TRACES.length > 1 ? traceTable() : null,
+        el('section', { class: 'card', id: 'nodevice', dataset: { view: 'nodevice', rendered: '1' } },
+          el('p', { class: 'empty', text: 'This trace holds no memory event on any device.' })), footer()].filter(Boolean));
+      return;
+    }
     app.replaceChildren(...[header(), TRACES.length > 1 ? traceTable() : null, deviceTabs(), summary(),
       timelineSection(), liveSection(), flameSection(), breakdownSection(), byLineSection(),
       failedSection(), endSection(), footer()].filter(Boolean));

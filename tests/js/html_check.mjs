@@ -3,8 +3,9 @@
 // report.js sets beside the numbers it prints) with `memtrace report --json`, never with the
 // report's own data; clicks and typing are real input events. Screenshots go to --out.
 //
-//   node html_check.mjs fixtures --memtrace BIN --chromium BIN --out DIR --data DIR
-//       every GPU fixture's report, device by device; interactions on each; several traces in one
+//   node html_check.mjs fixtures --memtrace BIN --chromium BIN --out DIR --data DIR [--synth BIN]
+//       every GPU fixture's report, device by device; interactions on each; several traces in one;
+//       a trace without memory events (made by --synth)
 //   node html_check.mjs scale --memtrace BIN --chromium BIN --out DIR --synth BIN --events N
 //       a synthetic trace of N events: the file's size (< 10 MB) and the time to interactive
 //       (< MT_HTML_MAX_MS, default 2000 ms: the median of 3 loads in a fresh tab)
@@ -239,6 +240,18 @@ async function fixtures(browser) {
     }
     await noErrors(page, name, url);
     console.log(`${name}: ${devices.length} device(s), first view ${first.device}, ready in ${pageMs.toFixed(0)} ms`);
+    await page.close();
+  }
+  // a trace without memory events (the synthetic program with none): a page that says so
+  if (opt.synth) {
+    const empty = path.resolve(opt.out, 'no-events.mtrace'), html = path.resolve(opt.out, 'no-events.html');
+    run(opt.synth, [empty, '0']);
+    exportHtml(html, [empty]);
+    const page = await browser.newPage();
+    await load(page, 'file://' + html);
+    const said = await page.eval('(() => { const e = document.querySelector("#nodevice"); return e ? e.textContent : ""; })()');
+    check(/no memory event/.test(said), `no-events: the page says "${said}"`);
+    await noErrors(page, 'no-events', 'file://' + html);
     await page.close();
   }
   // several traces: the table of them and the switch

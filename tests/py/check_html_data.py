@@ -13,6 +13,8 @@ checks it against `memtrace report --json` and against itself:
   tables     every stack names path nodes that exist; every node's parent comes before it;
   by line    the report's lines, in its order.
 
+A truncated copy of the largest fixture and several traces in one page are checked too.
+
 usage: check_html_data.py MEMTRACE SYNTH_TRACE TRACE_DIR
 Prints 'N passed, M failed' (one per trace).
 """
@@ -66,6 +68,7 @@ def check_trace(t, rep):
     want = rep["devices"] + ([rep["host"]] if rep["host"] else [])
     assert [d["root"] for d in t["devices"]] == [d["root"] for d in want]
     assert t["events"] == rep["events"] and t["duration_ns"] == rep["duration_ns"]
+    assert (t["truncated"] is not None) == rep["truncated"]
     for d, r in zip(t["devices"], want):
         w = "%s %s" % (t["file"], d["root"])
         for mine, theirs in (("peak", "peak_bytes"), ("api_peak", "api_peak_bytes"),
@@ -136,7 +139,12 @@ def main():
         big = os.path.join(tmp, "synthetic.mtrace")
         run(synth, big, "300000")
         traces = sorted(os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.endswith(".mtrace"))
-        cases = [[p] for p in traces] + [[big], traces[:3]]
+        # a trace cut inside a chunk (a killed process): every read stops at the same place
+        cut = os.path.join(tmp, "cut.mtrace")
+        largest = max(traces, key=os.path.getsize)
+        with open(largest, "rb") as f, open(cut, "wb") as g:
+            g.write(f.read()[: os.path.getsize(largest) * 2 // 3])
+        cases = [[p] for p in traces] + [[big], [cut], traces[:3]]
         for paths in cases:
             try:
                 check(memtrace, paths, tmp, data_dir)
