@@ -19,18 +19,26 @@ const [mode, ...rest] = process.argv.slice(2);
 const opt = {};
 for (let i = 0; i < rest.length; i += 2) opt[rest[i].replace(/^--/, '')] = rest[i + 1];
 if (!['fixtures', 'scale'].includes(mode) || !opt.memtrace || !opt.out) {
-  console.error('usage: html_check.mjs fixtures|scale --memtrace BIN --out DIR [--chromium BIN] [--data DIR] [--synth BIN --events N]');
+  console.error(
+    'usage: html_check.mjs fixtures|scale --memtrace BIN --out DIR [--chromium BIN] [--data DIR] [--synth BIN --events N]',
+  );
   process.exit(2);
 }
 fs.mkdirSync(opt.out, { recursive: true });
 
-let passed = 0, failed = 0;
+let passed = 0,
+  failed = 0;
 function check(cond, what) {
   if (cond) passed++;
-  else { failed++; console.log('FAIL ' + what); }
+  else {
+    failed++;
+    console.log('FAIL ' + what);
+  }
   return cond;
 }
-function run(bin, args) { return execFileSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 30 }); }
+function run(bin, args) {
+  return execFileSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 30 });
+}
 function report(files) {
   const j = JSON.parse(run(opt.memtrace, ['report', '--json', '--by-line', ...files]));
   return j.traces || [j];
@@ -40,7 +48,8 @@ function exportHtml(out, files, extra = []) {
   run(opt.memtrace, ['export', '--format', 'html', '-o', out, ...extra, ...files]);
   return Date.now() - t0;
 }
-const settle = (page) => page.eval('new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))');
+const settle = (page) =>
+  page.eval('new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))');
 
 /* the centre of an element, in the viewport (scrolled into view first) */
 async function centre(page, selector) {
@@ -50,7 +59,11 @@ async function centre(page, selector) {
   if (!r) throw new Error('no element ' + selector);
   return r;
 }
-async function clickOn(page, selector) { const [x, y] = await centre(page, selector); await click(page, x, y); await settle(page); }
+async function clickOn(page, selector) {
+  const [x, y] = await centre(page, selector);
+  await click(page, x, y);
+  await settle(page);
+}
 
 /* what the page shows of the current device */
 async function shown(page) {
@@ -77,8 +90,10 @@ async function shown(page) {
 }
 
 /* the failed requests of device d in a JSON report */
-const failedOn = (trace, d) => trace.failed_requests.filter((f) =>
-  (d.root === 'host' ? /^host/.test(f.kind) : f.device === d.device && !/^host/.test(f.kind)));
+const failedOn = (trace, d) =>
+  trace.failed_requests.filter((f) =>
+    d.root === 'host' ? /^host/.test(f.kind) : f.device === d.device && !/^host/.test(f.kind),
+  );
 
 function checkDevice(name, s, d, trace) {
   const w = `${name} ${d.root}`;
@@ -90,22 +105,48 @@ function checkDevice(name, s, d, trace) {
   if (d.root !== 'host') want.push('breakdown');
   if (d.by_line && d.by_line.length) want.push('byline');
   if (failedOn(trace, d).length) want.push('failed');
-  for (const v of want) check(s.views.some(([k, r]) => k === v && r), `${w}: view ${v} not rendered`);
-  check(s.views.every(([, r]) => r), `${w}: a view is not rendered: ${JSON.stringify(s.views)}`);
-  check(Number(s.timeline.points) === s.points && s.points > 0, `${w}: timeline drew ${s.timeline.points} of ${s.points} points`);
+  for (const v of want)
+    check(
+      s.views.some(([k, r]) => k === v && r),
+      `${w}: view ${v} not rendered`,
+    );
+  check(
+    s.views.every(([, r]) => r),
+    `${w}: a view is not rendered: ${JSON.stringify(s.views)}`,
+  );
+  check(
+    Number(s.timeline.points) === s.points && s.points > 0,
+    `${w}: timeline drew ${s.timeline.points} of ${s.points} points`,
+  );
   check(s.timelineInk > 0.02, `${w}: the timeline canvas is blank (${s.timelineInk})`);
-  check(Number(s.live.total) === d.peak_bytes, `${w}: the moment shown first is not the peak (${s.live.total})`);
+  check(
+    Number(s.live.total) === d.peak_bytes,
+    `${w}: the moment shown first is not the peak (${s.live.total})`,
+  );
   check(s.live.sum === s.live.total, `${w}: live rows add up to ${s.live.sum}, not ${s.live.total}`);
-  check(Number(s.flame.rootBytes) === d.peak_bytes, `${w}: flame graph root ${s.flame.rootBytes} != peak ${d.peak_bytes}`);
-  check(Number(s.flame.boxes) > (d.peak_bytes ? 1 : 0) && s.flameInk > 0.05, `${w}: flame graph drew ${s.flame.boxes} boxes (ink ${s.flameInk})`);
+  check(
+    Number(s.flame.rootBytes) === d.peak_bytes,
+    `${w}: flame graph root ${s.flame.rootBytes} != peak ${d.peak_bytes}`,
+  );
+  check(
+    Number(s.flame.boxes) > (d.peak_bytes ? 1 : 0) && s.flameInk > 0.05,
+    `${w}: flame graph drew ${s.flame.boxes} boxes (ink ${s.flameInk})`,
+  );
   if (d.breakdown && d.breakdown.at_peak) {
     const p = d.breakdown.at_peak.process_bytes;
-    check(s.processAtPeak === (typeof p === 'number' ? p : null), `${w}: nvidia-smi at the peak ${s.processAtPeak} != ${p}`);
+    check(
+      s.processAtPeak === (typeof p === 'number' ? p : null),
+      `${w}: nvidia-smi at the peak ${s.processAtPeak} != ${p}`,
+    );
   }
   const lines = (d.by_line || []).length;
-  if (lines) check(Number(s.byline.rows) === Math.min(lines, 2000), `${w}: by-line rows ${s.byline.rows} != ${lines}`);
+  if (lines)
+    check(Number(s.byline.rows) === Math.min(lines, 2000), `${w}: by-line rows ${s.byline.rows} != ${lines}`);
   else check(!s.byline, `${w}: a by-line table without Python lines`);
-  check(Number(s.endv.rows) === d.end_holders.length, `${w}: holders at the end ${s.endv.rows} != ${d.end_holders.length}`);
+  check(
+    Number(s.endv.rows) === d.end_holders.length,
+    `${w}: holders at the end ${s.endv.rows} != ${d.end_holders.length}`,
+  );
 }
 
 async function noErrors(page, name, url) {
@@ -116,7 +157,9 @@ async function noErrors(page, name, url) {
 
 /* clicks, zoom, search, the failed requests and full stacks, on the device shown */
 async function interact(page, name, d, trace) {
-  const D = await page.eval('(() => { const s = window.memtrace.state; return window.memtrace.data.traces[s.trace].devices[s.device]; })()');
+  const D = await page.eval(
+    '(() => { const s = window.memtrace.state; return window.memtrace.data.traces[s.trace].devices[s.device]; })()',
+  );
   // a moment that is not the peak, clicked where it is on the timeline
   const k = D.moments.findIndex((m, i) => !m.peak && i >= D.moments.length / 2);
   if (k >= 0) {
@@ -128,25 +171,70 @@ async function interact(page, name, d, trace) {
     await settle(page);
     const live = await page.eval('({...document.querySelector("#live").dataset})');
     check(live.pick === 'moment:' + k, `${name}: clicking the timeline at moment ${k} showed ${live.pick}`);
-    check(Number(live.total) === m.total && live.sum === live.total, `${name}: moment ${k}: live ${live.total}/${live.sum} != ${m.total}`);
+    check(
+      Number(live.total) === m.total && live.sum === live.total,
+      `${name}: moment ${k}: live ${live.total}/${live.sum} != ${m.total}`,
+    );
     await clickOn(page, '#flame [data-source=moment]');
     const f = await page.eval('({...document.querySelector("#flame").dataset})');
-    check(f.source === 'moment' && Number(f.rootBytes) === m.total, `${name}: flame graph of moment ${k}: ${f.source} ${f.rootBytes} != ${m.total}`);
+    check(
+      f.source === 'moment' && Number(f.rootBytes) === m.total,
+      `${name}: flame graph of moment ${k}: ${f.source} ${f.rootBytes} != ${m.total}`,
+    );
     await clickOn(page, '#flame [data-source=peak]');
   }
   // drag across the timeline to zoom, double-click to zoom out; the arrow keys step moments
-  const [left, top, width, height] = await page.eval(`(() => { const c = document.querySelector('#timeline canvas');
+  const [left, top, width, height] =
+    await page.eval(`(() => { const c = document.querySelector('#timeline canvas');
     c.scrollIntoView({block: 'center'}); const b = c.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; })()`);
-  const ty = top + height / 2, tx0 = left + 80 + (width - 100) * 0.3, tx1 = left + 80 + (width - 100) * 0.6;
-  await page.send('Input.dispatchMouseEvent', { type: 'mousePressed', x: tx0, y: ty, button: 'left', buttons: 1, clickCount: 1 });
-  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: (tx0 + tx1) / 2, y: ty, button: 'left', buttons: 1 });
-  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: tx1, y: ty, button: 'left', buttons: 1 });
-  await page.send('Input.dispatchMouseEvent', { type: 'mouseReleased', x: tx1, y: ty, button: 'left', buttons: 0, clickCount: 1 });
+  const ty = top + height / 2,
+    tx0 = left + 80 + (width - 100) * 0.3,
+    tx1 = left + 80 + (width - 100) * 0.6;
+  await page.send('Input.dispatchMouseEvent', {
+    type: 'mousePressed',
+    x: tx0,
+    y: ty,
+    button: 'left',
+    buttons: 1,
+    clickCount: 1,
+  });
+  await page.send('Input.dispatchMouseEvent', {
+    type: 'mouseMoved',
+    x: (tx0 + tx1) / 2,
+    y: ty,
+    button: 'left',
+    buttons: 1,
+  });
+  await page.send('Input.dispatchMouseEvent', {
+    type: 'mouseMoved',
+    x: tx1,
+    y: ty,
+    button: 'left',
+    buttons: 1,
+  });
+  await page.send('Input.dispatchMouseEvent', {
+    type: 'mouseReleased',
+    x: tx1,
+    y: ty,
+    button: 'left',
+    buttons: 0,
+    clickCount: 1,
+  });
   await settle(page);
   let range = (await page.eval('document.querySelector("#timeline").dataset.range')).split(',').map(Number);
-  check(range[0] > 0 && range[1] < range[2] && range[1] > range[0], `${name}: dragging did not zoom: ${range}`);
+  check(
+    range[0] > 0 && range[1] < range[2] && range[1] > range[0],
+    `${name}: dragging did not zoom: ${range}`,
+  );
   for (const type of ['mousePressed', 'mouseReleased'])
-    await page.send('Input.dispatchMouseEvent', { type, x: tx0, y: ty, button: 'left', buttons: type === 'mousePressed' ? 1 : 0, clickCount: 2 });
+    await page.send('Input.dispatchMouseEvent', {
+      type,
+      x: tx0,
+      y: ty,
+      button: 'left',
+      buttons: type === 'mousePressed' ? 1 : 0,
+      clickCount: 2,
+    });
   await settle(page);
   range = (await page.eval('document.querySelector("#timeline").dataset.range')).split(',').map(Number);
   check(range[0] === 0 && range[1] === range[2], `${name}: double-click did not zoom out: ${range}`);
@@ -157,34 +245,54 @@ async function interact(page, name, d, trace) {
     await page.send('Input.dispatchKeyEvent', { type: 'keyDown', ...key });
     await page.send('Input.dispatchKeyEvent', { type: 'keyUp', ...key });
     const after = await page.eval('document.querySelector("#live").dataset.pick');
-    const b = Number(before.split(':')[1]), a = Number(after.split(':')[1]);
-    check(after.startsWith('moment:') && a === Math.max(0, (before.startsWith('moment:') ? b : a + 1) - 1), `${name}: ArrowLeft went from ${before} to ${after}`);
+    const b = Number(before.split(':')[1]),
+      a = Number(after.split(':')[1]);
+    check(
+      after.startsWith('moment:') && a === Math.max(0, (before.startsWith('moment:') ? b : a + 1) - 1),
+      `${name}: ArrowLeft went from ${before} to ${after}`,
+    );
   }
-  if (D.nvml.t.length) { // nvidia-smi's line off: the axis fits the trace's own bytes
+  if (D.nvml.t.length) {
+    // nvidia-smi's line off: the axis fits the trace's own bytes
     const y0 = Number(await page.eval('document.querySelector("#timeline").dataset.ymax'));
     await clickOn(page, '#nvml-toggle');
     const y1 = Number(await page.eval('document.querySelector("#timeline").dataset.ymax'));
     const nvmax = Math.max(...D.nvml.v);
-    check(y1 >= d.peak_bytes && (nvmax > y1 * 1.04 ? y1 < y0 : y1 <= y0), `${name}: nvidia-smi off: axis ${y0} -> ${y1}`);
+    check(
+      y1 >= d.peak_bytes && (nvmax > y1 * 1.04 ? y1 < y0 : y1 <= y0),
+      `${name}: nvidia-smi off: axis ${y0} -> ${y1}`,
+    );
     await clickOn(page, '#nvml-toggle');
   }
   if (!d.peak_bytes) return;
   // every frame of the first row
   await clickOn(page, '#live-table details summary');
-  const frames = await page.eval('document.querySelectorAll("#live-table details[open] ol.frames li").length');
+  const frames = await page.eval(
+    'document.querySelectorAll("#live-table details[open] ol.frames li").length',
+  );
   check(frames > 0, `${name}: "every frame" showed ${frames} frames`);
   // zoom into the largest frame under the root, hover it, search
-  const [cx, cy] = await page.eval(`(() => { const c = document.querySelector('#flame canvas'); c.scrollIntoView({block: 'center'});
+  const [cx, cy] =
+    await page.eval(`(() => { const c = document.querySelector('#flame canvas'); c.scrollIntoView({block: 'center'});
     const b = c.getBoundingClientRect(); return [b.left + 3, b.top + 18 + 9]; })()`);
   await click(page, cx, cy);
   await settle(page);
   let f = await page.eval('({...document.querySelector("#flame").dataset})');
-  check(f.zoom !== '' && Number(f.zoomBytes) > 0 && Number(f.zoomBytes) <= d.peak_bytes, `${name}: zoom: "${f.zoom}" ${f.zoomBytes}`);
+  check(
+    f.zoom !== '' && Number(f.zoomBytes) > 0 && Number(f.zoomBytes) <= d.peak_bytes,
+    `${name}: zoom: "${f.zoom}" ${f.zoomBytes}`,
+  );
   await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: cx + 40, y: cy + 18 });
   await settle(page);
-  const tip = await page.eval('(() => { const t = document.getElementById("tooltip"); return t.hidden ? "" : t.textContent; })()');
+  const tip = await page.eval(
+    '(() => { const t = document.getElementById("tooltip"); return t.hidden ? "" : t.textContent; })()',
+  );
   check(/bytes/.test(tip) && /of the graph/.test(tip), `${name}: no tooltip over the flame graph: "${tip}"`);
-  await page.send('Page.captureScreenshot', { format: 'png' }).then((s) => fs.writeFileSync(path.join(opt.out, name + '-flame-zoom.png'), Buffer.from(s.data, 'base64')));
+  await page
+    .send('Page.captureScreenshot', { format: 'png' })
+    .then((s) =>
+      fs.writeFileSync(path.join(opt.out, name + '-flame-zoom.png'), Buffer.from(s.data, 'base64')),
+    );
   const zoomed = f.zoom;
   await clickOn(page, '#flame button:not([data-source]):not([data-frames])'); // reset zoom
   f = await page.eval('({...document.querySelector("#flame").dataset})');
@@ -195,29 +303,52 @@ async function interact(page, name, d, trace) {
   await page.send('Input.insertText', { text: word });
   await settle(page);
   f = await page.eval('({...document.querySelector("#flame").dataset})');
-  check(Number(f.matched) > 0 && Number(f.matched) <= d.peak_bytes, `${name}: search "${word}" matched ${f.matched}`);
+  check(
+    Number(f.matched) > 0 && Number(f.matched) <= d.peak_bytes,
+    `${name}: search "${word}" matched ${f.matched}`,
+  );
   await clickOn(page, '#flame input[type=search]');
   await page.eval('(() => { const i = document.querySelector("#flame input[type=search]"); i.select(); })()');
-  await page.send('Input.dispatchKeyEvent', { type: 'keyDown', key: 'Backspace', code: 'Backspace', windowsVirtualKeyCode: 8 });
-  await page.send('Input.dispatchKeyEvent', { type: 'keyUp', key: 'Backspace', code: 'Backspace', windowsVirtualKeyCode: 8 });
+  await page.send('Input.dispatchKeyEvent', {
+    type: 'keyDown',
+    key: 'Backspace',
+    code: 'Backspace',
+    windowsVirtualKeyCode: 8,
+  });
+  await page.send('Input.dispatchKeyEvent', {
+    type: 'keyUp',
+    key: 'Backspace',
+    code: 'Backspace',
+    windowsVirtualKeyCode: 8,
+  });
   // failed requests: what was live then
   const fails = failedOn(trace, d);
   if (fails.length) {
     await clickOn(page, '#failed tbody tr');
     const live = await page.eval('({...document.querySelector("#live").dataset})');
-    check(live.pick && live.pick.startsWith('failed:'), `${name}: a failed request clicked showed ${live.pick}`);
-    check(Number(live.total) === fails[0].in_use_bytes && live.sum === live.total,
-      `${name}: live at the failed request ${live.total}/${live.sum} != ${fails[0].in_use_bytes}`);
+    check(
+      live.pick && live.pick.startsWith('failed:'),
+      `${name}: a failed request clicked showed ${live.pick}`,
+    );
+    check(
+      Number(live.total) === fails[0].in_use_bytes && live.sum === live.total,
+      `${name}: live at the failed request ${live.total}/${live.sum} != ${fails[0].in_use_bytes}`,
+    );
   }
 }
 
 async function fixtures(browser) {
   const dir = opt.data;
-  const traces = fs.readdirSync(dir).filter((f) => f.endsWith('.mtrace')).sort();
+  const traces = fs
+    .readdirSync(dir)
+    .filter((f) => f.endsWith('.mtrace'))
+    .sort();
   check(traces.length >= 5, `fixtures found: ${traces.length}`);
   for (const t of traces) {
     const name = t.replace(/\.mtrace$/, '');
-    const file = path.join(dir, t), html = path.resolve(opt.out, name + '.html'), url = 'file://' + html;
+    const file = path.join(dir, t),
+      html = path.resolve(opt.out, name + '.html'),
+      url = 'file://' + html;
     exportHtml(html, [file], ['--source-root', dir]);
     const [rep] = report([file]);
     const page = await browser.newPage();
@@ -230,33 +361,45 @@ async function fixtures(browser) {
       await clickOn(page, `nav.tabs button[data-device="${d.root}"]`);
       const s = await shown(page);
       checkDevice(name, s, d, rep);
-      if (d.by_line && d.by_line.length) { /* cifar.py and train.py are in tests/data */
+      if (d.by_line && d.by_line.length) {
+        /* cifar.py and train.py are in tests/data */
         const here = new Set(fs.readdirSync(dir));
         const want = d.by_line.slice(0, 2000).filter((r) => here.has(path.basename(r.file))).length;
-        check(Number(s.byline.sources) === want, `${name}: source text of ${s.byline.sources} lines, ${want} are under --source-root`);
+        check(
+          Number(s.byline.sources) === want,
+          `${name}: source text of ${s.byline.sources} lines, ${want} are under --source-root`,
+        );
         if (name.startsWith('cifar_tensors')) check(want > 0, `${name}: no line of cifar.py`);
       }
       await interact(page, `${name}-${d.root.replace(/[^a-z0-9]/gi, '')}`, d, rep);
     }
     await noErrors(page, name, url);
-    console.log(`${name}: ${devices.length} device(s), first view ${first.device}, ready in ${pageMs.toFixed(0)} ms`);
+    console.log(
+      `${name}: ${devices.length} device(s), first view ${first.device}, ready in ${pageMs.toFixed(0)} ms`,
+    );
     await page.close();
   }
   // a trace without memory events (the synthetic program with none): a page that says so
   if (opt.synth) {
-    const empty = path.resolve(opt.out, 'no-events.mtrace'), html = path.resolve(opt.out, 'no-events.html');
+    const empty = path.resolve(opt.out, 'no-events.mtrace'),
+      html = path.resolve(opt.out, 'no-events.html');
     run(opt.synth, [empty, '0']);
     exportHtml(html, [empty]);
     const page = await browser.newPage();
     await load(page, 'file://' + html);
-    const said = await page.eval('(() => { const e = document.querySelector("#nodevice"); return e ? e.textContent : ""; })()');
+    const said = await page.eval(
+      '(() => { const e = document.querySelector("#nodevice"); return e ? e.textContent : ""; })()',
+    );
     check(/no memory event/.test(said), `no-events: the page says "${said}"`);
     await noErrors(page, 'no-events', 'file://' + html);
     await page.close();
   }
   // several traces: the table of them and the switch
-  const some = ['cifar_default.mtrace', 'cifar_tensors_b512.mtrace', 'alloc_patterns.mtrace'].map((f) => path.join(dir, f));
-  const html = path.resolve(opt.out, 'several.html'), url = 'file://' + html;
+  const some = ['cifar_default.mtrace', 'cifar_tensors_b512.mtrace', 'alloc_patterns.mtrace'].map((f) =>
+    path.join(dir, f),
+  );
+  const html = path.resolve(opt.out, 'several.html'),
+    url = 'file://' + html;
   exportHtml(html, some, ['--source-root', dir]);
   const reps = report(some);
   const page = await browser.newPage();
@@ -271,7 +414,9 @@ async function fixtures(browser) {
     check(s.title.includes(path.basename(some[i])), `several: row ${i} shows "${s.title}"`);
     check(s.peak === top.peak_bytes, `several: trace ${i}: peak ${s.peak} != ${top.peak_bytes}`);
   }
-  await page.eval('(() => { const s = document.getElementById("trace-switch"); s.value = "1"; s.dispatchEvent(new Event("change")); })()');
+  await page.eval(
+    '(() => { const s = document.getElementById("trace-switch"); s.value = "1"; s.dispatchEvent(new Event("change")); })()',
+  );
   const s = await shown(page);
   check(s.title.includes(path.basename(some[1])), `several: the switch shows "${s.title}"`);
   await noErrors(page, 'several', url);
@@ -280,7 +425,8 @@ async function fixtures(browser) {
 
 async function scale(browser) {
   const n = Number(opt.events || 1000000);
-  const trace = path.resolve(opt.out, `synthetic-${n}.mtrace`), html = path.resolve(opt.out, `synthetic-${n}.html`);
+  const trace = path.resolve(opt.out, `synthetic-${n}.mtrace`),
+    html = path.resolve(opt.out, `synthetic-${n}.html`);
   run(opt.synth, [trace, String(n)]);
   const exportMs = exportHtml(html, [trace]);
   const size = fs.statSync(html).size;
@@ -302,9 +448,11 @@ async function scale(browser) {
   await page.close();
   const med = (k) => times.map((t) => t[k]).sort((a, b) => a - b)[1];
   check(med('pageMs') < maxMs, `scale: interactive after ${med('pageMs')} ms, not within ${maxMs} ms`);
-  console.log(`scale: ${n} events, trace ${fs.statSync(trace).size} bytes, html ${size} bytes (export ${exportMs} ms), ` +
-    `timeline ${s.points} points; interactive in ${times.map((t) => t.pageMs.toFixed(0)).join(', ')} ms ` +
-    `(median ${med('pageMs').toFixed(0)} ms; with navigation ${med('wallMs')} ms)`);
+  console.log(
+    `scale: ${n} events, trace ${fs.statSync(trace).size} bytes, html ${size} bytes (export ${exportMs} ms), ` +
+      `timeline ${s.points} points; interactive in ${times.map((t) => t.pageMs.toFixed(0)).join(', ')} ms ` +
+      `(median ${med('pageMs').toFixed(0)} ms; with navigation ${med('wallMs')} ms)`,
+  );
 }
 
 const browser = await launch(opt.chromium);
