@@ -419,7 +419,7 @@ const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len
  *           a longer one is cut into `points` time buckets, each keeping its highest point (the
  *           first, in file order, of its highest in_use) and its last one, so every peak is exact
  *           (as the Chrome export's counters). Every point also splits its bytes into series: one
- *           label per allocation (mt_series_key; the kind today). Time is also cut into `moments`
+ *           label per allocation (mt_series_key; the kind today). Time is also cut into `spans`
  *           spans and the highest point of each is chosen, and the device's peak.
  *   read 2  at each chosen moment, the device's live set by stack: the `top` largest stacks and
  *           the rest summed, so a moment's size does not grow with what was live.
@@ -461,7 +461,8 @@ typedef struct mt_device_moments {
     mt_usage_point *points; /* time order (then file order) */
     size_t n_points;
     uint64_t *series;       /* n_points rows of n_series values: point i's bytes by label */
-    uint64_t changes;       /* points where the device's bytes changed, in the whole trace */
+    uint64_t changes;       /* events that changed the device's bytes (or their split), in the
+                               whole trace */
     int downsampled;        /* points are each bucket's highest and last (else every change) */
     uint64_t bucket_ns;     /* bucket width when downsampled */
     mt_moment *moments;     /* time order */
