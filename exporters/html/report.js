@@ -842,6 +842,15 @@
       g.drawImage(base, 0, 0);
       g.setTransform(dpr, 0, 0, dpr, 0, 0);
       const pick = pickedTime();
+      if (pick != null && pick.from != null) {
+        /* the span whose highest point the moment is */
+        const x0 = Math.max(M.l, X(pick.from)),
+          x1 = Math.min(M.l + plotW, X(Math.min(pick.to, end)));
+        if (x1 > x0) {
+          g.fillStyle = 'rgba(46,95,216,0.10)';
+          g.fillRect(x0, M.t, x1 - x0, plotH);
+        }
+      }
       if (pick != null && pick.t >= view[0] && pick.t <= view[1]) {
         const x = X(pick.t);
         g.strokeStyle = '#2e5fd8';
@@ -1044,7 +1053,7 @@
     if (!p) return null;
     if (p.type === 'moment') {
       const m = D.moments[p.i];
-      return m ? { t: m.t, total: m.total } : null;
+      return m ? { t: m.t, total: m.total, from: m.peak ? null : m.from, to: m.to } : null;
     }
     const f = curTrace().failed[p.i];
     return f ? { t: f.t, total: f.in_use } : null;
