@@ -28,7 +28,14 @@ typedef struct mt_file_header {
     uint32_t pid;                /* process that recorded */
     uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC at recorder start; event times share this clock */
     uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment, to print wall-clock dates */
+    uint32_t flags;              /* MT_HDR_* */
+    /* Where the process sat in a distributed job, read from the launcher's environment at start
+     * (RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK from torchrun; SLURM_*, OMPI_COMM_WORLD_*, PMI_*);
+     * valid with MT_HDR_RANK, each -1 when not given. */
+    int32_t rank, local_rank, world_size, node_rank;
 } mt_file_header;
+
+#define MT_HDR_RANK 1u /* the rank fields are valid */
 
 /* ---- Memory events --------------------------------------------------------------------------- */
 
