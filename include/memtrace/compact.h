@@ -136,6 +136,8 @@ typedef struct mt_lifetime {
     uint64_t serial; /* 1, 2, ... in allocation order: a unique id for the lifetime */
     uint32_t stack, tid, context;
     int32_t device; /* -1 for host kinds */
+    uint32_t extra_refs; /* VMM handles: references taken since (cuMemRetainAllocationHandle); the
+                            lifetime ends with the release that finds none left */
     uint16_t flags;
     uint8_t kind, family;
 } mt_lifetime;
@@ -181,6 +183,7 @@ typedef struct mt_anomalies {
     uint64_t unknown_ops;
     uint64_t unknown_device;  /* device allocations whose device the recorder could not tell:
                                  tracked (a free still matches them), counted on no device */
+    uint64_t retained;        /* references taken on live VMM handles (not anomalies: NCCL does it) */
 } mt_anomalies;
 
 typedef struct mt_tracker mt_tracker;

@@ -86,6 +86,12 @@ enum {
                                         reservation, not an allocation of its own */
     MT_EF_CAPTURED = 1u << 6,        /* made while its thread was capturing a CUDA graph (stream
                                         capture, or an explicit graph memory node) */
+    MT_EF_RETAIN = 1u << 7,          /* VMM_PHYSICAL ALLOC: one more reference to a live handle
+                                        (cuMemRetainAllocationHandle), not new memory: the handle
+                                        is freed by its last cuMemRelease */
+    MT_EF_IMPORTED = 1u << 8,        /* VMM_PHYSICAL ALLOC: a handle to another process's memory
+                                        (cuMemImportFromShareableHandle, e.g. NCCL's peer buffers):
+                                        not this process's bytes */
 };
 
 typedef struct mt_event {

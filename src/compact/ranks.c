@@ -125,8 +125,12 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     s->n_stacks = k;
     if (k) {
         const mt_stack_stat *top = &d->peak_stacks.v[0];
-        s->top_frame = strdup(top->driver ? "[driver internal]"
-                                          : mt_frames_first_user(a->frames, top->stack));
+        /* who, in a word: the first user frame, or the library that allocated (a stack of NCCL's
+         * own threads has no user frame to show: "NCCL" says more than a libc address) */
+        int is_allocator = 0;
+        const char *owner = top->driver ? "[driver internal]"
+                                        : mt_frames_owner(a->frames, top->stack, &is_allocator);
+        s->top_frame = strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack) : owner);
         s->top_bytes = top->bytes;
     }
     return 0;
