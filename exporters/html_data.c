@@ -1,10 +1,12 @@
 /* The HTML report's data: everything report.js draws, as one JSON object inside the page.
  *
- *   {"generator": "memtrace VERSION", "view": "user" | "all" | "python" | "native",
+ *   {"generator": "memtrace VERSION",
  *    "traces": [{
- *      "label", "file", "comm", "pid", "host", "command", "start_unix_ms", "duration_ns",
+ *      "label" (mt_trace_label), "file", "comm", "pid", "host", "command", "view" (the stacks'
+ *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
  *      "events", "dropped", "truncated" (reason or null), "ended_cleanly", "warnings": [...],
- *      "anomalies": {...}, "series_by": "kind", "moment_spans", "moment_top", "moment_thinned"
+ *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
+ *      "series_by": "kind", "moment_spans", "moment_top", "moment_thinned"
  *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
  *      "names": [frame name, ...],               string table of this trace
  *      "nodes": [parent, name, parent, name...], a trie of paths: node k is the pair at 2k, 2k+1,
@@ -28,7 +30,9 @@
  *        "end_holders": [{"holder", "kind", "bytes", "count"}],
  *        "breakdown": {"at_peak": B, "at_end": B} (GPUs),
  *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
- *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}]}
+ *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
+ *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak),
+ *              "stacks": [{"delta", "max_bytes", "median_bytes", "frames": [...]}]}}
  *   STACKS = [stack index, bytes, count, stack index, bytes, count, ...] (largest first)
  *   REST   = [bytes, count, stacks] of what the list leaves out (so lists add up exactly)
  * Times are ns since the trace's start; bytes and counts are exact integers (below 2^53).
@@ -46,6 +50,7 @@
 #define MAX_END_STACKS 200
 #define MAX_FAILED_STACKS 50
 #define MAX_LINES 2000
+#define MAX_RANK_DIFFS 20 /* stacks shown of what makes the largest rank larger than the median */
 
 /* ---- JSON safe inside <script> ----------------------------------------------------------------- */
 
@@ -344,7 +349,8 @@ static void kinds_object(mt_out *o, const char *k, const uint64_t *by_kind)
     mt_out_write(o, "{", 1);
     int first = 1;
     for (unsigned i = 0; i < MT_KIND_MAX_; i++) {
-        if (!by_kind[i]) continue;
+        /* as the text report: address space and its mappings are not bytes in use */
+        if (!by_kind[i] || i == MT_KIND_VMM_RESERVE || i == MT_KIND_VMM_MAP) continue;
         mt_out_puts(o, first ? "" : ",");
         key(o, mt_kind_name(i));
         mt_out_printf(o, "%llu", (unsigned long long)by_kind[i]);
@@ -671,7 +677,36 @@ static const char *filter_name(mt_frame_filter f)
     }
 }
 
-static int trace(mt_out *o, mt_analysis *a, const mt_html_options *opt, char *err, size_t errlen)
+/* The trace's row of the rank table (mt_rank_summarize). Wall-clock times in µs since the epoch
+ * (ns do not fit a double). */
+static void rank_row(mt_out *o, const mt_rank_summary *r)
+{
+    key(o, "rank");
+    mt_out_write(o, "{", 1);
+    boolk(o, "has_rank", r->has_rank);
+    key(o, "rank");
+    mt_out_printf(o, "%d,", (int)r->rank);
+    key(o, "local_rank");
+    mt_out_printf(o, "%d,", (int)r->local_rank);
+    key(o, "world_size");
+    mt_out_printf(o, "%d,", (int)r->world_size);
+    strk(o, "devices", r->devices);
+    key(o, "peak_device");
+    mt_out_printf(o, "%d,", r->peak ? (int)r->peak_device : -1);
+    u64k(o, "peak", r->peak);
+    u64k(o, "peak_unix_us", r->peak_unix_ns / 1000); /* below 2^53: exact in JavaScript */
+    u64k(o, "tensor_peak", r->tensor_peak);
+    u64k(o, "segment_peak", r->segment_peak);
+    u64k(o, "live_at_exit", r->live_at_exit);
+    u64k(o, "leak_bytes", r->leak_bytes);
+    u64k(o, "failed", r->failed);
+    strk(o, "top_frame", r->top_frame ? r->top_frame : "");
+    key(o, "top_bytes");
+    mt_out_printf(o, "%llu},", (unsigned long long)r->top_bytes);
+}
+
+int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
+                       const mt_html_options *opt, char *err, size_t errlen)
 {
     mt_moments_options mo = {.progress = opt->progress, .progress_ctx = opt->progress_ctx};
     mt_moments *m;
@@ -680,7 +715,7 @@ static int trace(mt_out *o, mt_analysis *a, const mt_html_options *opt, char *er
                 .names = opt->names};
     char label[512];
     mt_out_write(o, "{", 1);
-    strk(o, "label", mt_html_trace_label(a, label, sizeof label));
+    strk(o, "label", mt_trace_label(a, label, sizeof label)); /* as every output names it */
     strk(o, "file", a->path);
     strk(o, "comm", a->comm);
     u64k(o, "pid", a->pid);
@@ -712,6 +747,7 @@ static int trace(mt_out *o, mt_analysis *a, const mt_html_options *opt, char *er
                   (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                   (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                   (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_ops);
+    rank_row(o, rank);
     strk(o, "series_by", m->series_by);
     u64k(o, "moment_spans", m->spans);
     u64k(o, "moment_top", m->top);
@@ -735,14 +771,50 @@ static int trace(mt_out *o, mt_analysis *a, const mt_html_options *opt, char *er
     return rc;
 }
 
-int mt_html_data(mt_out *o, mt_analysis *const *a, size_t n, const mt_html_options *opt, char *err,
-                 size_t errlen)
+void mt_html_data_begin(mt_out *o)
 {
     mt_out_puts(o, "{\"generator\":\"memtrace " MEMTRACE_VERSION "\",\"traces\":[\n");
-    for (size_t i = 0; i < n; i++) {
-        if (i) mt_out_puts(o, ",\n");
-        if (trace(o, a[i], opt, err, errlen) < 0) return -1;
+}
+
+/* "a;b;c" (mt_named_diff's names) as ["a","b","c"] */
+static void names_array(mt_out *o, const char *joined)
+{
+    mt_out_write(o, "[", 1);
+    for (const char *p = joined; *p;) {
+        const char *semi = strchr(p, ';');
+        size_t n = semi ? (size_t)(semi - p) : strlen(p);
+        char name[1024];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        if (p != joined) mt_out_write(o, ",", 1);
+        jstr(o, name);
+        p += n + (semi != NULL);
     }
-    mt_out_puts(o, "\n]}");
+    mt_out_write(o, "]", 1);
+}
+
+int mt_html_data_end(mt_out *o, const mt_rank_summary *ranks, size_t n)
+{
+    mt_out_puts(o, "\n],\"ranks\":");
+    mt_imbalance im;
+    if (n < 2 || mt_rank_imbalance(ranks, n, &im) < 0) {
+        mt_out_puts(o, "null}");
+        return 0;
+    }
+    mt_out_printf(o, "{\"max\":%zu,\"median\":%zu,\"min\":%zu,\"stacks\":[", im.max, im.median,
+                  im.min);
+    mt_named_diff *d = NULL;
+    size_t nd = 0;
+    if (im.max != im.median && mt_rank_stack_diff(&ranks[im.max], &ranks[im.median], &d, &nd) < 0)
+        return -1;
+    /* the stacks that make the largest rank larger than the median one */
+    for (size_t i = 0; i < nd && i < MAX_RANK_DIFFS && d[i].delta > 0; i++) {
+        mt_out_printf(o, "%s{\"delta\":%lld,\"max_bytes\":%llu,\"median_bytes\":%llu,\"frames\":",
+                      i ? "," : "", (long long)d[i].delta, (unsigned long long)d[i].a,
+                      (unsigned long long)d[i].b);
+        names_array(o, d[i].name);
+        mt_out_write(o, "}", 1);
+    }
+    free(d);
+    mt_out_puts(o, "]}}");
     return 0;
 }

@@ -273,6 +273,19 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
+    key(o, "host");
+    mt_out_json_string(o, a->hostname);
+    mt_out_write(o, ",", 1);
+    char label[256];
+    key(o, "label");
+    mt_out_json_string(o, mt_trace_label(a, label, sizeof label));
+    mt_out_write(o, ",", 1);
+    /* the launcher's rank, -1 when the process had none (trace header) */
+    int has_rank = (a->header.flags & MT_HDR_RANK) != 0;
+    mt_out_printf(o, "\"rank\":%d,\"local_rank\":%d,\"world_size\":%d,\"node_rank\":%d,",
+                  has_rank ? (int)a->header.rank : -1, has_rank ? (int)a->header.local_rank : -1,
+                  has_rank ? (int)a->header.world_size : -1,
+                  has_rank ? (int)a->header.node_rank : -1);
     key(o, "cmdline");
     mt_out_json_string(o, a->cmdline);
     mt_out_write(o, ",", 1);
@@ -391,6 +404,13 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_out_puts(o, "}}");
     mt_namebuf_free(&nb);
     return rc;
+}
+
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt)
+{
+    mt_report_options ro = opt ? *opt : (mt_report_options){0};
+    if (!ro.top) ro.top = 10;
+    return trace_object(o, a, &ro);
 }
 
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)

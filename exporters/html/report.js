@@ -288,14 +288,23 @@
     return el('header', { class: 'top' }, left, right);
   }
 
-  /* the table of traces (ranks, when issue 16 names them) */
+  /* "19:27:33.915245": wall-clock time of day in UTC (µs since the epoch), on which the ranks of a
+   * job compare */
+  function fmtClock(us) {
+    const d = new Date(Math.floor(us / 1000));
+    return d.toISOString().slice(11, 19) + '.' + pad(us % 1000000, 6);
+  }
+  function rankName(T) {
+    return T.rank.has_rank ? 'rank ' + T.rank.rank : T.label;
+  }
+
+  /* The rank table (as `memtrace report` prints it over several traces): a row per trace, the
+   * imbalance, and the stacks that make the largest rank larger than the median one. */
   function traceTable() {
+    const ranked = TRACES.some((T) => T.rank.has_rank);
+    const world = Math.max(...TRACES.map((T) => T.rank.world_size));
     const rows = TRACES.map((T, i) => {
-      const gpus = T.devices.filter((d) => !d.is_host);
-      let top = null;
-      for (const d of gpus) if (!top || d.peak > top.peak) top = d;
-      const failed = T.failed_total;
-      const end = gpus.reduce((s, d) => s + d.end_bytes, 0);
+      const r = T.rank;
       return el(
         'tr',
         {
@@ -303,32 +312,127 @@
           dataset: { trace: i },
           onclick: () => selectTrace(i),
         },
-        el('td', { text: T.label }),
-        el('td', { class: 'num', text: gpus.length }),
-        el('td', { text: top ? top.root : '—' }),
+        el('td', { text: rankName(T) }),
+        el('td', { text: T.host || '?' }),
+        el('td', { class: 'num', text: T.pid }),
+        el('td', { text: r.devices || '—' }),
         el('td', {
           class: 'num',
-          dataset: { bytes: top ? top.peak : 0 },
-          text: top ? fmtBytes(top.peak) : '—',
+          dataset: { bytes: r.peak },
+          text: r.peak ? fmtBytes(r.peak) + ' on cuda:' + r.peak_device : '—',
         }),
-        el('td', { class: 'num', text: top ? fmtRel(top.peak_time_ns) : '—' }),
-        el('td', { class: 'num', text: fmtBytes(end) }),
-        el('td', { class: 'num' + (failed ? ' warn' : ''), text: failed }),
-        el('td', { class: 'num', text: fmtInt(T.events) }),
+        el('td', { class: 'num', text: r.tensor_peak ? fmtBytes(r.tensor_peak) : '—' }),
+        el('td', { class: 'num', text: r.peak ? fmtClock(r.peak_unix_us) : '—' }),
+        el('td', { class: 'num', text: fmtBytes(r.live_at_exit) }),
+        el('td', { class: 'num' + (r.failed ? ' warn' : ''), text: r.failed }),
+        el(
+          'td',
+          { class: 'frame' },
+          r.top_frame || '—',
+          r.top_bytes && r.peak
+            ? el('span', { class: 'sub', text: ' ' + fmtPct(r.top_bytes / r.peak) })
+            : null,
+        ),
       );
     });
+    const R = DATA.ranks;
+    let imbalance = null;
+    if (R) {
+      const hi = TRACES[R.max],
+        med = TRACES[R.median],
+        lo = TRACES[R.min];
+      const ratio = med.rank.peak ? ' — largest/median ' + (hi.rank.peak / med.rank.peak).toFixed(3) : '';
+      const diff = R.stacks.map((d) =>
+        el(
+          'tr',
+          null,
+          el('td', { class: 'num', dataset: { bytes: d.delta }, text: '+' + fmtBytes(d.delta) }),
+          el('td', { class: 'num', text: fmtBytes(d.max_bytes) }),
+          el('td', { class: 'num', text: fmtBytes(d.median_bytes) }),
+          el(
+            'td',
+            { class: 'path' },
+            (d.frames.length > 6 ? ['…'].concat(d.frames.slice(-6)) : d.frames).map((f) =>
+              el('span', { class: 'frame', text: f }),
+            ),
+          ),
+        ),
+      );
+      imbalance = el(
+        'div',
+        { id: 'imbalance', dataset: { stacks: diff.length } },
+        el('p', {
+          class: 'note',
+          text:
+            'Largest peak ' +
+            fmtBytes(hi.rank.peak) +
+            ' (' +
+            rankName(hi) +
+            '), median ' +
+            fmtBytes(med.rank.peak) +
+            ' (' +
+            rankName(med) +
+            '), smallest ' +
+            fmtBytes(lo.rank.peak) +
+            ' (' +
+            rankName(lo) +
+            ')' +
+            ratio +
+            '.',
+        }),
+        diff.length
+          ? [
+              el(
+                'h2',
+                null,
+                rankName(hi) + ' against ' + rankName(med) + ' ',
+                el('span', {
+                  class: 'sub',
+                  text: 'the stacks at their peaks that differ most (by their names in the user view)',
+                }),
+              ),
+              el(
+                'table',
+                { class: 'live' },
+                el(
+                  'thead',
+                  null,
+                  el(
+                    'tr',
+                    null,
+                    ['more', rankName(hi), rankName(med), 'stack'].map((h, k) =>
+                      el('th', { class: k < 3 ? 'num' : '', text: h }),
+                    ),
+                  ),
+                ),
+                el('tbody', null, diff),
+              ),
+            ]
+          : hi.rank.peak !== med.rank.peak
+            ? el('p', { class: 'note', text: 'No stack is larger: the difference is spread thinly.' })
+            : null,
+      );
+    }
+    const what = ranked ? 'Ranks' : 'Traces';
     return el(
       'section',
       { class: 'card', id: 'traces', dataset: { view: 'traces', rows: rows.length } },
       el(
         'h2',
         null,
-        'Traces ',
-        el('span', { class: 'sub', text: TRACES.length + ' processes; click one to look at it' }),
+        what + ' ',
+        el('span', {
+          class: 'sub',
+          text:
+            TRACES.length +
+            ' traces' +
+            (world > 0 ? ' (world size ' + world + ')' : '') +
+            "; peaks on each one's GPU with the largest, times on one wall clock (UTC); click one to look at it",
+        }),
       ),
       el(
         'table',
-        null,
+        { id: 'rank-table' },
         el(
           'thead',
           null,
@@ -336,19 +440,24 @@
             'tr',
             null,
             [
-              'trace',
+              ranked ? 'rank' : 'trace',
+              'host',
+              'pid',
               'GPUs',
-              'largest peak on',
               'peak',
-              'at',
-              'live at the end (GPUs)',
-              'failed requests',
-              'events',
-            ].map((h, k) => el('th', { class: k === 0 || k === 2 ? '' : 'num', text: h })),
+              'tensors',
+              'peak at',
+              'at exit',
+              'failed',
+              'top stack at the peak',
+            ].map((h, k) =>
+              el('th', { class: k === 0 || k === 1 || k === 3 || k === 9 ? '' : 'num', text: h }),
+            ),
           ),
         ),
         el('tbody', null, rows),
       ),
+      imbalance,
     );
   }
 
@@ -1810,7 +1919,7 @@
 
   function byLineSection() {
     const D = curDevice();
-    if (!D.by_line) return null;
+    if (!D.by_line || !D.by_line.length) return null;
     const cols = [
       ['peak_bytes', 'at peak', true],
       ['alloc_bytes', 'allocated', true],

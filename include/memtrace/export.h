@@ -50,6 +50,16 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+/* One trace's object alone (no newline): for a caller that streams several traces, one analysis
+ * in memory at a time. */
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt);
+
+/* The rank table (several traces of one job, mt_rank_summary in memtrace/compact.h): a row per
+ * trace (rank, host, pid, GPUs, peak, tensor peak, when on the wall clock, at exit, failed, the
+ * top stack), the imbalance (largest, median, smallest peak) and the stacks that make the largest
+ * rank larger than the median one. Text, and a JSON object {"rows", "imbalance"}. */
+int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 
 /* ---- Folded stacks and speedscope ------------------------------------------------------------ */
 
@@ -73,6 +83,8 @@ typedef struct mt_folded_options {
     int device;             /* MT_DEVICE_AUTO, MT_DEVICE_HOST or an ordinal */
     mt_frame_filter frames; /* 0 = user for Python programs, else all */
     mt_name_style names;
+    int trace_frame;        /* start every line with the trace's frame ("rank R", "comm[pid]")
+                               even for one trace: a caller streaming several sets it */
 } mt_folded_options;
 
 /* The device report of a that `device` selects (see MT_DEVICE_AUTO), or NULL when the trace has
@@ -116,6 +128,14 @@ typedef struct mt_chrome_options {
  * (the analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
+/* The same, one analysis at a time (a job's 64 ranks need the memory of the largest one): begin
+ * with the earliest start_realtime_ns of all the traces (their timelines are put on that clock),
+ * add each, end writes otherData and frees the stream. */
+typedef struct mt_chrome_stream mt_chrome_stream;
+mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
+                                  uint64_t base_realtime_ns);
+int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
+int mt_chrome_end(mt_chrome_stream *s);
 
 /* ---- HTML report ------------------------------------------------------------------------------- */
 
@@ -133,10 +153,19 @@ typedef struct mt_html_options {
  * exporters/html/ holds the template, exporters/html_data.c draws the data): per trace and
  * device the usage timeline by kind with the NVML line, peak and failed requests, what was live
  * at chosen moments (mt_moments), a flame graph of the peak, the by-line table with source text,
- * the reconciliation; with several traces a table of them and a switch. Re-reads each trace
- * twice. Returns 0, or -1 with a one-line reason in err. */
+ * the reconciliation; with several traces the rank table (mt_rank_summary: the imbalance and
+ * the stacks that make the largest rank larger than the median) and a switch. Re-reads each
+ * trace twice. Returns 0, or -1 with a one-line reason in err. */
 int mt_export_html(mt_out *o, mt_analysis *const *a, size_t n, const mt_html_options *opt,
                    char *err, size_t errlen);
+/* The same, one analysis at a time (a job's ranks need the memory of the largest one): begin
+ * writes the page up to its data, add writes one trace (and keeps its mt_rank_summary), end
+ * writes the rank table's comparison, the script and the rest of the page when finish is set
+ * (else nothing more: an error happened), and frees the stream. 0, or -1 with a reason in err. */
+typedef struct mt_html_stream mt_html_stream;
+mt_html_stream *mt_html_begin(mt_out *o, const mt_html_options *opt, char *err, size_t errlen);
+int mt_html_add(mt_html_stream *s, mt_analysis *a, char *err, size_t errlen);
+int mt_html_end(mt_html_stream *s, int finish, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

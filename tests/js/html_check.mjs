@@ -84,7 +84,7 @@ async function shown(page) {
       processAtPeak: bd && bd.dataset.bytes != null ? Number(bd.dataset.bytes) : null,
       timelineInk: canvasInk('#timeline canvas'), flameInk: canvasInk('#flame canvas'),
       points: window.memtrace.data.traces[window.memtrace.state.trace].devices[window.memtrace.state.device].timeline.t.length,
-      title: document.querySelector('h1').textContent,
+      title: document.querySelector('h1').textContent + ' ' + document.querySelector('.meta').textContent,
     };
   })()`);
 }
@@ -282,7 +282,8 @@ async function interact(page, name, d, trace) {
     f.zoom !== '' && Number(f.zoomBytes) > 0 && Number(f.zoomBytes) <= d.peak_bytes,
     `${name}: zoom: "${f.zoom}" ${f.zoomBytes}`,
   );
-  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: cx + 40, y: cy + 18 });
+  // the zoomed frame spans the width now: hover it
+  await page.send('Input.dispatchMouseEvent', { type: 'mouseMoved', x: cx + 40, y: cy });
   await settle(page);
   const tip = await page.eval(
     '(() => { const t = document.getElementById("tooltip"); return t.hidden ? "" : t.textContent; })()',
@@ -362,12 +363,17 @@ async function fixtures(browser) {
       const s = await shown(page);
       checkDevice(name, s, d, rep);
       if (d.by_line && d.by_line.length) {
-        /* cifar.py and train.py are in tests/data */
-        const here = new Set(fs.readdirSync(dir));
-        const want = d.by_line.slice(0, 2000).filter((r) => here.has(path.basename(r.file))).length;
+        /* the source text is there for the lines whose file is where the trace says, or under
+         * --source-root (cifar.py, train.py): the longest tail of the recorded path */
+        const found = (f) => {
+          if (fs.existsSync(f)) return true;
+          const parts = f.split('/').filter(Boolean);
+          return parts.some((_, k) => fs.existsSync(path.join(dir, ...parts.slice(k))));
+        };
+        const want = d.by_line.slice(0, 2000).filter((r) => found(r.file)).length;
         check(
           Number(s.byline.sources) === want,
-          `${name}: source text of ${s.byline.sources} lines, ${want} are under --source-root`,
+          `${name}: source text of ${s.byline.sources} lines, ${want} are found here`,
         );
         if (name.startsWith('cifar_tensors')) check(want > 0, `${name}: no line of cifar.py`);
       }
@@ -395,7 +401,8 @@ async function fixtures(browser) {
     await page.close();
   }
   // several traces: the table of them and the switch
-  const some = ['cifar_default.mtrace', 'cifar_tensors_b512.mtrace', 'alloc_patterns.mtrace'].map((f) =>
+  /* in the order the CLI takes them (rank, then name): the page's and the report's */
+  const some = ['alloc_patterns.mtrace', 'cifar_default.mtrace', 'cifar_tensors_b512.mtrace'].map((f) =>
     path.join(dir, f),
   );
   const html = path.resolve(opt.out, 'several.html'),
@@ -420,6 +427,56 @@ async function fixtures(browser) {
   const s = await shown(page);
   check(s.title.includes(path.basename(some[1])), `several: the switch shows "${s.title}"`);
   await noErrors(page, 'several', url);
+  await page.close();
+}
+
+/* the ranks of one job (the DDP fixtures): the rank table, the imbalance, the stacks behind it */
+async function ranks(browser) {
+  const files = ['ddp_rank0.mtrace', 'ddp_rank1.mtrace'].map((f) => path.join(opt.data, f));
+  if (!files.every((f) => fs.existsSync(f))) return;
+  const html = path.resolve(opt.out, 'ranks.html'),
+    url = 'file://' + html;
+  exportHtml(html, files);
+  const table = JSON.parse(run(opt.memtrace, ['report', '--json', ...files])).rank_table;
+  const page = await browser.newPage();
+  await load(page, url);
+  const got = await page.eval(`(() => ({
+    rows: [...document.querySelectorAll('#rank-table tbody tr')].map((tr) => [tr.cells[0].textContent, Number(tr.cells[4].dataset.bytes), tr.cells[6].textContent]),
+    title: document.querySelector('#traces h2').textContent,
+    deltas: [...document.querySelectorAll('#imbalance tbody tr')].map((tr) => Number(tr.cells[0].dataset.bytes)),
+  }))()`);
+  check(
+    got.title.startsWith('Ranks') && /world size 2/.test(got.title),
+    `ranks: the table says "${got.title}"`,
+  );
+  check(
+    got.rows.length === table.rows.length,
+    `ranks: ${got.rows.length} rows, the report has ${table.rows.length}`,
+  );
+  table.rows.forEach((r, i) => {
+    const row = got.rows[i] || [];
+    /* the wall clock as the text rank table prints it: UTC time of day, µs */
+    const ns = BigInt(r.peak_time_unix_ns);
+    const clock =
+      new Date(Number(ns / 1000000n)).toISOString().slice(11, 19) +
+      '.' +
+      String((ns % 1000000000n) / 1000n).padStart(6, '0');
+    check(
+      row[0] === 'rank ' + r.rank && row[1] === r.peak_bytes && row[2] === clock,
+      `ranks: row ${i} ${row} != rank ${r.rank} ${r.peak_bytes} ${clock}`,
+    );
+  });
+
+  const want = table.imbalance.stacks.map((d) => d.delta_bytes);
+  check(
+    got.deltas.length >= want.length && want.every((d, i) => got.deltas[i] === d),
+    `ranks: stacks behind the imbalance ${got.deltas} != ${want}`,
+  );
+  await screenshot(page, path.join(opt.out, 'ranks.png'), '#summary');
+  await clickOn(page, '#traces tr[data-trace="1"]');
+  const s = await shown(page);
+  check(s.title.includes('rank 1'), `ranks: the switch to rank 1 shows "${s.title}"`);
+  await noErrors(page, 'ranks', url);
   await page.close();
 }
 
@@ -458,8 +515,10 @@ async function scale(browser) {
 const browser = await launch(opt.chromium);
 try {
   console.log(`browser: ${browser.version.product}`);
-  if (mode === 'fixtures') await fixtures(browser);
-  else await scale(browser);
+  if (mode === 'fixtures') {
+    await fixtures(browser);
+    await ranks(browser);
+  } else await scale(browser);
 } catch (err) {
   check(false, 'error: ' + (err.stack || err));
 } finally {

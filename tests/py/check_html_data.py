@@ -125,11 +125,26 @@ def check(memtrace, paths, tmp, source_root):
     run(memtrace, "export", "--format", "html", "-o", out, "--source-root", source_root, *paths)
     with open(out, encoding="utf-8") as f:
         data = page_data(f.read())
-    reps = json.loads(run(memtrace, "report", "--json", "--by-line", *paths))
-    reps = reps["traces"] if "traces" in reps else [reps]
+    whole = json.loads(run(memtrace, "report", "--json", "--by-line", *paths))
+    reps = whole["traces"] if "traces" in whole else [whole]
     assert len(data["traces"]) == len(paths)
     for t, rep in zip(data["traces"], reps):
         check_trace(t, rep)
+    # the rank table: the report's rows and imbalance (several traces)
+    table = whole.get("rank_table")
+    assert (data["ranks"] is None) == (len(paths) < 2), data["ranks"]
+    if table:
+        for t, row in zip(data["traces"], table["rows"]):
+            r = t["rank"]
+            for mine, theirs in (("peak", "peak_bytes"), ("tensor_peak", "tensors_peak_bytes"),
+                                 ("live_at_exit", "live_at_exit_bytes"), ("failed", "failed_requests"),
+                                 ("top_bytes", "top_stack_bytes")):
+                assert r[mine] == row[theirs], (t["file"], mine, r[mine], row[theirs])
+            assert r["rank"] == row["rank"] and t["label"] == row["label"]
+        im = table["imbalance"]
+        assert [data["ranks"][k] for k in ("max", "median", "min")] == [im[k] for k in ("max", "median", "min")]
+        got = [s["delta"] for s in data["ranks"]["stacks"]]
+        assert got[: len(im["stacks"])] == [s["delta_bytes"] for s in im["stacks"]], (got, im["stacks"])
 
 
 def main():
@@ -144,7 +159,8 @@ def main():
         largest = max(traces, key=os.path.getsize)
         with open(largest, "rb") as f, open(cut, "wb") as g:
             g.write(f.read()[: os.path.getsize(largest) * 2 // 3])
-        cases = [[p] for p in traces] + [[big], [cut], traces[:3]]
+        ddp = [p for p in traces if "ddp_rank" in p]
+        cases = [[p] for p in traces] + [[big], [cut], traces[:3]] + ([ddp] if len(ddp) > 1 else [])
         for paths in cases:
             try:
                 check(memtrace, paths, tmp, data_dir)
