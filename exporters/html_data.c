@@ -6,7 +6,7 @@
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
  *      "events", "dropped", "truncated" (reason or null), "ended_cleanly", "warnings": [...],
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
- *      "series_by": "kind", "moment_spans", "moment_top", "moment_thinned"
+ *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans", "moment_top", "moment_thinned"
  *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
  *      "names": [frame name, ...],               string table of this trace
  *      "nodes": [parent, name, parent, name...], a trie of paths: node k is the pair at 2k, 2k+1,
@@ -709,6 +709,9 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
                        const mt_html_options *opt, char *err, size_t errlen)
 {
     mt_moments_options mo = {.progress = opt->progress, .progress_ctx = opt->progress_ctx};
+    /* the timeline stacks tensors by category where the trace has them (--tensors), else kinds */
+    mt_series_key by_category;
+    if (mt_series_by_category(a, &by_category) == 0) mo.series = &by_category;
     mt_moments *m;
     if (mt_moments_compute(a, &mo, &m, err, errlen) < 0) return -1;
     tables t = {.f = a->frames, .view = mt_frames_resolve(a->frames, opt->frames),

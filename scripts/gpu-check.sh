@@ -15,6 +15,10 @@
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
+#   training  ResNet-18 and a GPT-2-like model trained with AdamW (eager, bf16 autocast,
+#             torch.compile) recorded by scripts/gpu-training.sh: the categories (parameters,
+#             optimizer state, gradients) against PyTorch's own sums (scripts/categories_vs_torch.py),
+#             the fixtures for tests/data, and what recording costs (in-process A/B)
 #   multigpu  one process on two GPUs (model split across devices, a thread per device), and
 #             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
 #             against each rank's PyTorch numbers, the rank table's imbalance
@@ -25,7 +29,7 @@ set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu-check-out}
 STEPS=${CIFAR_STEPS:-300}
-SECTIONS=${SECTIONS:-basics programs cifar multigpu}
+SECTIONS=${SECTIONS:-basics programs cifar training multigpu}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
 LOG=$OUT/gpu-check.log
@@ -331,6 +335,20 @@ cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer 
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
 for n in graphs_t threads_t resnet_t gpt2_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
+fi
+
+# ---- training: categories against PyTorch, fixtures, costs ------------------------------------------
+if want training; then
+  say "== training"
+  OUT="$OUT" bash scripts/gpu-training.sh "$BUILD" >> "$LOG" 2>&1
+  mkdir -p "$W/training" && tar -C "$W/training" -xzf "$OUT/training.tar.gz" 2>> "$LOG"
+  for n in resnet18_tensors gpt2_tensors gpt2_amp_tensors resnet18_compile_tensors; do
+    "$MT" report --json "$W/training/t/$n.mtrace" > "$W/training/$n.json" 2>> "$LOG"
+    res=$($PY scripts/categories_vs_torch.py "$W/training/$n.json" "$W/training/t/$n.stats.json" 2>&1)
+    echo "$n: $res" | head -1 >> "$SUM"
+    check "training $n: categories == PyTorch's parameters, state, gradients" ok "$(echo "$res" | tail -1)"
+  done
+  grep "^ab " "$OUT/training.log" >> "$SUM"
 fi
 
 # ---- one process, two GPUs -------------------------------------------------------------------------

@@ -24,6 +24,32 @@ static const mt_device_report *report_at(const mt_analysis *a, size_t i)
     return i < a->n_devices ? &a->devices[i] : a->host;
 }
 
+static int cmp_stat(const void *pa, const void *pb) /* as the analysis sorts its lists */
+{
+    const mt_stack_stat *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    if (a->driver != b->driver) return a->driver > b->driver ? -1 : 1;
+    return a->stack < b->stack ? -1 : a->stack > b->stack;
+}
+
+/* The analysis' peak stacks summed by (stack, driver), sorted as the analysis sorts. */
+static mt_stack_list peak_by_stack(const mt_device_report *rep)
+{
+    mt_stack_list l = {calloc(rep->peak_stacks.n + 1, sizeof(mt_stack_stat)), 0};
+    cr_assert(l.v);
+    for (size_t i = 0; i < rep->peak_stacks.n; i++) {
+        const mt_stack_stat *x = &rep->peak_stacks.v[i];
+        size_t k = 0;
+        while (k < l.n && !(l.v[k].stack == x->stack && l.v[k].driver == x->driver)) k++;
+        if (k == l.n) l.v[l.n++] = (mt_stack_stat){.stack = x->stack, .driver = x->driver};
+        l.v[k].bytes += x->bytes;
+        l.v[k].count += x->count;
+    }
+    qsort(l.v, l.n, sizeof *l.v, cmp_stat);
+    return l;
+}
+
 /* Every device's points: time order, series that add up to in_use, the peak among them; every
  * moment's stacks add up to its in_use; the peak is a moment and its stacks are the analysis'. */
 static void check_moments(const mt_analysis *a, const mt_moments *m, size_t top)
@@ -75,14 +101,17 @@ static void check_moments(const mt_analysis *a, const mt_moments *m, size_t top)
             peak_moment++;
             cr_expect_eq(mo->seq, rep->u.peak_seq);
             cr_expect_eq(mo->in_use, rep->u.peak);
-            /* the analysis' own snapshot of the peak, cut to the same top */
-            cr_expect_eq(mo->top.n + mo->rest_stacks, rep->peak_stacks.n, "%s: stacks at the peak", root);
-            for (size_t s = 0; s < mo->top.n && s < rep->peak_stacks.n; s++) {
-                cr_expect_eq(mo->top.v[s].stack, rep->peak_stacks.v[s].stack);
-                cr_expect_eq(mo->top.v[s].driver, rep->peak_stacks.v[s].driver);
-                cr_expect_eq(mo->top.v[s].bytes, rep->peak_stacks.v[s].bytes);
-                cr_expect_eq(mo->top.v[s].count, rep->peak_stacks.v[s].count);
+            /* the analysis' own snapshot of the peak (split by category in tensor traces: summed
+             * by stack here), cut to the same top */
+            mt_stack_list by_stack = peak_by_stack(rep);
+            cr_expect_eq(mo->top.n + mo->rest_stacks, by_stack.n, "%s: stacks at the peak", root);
+            for (size_t s = 0; s < mo->top.n && s < by_stack.n; s++) {
+                cr_expect_eq(mo->top.v[s].stack, by_stack.v[s].stack);
+                cr_expect_eq(mo->top.v[s].driver, by_stack.v[s].driver);
+                cr_expect_eq(mo->top.v[s].bytes, by_stack.v[s].bytes);
+                cr_expect_eq(mo->top.v[s].count, by_stack.v[s].count);
             }
+            free(by_stack.v);
         }
         cr_expect_eq(peak_moment, rep->u.peak ? 1 : 0, "%s: the peak is one moment", root);
     }
@@ -383,6 +412,44 @@ Test(compact_moments, many_devices_get_fewer_buckets_each)
     mt_analysis_free(a);
 }
 
+/* record --tensors: the tensors by what they are for at each point, everything else by kind. */
+Test(compact_moments, series_by_category_where_the_trace_has_them)
+{
+    mt_analysis *plain = fx_analyze(MT_TEST_DATA_DIR "/gpt2_default.mtrace");
+    mt_series_key key = {0};
+    cr_expect_eq(mt_series_by_category(plain, &key), -1, "no tensors, no categories");
+    cr_expect_null(key.split);
+    mt_analysis_free(plain);
+    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/gpt2_tensors.mtrace");
+    cr_assert_eq(mt_series_by_category(a, &key), 0);
+    mt_moments_options o = {.series = &key};
+    mt_moments *m = moments_of(a, &o);
+    check_moments(a, m, MT_MOMENTS_TOP); /* every point's series add up to its bytes */
+    cr_expect_str_eq(m->series_by, "category");
+    size_t params = m->n_series, grads = m->n_series;
+    for (size_t k = 0; k < m->n_series; k++) {
+        if (strcmp(m->series_names[k], "parameters") == 0) params = k;
+        if (strcmp(m->series_names[k], "gradients") == 0) grads = k;
+    }
+    cr_assert(params < m->n_series && grads < m->n_series);
+    const mt_device_moments *d = &m->devices[0];
+    uint64_t p_max = 0, g_max = 0, tensor_rest = 0;
+    for (size_t i = 0; i < d->n_points; i++) {
+        const uint64_t *row = &d->series[i * m->n_series];
+        if (row[params] > p_max) p_max = row[params];
+        if (row[grads] > g_max) g_max = row[grads];
+        tensor_rest += row[MT_KIND_TENSOR];
+    }
+    /* what PyTorch said of its model (tests/data/gpt2_tensors.json: param_bytes = grad_bytes =
+     * 153892864): every parameter, and after a backward pass every gradient, live at some point
+     * (caching-allocator blocks round sizes up, never down) */
+    cr_expect(p_max >= 153892864, "parameters %llu", (unsigned long long)p_max);
+    cr_expect(g_max >= 153892864, "gradients %llu", (unsigned long long)g_max);
+    cr_expect_eq(tensor_rest, 0, "every tensor has a category");
+    mt_moments_free(m);
+    mt_analysis_free(a);
+}
+
 Test(compact_moments, every_gpu_fixture, .timeout = 120)
 {
     DIR *dir = opendir(MT_TEST_DATA_DIR);
@@ -396,8 +463,14 @@ Test(compact_moments, every_gpu_fixture, .timeout = 120)
         snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
         mt_analysis *a = fx_analyze(path);
         for (size_t points = 16; points <= MT_MOMENTS_POINTS; points *= 128) {
+            mt_series_key by_category;
             mt_moments_options o = {.exact = points, .points = points, .spans = points / 2};
             mt_moments *m = moments_of(a, &o);
+            check_moments(a, m, MT_MOMENTS_TOP);
+            mt_moments_free(m);
+            if (mt_series_by_category(a, &by_category) < 0) continue;
+            o.series = &by_category;
+            m = moments_of(a, &o);
             check_moments(a, m, MT_MOMENTS_TOP);
             mt_moments_free(m);
         }

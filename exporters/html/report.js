@@ -133,8 +133,22 @@
     '#86bcb6',
     '#d37295',
   ];
+  /* record --tensors: the tensors by what they are for (the rest stays by kind) */
+  const CATEGORY_COLORS = {
+    parameters: '#264653',
+    gradients: '#f4a261',
+    'optimizer state': '#2a9d8f',
+    'optimizer temporaries': '#5fa8d3',
+    activations: '#e76f51',
+    'backward temporaries': '#d9a21b',
+    inputs: '#9b5de5',
+    'library workspaces': '#7d7f3a',
+    other: '#a5a9b0',
+    tensor: '#e15759',
+  };
   function seriesColor(by, name, i) {
-    if (by === 'kind' && KIND_COLORS[name]) return KIND_COLORS[name];
+    if (by === 'category' && CATEGORY_COLORS[name]) return CATEGORY_COLORS[name];
+    if (KIND_COLORS[name]) return KIND_COLORS[name];
     return PALETTE[i % PALETTE.length];
   }
   function hash(s) {
@@ -652,6 +666,12 @@
     return lo - 1;
   }
 
+  function stackedBy(T) {
+    return T.series_by === 'category'
+      ? 'Stacked by category (the tensors, by what they are for at that moment: a backward temporary that outlives its pass becomes a gradient) and by kind (the rest). '
+      : 'Stacked by ' + T.series_by + '. ';
+  }
+
   function timelineSection() {
     const T = curTrace(),
       D = curDevice();
@@ -699,7 +719,7 @@
       { class: 'note' },
       tl.downsampled
         ? [
-            'Stacked by ' + T.series_by + '. ',
+            stackedBy(T),
             el('b', { text: fmtInt(tl.t.length) + ' points' }),
             ' of ' +
               fmtInt(tl.changes) +
@@ -707,7 +727,7 @@
               fmtDur(tl.bucket_ns) +
               ', each keeping its highest and its last point, so every peak is exact. ',
           ]
-        : ['Stacked by ' + T.series_by + '. Every one of the ' + fmtInt(tl.changes) + ' changes is drawn. '],
+        : [stackedBy(T) + 'Every one of the ' + fmtInt(tl.changes) + ' changes is drawn. '],
       'Click for what was live (the highest point of the ' +
         D.moments.length +
         ' spans memtrace kept, or a failed request); drag to zoom, double-click to zoom out. ',
@@ -834,39 +854,52 @@
       g.beginPath();
       g.rect(M.l, M.t - 1, plotW, plotH + 1);
       g.clip();
-      /* the visible points, with the one in effect at the left edge */
+      /* One column per pixel: each shows the highest of the states it saw (the one in effect when
+       * it starts, and every point inside it), so a burst narrower than a pixel is drawn filled
+       * to its top, and every peak is as high as it was. */
       const a = Math.max(0, lastAtOrBefore(t, view[0]));
-      const b = Math.min(n - 1, lastAtOrBefore(t, view[1]) + 1);
-      const xEnd = (i) => X(i + 1 < n ? t[i + 1] : end);
-      for (let s = S - 1; s >= 0 && n; s--) {
+      const b = Math.min(n - 1, lastAtOrBefore(t, view[1]));
+      const cols = Math.max(0, Math.min(Math.ceil(plotW), Math.ceil(X(end) - M.l)));
+      const shown = new Int32Array(cols).fill(-1); /* point index drawn in each column */
+      let k = a,
+        carry = t[a] <= view[0] ? a : -1;
+      for (let c = 0; c < cols && n; c++) {
+        let best = carry;
+        for (; k <= b && X(t[k]) - M.l < c + 1; k++) {
+          if (X(t[k]) - M.l < c) continue; /* left of the view: only its state carries */
+          if (best < 0 || total[k] > total[best]) best = k;
+          carry = k;
+        }
+        shown[c] = best;
+      }
+      for (let s = S - 1; s >= 0; s--) {
         g.beginPath();
-        g.moveTo(X(t[a]), Y(s ? cum[s - 1][a] : 0));
-        for (let i = a; i <= b; i++) {
-          const y = Y(cum[s][i]);
-          g.lineTo(X(t[i]), y);
-          g.lineTo(xEnd(i), y);
+        for (let c = 0; c < cols; c++) {
+          const p = shown[c];
+          if (p < 0) continue;
+          const lo = s ? cum[s - 1][p] : 0,
+            hi = cum[s][p];
+          if (hi > lo) g.rect(M.l + c, Y(hi), 1, Y(lo) - Y(hi));
         }
-        for (let i = b; i >= a; i--) {
-          const y = Y(s ? cum[s - 1][i] : 0);
-          g.lineTo(xEnd(i), y);
-          g.lineTo(X(t[i]), y);
-        }
-        g.closePath();
         g.fillStyle = colors[s];
         g.globalAlpha = 0.85;
         g.fill();
       }
       g.globalAlpha = 1;
       if (n) {
-        /* the total, exact at every point */
+        /* the total along the tops of the columns */
         g.beginPath();
         g.strokeStyle = '#1d2330';
         g.lineWidth = 1.2;
-        g.moveTo(X(t[a]), Y(total[a]));
-        for (let i = a; i <= b; i++) {
-          const y = Y(total[i]);
-          g.lineTo(X(t[i]), y);
-          g.lineTo(xEnd(i), y);
+        let started = false;
+        for (let c = 0; c < cols; c++) {
+          const p = shown[c];
+          if (p < 0) continue;
+          const y = Y(total[p]);
+          if (!started) g.moveTo(M.l + c, y);
+          else g.lineTo(M.l + c, y);
+          g.lineTo(M.l + c + 1, y);
+          started = true;
         }
         g.stroke();
       }

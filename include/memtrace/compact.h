@@ -140,6 +140,7 @@ typedef struct mt_lifetime {
                             lifetime ends with the release that finds none left */
     uint16_t flags;
     uint8_t kind, family;
+    uint8_t category;    /* mt_category, for a tensor when the tracker has a categorizer */
 } mt_lifetime;
 
 typedef enum mt_end_reason {
@@ -150,6 +151,22 @@ typedef enum mt_end_reason {
 } mt_end_reason;
 
 /* Counters of one device (or of host memory: is_host). All bytes. */
+/* What a tensor is for (record --tensors; categories.c, docs/analysis.md lists the rules). */
+typedef enum mt_category {
+    MT_CAT_NONE = 0, /* not a tensor */
+    MT_CAT_PARAMETERS,
+    MT_CAT_GRADIENTS,
+    MT_CAT_OPTIMIZER_STATE,
+    MT_CAT_OPTIMIZER_TEMP, /* optimizer step temporaries */
+    MT_CAT_ACTIVATIONS,
+    MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
+    MT_CAT_INPUTS,
+    MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */
+    MT_CAT_OTHER,
+    MT_CAT_BUILTIN_,       /* user categories (a rules file) follow */
+    MT_CAT_MAX = 32,
+} mt_category;
+
 typedef struct mt_usage {
     int32_t device; /* CUDA ordinal; -1 with is_host = 0: device memory of unknown device */
     int is_host;
@@ -171,6 +188,9 @@ typedef struct mt_usage {
                                      reported with a TENSOR event (aux): its max_memory_allocated(),
                                      to check by_kind_peak[MT_KIND_TENSOR] against */
     uint64_t captured_count, captured_bytes; /* allocations made during CUDA graph capture */
+    /* live tensor bytes by their category now (with a categorizer, mt_tracker_set_categorizer):
+     * a backward tensor counts as a backward temporary until its pass has ended */
+    uint64_t by_category[MT_CAT_MAX];
 } mt_usage;
 
 /* Things that went wrong in the event stream; counted, never fatal. */
@@ -194,12 +214,54 @@ typedef struct mt_tracker_hooks {
     void (*on_release)(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why);
     /* A device's counters changed at time_ns (after the change). May be NULL. */
     void (*on_usage)(void *ctx, const mt_usage *u, uint64_t time_ns);
+    /* With a categorizer: a backward pass or optimizer step (MT_PHASE_*) has ended and the live
+     * tensors were promoted, before the event that told is applied. May be NULL. */
+    void (*on_phase_end)(void *ctx, int phase, uint64_t time_ns);
     /* A lifetime began: an ALLOC entered the live set (after any lifetime it replaced ended,
      * before on_usage). VMM_MAP ranges are mappings, not lifetimes. May be NULL. */
     void (*on_start)(void *ctx, const mt_lifetime *l);
 } mt_tracker_hooks;
 
+/* ---- Categories: what a tensor is for (categories.c; docs/analysis.md lists the rules) --------- */
+
+
+typedef struct mt_categorizer mt_categorizer;
+
+enum { MT_PHASE_NONE = 0, MT_PHASE_FORWARD, MT_PHASE_BACKWARD, MT_PHASE_OPTIMIZER };
+
+mt_categorizer *mt_categorizer_new(mt_frames *f);
+void mt_categorizer_free(mt_categorizer *c);
+/* User rules, one per line: "CATEGORY <- PATTERN" (a substring of any frame name; a new
+ * CATEGORY name makes a category), '#' comments; tried first, in order. -1 with a reason. */
+int mt_categorizer_load_rules(mt_categorizer *c, const char *path, char *err, size_t errlen);
+const char *mt_category_name(const mt_categorizer *c, unsigned category);
+size_t mt_category_count(const mt_categorizer *c); /* built-in + user categories */
+/* The optimizer whose steps the trace saw ("AdamW", "SGD (momentum)", ...; NULL none) and the
+ * size of its textbook state in parameter sizes (Adam: 2). */
+const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w);
+
+/* How tensors of one category (gradients, optimizer state) compare with the parameters they
+ * mirror: each is paired with a parameter of its size, or failing that the largest parameter not
+ * larger and at most 2 MiB smaller (a caching-allocator block is often larger than the tensor in
+ * it). Every parameter may be paired `copies` times (Adam's state: 2). */
+typedef struct mt_category_fit {
+    uint64_t paired, n_paired;   /* the parameter bytes the paired tensors mirror, and how many */
+    uint64_t larger, n_larger;   /* bytes the paired tensors are larger than their parameters */
+    uint64_t unpaired, n_unpaired; /* tensors like no parameter */
+    uint64_t params_left, n_params_left; /* pairings left: parameters (times copies) unmirrored */
+} mt_category_fit;
+int mt_category_fit_compute(const uint64_t *params, size_t n_params, const uint64_t *sizes, size_t n,
+                            unsigned copies, mt_category_fit *out);
+
+/* Backward passes and optimizer steps ended so far (each a promotion of the live set). */
+void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
+                           uint64_t *optimizer_ends);
+
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks); /* hooks may be NULL */
+/* With a categorizer the tracker gives every tensor its category as it is allocated, and promotes
+ * live ones when a phase ends (backward temporaries that outlive the backward pass are gradients,
+ * optimizer temporaries that outlive the step are state). The categorizer must outlive it. */
+void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c);
 void mt_tracker_free(mt_tracker *t);
 /* Applies one event. Returns 0, or -1 when out of memory (the event is then lost). */
 int mt_tracker_event(mt_tracker *t, const mt_event *e);
@@ -222,6 +284,7 @@ const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
 typedef struct mt_stack_stat {
     uint32_t stack;
     uint8_t driver;
+    uint8_t category; /* mt_category of these bytes (peak lists of tensor traces), else 0 */
     uint64_t bytes, count;
 } mt_stack_stat;
 
@@ -341,6 +404,18 @@ typedef struct mt_device_report {
     mt_sample_point *nvml;         /* MT_COUNTER_NVML_PROCESS_BYTES samples, file order */
     size_t n_nvml;
     uint64_t nvml_max, nvml_max_time_ns; /* the largest sample (first time); valid if n_nvml */
+    /* --tensors: bytes live at the peak by mt_category (the tensors' final categories: a backward
+     * or optimizer tensor of the peak is categorized by whether it outlived its phase);
+     * categories_known = 0 for a trace without tensors */
+    int categories_known;
+    uint64_t by_category_at_peak[MT_CAT_MAX];
+    /* the tensors live when the first backward pass to end after the peak had ended (every
+     * gradient is then live; the peak is often in a forward pass, when none is), if one did */
+    int after_backward_known;
+    uint64_t after_backward_time_ns; /* since trace start */
+    uint64_t by_category_after_backward[MT_CAT_MAX];
+    /* gradients [0] and optimizer state [1] against the parameters live at the same moment */
+    mt_category_fit fit_at_peak[2], fit_after_backward[2];
 } mt_device_report;
 
 /* ---- By line: memory per Python source line --------------------------------------------------- */
@@ -399,9 +474,11 @@ typedef struct mt_analysis {
     size_t n_warnings;
     struct { uint32_t tid; char *name; } *threads;
     size_t n_threads;
+    mt_categorizer *categories; /* names of the categories and the optimizer; NULL without tensors */
 } mt_analysis;
 
 typedef struct mt_analyze_options {
+    const char *category_rules; /* a rules file for the categories (mt_categorizer_load_rules) */
     /* Called now and then with the fraction of the file read (0..1) and the pass (1 or 2). */
     void (*progress)(void *ctx, int pass, double fraction);
     void *progress_ctx;
@@ -485,17 +562,27 @@ int mt_rank_stack_diff(const mt_rank_summary *hi, const mt_rank_summary *lo, mt_
  * moment, at most `work` lifetimes in all: a trace whose live set is too large for every span
  * keeps every k-th of them (and the peak). */
 
-/* What a timeline's series are: a label for every counted allocation. */
+/* What a timeline's series are: a label for every counted allocation, given by `of` when the
+ * allocation starts, or, for labels that change while an allocation lives (a tensor's category
+ * when its backward pass ends), by `split` from the device's counters at each point. */
 typedef struct mt_series_key {
-    const char *by; /* what the labels are: "kind" */
+    const char *by; /* what the labels are: "kind", "category" */
     size_t n;       /* labels 0..n-1 */
     const char *(*name)(void *ctx, size_t key); /* static, or owned by ctx */
     size_t (*of)(void *ctx, const mt_lifetime *l); /* the label of l; n or more: the last */
+    /* when set, instead of `of`: u's bytes in use by label into values[0..n) (they add up to
+     * u->in_use) */
+    void (*split)(void *ctx, const mt_usage *u, uint64_t *values);
     void *ctx;
 } mt_series_key;
 
-/* Series by allocation kind (mt_kind_name), stacked until allocations have categories. */
+/* Series by allocation kind (mt_kind_name). */
 const mt_series_key *mt_series_by_kind(void);
+/* Series by category where the trace has them (record --tensors: a->categories): the tensors by
+ * what they are for at that moment (parameters, gradients, ...: mt_category_name; one not
+ * categorized is a "tensor"), every other allocation by its kind. 0, or -1 when the trace has no
+ * categories (*out untouched). */
+int mt_series_by_category(const mt_analysis *a, mt_series_key *out);
 
 typedef struct mt_usage_point {
     uint64_t time_ns; /* since trace start */

@@ -61,6 +61,35 @@ int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 
+/* ---- By category (record --tensors): the "by category at the peak" table ------------------------ */
+
+typedef struct mt_cat_row {
+    char name[48];
+    unsigned category;     /* mt_category of a tensor row; 0 for a row outside the tensors */
+    int outside;           /* allocator cache, other libraries, CUDA context & driver */
+    uint64_t bytes;        /* at the peak */
+    int has_textbook;      /* the textbook has this line: parameters, gradients, optimizer state,
+                              activations, the context */
+    uint64_t textbook;
+    int64_t difference;    /* bytes - textbook (bytes when the textbook has no such line) */
+    char why[512];         /* the difference explained */
+} mt_cat_row;
+
+typedef struct mt_cat_table {
+    int known;             /* the trace has categories (record --tensors) */
+    const char *optimizer; /* "Adam or AdamW", "SGD (momentum)", ...; NULL: none seen */
+    uint64_t state_in_w, w;
+    mt_cat_row rows[MT_CAT_MAX + 4];
+    size_t n;
+    uint64_t tensors;      /* sum of the tensor rows (= tensors allocated at the peak) */
+    uint64_t measured, textbook; /* sums of all rows; of the textbook column */
+    int process_known;     /* measured = the process total nvidia-smi read (else a lower bound) */
+    uint64_t process;
+} mt_cat_table;
+
+/* The table of device report d (category_table.c says how each line is made). */
+int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t);
+
 /* ---- Folded stacks and speedscope ------------------------------------------------------------ */
 
 typedef enum mt_folded_metric {
@@ -85,6 +114,9 @@ typedef struct mt_folded_options {
     mt_name_style names;
     int trace_frame;        /* start every line with the trace's frame ("rank R", "comm[pid]")
                                even for one trace: a caller streaming several sets it */
+    int by_category;        /* peak metric of a trace with categories (record --tensors): each
+                               line starts with its category ("parameters", ...; "not a tensor"
+                               for the allocations outside the allocator's tensors) */
 } mt_folded_options;
 
 /* The device report of a that `device` selects (see MT_DEVICE_AUTO), or NULL when the trace has

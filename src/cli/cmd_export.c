@@ -48,6 +48,10 @@ static void usage(FILE *f)
           "                            (default: the largest 500000, about 200 MB)\n"
           "  --driver-slices           chrome: slices for driver-internal allocations too\n"
           "                            (their bytes are in the counters either way)\n"
+          "  --by category             folded, speedscope: start each stack with what its bytes\n"
+          "                            are for (parameters, gradients, optimizer state,\n"
+          "                            activations, ...; record --tensors; peak metric)\n"
+          "  --categories FILE         your own category rules (docs/analysis.md)\n"
           "  --rank R                  only the traces of rank R\n"
           "  -o OUT                    output file, '-' = stdout (default)\n",
           f);
@@ -135,11 +139,12 @@ static void say_device(mt_analysis *const *as, int n)
     }
 }
 
-static int analyze_one(const char *path, mt_analysis **a)
+static int analyze_one(const char *path, const char *rules, mt_analysis **a)
 {
     char err[512], cwd_buf[4096];
     int tty = isatty(2);
-    mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path};
+    mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path,
+                            .category_rules = rules};
     int rc = mt_analyze(path, &o, a, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("export: %s", err);
@@ -169,7 +174,7 @@ static uint64_t earliest_start(char **paths, int n)
 static int export_traces(char **paths, int n, const char *format, const char *out_path,
                          mt_folded_options *fo, int have_device, uint64_t min_bytes,
                          uint64_t top_allocs, mt_frame_filter frames, int driver_slices,
-                         const char *source_root)
+                         const char *rules, const char *source_root)
 {
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
     int html = strcmp(format, "html") == 0;
@@ -178,14 +183,14 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
     mt_analysis **as = calloc((size_t)n, sizeof *as);
     if (!as) return mt_cli_fail("export: out of memory");
     if (speedscope || (!chrome && have_device)) { /* all first: a device that no trace has */
-        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], &as[i]);
+        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], rules, &as[i]);
         if (!status && have_device) {
             int found = 0;
             for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
             if (!found) status = mt_cli_fail("export: no trace has that device");
         }
     } else if (!chrome && !html) {
-        status = analyze_one(paths[0], &as[0]); /* which device each graph shows */
+        status = analyze_one(paths[0], rules, &as[0]); /* which device each graph shows */
         if (!status) say_device(as, 1);
     }
     mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
@@ -202,7 +207,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
             for (int i = 0; i < n && cs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], &a)) != 0) break;
+                if ((status = analyze_one(paths[i], rules, &a)) != 0) break;
                 rc = mt_chrome_add(cs, a, err, sizeof err);
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
@@ -216,7 +221,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!hs) rc = -1;
             for (int i = 0; i < n && hs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], &a)) != 0) break;
+                if ((status = analyze_one(paths[i], rules, &a)) != 0) break;
                 rc = mt_html_add(hs, a, err, sizeof err);
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
@@ -228,7 +233,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
         } else {
             fo->trace_frame = n > 1;
             for (int i = 0; i < n && rc == 0 && !status; i++) {
-                if (!as[i] && (status = analyze_one(paths[i], &as[i])) != 0) break;
+                if (!as[i] && (status = analyze_one(paths[i], rules, &as[i])) != 0) break;
                 rc = mt_export_folded_opt(out, &as[i], 1, fo);
                 mt_analysis_free(as[i]);
                 as[i] = NULL;
@@ -246,10 +251,11 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
 
 static int run(int argc, char **argv, char **traces)
 {
-    const char *format = NULL, *metric = NULL, *out_path = "-", *source_root = NULL;
+    const char *format = NULL, *metric = NULL, *out_path = "-", *rules = NULL;
+    const char *source_root = NULL;
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
-    int device = MT_DEVICE_AUTO, want_rank = -1;
+    int device = MT_DEVICE_AUTO, want_rank = -1, by_category = 0;
     uint64_t rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -285,6 +291,13 @@ static int run(int argc, char **argv, char **traces)
         } else if (strcmp(a, "--source-root") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: --source-root needs a directory");
             source_root = argv[++i];
+        } else if (strcmp(a, "--by") == 0) {
+            if (i + 1 >= argc || strcmp(argv[++i], "category") != 0)
+                return mt_cli_fail("export: --by needs 'category'");
+            by_category = 1;
+        } else if (strcmp(a, "--categories") == 0) {
+            if (i + 1 >= argc) return mt_cli_fail("export: --categories needs a rules file");
+            rules = argv[++i];
         } else if (strcmp(a, "--driver-slices") == 0) {
             driver_slices = 1;
         } else if (strcmp(a, "--rank") == 0) {
@@ -322,6 +335,10 @@ static int run(int argc, char **argv, char **traces)
         if (m < 0) return mt_cli_fail("export: unknown metric '%s' (peak, alloc, end or leak)", metric);
         fo.metric = (mt_folded_metric)m;
     }
+    fo.by_category = by_category;
+    if (by_category && (chrome || html || fo.metric != MT_METRIC_PEAK || fo.all_metrics))
+        return mt_cli_fail("export: --by category applies to folded and speedscope, metric peak "
+                           "(--metric peak for speedscope)");
     if (!chrome && (have_min || have_top || driver_slices))
         return mt_cli_fail("export: --min-bytes, --top-allocs and --driver-slices apply to --format chrome");
     if (chrome && have_device)
@@ -346,7 +363,7 @@ static int run(int argc, char **argv, char **traces)
                                           : "export: no trace found in what was given");
     }
     int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
-                               top_allocs, frames, driver_slices, source_root);
+                               top_allocs, frames, driver_slices, rules, source_root);
     mt_cli_free_traces(paths, np);
     return status;
 }

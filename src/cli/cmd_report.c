@@ -35,6 +35,9 @@ static void usage(FILE *f)
           "  --full-stacks       every frame, CUDA's own included (default: long chains elided)\n"
           "  --by-line           bytes per Python source line (allocated, live at the peak)\n"
           "  --file PATH         with --by-line: attribute to the innermost frame in PATH\n"
+          "  --categories FILE   your own rules for the tensors' categories, tried first, one\n"
+          "                      per line: CATEGORY <- PATTERN (a substring of a frame name;\n"
+          "                      docs/analysis.md). Categories need record --tensors.\n"
           "  --rank R            several traces: the details of rank R only (the rank table\n"
           "                      shows every trace)\n"
           "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip)\n",
@@ -67,7 +70,7 @@ static int run(int argc, char **argv, char **args)
     uint64_t top = 10, rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     int long_names = 0;
-    const char *file = NULL;
+    const char *file = NULL, *rules = NULL;
     const char *out_path = "-";
     int n = 0;
     for (int i = 1; i < argc; i++) {
@@ -91,6 +94,10 @@ static int run(int argc, char **argv, char **args)
         } else if (strcmp(argv[i], "--file") == 0) {
             if (i + 1 >= argc || !argv[i + 1][0]) return mt_cli_fail("report: --file needs a path");
             file = argv[++i];
+        } else if (strcmp(argv[i], "--categories") == 0) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return mt_cli_fail("report: --categories needs a rules file");
+            rules = argv[++i];
         } else if (strcmp(argv[i], "--rank") == 0) {
             if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &rank_arg) < 0 ||
                 rank_arg > INT32_MAX)
@@ -134,7 +141,8 @@ static int run(int argc, char **argv, char **args)
     const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
     for (int i = 0; i < nt && !status && rc == 0; i++) {
         mt_analysis *a = NULL;
-        mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i]};
+        mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i],
+                                .category_rules = rules};
         int arc = mt_analyze(traces[i], &o, &a, err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
         if (arc < 0) {

@@ -7,6 +7,8 @@
  *           an allocator's cache, a library, the driver, or the program).
  *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
  *           device reaches the event number of its peak, its live set is aggregated by stack.
+ *           With tensors the tracker also gives each tensor its category (categories.c), and the
+ *           replay goes on past the peak until the phase of the peak has ended (see below).
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  */
 #include <stdarg.h>
@@ -309,30 +311,90 @@ static void holders_of(const end_snap *e, uint64_t slot, mt_device_report *d)
 
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
 
+/* With tensors (record --tensors) a tensor's category may only be final after its peak: a backward
+ * tensor still live when the next optimizer step begins is a gradient, an optimizer temporary then
+ * is state (categories.c). So the tensors live at a device's peak are kept as members, serial ->
+ * (bytes, aggregate key), and the replay goes on until the phase after the peak ends (or the trace
+ * does): a member released before then keeps the category it had, the others take theirs at that
+ * moment. The replay also waits for the end of a backward pass after the peak, to show every
+ * gradient live (by_category_after_backward).
+ * Members' values: a = bytes, b = aggregate key | (category + 1) << CAT_SHIFT once final. */
+#define CAT_SHIFT 33
+#define CAT_MASK 0x3full
+
+typedef struct dev2 {
+    int reached;             /* the peak was seen */
+    int waiting;             /* members wait for their final categories */
+    int waiting_backward;    /* for the end of a backward pass (after_backward) */
+    uint64_t bwd_at_peak, opt_at_peak; /* phases ended when the peak was reached */
+    mt_u64map peak_map;      /* agg key (| category << CAT_SHIFT) -> bytes, count */
+    mt_u64map members;       /* serial -> bytes, agg key | final category */
+} dev2;
+
 typedef struct pass2 {
     mt_tracker *t;
     mt_analysis *a;
-    mt_u64map peak_map;
-    size_t pending; /* devices whose peak is not reached yet */
+    dev2 *dev; /* parallel to a->devices, then the host */
+    size_t pending; /* devices whose peak is not reached yet, or whose members wait */
     int oom;
 } pass2;
 
-static mt_device_report *report_of(mt_analysis *a, const mt_usage *u)
+static mt_device_report *report_of(mt_analysis *a, const mt_usage *u, size_t *index)
 {
-    if (u->is_host) return a->host;
+    if (u->is_host) {
+        *index = a->n_devices;
+        return a->host;
+    }
     for (size_t i = 0; i < a->n_devices; i++)
-        if (a->devices[i].u.device == u->device) return &a->devices[i];
+        if (a->devices[i].u.device == u->device) {
+            *index = i;
+            return &a->devices[i];
+        }
     return NULL;
+}
+
+typedef struct peak_snap {
+    dev2 *d;
+    uint64_t only_slot;
+    int categorize, oom;
+} peak_snap;
+
+static void peak_one(void *ctx, const mt_lifetime *l)
+{
+    peak_snap *s = ctx;
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    uint64_t key = agg_key(l);
+    if ((key >> 40) != s->only_slot) return;
+    mt_u64map_slot *m;
+    if (s->categorize && l->kind == MT_KIND_TENSOR) {
+        if (!(m = mt_u64map_upsert(&s->d->members, l->serial))) {
+            s->oom = 1;
+            return;
+        }
+        m->a = l->bytes;
+        m->b = key;
+        return;
+    }
+    if (!(m = mt_u64map_upsert(&s->d->peak_map, key))) {
+        s->oom = 1;
+        return;
+    }
+    m->a += l->bytes;
+    m->b++;
 }
 
 static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     (void)time_ns;
     pass2 *p = ctx;
-    mt_device_report *d = report_of(p->a, u);
-    if (!d || d->peak_stacks.v || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
-    snap s = {.map = &p->peak_map, .only_slot = slot_key(u->device, u->is_host)};
-    mt_tracker_foreach_live(p->t, snap_one, &s);
+    size_t i;
+    mt_device_report *d = report_of(p->a, u, &i);
+    if (!d || p->dev[i].reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    dev2 *x = &p->dev[i];
+    x->reached = 1;
+    peak_snap s = {.d = x, .only_slot = slot_key(u->device, u->is_host),
+                   .categorize = p->a->categories != NULL && !u->is_host};
+    mt_tracker_foreach_live(p->t, peak_one, &s);
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
     if (!u->is_host) {
@@ -341,41 +403,204 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u),
                                  u->by_kind[MT_KIND_DRIVER]);
     }
-    if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
+    if (s.oom) p->oom = 1;
+    if (s.categorize) {
+        x->waiting = x->waiting_backward = 1;
+        mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
+        return; /* still pending: finish_members, after_backward */
+    }
+    if (mt_stack_list_from_map(&x->peak_map, ~0ull, &d->peak_stacks) < 0) p->oom = 1;
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
-    mt_u64map_clear(&p->peak_map);
+    mt_u64map_destroy(&x->peak_map);
     if (p->pending) p->pending--;
+}
+
+static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+{
+    (void)end_ns;
+    (void)why;
+    pass2 *p = ctx;
+    if (l->kind != MT_KIND_TENSOR) return;
+    for (size_t i = 0; i < p->a->n_devices; i++) {
+        if (!p->dev[i].waiting) continue;
+        mt_u64map_slot *m = mt_u64map_find(&p->dev[i].members, l->serial);
+        if (m && !(m->b >> CAT_SHIFT & CAT_MASK)) m->b |= (uint64_t)(l->category + 1) << CAT_SHIFT;
+    }
+}
+
+/* Sizes of the parameters [0], gradients [1] and optimizer state [2] at one moment. */
+typedef struct size_lists {
+    uint64_t *v[3];
+    size_t n[3], cap[3];
+    int oom;
+} size_lists;
+
+static void sizes_add(size_lists *s, unsigned cat, uint64_t bytes)
+{
+    int k = cat == MT_CAT_PARAMETERS ? 0 : cat == MT_CAT_GRADIENTS ? 1
+          : cat == MT_CAT_OPTIMIZER_STATE ? 2 : -1;
+    if (k < 0 || s->oom) return;
+    if (s->n[k] == s->cap[k]) {
+        size_t ncap = s->cap[k] ? 2 * s->cap[k] : 256;
+        uint64_t *nv = realloc(s->v[k], ncap * sizeof *nv);
+        if (!nv) {
+            s->oom = 1;
+            return;
+        }
+        s->v[k] = nv;
+        s->cap[k] = ncap;
+    }
+    s->v[k][s->n[k]++] = bytes;
+}
+
+/* Gradients and optimizer state against the parameters (mt_category_fit); frees the lists. */
+static int sizes_fit(size_lists *s, const mt_categorizer *c, mt_category_fit fit[2])
+{
+    uint64_t copies = 0;
+    mt_categorizer_optimizer(c, &copies);
+    int rc = s->oom ? -1 : 0;
+    if (rc == 0) rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[1], s->n[1], 1, &fit[0]);
+    if (rc == 0)
+        rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[2], s->n[2], copies ? (unsigned)copies : 2,
+                             &fit[1]);
+    for (int k = 0; k < 3; k++) free(s->v[k]);
+    return rc;
+}
+
+typedef struct cat_sum {
+    pass2 *p;
+    int32_t device;
+    uint64_t *sums;    /* by category, or NULL */
+    size_lists *sizes; /* or NULL */
+    dev2 *x;           /* members to finish, or NULL */
+} cat_sum;
+
+static void cat_live(void *ctx, const mt_lifetime *l)
+{
+    cat_sum *c = ctx;
+    if (l->kind != MT_KIND_TENSOR || l->device != c->device) return;
+    if (c->sums && l->category < MT_CAT_MAX && mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE) {
+        c->sums[l->category] += l->bytes;
+        sizes_add(c->sizes, l->category, l->bytes);
+    }
+    if (!c->x) return;
+    mt_u64map_slot *m = mt_u64map_find(&c->x->members, l->serial);
+    if (m && !(m->b >> CAT_SHIFT & CAT_MASK)) m->b |= (uint64_t)(l->category + 1) << CAT_SHIFT;
+}
+
+/* The live tensors of device i by category when a backward pass after its peak has ended. */
+static void after_backward(pass2 *p, size_t i, uint64_t now)
+{
+    mt_device_report *d = &p->a->devices[i];
+    size_lists sizes = {0};
+    cat_sum c = {.p = p, .device = d->u.device, .sizes = &sizes,
+                 .sums = d->by_category_after_backward};
+    mt_tracker_foreach_live(p->t, cat_live, &c);
+    d->after_backward_known = 1;
+    d->after_backward_time_ns = rel(now, p->a->header.start_monotonic_ns);
+    if (sizes_fit(&sizes, p->a->categories, d->fit_after_backward) < 0) p->oom = 1;
+    p->dev[i].waiting_backward = 0;
+}
+
+/* The members of device i take their final categories; its peak stacks are made. */
+static void finish_members(pass2 *p, size_t i)
+{
+    dev2 *x = &p->dev[i];
+    mt_device_report *d = &p->a->devices[i];
+    size_lists at_peak_sizes = {0};
+    cat_sum c = {.p = p, .device = d->u.device, .x = x};
+    mt_tracker_foreach_live(p->t, cat_live, &c);
+    for (size_t k = 0; k < x->members.cap; k++) {
+        const mt_u64map_slot *m = &x->members.slots[k];
+        if (!m->used) continue;
+        unsigned cat = (unsigned)(m->b >> CAT_SHIFT & CAT_MASK);
+        cat = cat ? cat - 1 : MT_CAT_OTHER;
+        if (cat >= MT_CAT_MAX) cat = MT_CAT_OTHER;
+        d->by_category_at_peak[cat] += m->a;
+        sizes_add(&at_peak_sizes, cat, m->a);
+        uint64_t key = (m->b & ~(CAT_MASK << CAT_SHIFT)) | (uint64_t)cat << CAT_SHIFT;
+        mt_u64map_slot *s = mt_u64map_upsert(&x->peak_map, key);
+        if (!s) {
+            p->oom = 1;
+            break;
+        }
+        s->a += m->a;
+        s->b++;
+    }
+    if (sizes_fit(&at_peak_sizes, p->a->categories, d->fit_at_peak) < 0) p->oom = 1;
+    d->categories_known = 1;
+    if (mt_stack_list_from_map(&x->peak_map, ~0ull, &d->peak_stacks) < 0) p->oom = 1;
+    if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
+    mt_u64map_destroy(&x->peak_map);
+    mt_u64map_destroy(&x->members);
+    x->waiting = 0;
+}
+
+/* A phase has ended (before the event that told is applied): devices whose members or
+ * after_backward snapshot were waiting for it; a device is done when neither waits. */
+static void pass2_phase_end(void *ctx, int phase, uint64_t now)
+{
+    (void)phase;
+    pass2 *p = ctx;
+    uint64_t bwd, opt;
+    mt_categorizer_phases(p->a->categories, &bwd, &opt);
+    for (size_t i = 0; i < p->a->n_devices; i++) {
+        dev2 *x = &p->dev[i];
+        if (!x->waiting && !x->waiting_backward) continue;
+        if (x->waiting_backward && bwd > x->bwd_at_peak) after_backward(p, i, now);
+        if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) finish_members(p, i);
+        if (!x->waiting && !x->waiting_backward && p->pending) p->pending--;
+    }
 }
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    pass2 p = {.a = a};
+    size_t n_slots = a->n_devices + (a->host != NULL);
+    pass2 p = {.a = a, .dev = calloc(n_slots ? n_slots : 1, sizeof(dev2))};
+    if (!p.dev) return -1;
     uint64_t last_seq = 0;
-    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
+    for (size_t i = 0; i < n_slots; i++) {
         const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         if (d->u.peak == 0) continue;
         p.pending++;
         if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
     }
-    if (!p.pending) return 0;
+    if (!p.pending) {
+        free(p.dev);
+        return 0;
+    }
     mt_reader *r = mt_reader_open(a->path, err, errlen);
-    if (!r) return -1;
-    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage};
+    if (!r) {
+        free(p.dev);
+        return -1;
+    }
+    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage, .on_release = pass2_release,
+                              .on_phase_end = pass2_phase_end};
     p.t = mt_tracker_new(&hooks);
     int rc = p.t ? 0 : -1;
+    if (p.t && a->categories) mt_tracker_set_categorizer(p.t, a->categories);
     mt_record rec;
     uint64_t n = 0;
-    while (rc == 0 && p.pending && !p.oom && mt_tracker_seq(p.t) < last_seq &&
+    /* without categories the replay ends at the last peak; with them, when no member waits */
+    while (rc == 0 && p.pending && !p.oom &&
+           (a->categories || mt_tracker_seq(p.t) < last_seq) &&
            mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type == MT_REC_EVENT && mt_tracker_event(p.t, &rec.u.event) < 0) rc = -1;
+        if (rec.type != MT_REC_EVENT) continue;
+        if (mt_tracker_event(p.t, &rec.u.event) < 0) rc = -1;
         if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 2,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
+    for (size_t i = 0; i < a->n_devices && rc == 0 && p.t; i++)
+        if (p.dev[i].waiting) finish_members(&p, i); /* the trace ended first */
     if (p.oom) rc = -1;
     if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
     mt_tracker_free(p.t);
-    mt_u64map_destroy(&p.peak_map);
+    for (size_t i = 0; i < n_slots; i++) {
+        mt_u64map_destroy(&p.dev[i].peak_map);
+        mt_u64map_destroy(&p.dev[i].members);
+    }
+    free(p.dev);
     mt_reader_close(r);
     return rc;
 }
@@ -580,6 +805,12 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         }
         const mt_event *e = &rec.u.event;
         a->events++;
+        if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {
+            if (!(a->categories = mt_categorizer_new(a->frames))) rc = -1;
+            else if (opt && opt->category_rules &&
+                     mt_categorizer_load_rules(a->categories, opt->category_rules, err, errlen) < 0)
+                rc = -2;
+        }
         uint64_t t = rel(e->time_ns, a->header.start_monotonic_ns);
         if (!have_time || t < a->first_ns) a->first_ns = t;
         if (t > a->last_ns) a->last_ns = t;
@@ -599,7 +830,9 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
         if (p.oom) rc = -1;
     }
-    if (rc < 0) {
+    if (rc == -2) {
+        rc = -1; /* err says why */
+    } else if (rc < 0) {
         fail(err, errlen, "%s: out of memory", a->path);
     } else if (st == MT_READ_TRUNCATED) {
         a->truncated = 1;
@@ -677,6 +910,7 @@ void mt_analysis_free(mt_analysis *a)
     free(a->warnings);
     for (size_t i = 0; i < a->n_threads; i++) free(a->threads[i].name);
     free(a->threads);
+    mt_categorizer_free(a->categories);
     mt_frames_free(a->frames);
     free(a->truncated_msg);
     free(a->comm);

@@ -91,7 +91,8 @@ static inline int mt_kind_is_host(unsigned kind)
 }
 
 /* ---- stack-stat lists ----------------------------------------------------------------------- */
-/* Key used for per-stack aggregates: the driver flag sits above the 32-bit stack id. */
+/* Key used for per-stack aggregates: the driver flag sits above the 32-bit stack id; a category
+ * (peak lists of tensor traces) in bits 33..38; the slot from bit 40. */
 static inline uint64_t mt_stack_key(uint32_t stack, int driver)
 {
     return (uint64_t)stack | ((uint64_t)(driver != 0) << 32);
@@ -131,6 +132,19 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
 /* mt_frames_path_ex for MT_FRAMES_USER. */
 size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                            uint8_t *flags, size_t cap);
+
+/* ---- categories (categories.c) ---------------------------------------------------------------- */
+/* The category of a new lifetime l (MT_CAT_NONE unless a tensor), from its stack (cached). */
+unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l);
+/* Called for each tensor event before it is applied (an allocation with its category; a free
+ * with MT_CAT_NONE, is_alloc 0): when it ends the backward pass or an optimizer step, promotes t's
+ * live tensors (see categories.c) and returns the phase ended (MT_PHASE_*), else MT_PHASE_NONE. */
+int mt_categorizer_phase(mt_categorizer *c, mt_tracker *t, unsigned category, uint32_t tid,
+                         int is_alloc);
+/* Forgets the phase a replay was in (a new replay starts). */
+void mt_categorizer_restart(mt_categorizer *c);
+/* Every live lifetime, writable (only the category may be changed). */
+void mt_tracker_foreach_live_mut(mt_tracker *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
 
 /* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
 /* Fills b from the tracker's live set on usage slot u (a GPU device) at time_rel (since start). */

@@ -3,8 +3,10 @@
  * (the HTML report). compact.h says what comes out; this file says how.
  *
  *   read 1  a tracker with three hooks. on_start/on_release keep, per device, the live bytes of
- *           every series label (mt_series_key: the allocation's kind today, a category later;
- *           only allocations counted in in_use, so the labels always add up to in_use).
+ *           every series label (mt_series_key: the allocation's kind; only allocations counted
+ *           in in_use, so the labels always add up to in_use); a key whose labels change while
+ *           an allocation lives (categories) splits the tracker's counters at each point instead.
+ *           With categories the tracker categorizes tensors as the analysis did.
  *           on_usage records a point whenever the device's bytes or their split changed:
  *             every point,                   when the trace has at most `exact` events;
  *             per time bucket, the highest   (the first, in file order, of the bucket's highest
@@ -43,6 +45,43 @@ static const mt_series_key by_kind = {.by = "kind", .n = MT_KIND_MAX_, .name = k
                                       .of = kind_of};
 
 const mt_series_key *mt_series_by_kind(void) { return &by_kind; }
+
+/* ---- series by category ------------------------------------------------------------------------
+ * Keys: 0..MT_KIND_MAX_-1 the kinds (MT_KIND_TENSOR: tensors with no category), then
+ * MT_KIND_MAX_ + c for category c >= 1. A tensor's category can change while it lives (a backward
+ * temporary that outlives its pass is a gradient), so the split comes from the tracker's counters
+ * (by_kind, by_category), not from each allocation's start. */
+
+static const char *category_label(void *ctx, size_t key)
+{
+    if (key < MT_KIND_MAX_) return mt_kind_name((unsigned)key);
+    return mt_category_name(ctx, (unsigned)(key - MT_KIND_MAX_));
+}
+
+static void category_split(void *ctx, const mt_usage *u, uint64_t *values)
+{
+    const mt_categorizer *c = ctx;
+    size_t cats = mt_category_count(c);
+    if (cats > MT_CAT_MAX) cats = MT_CAT_MAX;
+    uint64_t categorized = 0;
+    for (size_t k = 1; k < cats; k++) {
+        values[MT_KIND_MAX_ + k] = u->by_category[k];
+        categorized += u->by_category[k];
+    }
+    for (unsigned k = 0; k < MT_KIND_MAX_; k++) /* what counts in in_use (as moments' kinds) */
+        values[k] = mt_kind_counts(k) ? u->by_kind[k] : 0;
+    uint64_t t = values[MT_KIND_TENSOR];
+    values[MT_KIND_TENSOR] = t > categorized ? t - categorized : 0;
+}
+
+int mt_series_by_category(const mt_analysis *a, mt_series_key *out)
+{
+    if (!a->categories) return -1;
+    size_t cats = mt_category_count(a->categories);
+    *out = (mt_series_key){.by = "category", .n = MT_KIND_MAX_ + (cats < MT_CAT_MAX ? cats : MT_CAT_MAX),
+                           .name = category_label, .split = category_split, .ctx = a->categories};
+    return 0;
+}
 
 /* ---- read 1 ------------------------------------------------------------------------------------- */
 
@@ -146,6 +185,7 @@ static size_t label_of(const read1 *r, const mt_lifetime *l)
 static void on_start(void *ctx, const mt_lifetime *l)
 {
     read1 *r = ctx;
+    if (r->key->split) return;
     slot *s = counted_slot(r, l);
     if (s) s->sums[label_of(r, l)] += l->bytes;
 }
@@ -155,6 +195,7 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     (void)end_ns;
     (void)why;
     read1 *r = ctx;
+    if (r->key->split) return;
     slot *s = counted_slot(r, l);
     if (s) s->sums[label_of(r, l)] -= l->bytes;
 }
@@ -183,6 +224,7 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     slot *s = slot_for(r, u->device, u->is_host);
     if (!s) return;
     size_t rowsz = r->ns * sizeof *s->sums;
+    if (r->key->split) r->key->split(r->key->ctx, u, s->sums);
     if (s->have_last && s->last_pt.in_use == u->in_use && memcmp(s->last_row, s->sums, rowsz) == 0)
         return; /* a pool's reservation or a mapping changed; the bytes in use did not */
     mt_usage_point p = {rel(time_ns, r->start), mt_tracker_seq(r->t), u->in_use};
@@ -535,6 +577,8 @@ int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_m
     mt_tracker_hooks hooks = {.ctx = &r, .on_usage = on_usage, .on_release = on_release,
                               .on_start = on_start};
     r.t = mt_tracker_new(&hooks);
+    /* tensors get their categories as in the analysis (by_category for a split by category) */
+    if (r.t && a->categories) mt_tracker_set_categorizer(r.t, a->categories);
     int rc = mo && r.t ? 0 : -1;
     if (rc == 0) rc = replay(a, r.t, 0, opt, 1, after_read1, &r, err, errlen);
     if (rc == 0 && r.oom) rc = -1;

@@ -63,6 +63,7 @@ struct mt_tracker {
     uint64_t seq, serial;
     mt_anomalies an;
     uint64_t freed[1u << FREED_CACHE_BITS]; /* hashed keys of recently freed allocations */
+    mt_categorizer *categorizer; /* NULL: tensors keep category 0 (mt_tracker_set_categorizer) */
 };
 
 static const uint8_t family_of_kind[MT_KIND_MAX_] = {
@@ -97,6 +98,32 @@ void mt_tracker_free(mt_tracker *t)
     free(t);
 }
 
+void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
+{
+    t->categorizer = c;
+    if (c) mt_categorizer_restart(c); /* a new replay: no phase yet */
+}
+
+static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
+
+static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
+{
+    return t->categorizer && l->kind == MT_KIND_TENSOR &&
+           mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE && l->category < MT_CAT_MAX;
+}
+
+/* After a promotion: every slot's by_category from the live set again. */
+static void recount_categories(mt_tracker *t)
+{
+    for (size_t i = 0; i < t->n_usages; i++)
+        memset(t->usages[i].by_category, 0, sizeof t->usages[i].by_category);
+    for (size_t i = 0; i < t->live.cap; i++) {
+        const mt_lifetime *l = &t->live.slots[i];
+        if (l->family == MT_LIVE_EMPTY || !counts_by_category(t, l) || l->device < 0) continue;
+        long s = slot_index(t, l->device, 0, 0);
+        if (s >= 0) t->usages[s].by_category[l->category] += l->bytes;
+    }
+}
 uint64_t mt_tracker_seq(const mt_tracker *t) { return t->seq; }
 size_t mt_tracker_live_count(const mt_tracker *t) { return t->live.len; }
 const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t) { return &t->an; }
@@ -187,6 +214,7 @@ static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason w
     int host = is_host_family(p->family);
     long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
+    if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
     mt_live_remove(&t->live, p);
 }
 
@@ -302,6 +330,14 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
                      .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
                      .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
                      .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
+    if (t->categorizer && kind == MT_KIND_TENSOR) {
+        /* categorized before it joins the live set: a phase that this tensor ends promotes what
+         * was live before it, not the tensor itself */
+        l.category = (uint8_t)mt_categorize(t->categorizer, &l);
+        int ended = mt_categorizer_phase(t->categorizer, t, l.category, e->tid, 1);
+        if (ended) recount_categories(t);
+        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
+    }
     if (mt_live_insert(&t->live, &l) < 0) return -1;
     if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
@@ -310,6 +346,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
     }
     mt_usage *u = &t->usages[slot];
     account(u, kind, e->flags, e->bytes, +1);
+    if (counts_by_category(t, &l)) u->by_category[l.category] += e->bytes;
     if (mt_counting(kind, e->flags) == MT_COUNT_IN_USE) {
         u->alloc_bytes += e->bytes;
         u->alloc_count++;
@@ -335,6 +372,11 @@ static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
 
 static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
 {
+    if (t->categorizer && fam == MT_FAM_TENSOR) { /* a free may end the backward pass */
+        int ended = mt_categorizer_phase(t->categorizer, t, MT_CAT_NONE, e->tid, 0);
+        if (ended) recount_categories(t);
+        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
+    }
     mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
     if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
     if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
@@ -499,6 +541,12 @@ void mt_tracker_finish(mt_tracker *t, uint64_t end_ns)
 
 void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt_lifetime *l),
                              void *ctx)
+{
+    for (size_t i = 0; i < t->live.cap; i++)
+        if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
+}
+
+void mt_tracker_foreach_live_mut(mt_tracker *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx)
 {
     for (size_t i = 0; i < t->live.cap; i++)
         if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
