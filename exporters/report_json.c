@@ -260,12 +260,13 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     return 0;
 }
 
-static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
+static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro, int schema)
 {
     size_t top = ro->top;
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
+    if (schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
     key(o, "trace");
     mt_out_json_string(o, a->path);
     mt_out_write(o, ",", 1);
@@ -397,10 +398,11 @@ int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_o
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
     if (!ro.top) ro.top = 10;
-    if (n != 1) mt_out_puts(o, "{\"traces\":[");
+    /* "schema" opens the top-level object: the trace's, or the one around several */
+    if (n != 1) mt_out_printf(o, "{\"schema\":%d,\"traces\":[", MT_JSON_SCHEMA);
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
-        if (trace_object(o, a[i], &ro) < 0) return -1;
+        if (trace_object(o, a[i], &ro, n == 1) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");
     return 0;

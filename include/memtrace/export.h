@@ -117,6 +117,59 @@ typedef struct mt_chrome_options {
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
 
+/* ---- JSON schema, Markdown, check and diff ---------------------------------------------------- */
+
+/* "schema" of every JSON document memtrace writes (report, check, diff): raised whenever a field is
+ * removed, renamed or changes meaning; adding a field keeps it. docs/json.md lists the fields of
+ * each schema and tests/py/check_json_schema.py holds the outputs to it. */
+#define MT_JSON_SCHEMA 1
+
+/* How a trace is named in messages and tables: its file name (trace_label.c). */
+const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len);
+
+/* A short GitHub Markdown summary (for $GITHUB_STEP_SUMMARY and pull-request comments): a table of
+ * every GPU of every trace (peak, allocated peak, reserved peak, live at exit, held by the program
+ * at exit, failed requests), then per GPU the top stacks and Python lines at the peak (opt->top
+ * each) and any failed requests. Returns 0, -1 when out of memory. */
+int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+
+typedef enum mt_doc_format {
+    MT_FORMAT_TEXT = 0,
+    MT_FORMAT_JSON = 1,
+    MT_FORMAT_MARKDOWN = 2,
+} mt_doc_format;
+
+/* The verdicts of one trace (mt_check_budgets). */
+typedef struct mt_check_trace {
+    mt_analysis *a;
+    const mt_verdict *v;
+    size_t n;
+} mt_check_trace;
+
+typedef struct mt_check_options {
+    mt_doc_format format;
+    const mt_budgets *budgets;
+    size_t top; /* stacks shown for each budget exceeded; 0 = 5 */
+} mt_check_options;
+
+/* `memtrace check`'s output: every verdict (which budget, on which trace and GPU, the value, the
+ * limit, by how much it is exceeded or what is left), for each one exceeded the stacks that make
+ * the value, then the overall verdict. Returns 0, -1 when out of memory. */
+int mt_export_check(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt);
+
+typedef struct mt_diff_options {
+    mt_doc_format format;
+    size_t top;      /* entries per list (grew, shrank, new, gone; lines); 0 = 10 */
+    int gate;        /* --fail-on-increase was given */
+    double fail_pct; /* its percentage */
+} mt_diff_options;
+
+/* `memtrace diff`'s output: per GPU the peak, allocated peak, reserved peak, live at exit, held by
+ * the program at exit, failed requests and bytes allocated in both runs and their change; the
+ * stacks and Python lines at the peak that grew and shrank most, new and gone; what the program
+ * held at exit that changed; with gate, the verdict. Returns 0, -1 when out of memory. */
+int mt_export_diff(mt_out *o, const mt_diff *d, const mt_diff_options *opt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* `memtrace report [--json] [--top N] [--frames user|all|python|native] [--long-names] [--full-stacks]
+/* `memtrace report [--json|--markdown] [--top N] [--frames user|all|python|native] [--long-names] [--full-stacks]
  *  [--by-line [--file PATH]] [-o OUT] TRACE...`: per device the peak, what was live then
  * and who allocated it, leaks, failed requests with forensics. Exit 0, or 2 on bad arguments and
  * unreadable or corrupt traces (a truncated trace is analysed and flagged, not an error). */
@@ -17,7 +17,12 @@ static void usage(FILE *f)
           "  driver + allocator reserved + other libraries), what was live at the peak by\n"
           "  stack, what is live at the end and who holds it (an allocator's cache or a\n"
           "  library's workspace is not a leak), failed requests with what was live then.\n"
-          "  --json              machine-readable (several traces: {\"traces\": [...]})\n"
+          "  --json              machine-readable (several traces: {\"traces\": [...]};\n"
+          "                      \"schema\" and every field: docs/json.md)\n"
+          "  --markdown          a short summary for $GITHUB_STEP_SUMMARY or a pull-request\n"
+          "                      comment: a table of every GPU (peak, allocated and reserved\n"
+          "                      peak, live at exit, failed requests), the top stacks and\n"
+          "                      Python lines at each peak (--top, default 5 here)\n"
           "  --top N             stacks (or lines) shown per list (default 10)\n"
           "  --frames W          user (default for Python programs: Python frames, ATen\n"
           "                      operators, autograd nodes, the allocating library), all\n"
@@ -42,8 +47,8 @@ int mt_cli_parse_frames(const char *s, mt_frame_filter *out); /* defined in cmd_
 
 static int run(int argc, char **argv, char **traces)
 {
-    int json = 0, full = 0, by_line = 0;
-    uint64_t top = 10;
+    int json = 0, markdown = 0, full = 0, by_line = 0;
+    uint64_t top = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     int long_names = 0;
     const char *file = NULL;
@@ -55,6 +60,8 @@ static int run(int argc, char **argv, char **traces)
             return 0;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+        } else if (strcmp(argv[i], "--markdown") == 0) {
+            markdown = 1;
         } else if (strcmp(argv[i], "--top") == 0) {
             if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &top) < 0 || top == 0)
                 return mt_cli_fail("report: --top needs a positive number");
@@ -83,6 +90,11 @@ static int run(int argc, char **argv, char **traces)
     }
     if (n <= 0) return mt_cli_fail("report: no trace given (see memtrace report --help)");
     if (file && !by_line) return mt_cli_fail("report: --file applies to --by-line");
+    if (json && markdown) return mt_cli_fail("report: --json and --markdown exclude each other");
+    if (markdown && (by_line || full))
+        return mt_cli_fail("report: --markdown has its own layout (the top stacks and Python lines; "
+                           "no --by-line or --full-stacks)");
+    if (!top) top = markdown ? 5 : 10;
     mt_analysis **as = calloc((size_t)n, sizeof *as);
     if (!as) return mt_cli_fail("report: out of memory");
     int status = 0;
@@ -109,6 +121,8 @@ static int run(int argc, char **argv, char **traces)
             int rc = 0;
             if (json) {
                 rc = mt_report_json(out, as, (size_t)n, &ro);
+            } else if (markdown) {
+                rc = mt_report_markdown(out, as, (size_t)n, &ro);
             } else {
                 for (int i = 0; i < n && rc == 0; i++) {
                     if (i) mt_out_puts(out, "\n");

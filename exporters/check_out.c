@@ -1,0 +1,379 @@
+/* `memtrace check`'s output (text, JSON, Markdown) from the verdicts of budget.c.
+ *
+ * Text, one line per budget and GPU, then for each one exceeded what makes the number:
+ *   memtrace check: run.mtrace (pid 3618: python3 train.py)
+ *     cuda:0  peak          341.71 MiB  budget 300.00 MiB  EXCEEDED by 41.71 MiB (+13.9%)
+ *             live at the peak (+6.553120 s), top 5 stacks:
+ *               22.0%   64.00 MiB  … › train (train.py:93) › Net.forward (train.py:45) › cuBLAS
+ *     cuda:0  live at exit  0 B         budget 0 B         ok
+ *   memtrace check: 1 of 2 budgets exceeded
+ * Sizes are binary units; where the rounding would hide the difference (a value 100 bytes over
+ * its limit) the exact bytes follow. Stacks are one line each (util.c mt_chain_pick: the user's
+ * frames, operators and library) in the user view for Python programs.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json_writer.h"
+#include "util.h"
+
+#define DEFAULT_TOP 5
+
+static int is_bytes(mt_budget_kind k) { return k != MT_BUDGET_FAILED; }
+
+/* "341.71 MiB", or a count; exact bytes added when `other` prints the same. */
+static const char *amount(mt_budget_kind k, uint64_t v, uint64_t other, char *buf, size_t len)
+{
+    if (!is_bytes(k)) {
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+        return buf;
+    }
+    char a[32], b[32];
+    mt_format_bytes(v, a, sizeof a);
+    mt_format_bytes(other, b, sizeof b);
+    if (v != other && strcmp(a, b) == 0)
+        snprintf(buf, len, "%s (%llu bytes)", a, (unsigned long long)v);
+    else
+        snprintf(buf, len, "%s", a);
+    return buf;
+}
+
+/* "by 41.71 MiB (+13.9%)" / "41.71 MiB left" */
+static const char *margin(const mt_verdict *v, char *buf, size_t len)
+{
+    char d[64];
+    uint64_t diff = v->exceeded ? v->value - v->limit : v->limit - v->value;
+    if (is_bytes(v->kind)) {
+        mt_format_bytes(diff, d, sizeof d);
+        if (diff < 1024 && diff) snprintf(d, sizeof d, "%llu bytes", (unsigned long long)diff);
+    } else {
+        snprintf(d, sizeof d, "%llu", (unsigned long long)diff);
+    }
+    if (v->exceeded) {
+        if (v->limit)
+            snprintf(buf, len, "by %s (+%.1f%%)", d, 100.0 * (double)diff / (double)v->limit);
+        else
+            snprintf(buf, len, "by %s", d);
+    } else {
+        snprintf(buf, len, "(%s left)", d);
+    }
+    return buf;
+}
+
+static const char *where(const mt_verdict *v, char *buf, size_t len)
+{
+    if (v->d) return mt_device_root_name(v->d, buf, len);
+    snprintf(buf, len, v->kind == MT_BUDGET_FAILED ? "trace" : "no GPU");
+    return buf;
+}
+
+/* What the stacks of an exceeded verdict are, for headings. */
+static const char *stacks_title(const mt_verdict *v, char *buf, size_t len)
+{
+    char t[48];
+    switch (v->kind) {
+    case MT_BUDGET_PEAK:
+        snprintf(buf, len, "live at the peak (%s)", mt_format_rel(v->time_ns, t, sizeof t));
+        break;
+    case MT_BUDGET_ALLOCATED_PEAK:
+        snprintf(buf, len, "tensors live at the allocated peak (%s)",
+                 mt_format_rel(v->time_ns, t, sizeof t));
+        break;
+    case MT_BUDGET_LIVE_AT_EXIT:
+        snprintf(buf, len, "held by the program at exit");
+        break;
+    default:
+        snprintf(buf, len, "the failed requests (bytes requested)");
+    }
+    return buf;
+}
+
+/* A note on how the value was measured, or NULL. */
+static const char *value_note(const mt_analysis *a, const mt_verdict *v, char *buf, size_t len)
+{
+    char b1[32], b2[32];
+    if (v->kind == MT_BUDGET_ALLOCATED_PEAK && v->d) {
+        mt_allocator_peaks p;
+        mt_allocator_peaks_of(a, v->d, &p);
+        if (p.allocated_kind == MT_KIND_ASYNC)
+            snprintf(buf, len, "live cudaMallocAsync bytes under backend:cudaMallocAsync "
+                               "(max_memory_allocated)");
+        else if (p.counter_peak != p.allocated_peak)
+            snprintf(buf, len, "PyTorch's own counter read %s, the tensors memtrace saw peaked at "
+                               "%s: a report was missed, the larger is checked",
+                     mt_format_bytes(p.counter_peak, b1, sizeof b1),
+                     mt_format_bytes(p.allocated_peak, b2, sizeof b2));
+        else
+            snprintf(buf, len, "live tensors, equal to PyTorch's max_memory_allocated");
+        return buf;
+    }
+    if (v->kind == MT_BUDGET_LIVE_AT_EXIT && v->d && v->d->u.in_use > v->value) {
+        snprintf(buf, len, "of %s live at exit; the rest is an allocator's cache, libraries' "
+                           "workspaces or the driver's, kept until exit by design",
+                 mt_format_bytes(v->d->u.in_use, b1, sizeof b1));
+        return buf;
+    }
+    if (v->kind != MT_BUDGET_FAILED && !v->d) {
+        snprintf(buf, len, "the trace has no GPU memory events");
+        return buf;
+    }
+    return NULL;
+}
+
+static size_t top_of(const mt_check_options *opt) { return opt->top ? opt->top : DEFAULT_TOP; }
+
+static size_t count_exceeded(const mt_check_trace *t, size_t n, size_t *total)
+{
+    size_t ex = 0;
+    *total = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < t[i].n; k++) {
+            ex += t[i].v[k].exceeded != 0;
+            (*total)++;
+        }
+    return ex;
+}
+
+/* ---- text ---------------------------------------------------------------------------------------- */
+
+static int text_stacks(mt_out *o, mt_analysis *a, const mt_verdict *v, size_t top, mt_namebuf *nb)
+{
+    char title[96], b1[32], line[2048];
+    mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
+    mt_out_printf(o, "          %s, top %zu stack%s%s:\n", stacks_title(v, title, sizeof title),
+                  top < v->stacks.n ? top : v->stacks.n, v->stacks.n == 1 ? "" : "s",
+                  filter == MT_FRAMES_USER ? " (user view)" : "");
+    for (size_t i = 0; i < v->stacks.n && i < top; i++) {
+        const mt_stack_stat *s = &v->stacks.v[i];
+        if (mt_stat_frames(a->frames, s, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
+        double share = v->stacks_whole ? 100.0 * (double)s->bytes / (double)v->stacks_whole : 0;
+        mt_out_printf(o, "            %5.1f%%  %10s  %s\n", share,
+                      mt_format_bytes(s->bytes, b1, sizeof b1),
+                      mt_chain_text(nb->v, nb->flags, nb->n, line, sizeof line));
+    }
+    if (v->stacks.n > top) mt_out_printf(o, "            [%zu more stacks]\n", v->stacks.n - top);
+    return 0;
+}
+
+static int check_text(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+{
+    mt_namebuf nb = {0};
+    char label[512], root[32], v1[64], v2[64], m[96], note[256];
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        mt_analysis *a = t[i].a;
+        mt_out_printf(o, "memtrace check: %s", mt_trace_label(a, label, sizeof label));
+        if (a->comm[0]) mt_out_printf(o, " (pid %u: %s)", a->pid, a->cmdline[0] ? a->cmdline : a->comm);
+        mt_out_puts(o, "\n");
+        if (a->truncated)
+            mt_out_printf(o, "  WARNING: the trace is truncated (%s): numbers cover what was read\n",
+                          a->truncated_msg ? a->truncated_msg : "?");
+        if (a->dropped)
+            mt_out_printf(o, "  WARNING: the recorder dropped %llu events: numbers may be off by that "
+                             "many events\n", (unsigned long long)a->dropped);
+        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
+            const mt_verdict *v = &t[i].v[k];
+            mt_out_printf(o, "  %-7s %-15s %-12s budget %-12s %s %s\n", where(v, root, sizeof root),
+                          mt_budget_name(v->kind), amount(v->kind, v->value, v->limit, v1, sizeof v1),
+                          amount(v->kind, v->limit, v->value, v2, sizeof v2),
+                          v->exceeded ? "EXCEEDED" : "ok", margin(v, m, sizeof m));
+            if (value_note(a, v, note, sizeof note)) mt_out_printf(o, "          (%s)\n", note);
+            if (v->exceeded && v->stacks.n) rc = text_stacks(o, a, v, top_of(opt), &nb);
+        }
+    }
+    size_t total, ex = count_exceeded(t, n, &total);
+    if (ex)
+        mt_out_printf(o, "memtrace check: %zu of %zu budget%s exceeded\n", ex, total,
+                      total == 1 ? "" : "s");
+    else
+        mt_out_printf(o, total == 1 ? "memtrace check: the budget holds\n"
+                                    : "memtrace check: all %zu budgets hold\n", total);
+    mt_namebuf_free(&nb);
+    return rc;
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------------- */
+
+static void json_limit(mt_json *j, const char *key, const mt_budgets *b, mt_budget_kind k)
+{
+    if (b && b->set[k]) mt_json_u64(j, key, b->limit[k]);
+    else mt_json_null(j, key);
+}
+
+/* [{bytes, count, share, first_user_frame, frames}] as in `report --json`. */
+static int json_stacks(mt_json *j, mt_analysis *a, const mt_verdict *v, size_t top, mt_namebuf *nb)
+{
+    mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
+    mt_json_array(j, "stacks");
+    for (size_t i = 0; i < v->stacks.n && i < top; i++) {
+        const mt_stack_stat *s = &v->stacks.v[i];
+        if (mt_stat_frames(a->frames, s, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
+        mt_json_object(j, NULL);
+        mt_json_u64(j, "bytes", s->bytes);
+        mt_json_u64(j, "count", s->count);
+        mt_json_double(j, "share", v->stacks_whole ? (double)s->bytes / (double)v->stacks_whole : 0);
+        mt_json_str(j, "first_user_frame",
+                    s->driver ? nb->v[0] : mt_frames_first_user_ex(a->frames, s->stack, MT_NAME_SHORT));
+        mt_json_array(j, "frames");
+        for (size_t k = 0; k < nb->n; k++) mt_json_str(j, NULL, nb->v[k]);
+        mt_json_end(j, ']');
+        mt_json_end(j, '}');
+    }
+    mt_json_end(j, ']');
+    return 0;
+}
+
+static int check_json(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+{
+    mt_json j = {.o = o};
+    mt_namebuf nb = {0};
+    char label[512], root[32];
+    int rc = 0;
+    size_t total, ex = count_exceeded(t, n, &total);
+    const mt_budgets *b = opt->budgets;
+    mt_json_object(&j, NULL);
+    mt_json_u64(&j, "schema", MT_JSON_SCHEMA);
+    mt_json_bool(&j, "exceeded", ex != 0);
+    mt_json_u64(&j, "budgets_checked", total);
+    mt_json_u64(&j, "budgets_exceeded", ex);
+    mt_json_object(&j, "budgets");
+    json_limit(&j, "peak_bytes", b, MT_BUDGET_PEAK);
+    json_limit(&j, "allocated_peak_bytes", b, MT_BUDGET_ALLOCATED_PEAK);
+    json_limit(&j, "live_at_exit_bytes", b, MT_BUDGET_LIVE_AT_EXIT);
+    json_limit(&j, "failed_requests", b, MT_BUDGET_FAILED);
+    if (b && b->device != MT_BUDGET_ALL_DEVICES) mt_json_i64(&j, "device", b->device);
+    else mt_json_null(&j, "device");
+    mt_json_end(&j, '}');
+    mt_json_array(&j, "traces");
+    for (size_t i = 0; i < n; i++) {
+        mt_analysis *a = t[i].a;
+        int any = 0;
+        for (size_t k = 0; k < t[i].n; k++) any |= t[i].v[k].exceeded;
+        mt_json_object(&j, NULL);
+        mt_json_str(&j, "trace", a->path);
+        mt_json_str(&j, "label", mt_trace_label(a, label, sizeof label));
+        mt_json_u64(&j, "pid", a->pid);
+        mt_json_str(&j, "command", a->comm);
+        mt_json_str(&j, "cmdline", a->cmdline);
+        mt_json_bool(&j, "truncated", a->truncated);
+        mt_json_u64(&j, "dropped", a->dropped);
+        mt_json_bool(&j, "exceeded", any);
+        mt_json_end(&j, '}');
+    }
+    mt_json_end(&j, ']');
+    mt_json_array(&j, "checks");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        mt_analysis *a = t[i].a;
+        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
+            const mt_verdict *v = &t[i].v[k];
+            mt_json_object(&j, NULL);
+            mt_json_str(&j, "trace", a->path);
+            mt_json_str(&j, "label", mt_trace_label(a, label, sizeof label));
+            mt_json_str(&j, "budget", mt_budget_name(v->kind));
+            if (v->d) {
+                mt_json_i64(&j, "device", v->d->u.device);
+                mt_json_str(&j, "root", mt_device_root_name(v->d, root, sizeof root));
+            } else {
+                mt_json_null(&j, "device");
+                mt_json_null(&j, "root");
+            }
+            mt_json_u64(&j, "value", v->value);
+            mt_json_u64(&j, "limit", v->limit);
+            mt_json_bool(&j, "exceeded", v->exceeded);
+            mt_json_u64(&j, "over_by", v->exceeded ? v->value - v->limit : 0);
+            if (v->kind != MT_BUDGET_FAILED && v->d) mt_json_u64(&j, "time_ns", v->time_ns);
+            else
+                mt_json_null(&j, "time_ns");
+            if (v->kind == MT_BUDGET_ALLOCATED_PEAK) mt_json_u64(&j, "torch_allocated_peak_bytes", v->counter);
+            rc = json_stacks(&j, a, v, top_of(opt), &nb);
+            mt_json_end(&j, '}');
+        }
+    }
+    mt_json_end(&j, ']');
+    mt_json_end(&j, '}');
+    mt_namebuf_free(&nb);
+    return rc;
+}
+
+/* ---- Markdown ------------------------------------------------------------------------------------ */
+
+static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+{
+    mt_namebuf nb = {0};
+    char label[512], root[32], v1[64], v2[64], m[96], title[96], b1[32], note[256];
+    size_t total, ex = count_exceeded(t, n, &total);
+    int rc = 0;
+    if (ex)
+        mt_out_printf(o, "### memtrace check: ❌ %zu of %zu budget%s exceeded\n\n", ex, total,
+                      total == 1 ? "" : "s");
+    else
+        mt_out_printf(o, total == 1 ? "### memtrace check: ✅ the budget holds\n\n"
+                                    : "### memtrace check: ✅ all %zu budgets hold\n\n", total);
+    mt_out_puts(o, "| trace | GPU | budget | limit | value | verdict |\n"
+                   "|---|---|---|--:|--:|---|\n");
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < t[i].n; k++) {
+            const mt_verdict *v = &t[i].v[k];
+            mt_out_puts(o, "| ");
+            mt_md_code(o, mt_trace_label(t[i].a, label, sizeof label));
+            mt_out_printf(o, " | %s | %s | %s | %s | %s %s |\n", where(v, root, sizeof root),
+                          mt_budget_name(v->kind), amount(v->kind, v->limit, v->value, v2, sizeof v2),
+                          amount(v->kind, v->value, v->limit, v1, sizeof v1),
+                          v->exceeded ? "❌ exceeded" : "✅", margin(v, m, sizeof m));
+        }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        mt_analysis *a = t[i].a;
+        if (a->truncated || a->dropped) {
+            mt_out_puts(o, "\n> ⚠️ ");
+            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_out_puts(o, a->truncated ? " is truncated: numbers cover what was read.\n"
+                                        : " lost events (the recorder dropped some): numbers may "
+                                          "be off by that many events.\n");
+        }
+        mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
+        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
+            const mt_verdict *v = &t[i].v[k];
+            if (!v->exceeded) continue;
+            mt_out_puts(o, "\n**");
+            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_out_printf(o, " %s, %s: %s**", where(v, root, sizeof root), mt_budget_name(v->kind),
+                          stacks_title(v, title, sizeof title));
+            if (value_note(a, v, note, sizeof note)) {
+                mt_out_puts(o, " (");
+                mt_md_text(o, note);
+                mt_out_puts(o, ")");
+            }
+            mt_out_puts(o, "\n\n");
+            if (!v->stacks.n) continue;
+            mt_out_puts(o, "| share | bytes | stack |\n|--:|--:|---|\n");
+            for (size_t s = 0; s < v->stacks.n && s < top_of(opt); s++) {
+                const mt_stack_stat *st = &v->stacks.v[s];
+                if (mt_stat_frames(a->frames, st, MT_NAME_SHORT, filter, 0, &nb) < 0) {
+                    rc = -1;
+                    break;
+                }
+                mt_out_printf(o, "| %.1f%% | %s | ",
+                              v->stacks_whole ? 100.0 * (double)st->bytes / (double)v->stacks_whole : 0,
+                              mt_format_bytes(st->bytes, b1, sizeof b1));
+                mt_md_chain(o, nb.v, nb.flags, nb.n);
+                mt_out_puts(o, " |\n");
+            }
+            if (v->stacks.n > top_of(opt))
+                mt_out_printf(o, "| | | %zu more stacks |\n", v->stacks.n - top_of(opt));
+        }
+    }
+    mt_namebuf_free(&nb);
+    return rc;
+}
+
+int mt_export_check(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+{
+    mt_check_options def = {0};
+    if (!opt) opt = &def;
+    switch (opt->format) {
+    case MT_FORMAT_JSON: return check_json(o, t, n, opt);
+    case MT_FORMAT_MARKDOWN: return check_markdown(o, t, n, opt);
+    default: return check_text(o, t, n, opt);
+    }
+}
