@@ -46,7 +46,8 @@ static const char *margin(const mt_verdict *v, char *buf, size_t len)
     uint64_t diff = v->exceeded ? v->value - v->limit : v->limit - v->value;
     if (is_bytes(v->kind)) {
         mt_format_bytes(diff, d, sizeof d);
-        if (diff < 1024 && diff) snprintf(d, sizeof d, "%llu bytes", (unsigned long long)diff);
+        if (diff < 1024 && diff)
+            snprintf(d, sizeof d, "%llu byte%s", (unsigned long long)diff, diff == 1 ? "" : "s");
     } else {
         snprintf(d, sizeof d, "%llu", (unsigned long long)diff);
     }
@@ -152,7 +153,9 @@ static int text_stacks(mt_out *o, mt_analysis *a, const mt_verdict *v, size_t to
                       mt_format_bytes(s->bytes, b1, sizeof b1),
                       mt_chain_text(nb->v, nb->flags, nb->n, line, sizeof line));
     }
-    if (v->stacks.n > top) mt_out_printf(o, "            [%zu more stacks]\n", v->stacks.n - top);
+    if (v->stacks.n > top)
+        mt_out_printf(o, "            [%zu more stack%s]\n", v->stacks.n - top,
+                      v->stacks.n - top == 1 ? "" : "s");
     return 0;
 }
 
@@ -326,7 +329,7 @@ static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt
         mt_analysis *a = t[i].a;
         if (a->truncated || a->dropped) {
             mt_out_puts(o, "\n> ⚠️ ");
-            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
             mt_out_puts(o, a->truncated ? " is truncated: numbers cover what was read.\n"
                                         : " lost events (the recorder dropped some): numbers may "
                                           "be off by that many events.\n");
@@ -336,7 +339,7 @@ static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt
             const mt_verdict *v = &t[i].v[k];
             if (!v->exceeded) continue;
             mt_out_puts(o, "\n**");
-            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
             mt_out_printf(o, " %s, %s: %s**", where(v, root, sizeof root), mt_budget_name(v->kind),
                           stacks_title(v, title, sizeof title));
             if (value_note(a, v, note, sizeof note)) {
@@ -360,7 +363,8 @@ static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt
                 mt_out_puts(o, " |\n");
             }
             if (v->stacks.n > top_of(opt))
-                mt_out_printf(o, "| | | %zu more stacks |\n", v->stacks.n - top_of(opt));
+                mt_out_printf(o, "| | | %zu more stack%s |\n", v->stacks.n - top_of(opt),
+                              v->stacks.n - top_of(opt) == 1 ? "" : "s");
         }
     }
     mt_namebuf_free(&nb);

@@ -514,17 +514,17 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
         mt_out_printf(o, " on %s", mt_device_root_name(any, root, sizeof root));
     }
     mt_out_puts(o, "\n\nbase ");
-    mt_md_code(o, mt_trace_label(d->base, label, sizeof label));
+    mt_md_code_span(o, mt_trace_label(d->base, label, sizeof label));
     if (d->base->cmdline[0]) {
         mt_out_puts(o, " (");
-        mt_md_code(o, d->base->cmdline);
+        mt_md_code_span(o, d->base->cmdline);
         mt_out_puts(o, ")");
     }
     mt_out_puts(o, " → new ");
-    mt_md_code(o, mt_trace_label(d->new_, label, sizeof label));
+    mt_md_code_span(o, mt_trace_label(d->new_, label, sizeof label));
     if (d->new_->cmdline[0]) {
         mt_out_puts(o, " (");
-        mt_md_code(o, d->new_->cmdline);
+        mt_md_code_span(o, d->new_->cmdline);
         mt_out_puts(o, ")");
     }
     mt_out_puts(o, "\n\n");

@@ -5,9 +5,10 @@
  * span, where nothing is markup: "Module.to.<locals>.convert" would otherwise be an HTML tag that
  * GitHub strips, "_multi_tensor_sgd" emphasis. Inside a table a '|' still ends the cell, even in a
  * code span, unless written "\|" (GFM: the table is split before inlines are parsed, and "\|" in a
- * code span reads as "|"). A backtick in the text makes the span's fence one backtick longer than
- * its longest run. Control characters become spaces (a newline would end the table row) and bytes
- * that are not UTF-8 become U+FFFD.
+ * code span reads as "|"); outside a table the same "\|" would show its backslash, so spans there
+ * (mt_md_code_span) keep '|'. A backtick in the text makes the span's fence one backtick longer
+ * than its longest run. Control characters become spaces (a newline would end the table row) and
+ * bytes that are not UTF-8 become U+FFFD.
  */
 #include <string.h>
 
@@ -28,12 +29,14 @@ static size_t utf8_seq(const unsigned char *p)
     return n;
 }
 
-/* s with '|' escaped, control characters as spaces, invalid UTF-8 replaced. */
-static void cell_text(mt_out *o, const char *s, int escape_markup)
+/* s with control characters as spaces, invalid UTF-8 replaced; '|' escaped when in_table (in a
+ * code span outside a table "\|" would show its backslash); markup characters escaped when
+ * escape_markup. */
+static void cell_text(mt_out *o, const char *s, int in_table, int escape_markup)
 {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        if (*p == '|') {
+        if (*p == '|' && in_table) {
             mt_out_write(o, "\\|", 2);
             p++;
         } else if (*p < 0x20 || *p == 0x7f) {
@@ -55,7 +58,7 @@ static void cell_text(mt_out *o, const char *s, int escape_markup)
     }
 }
 
-void mt_md_code(mt_out *o, const char *s)
+static void code_span(mt_out *o, const char *s, int in_table)
 {
     if (!s || !*s) {
         mt_out_puts(o, "` `"); /* an empty span would print its backticks */
@@ -75,12 +78,32 @@ void mt_md_code(mt_out *o, const char *s)
     int pad = s[0] == '`' || s[len - 1] == '`' || (s[0] == ' ' && s[len - 1] == ' ');
     mt_out_puts(o, fence);
     if (pad) mt_out_write(o, " ", 1);
-    cell_text(o, s, 0);
+    cell_text(o, s, in_table, 0);
     if (pad) mt_out_write(o, " ", 1);
     mt_out_puts(o, fence);
 }
 
-void mt_md_text(mt_out *o, const char *s) { cell_text(o, s ? s : "", 1); }
+void mt_md_html(mt_out *o, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
+        const char *esc = *p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : NULL;
+        if (esc) {
+            mt_out_puts(o, esc);
+            p++;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            mt_out_write(o, " ", 1);
+            p++;
+        } else {
+            size_t n = utf8_seq(p);
+            mt_out_write(o, n ? (const char *)p : "\xef\xbf\xbd", n ? n : 3);
+            p += n ? n : 1;
+        }
+    }
+}
+
+void mt_md_code(mt_out *o, const char *s) { code_span(o, s, 1); }
+void mt_md_code_span(mt_out *o, const char *s) { code_span(o, s, 0); }
+void mt_md_text(mt_out *o, const char *s) { cell_text(o, s ? s : "", 1, 1); }
 
 void mt_md_chain(mt_out *o, const char *const *names, const uint8_t *flags, size_t n)
 {

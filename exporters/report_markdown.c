@@ -28,14 +28,14 @@ static void heading(mt_out *o, mt_analysis *const *a, size_t n)
     char label[512];
     if (n == 1) {
         mt_out_puts(o, "### memtrace: GPU memory of ");
-        mt_md_code(o, a[0]->cmdline[0] ? a[0]->cmdline : a[0]->comm[0] ? a[0]->comm : "?");
+        mt_md_code_span(o, a[0]->cmdline[0] ? a[0]->cmdline : a[0]->comm[0] ? a[0]->comm : "?");
         mt_out_puts(o, "\n\n");
         mt_out_puts(o, "Trace ");
-        mt_md_code(o, mt_trace_label(a[0], label, sizeof label));
+        mt_md_code_span(o, mt_trace_label(a[0], label, sizeof label));
         mt_out_printf(o, ", pid %u", a[0]->pid);
         if (a[0]->hostname[0]) {
             mt_out_puts(o, " on ");
-            mt_md_code(o, a[0]->hostname);
+            mt_md_code_span(o, a[0]->hostname);
         }
         mt_out_puts(o, ".\n\n");
     } else {
@@ -60,7 +60,7 @@ static void warnings(mt_out *o, const mt_analysis *a, int several)
         if (!what[i]) continue;
         mt_out_puts(o, "> ⚠️ ");
         if (several) {
-            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
             mt_out_puts(o, ": ");
         }
         mt_md_text(o, what[i]);
@@ -137,9 +137,10 @@ static int stacks_table(mt_out *o, mt_analysis *a, const mt_device_report *d, si
     if (d->peak_stacks.n > top) {
         uint64_t rest = 0;
         for (size_t i = top; i < d->peak_stacks.n; i++) rest += d->peak_stacks.v[i].bytes;
-        mt_out_printf(o, "| %.1f%% | %s | %zu more stacks |\n",
+        mt_out_printf(o, "| %.1f%% | %s | %zu more stack%s |\n",
                       d->u.peak ? 100.0 * (double)rest / (double)d->u.peak : 0.0,
-                      mt_format_bytes(rest, b1, sizeof b1), d->peak_stacks.n - top);
+                      mt_format_bytes(rest, b1, sizeof b1), d->peak_stacks.n - top,
+                      d->peak_stacks.n - top == 1 ? "" : "s");
     }
     mt_out_puts(o, "\n");
     return 0;
@@ -226,7 +227,10 @@ int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_repo
             mt_device_root_name(d, root, sizeof root);
             if (fold) {
                 mt_out_printf(o, "\n<details><summary>%s", root);
-                if (n > 1) mt_out_printf(o, " of %s", mt_trace_label(a[i], label, sizeof label));
+                if (n > 1) {
+                    mt_out_puts(o, " of ");
+                    mt_md_html(o, mt_trace_label(a[i], label, sizeof label));
+                }
                 mt_out_printf(o, ": what was live at the peak (%s)</summary>\n\n",
                               mt_format_rel(d->peak_time_ns, t1, sizeof t1));
             } else {
@@ -238,7 +242,7 @@ int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_repo
                 }
                 if (n > 1) {
                     mt_out_puts(o, " of ");
-                    mt_md_code(o, mt_trace_label(a[i], label, sizeof label));
+                    mt_md_code_span(o, mt_trace_label(a[i], label, sizeof label));
                 }
                 mt_out_puts(o, "\n\n");
             }
@@ -249,7 +253,7 @@ int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_repo
         if (rc == 0 && a[i]->failed_total) {
             mt_out_puts(o, "\n");
             if (n > 1) {
-                mt_md_code(o, mt_trace_label(a[i], label, sizeof label));
+                mt_md_code_span(o, mt_trace_label(a[i], label, sizeof label));
                 mt_out_puts(o, ": ");
             }
             rc = failed_table(o, a[i], top, &nb);

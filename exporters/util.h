@@ -54,6 +54,10 @@ const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t
 /* ---- Markdown (markdown.c) ---- */
 /* s as a code span that is safe inside a GFM table cell. */
 void mt_md_code(mt_out *o, const char *s);
+/* s as a code span outside tables (headings, paragraphs). */
+void mt_md_code_span(mt_out *o, const char *s);
+/* s inside an HTML element (<summary>): <, >, & escaped. */
+void mt_md_html(mt_out *o, const char *s);
 /* s as plain text, markup characters escaped, safe inside a table cell. */
 void mt_md_text(mt_out *o, const char *s);
 /* A one-line stack: code spans joined by " › ". */

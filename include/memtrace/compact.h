@@ -494,8 +494,9 @@ const char *mt_budget_name(mt_budget_kind k);
 /* ---- Comparing two runs (compare.c): `memtrace diff` ------------------------------------------ */
 
 /* One stack in both runs, matched by its frames' names (the user view for Python programs, short
- * names, CUDA's own leaf frames and unsymbolized frames left out of the match), never by stack id
- * or address: runs on other machines, pids and builds compare. */
+ * names; CUDA's own leaf frames and unsymbolized frames left out of the match, locations reduced to
+ * their file name), never by stack id or address: runs on other machines, pids and builds and in
+ * other directories compare. */
 typedef struct mt_stack_delta {
     const char *const *frames; /* names, root first: NEW's when it has the stack, else BASE's */
     const uint8_t *flags;      /* MT_FF_* of each name */
@@ -504,7 +505,7 @@ typedef struct mt_stack_delta {
     int moved;                 /* matched only once line numbers were ignored (the code moved) */
 } mt_stack_delta;
 
-/* One Python line at the peak in both runs, matched by (short file path, function, line). */
+/* One Python line at the peak in both runs, matched by (file name, function, line). */
 typedef struct mt_line_delta {
     const char *file;          /* short path (mt_frames_short_path) */
     const char *function;
@@ -535,9 +536,8 @@ typedef struct mt_diff {
     struct mt_diff_arena *arena; /* names and arrays the deltas point into */
 } mt_diff;
 
-/* Compares NEW with BASE. Frame names are built with MT_NAME_SHORT: do not set a base dir on the
- * analyses' frames (paths relative to this machine's directory would differ between runs).
- * 0, or -1 when out of memory. */
+/* Compares NEW with BASE. Frames are named in MT_NAME_SHORT (a base dir set on the analyses'
+ * frames shapes what is shown; matching uses file names only). 0, or -1 when out of memory. */
 int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff **out);
 void mt_diff_free(mt_diff *d);
 /* new - base as a signed number (saturating). */

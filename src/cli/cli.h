@@ -37,9 +37,9 @@ int mt_cli_parse_percent(const char *s, double *out);
 int mt_cli_parse_uint(const char *s, uint64_t *out);
 /* A GPU: N or cuda:N. 0, or -1 when malformed. */
 int mt_cli_parse_gpu(const char *s, int *out);
-/* Analyses one trace (progress on a terminal's stderr); base_dir: short Python paths relative to
- * the current directory (not for diff, whose names must read the same on every machine). 0, or 2
- * after saying why on stderr. */
+/* Analyses one trace (progress on a terminal's stderr); base_dir: Python files under the current
+ * directory named relative to it. 0, or 2 after saying why on stderr. One place for what every
+ * analysis of check and diff needs. */
 int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_analysis **out);
 /* Closes an output on standard output; 0, or 2 after saying why (EPIPE, ENOSPC) on stderr. */
 int mt_cli_close_stdout(const char *cmd, struct mt_out *o);

@@ -2,17 +2,17 @@
  * peak, what the program held at each end, matched by name.
  *
  * Matching. A stack id, an address or a pid means nothing in another run, so a stack is known by
- * its frames' names as every output shows them (the user view for Python programs, short names,
- * MT_NAME_SHORT without a base dir so that a Python path reads the same on every machine), with
- * CUDA's own frames at the leaf end and frames without a symbol ("libfoo.so+0x1a2b", an offset
- * that moves with every build) left out of the key. Stacks of one run with the same key are one
- * stack. Two passes:
+ * its frames' names as every output shows them (the user view for Python programs, short names),
+ * with CUDA's own frames at the leaf end and frames without a symbol ("libfoo.so+0x1a2b", an
+ * offset that moves with every build) left out of the key, and a location "(dir/file.py:LINE)"
+ * reduced to its file name "(file.py:LINE)": the same program sits in another directory on
+ * another machine. Stacks of one run with the same key are one stack. Two passes:
  *   1. equal keys;
  *   2. of what is left, keys equal once line numbers are taken out ("Net.forward (net.py:45)"
  *      and "(net.py:47)"): an edit above a line moves it, the stack is still the same one. Only
  *      a key that is unique on both sides is paired this way (marked `moved`), never a guess
  *      between several.
- * Python lines are matched the same way by (short path, function, line), then without the line.
+ * Python lines are matched the same way by (file name, function, line), then without the line.
  *
  * Sorting and joins are by key (qsort + merge), so the work is O(n log n) in the stacks at the two
  * peaks; names stay owned by the analyses' frames, the arrays by the diff's arena.
@@ -76,7 +76,7 @@ static int unsymbolized(const char *name)
     return 1;
 }
 
-/* Appends name to buf (growing it), without the line numbers of "(file:LINE)" when loose. */
+/* A growable string. */
 typedef struct sbuf {
     char *s;
     size_t n, cap;
@@ -105,17 +105,22 @@ static void sb_put(sbuf *b, const char *s, size_t n)
 static void sb_name(sbuf *b, const char *name, int loose)
 {
     size_t n = strlen(name);
-    if (loose && n && name[n - 1] == ')') {
-        /* "... (file.py:123)" -> "... (file.py)" */
-        size_t k = n - 1;
-        while (k > 0 && name[k - 1] >= '0' && name[k - 1] <= '9') k--;
-        if (k < n - 1 && k > 0 && name[k - 1] == ':') {
-            sb_put(b, name, k - 1);
-            sb_put(b, ")", 1);
-            return;
-        }
+    const char *open = n && name[n - 1] == ')' ? strrchr(name, '(') : NULL;
+    if (!open) {
+        sb_put(b, name, n);
+        return;
     }
-    sb_put(b, name, n);
+    /* "qual (dir/file.py:LINE)": the file without its directories (a checkout sits in another
+     * directory on every machine), and without ":LINE" when loose */
+    const char *inner = open + 1, *close = name + n - 1, *file = inner;
+    for (const char *p = inner; p < close; p++)
+        if (*p == '/') file = p + 1;
+    const char *end = close, *d = close;
+    while (d > file && d[-1] >= '0' && d[-1] <= '9') d--;
+    if (loose && d < close && d > file && d[-1] == ':') end = d - 1;
+    sb_put(b, name, (size_t)(inner - name));
+    sb_put(b, file, (size_t)(end - file));
+    sb_put(b, ")", 1);
 }
 
 /* ---- one run's side ---------------------------------------------------------------------------- */
@@ -308,8 +313,10 @@ static int line_side(const mt_analysis *a, const mt_device_report *d, side *s)
         it->alloc = v[i].alloc_bytes;
         char num[16];
         snprintf(num, sizeof num, "%u", v[i].line);
-        it->key = join3(it->file, it->function, num);
-        it->loose = join3(it->file, it->function, NULL);
+        const char *base = strrchr(it->file, '/'); /* the checkout's directory differs */
+        base = base ? base + 1 : it->file;
+        it->key = join3(base, it->function, num);
+        it->loose = join3(base, it->function, NULL);
         if (!it->key || !it->loose) rc = -1;
     }
     free(v);
