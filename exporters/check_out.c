@@ -304,7 +304,7 @@ static int check_json(mt_out *o, const mt_check_trace *t, size_t n, const mt_che
 static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
 {
     mt_namebuf nb = {0};
-    char label[512], root[32], v1[64], v2[64], m[96], title[96], b1[32], note[256];
+    char label[512], root[32], v1[64], v2[64], m[96], title[96], b1[32], note[256], n1[96], n2[96];
     size_t total, ex = count_exceeded(t, n, &total);
     int rc = 0;
     if (ex)
@@ -321,8 +321,9 @@ static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt
             mt_out_puts(o, "| ");
             mt_md_code(o, mt_trace_label(t[i].a, label, sizeof label));
             mt_out_printf(o, " | %s | %s | %s | %s | %s %s |\n", where(v, root, sizeof root),
-                          mt_budget_name(v->kind), amount(v->kind, v->limit, v->value, v2, sizeof v2),
-                          amount(v->kind, v->value, v->limit, v1, sizeof v1),
+                          mt_budget_name(v->kind),
+                          mt_md_nbsp(amount(v->kind, v->limit, v->value, v2, sizeof v2), n2, sizeof n2),
+                          mt_md_nbsp(amount(v->kind, v->value, v->limit, v1, sizeof v1), n1, sizeof n1),
                           v->exceeded ? "❌ exceeded" : "✅", margin(v, m, sizeof m));
         }
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -358,7 +359,7 @@ static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt
                 }
                 mt_out_printf(o, "| %.1f%% | %s | ",
                               v->stacks_whole ? 100.0 * (double)st->bytes / (double)v->stacks_whole : 0,
-                              mt_format_bytes(st->bytes, b1, sizeof b1));
+                              mt_md_nbsp(mt_format_bytes(st->bytes, b1, sizeof b1), n1, sizeof n1));
                 mt_md_chain(o, nb.v, nb.flags, nb.n);
                 mt_out_puts(o, " |\n");
             }

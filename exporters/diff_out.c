@@ -125,21 +125,16 @@ static const char *change(const row *r, char *buf, size_t len)
     return buf;
 }
 
-/* The stack deltas of one status, in list order (grew: largest growth first; shrank: largest
- * drop first; new: largest first; gone: largest first). Returns how many, fills idx (up to cap). */
+/* The deltas of one status, largest change first: the lists are sorted by change, descending, so
+ * growth (grew, new) is read from the front and drops (shrank, gone) from the back. Returns how
+ * many, fills idx (up to cap). */
 static size_t select_stacks(const mt_stack_delta *v, size_t n, status want, size_t *idx, size_t cap)
 {
     size_t k = 0;
-    if (want == ST_SHRANK) {
-        for (size_t i = n; i-- > 0;)
-            if (stack_status(&v[i]) == want && k < cap) idx[k++] = i;
-    } else if (want == ST_GONE) {
-        /* gone ones sort by -base_bytes ascending at the end: walk backwards for largest first */
-        for (size_t i = n; i-- > 0;)
-            if (stack_status(&v[i]) == want && k < cap) idx[k++] = i;
-    } else {
-        for (size_t i = 0; i < n; i++)
-            if (stack_status(&v[i]) == want && k < cap) idx[k++] = i;
+    int back = want == ST_SHRANK || want == ST_GONE;
+    for (size_t j = 0; j < n && k < cap; j++) {
+        size_t i = back ? n - 1 - j : j;
+        if (stack_status(&v[i]) == want) idx[k++] = i;
     }
     return k;
 }
@@ -147,12 +142,10 @@ static size_t select_stacks(const mt_stack_delta *v, size_t n, status want, size
 static size_t select_lines(const mt_line_delta *v, size_t n, status want, size_t *idx, size_t cap)
 {
     size_t k = 0;
-    if (want == ST_SHRANK || want == ST_GONE) {
-        for (size_t i = n; i-- > 0;)
-            if (line_status(&v[i]) == want && k < cap) idx[k++] = i;
-    } else {
-        for (size_t i = 0; i < n; i++)
-            if (line_status(&v[i]) == want && k < cap) idx[k++] = i;
+    int back = want == ST_SHRANK || want == ST_GONE;
+    for (size_t j = 0; j < n && k < cap; j++) {
+        size_t i = back ? n - 1 - j : j;
+        if (line_status(&v[i]) == want) idx[k++] = i;
     }
     return k;
 }
@@ -452,7 +445,7 @@ static void md_stack_table(mt_out *o, const char *root, const mt_stack_delta *v,
                            size_t top)
 {
     size_t idx[256];
-    char c[32], b1[32], b2[32];
+    char c[32], b1[32], b2[32], n0[48], n1[48], n2[48];
     if (top > 256) top = 256;
     for (int si = 0; si < 4; si++) {
         size_t k = select_stacks(v, n, shown_statuses[si], idx, top);
@@ -461,9 +454,10 @@ static void md_stack_table(mt_out *o, const char *root, const mt_stack_delta *v,
                       list_title(shown_statuses[si], leaks));
         for (size_t i = 0; i < k; i++) {
             const mt_stack_delta *s = &v[idx[i]];
-            mt_out_printf(o, "| %s | %s | %s | ", signed_bytes(mt_delta(s->base_bytes, s->new_bytes), c, sizeof c),
-                          s->base_count ? mt_format_bytes(s->base_bytes, b1, sizeof b1) : "—",
-                          s->new_count ? mt_format_bytes(s->new_bytes, b2, sizeof b2) : "—");
+            mt_out_printf(o, "| %s | %s | %s | ",
+                          mt_md_nbsp(signed_bytes(mt_delta(s->base_bytes, s->new_bytes), c, sizeof c), n0, sizeof n0),
+                          s->base_count ? mt_md_nbsp(mt_format_bytes(s->base_bytes, b1, sizeof b1), n1, sizeof n1) : "—",
+                          s->new_count ? mt_md_nbsp(mt_format_bytes(s->new_bytes, b2, sizeof b2), n2, sizeof n2) : "—");
             mt_md_chain(o, s->frames, s->flags, s->n_frames);
             mt_out_puts(o, s->moved ? " (moved) |\n" : " |\n");
         }
@@ -474,7 +468,7 @@ static void md_stack_table(mt_out *o, const char *root, const mt_stack_delta *v,
 static void md_line_table(mt_out *o, const char *root, const mt_line_delta *v, size_t n, size_t top)
 {
     size_t idx[256];
-    char c[32], b1[32], b2[32], where[512];
+    char c[32], b1[32], b2[32], where[512], n0[48], n1[48], n2[48];
     if (top > 256) top = 256;
     for (int si = 0; si < 4; si++) {
         size_t k = select_lines(v, n, shown_statuses[si], idx, top);
@@ -483,9 +477,10 @@ static void md_line_table(mt_out *o, const char *root, const mt_line_delta *v, s
                       line_title(shown_statuses[si]));
         for (size_t i = 0; i < k; i++) {
             const mt_line_delta *l = &v[idx[i]];
-            mt_out_printf(o, "| %s | %s | %s | ", signed_bytes(mt_delta(l->base_bytes, l->new_bytes), c, sizeof c),
-                          mt_format_bytes(l->base_bytes, b1, sizeof b1),
-                          mt_format_bytes(l->new_bytes, b2, sizeof b2));
+            mt_out_printf(o, "| %s | %s | %s | ",
+                          mt_md_nbsp(signed_bytes(mt_delta(l->base_bytes, l->new_bytes), c, sizeof c), n0, sizeof n0),
+                          mt_md_nbsp(mt_format_bytes(l->base_bytes, b1, sizeof b1), n1, sizeof n1),
+                          mt_md_nbsp(mt_format_bytes(l->new_bytes, b2, sizeof b2), n2, sizeof n2));
             mt_md_code(o, line_where(l, where, sizeof where));
             mt_out_puts(o, " |\n");
         }
@@ -495,7 +490,7 @@ static void md_line_table(mt_out *o, const char *root, const mt_line_delta *v, s
 
 static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
 {
-    char label[512], root[32], v1[32], v2[32], c[32], p[32];
+    char label[512], root[32], v1[32], v2[32], c[32], p[32], n1[48], n2[48], n3[48];
     size_t top = opt->top ? opt->top : 5;
     /* the heading says the result: the verdict with a gate, else the largest peak change */
     const mt_device_delta *big = NULL;
@@ -563,8 +558,9 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
             for (size_t k = 0; k < nr; k++) {
                 const row *rw = &rows[k];
                 mt_out_printf(o, "| %s | %s | %s | %s | %s", k ? "" : root, rw->name,
-                              value(rw, rw->known_b, rw->b, v1, sizeof v1),
-                              value(rw, rw->known_n, rw->n, v2, sizeof v2), change(rw, c, sizeof c));
+                              mt_md_nbsp(value(rw, rw->known_b, rw->b, v1, sizeof v1), n1, sizeof n1),
+                              mt_md_nbsp(value(rw, rw->known_n, rw->n, v2, sizeof v2), n2, sizeof n2),
+                              mt_md_nbsp(change(rw, c, sizeof c), n3, sizeof n3));
                 if (rw->known_b && rw->known_n && rw->b && rw->b != rw->n)
                     mt_out_printf(o, " (%s)", pct(rw->b, rw->n, p, sizeof p));
                 mt_out_puts(o, " |\n");

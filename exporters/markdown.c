@@ -101,6 +101,21 @@ void mt_md_html(mt_out *o, const char *s)
     }
 }
 
+const char *mt_md_nbsp(const char *s, char *buf, size_t len)
+{
+    size_t w = 0;
+    for (; *s && w + 3 < len; s++) {
+        if (*s == ' ') {
+            memcpy(buf + w, "\xc2\xa0", 2);
+            w += 2;
+        } else {
+            buf[w++] = *s;
+        }
+    }
+    buf[w] = 0;
+    return buf;
+}
+
 void mt_md_code(mt_out *o, const char *s) { code_span(o, s, 1); }
 void mt_md_code_span(mt_out *o, const char *s) { code_span(o, s, 0); }
 void mt_md_text(mt_out *o, const char *s) { cell_text(o, s ? s : "", 1, 1); }

@@ -18,8 +18,8 @@
 
 static void cell_bytes(mt_out *o, int known, uint64_t v)
 {
-    char b[32];
-    if (known) mt_out_printf(o, " %s |", mt_format_bytes(v, b, sizeof b));
+    char b[32], n[48];
+    if (known) mt_out_printf(o, " %s |", mt_md_nbsp(mt_format_bytes(v, b, sizeof b), n, sizeof n));
     else mt_out_puts(o, " — |");
 }
 
@@ -45,9 +45,8 @@ static void heading(mt_out *o, mt_analysis *const *a, size_t n)
 
 static void warnings(mt_out *o, const mt_analysis *a, int several)
 {
-    char label[512], b[32];
-    const char *what[3] = {NULL, NULL, NULL};
-    char dropped[96];
+    char label[512], dropped[96];
+    const char *what[2] = {NULL, NULL};
     if (a->truncated) what[0] = "the trace is truncated: numbers cover what was read";
     else if (!a->ended_cleanly) what[0] = "the recorder did not shut down cleanly (no END record)";
     if (a->dropped) {
@@ -55,7 +54,6 @@ static void warnings(mt_out *o, const mt_analysis *a, int several)
                                           "that many", (unsigned long long)a->dropped);
         what[1] = dropped;
     }
-    (void)b;
     for (int i = 0; i < 2; i++) {
         if (!what[i]) continue;
         mt_out_puts(o, "> ⚠️ ");
@@ -107,9 +105,10 @@ static void summary_table(mt_out *o, mt_analysis *const *a, size_t n)
     }
     mt_out_puts(o, "\n<sub>peak: device memory in use (memtrace's count, driver-internal included); "
                    "allocated / reserved peak: PyTorch's `max_memory_allocated()` / "
-                   "`max_memory_reserved()`");
+                   "`max_memory_reserved()` (for cudaMallocAsync pools: their live / reserved "
+                   "bytes)");
     if (any && any_unknown_alloc)
-        mt_out_puts(o, " (— : allocated is known only when recorded with "
+        mt_out_puts(o, "; —: not in the trace (allocated is known when recorded with "
                        "`memtrace record --tensors`)");
     mt_out_puts(o, "; held by the program at exit: live at exit, less allocator caches, library "
                    "workspaces and the driver's own.</sub>\n");
@@ -118,7 +117,7 @@ static void summary_table(mt_out *o, mt_analysis *const *a, size_t n)
 static int stacks_table(mt_out *o, mt_analysis *a, const mt_device_report *d, size_t top,
                         mt_namebuf *nb)
 {
-    char b1[32], t1[48];
+    char b1[32], t1[48], n1[48];
     mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
     mt_out_printf(o, "Live at the peak (%s), top %zu stack%s%s:\n\n",
                   mt_format_rel(d->peak_time_ns, t1, sizeof t1),
@@ -130,7 +129,7 @@ static int stacks_table(mt_out *o, mt_analysis *a, const mt_device_report *d, si
         if (mt_stat_frames(a->frames, s, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
         mt_out_printf(o, "| %.1f%% | %s | ",
                       d->u.peak ? 100.0 * (double)s->bytes / (double)d->u.peak : 0.0,
-                      mt_format_bytes(s->bytes, b1, sizeof b1));
+                      mt_md_nbsp(mt_format_bytes(s->bytes, b1, sizeof b1), n1, sizeof n1));
         mt_md_chain(o, nb->v, nb->flags, nb->n);
         mt_out_puts(o, " |\n");
     }
@@ -139,7 +138,8 @@ static int stacks_table(mt_out *o, mt_analysis *a, const mt_device_report *d, si
         for (size_t i = top; i < d->peak_stacks.n; i++) rest += d->peak_stacks.v[i].bytes;
         mt_out_printf(o, "| %.1f%% | %s | %zu more stack%s |\n",
                       d->u.peak ? 100.0 * (double)rest / (double)d->u.peak : 0.0,
-                      mt_format_bytes(rest, b1, sizeof b1), d->peak_stacks.n - top,
+                      mt_md_nbsp(mt_format_bytes(rest, b1, sizeof b1), n1, sizeof n1),
+                      d->peak_stacks.n - top,
                       d->peak_stacks.n - top == 1 ? "" : "s");
     }
     mt_out_puts(o, "\n");
@@ -154,7 +154,7 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
     size_t shown = 0;
     for (size_t i = 0; i < n && shown < top; i++) shown += v[i].peak_bytes > 0;
     if (shown) {
-        char b1[32], b2[32], where[512], src[160];
+        char b1[32], b2[32], n1[48], n2[48], where[512], src[160];
         mt_src_cache sc = {0};
         mt_out_printf(o, "Python lines at the peak (innermost Python frame), top %zu:\n\n", shown);
         mt_out_puts(o, "| at the peak | allocated in all | line |\n|--:|--:|---|\n");
@@ -164,8 +164,9 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
             snprintf(where, sizeof where, "%s:%u",
                      strcmp(v[i].file, "?") ? mt_frames_short_path(a->frames, v[i].file) : "?",
                      v[i].line);
-            mt_out_printf(o, "| %s | %s | ", mt_format_bytes(v[i].peak_bytes, b1, sizeof b1),
-                          mt_format_bytes(v[i].alloc_bytes, b2, sizeof b2));
+            mt_out_printf(o, "| %s | %s | ",
+                          mt_md_nbsp(mt_format_bytes(v[i].peak_bytes, b1, sizeof b1), n1, sizeof n1),
+                          mt_md_nbsp(mt_format_bytes(v[i].alloc_bytes, b2, sizeof b2), n2, sizeof n2));
             mt_md_code(o, where);
             mt_out_puts(o, " in ");
             mt_md_code(o, v[i].qualname);
@@ -185,7 +186,7 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
 
 static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
 {
-    char b1[32], b2[32], t1[48], root[32];
+    char b1[32], b2[32], t1[48], root[32], n1[48], n2[48], n3[48];
     mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
     mt_out_printf(o, "Failed requests: %llu", (unsigned long long)a->failed_total);
     if (a->failed_total > top && a->n_failed > top) mt_out_printf(o, " (the first %zu)", top);
@@ -199,9 +200,11 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
                                                     f->kind == MT_KIND_HOST_REGISTERED)}};
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         if (mt_stat_frames(a->frames, &self, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
-        mt_out_printf(o, "| %s | %s | %s | %s | ", mt_format_rel(f->time_ns, t1, sizeof t1),
+        mt_out_printf(o, "| %s | %s | %s | %s | ",
+                      mt_md_nbsp(mt_format_rel(f->time_ns, t1, sizeof t1), n3, sizeof n3),
                       mt_device_root_name(&probe, root, sizeof root),
-                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_format_bytes(f->in_use, b2, sizeof b2));
+                      mt_md_nbsp(mt_format_bytes(f->bytes, b1, sizeof b1), n1, sizeof n1),
+                      mt_md_nbsp(mt_format_bytes(f->in_use, b2, sizeof b2), n2, sizeof n2));
         mt_md_chain(o, nb->v, nb->flags, nb->n);
         mt_out_puts(o, " |\n");
     }

@@ -56,6 +56,9 @@ const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t
 void mt_md_code(mt_out *o, const char *s);
 /* s as a code span outside tables (headings, paragraphs). */
 void mt_md_code_span(mt_out *o, const char *s);
+/* s ("341.71 MiB", "+2.00 KiB") with no-break spaces, so a narrow table column does not split a
+ * number from its unit. Returns buf. */
+const char *mt_md_nbsp(const char *s, char *buf, size_t len);
 /* s inside an HTML element (<summary>): <, >, & escaped. */
 void mt_md_html(mt_out *o, const char *s);
 /* s as plain text, markup characters escaped, safe inside a table cell. */

@@ -472,7 +472,9 @@ typedef struct mt_verdict {
     const mt_device_report *d; /* NULL: the whole trace (failed requests), or a trace with no GPU */
     uint64_t value, limit;
     int exceeded;              /* value > limit */
-    uint64_t time_ns;          /* peaks: when value was first reached, since the trace start */
+    uint64_t time_ns;          /* since the trace start: when a peak was first reached (the
+                                  allocated peak's moment comes from a re-read); live at exit:
+                                  the end of the trace; failed requests: 0 */
     uint64_t counter;          /* allocated peak in tensor mode: PyTorch's own counter */
     /* When exceeded, what makes value, largest first: the stacks live at the peak, the tensors live
      * at the tensor peak (a re-read of the trace), what the program held at exit, or the stacks of

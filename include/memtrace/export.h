@@ -1,5 +1,6 @@
-/* memtrace/export.h — what a person reads: text/JSON reports, folded stacks for flame graphs, and
- * Chrome Trace Event JSON for Perfetto, all built from mt_analysis (memtrace/compact.h).
+/* memtrace/export.h — what a person reads: text/JSON/Markdown reports, folded stacks for flame
+ * graphs, speedscope files, Chrome Trace Event JSON for Perfetto, and the outputs of `check` and
+ * `diff`, all built from analyses (memtrace/compact.h).
  * Every writer goes through mt_out, a buffered sink that is a FILE or a gzip stream. */
 #ifndef MEMTRACE_EXPORT_H
 #define MEMTRACE_EXPORT_H
@@ -45,7 +46,8 @@ typedef struct mt_report_options {
 
 /* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
 int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
-/* JSON report: with n == 1 the object of that trace; with n > 1 {"traces": [object, ...]}.
+/* JSON report: with n == 1 the object of that trace; with n > 1 {"schema", "traces": [object,
+ * ...]}; the top-level object starts with "schema": MT_JSON_SCHEMA (docs/json.md).
  * Each object: {"trace", "pid", "command", "devices": [{"device", "peak_bytes", "peak_time_ns",
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */

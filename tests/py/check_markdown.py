@@ -64,7 +64,7 @@ class Page(html.parser.HTMLParser):
 
     def handle_endtag(self, tag):
         if tag in ("th", "td"):
-            self.row.append(self.cell.strip())
+            self.row.append(self.cell.replace("\xa0", " ").strip())  # numbers keep their units
             self.cell = None
         elif tag == "tr":
             t = self.tables[-1]
