@@ -93,6 +93,24 @@ static uint64_t torch_number(const char *fixture, const char *key)
     return v;
 }
 
+/* A number of the JSON PyTorch wrote beside a fixture ("max_allocated": 2286522376). */
+static uint64_t torch_json_number(const char *fixture, const char *key)
+{
+    char path[512], pat[64];
+    snprintf(path, sizeof path, "%s/%s.json", DATA, fixture);
+    size_t n;
+    char *text = (char *)mt_test_slurp(path, &n);
+    cr_assert(text, "%s", path);
+    text = realloc(text, n + 1);
+    text[n] = 0;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(text, pat);
+    cr_assert(p, "%s: no %s", path, key);
+    uint64_t v = strtoull(p + strlen(pat), NULL, 10);
+    free(text);
+    return v;
+}
+
 static int has(const char *text, const char *s) { return strstr(text, s) != NULL; }
 
 /* ---- check: sizes --------------------------------------------------------------------------- */
@@ -332,6 +350,42 @@ Test(ci_check, allocated_budget_is_pytorchs_max_memory_allocated)
     allocated_budget("cifar_tensors");
     allocated_budget("cifar_tensors_b512");
     allocated_budget("cifar_tensors_async"); /* backend:cudaMallocAsync */
+}
+
+/* The allocated and reserved peaks that check, diff and the Markdown table use are what PyTorch
+ * itself printed, in tensor mode and under backend:cudaMallocAsync alike. */
+Test(ci_check, allocator_peaks_are_pytorchs_own_numbers)
+{
+    static const struct {
+        const char *fixture;
+        int json;
+        int kind;
+    } f[] = {{"cifar_tensors", 0, MT_KIND_TENSOR},      {"cifar_tensors_b512", 0, MT_KIND_TENSOR},
+             {"cifar_tensors_async", 0, MT_KIND_ASYNC}, {"gpt2_tensors", 1, MT_KIND_ASYNC},
+             {"resnet18_tensors", 1, MT_KIND_ASYNC}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.mtrace", DATA, f[i].fixture);
+        mt_analysis *a = analyze(path);
+        mt_allocator_peaks p;
+        mt_allocator_peaks_of(a, dev(a, 0), &p);
+        uint64_t alloc = f[i].json ? torch_json_number(f[i].fixture, "max_allocated")
+                                   : torch_number(f[i].fixture, "max_memory_allocated");
+        uint64_t res = f[i].json ? torch_json_number(f[i].fixture, "max_reserved")
+                                 : torch_number(f[i].fixture, "max_memory_reserved");
+        cr_expect(p.allocated_known && p.reserved_known, "%s", f[i].fixture);
+        cr_expect_eq(p.allocated_kind, f[i].kind, "%s", f[i].fixture);
+        cr_expect_eq(p.allocated_peak, alloc, "%s: max_memory_allocated", f[i].fixture);
+        cr_expect_eq(p.reserved_peak, res, "%s: max_memory_reserved", f[i].fixture);
+        mt_analysis_free(a);
+    }
+    /* default mode: reserved (the segments) is known, allocated is not */
+    mt_analysis *a = analyze(DATA "/cifar_default.mtrace");
+    mt_allocator_peaks p;
+    mt_allocator_peaks_of(a, dev(a, 0), &p);
+    cr_expect(!p.allocated_known);
+    cr_expect_eq(p.reserved_peak, torch_number("cifar_default", "max_memory_reserved"));
+    mt_analysis_free(a);
 }
 
 Test(ci_check, peak_budget_on_fixtures_names_the_user_frames)
