@@ -10,9 +10,15 @@
  * Sizes are binary units; where the rounding would hide the difference (a value 100 bytes over
  * its limit) the exact bytes follow. Stacks are one line each (util.c mt_chain_pick: the user's
  * frames, operators and library) in the user view for Python programs.
+ *
+ * Traces come one at a time (the ranks of a job: the memory of the largest one). Text is written
+ * as they come; JSON and Markdown open with the overall verdict, so what each trace adds waits in
+ * a memory stream (the small parts: a trace's entry, a verdict's row) or a temporary file (the
+ * stacks) until mt_check_end.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json_writer.h"
@@ -124,20 +130,6 @@ static const char *value_note(const mt_analysis *a, const mt_verdict *v, char *b
 
 static size_t top_of(const mt_check_options *opt) { return opt->top ? opt->top : DEFAULT_TOP; }
 
-static size_t count_exceeded(const mt_check_trace *t, size_t n, size_t *total)
-{
-    size_t ex = 0;
-    *total = 0;
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < t[i].n; k++) {
-            ex += t[i].v[k].exceeded != 0;
-            (*total)++;
-        }
-    return ex;
-}
-
-/* ---- text ---------------------------------------------------------------------------------------- */
-
 static int text_stacks(mt_out *o, mt_analysis *a, const mt_verdict *v, size_t top, mt_namebuf *nb)
 {
     char title[96], b1[32], line[2048];
@@ -159,41 +151,65 @@ static int text_stacks(mt_out *o, mt_analysis *a, const mt_verdict *v, size_t to
     return 0;
 }
 
-static int check_text(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+
+struct mt_check_stream {
+    mt_out *o;
+    mt_check_options opt;
+    size_t total, exceeded;
+    mt_namebuf nb;
+    /* JSON: A = "traces" elements, B = "checks" elements; Markdown: A = the table's rows,
+     * B = the sections of the budgets exceeded, C = warnings */
+    FILE *fa, *fc, *fb;
+    char *a, *c;
+    size_t a_len, c_len;
+    mt_out *oa, *ob, *oc;
+    mt_json ja, jb;
+};
+
+static void trace_line(char *buf, size_t len, const mt_analysis *a)
 {
-    mt_namebuf nb = {0};
-    char label[512], root[32], v1[64], v2[64], m[96], note[256];
+    char label[512];
+    const char *slash = strrchr(a->path, '/');
+    snprintf(buf, len, "%s (%s%s%s)", slash ? slash + 1 : a->path,
+             mt_trace_label(a, label, sizeof label), a->cmdline[0] || a->comm[0] ? ": " : "",
+             a->cmdline[0] ? a->cmdline : a->comm);
+}
+
+/* ---- text ---------------------------------------------------------------------------------------- */
+
+static int text_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, size_t n)
+{
+    mt_out *o = s->o;
+    char line[1024], root[32], v1[64], v2[64], m[96], note[256];
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        mt_analysis *a = t[i].a;
-        mt_out_printf(o, "memtrace check: %s", mt_trace_label(a, label, sizeof label));
-        if (a->comm[0]) mt_out_printf(o, " (pid %u: %s)", a->pid, a->cmdline[0] ? a->cmdline : a->comm);
-        mt_out_puts(o, "\n");
-        if (a->truncated)
-            mt_out_printf(o, "  WARNING: the trace is truncated (%s): numbers cover what was read\n",
-                          a->truncated_msg ? a->truncated_msg : "?");
-        if (a->dropped)
-            mt_out_printf(o, "  WARNING: the recorder dropped %llu events: numbers may be off by that "
-                             "many events\n", (unsigned long long)a->dropped);
-        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
-            const mt_verdict *v = &t[i].v[k];
-            mt_out_printf(o, "  %-7s %-15s %-12s budget %-12s %s %s\n", where(v, root, sizeof root),
-                          mt_budget_name(v->kind), amount(v->kind, v->value, v->limit, v1, sizeof v1),
-                          amount(v->kind, v->limit, v->value, v2, sizeof v2),
-                          v->exceeded ? "EXCEEDED" : "ok", margin(v, m, sizeof m));
-            if (value_note(a, v, note, sizeof note)) mt_out_printf(o, "          (%s)\n", note);
-            if (v->exceeded && v->stacks.n) rc = text_stacks(o, a, v, top_of(opt), &nb);
-        }
+    trace_line(line, sizeof line, a);
+    mt_out_printf(o, "memtrace check: %s\n", line);
+    if (a->truncated)
+        mt_out_printf(o, "  WARNING: the trace is truncated (%s): numbers cover what was read\n",
+                      a->truncated_msg ? a->truncated_msg : "?");
+    if (a->dropped)
+        mt_out_printf(o, "  WARNING: the recorder dropped %llu events: numbers may be off by that "
+                         "many events\n", (unsigned long long)a->dropped);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const mt_verdict *v = &vs[k];
+        mt_out_printf(o, "  %-7s %-15s %-12s budget %-12s %s %s\n", where(v, root, sizeof root),
+                      mt_budget_name(v->kind), amount(v->kind, v->value, v->limit, v1, sizeof v1),
+                      amount(v->kind, v->limit, v->value, v2, sizeof v2),
+                      v->exceeded ? "EXCEEDED" : "ok", margin(v, m, sizeof m));
+        if (value_note(a, v, note, sizeof note)) mt_out_printf(o, "          (%s)\n", note);
+        if (v->exceeded && v->stacks.n) rc = text_stacks(o, a, v, top_of(&s->opt), &s->nb);
     }
-    size_t total, ex = count_exceeded(t, n, &total);
-    if (ex)
-        mt_out_printf(o, "memtrace check: %zu of %zu budget%s exceeded\n", ex, total,
-                      total == 1 ? "" : "s");
-    else
-        mt_out_printf(o, total == 1 ? "memtrace check: the budget holds\n"
-                                    : "memtrace check: all %zu budgets hold\n", total);
-    mt_namebuf_free(&nb);
     return rc;
+}
+
+static void text_end(mt_check_stream *s)
+{
+    if (s->exceeded)
+        mt_out_printf(s->o, "memtrace check: %zu of %zu budget%s exceeded\n", s->exceeded, s->total,
+                      s->total == 1 ? "" : "s");
+    else
+        mt_out_printf(s->o, s->total == 1 ? "memtrace check: the budget holds\n"
+                                          : "memtrace check: all %zu budgets hold\n", s->total);
 }
 
 /* ---- JSON ---------------------------------------------------------------------------------------- */
@@ -227,19 +243,58 @@ static int json_stacks(mt_json *j, mt_analysis *a, const mt_verdict *v, size_t t
     return 0;
 }
 
-static int check_json(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+static int json_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, size_t n)
 {
-    mt_json j = {.o = o};
-    mt_namebuf nb = {0};
     char label[512], root[32];
-    int rc = 0;
-    size_t total, ex = count_exceeded(t, n, &total);
-    const mt_budgets *b = opt->budgets;
+    int any = 0, rc = 0;
+    for (size_t k = 0; k < n; k++) any |= vs[k].exceeded;
+    mt_json *j = &s->ja;
+    mt_json_object(j, NULL);
+    mt_json_str(j, "trace", a->path);
+    mt_json_str(j, "label", mt_trace_label(a, label, sizeof label));
+    mt_json_u64(j, "pid", a->pid);
+    mt_json_str(j, "command", a->comm);
+    mt_json_str(j, "cmdline", a->cmdline);
+    mt_json_bool(j, "truncated", a->truncated);
+    mt_json_u64(j, "dropped", a->dropped);
+    mt_json_bool(j, "exceeded", any);
+    mt_json_end(j, '}');
+    j = &s->jb;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const mt_verdict *v = &vs[k];
+        mt_json_object(j, NULL);
+        mt_json_str(j, "trace", a->path);
+        mt_json_str(j, "label", label);
+        mt_json_str(j, "budget", mt_budget_name(v->kind));
+        if (v->d) {
+            mt_json_i64(j, "device", v->d->u.device);
+            mt_json_str(j, "root", mt_device_root_name(v->d, root, sizeof root));
+        } else {
+            mt_json_null(j, "device");
+            mt_json_null(j, "root");
+        }
+        mt_json_u64(j, "value", v->value);
+        mt_json_u64(j, "limit", v->limit);
+        mt_json_bool(j, "exceeded", v->exceeded);
+        mt_json_u64(j, "over_by", v->exceeded ? v->value - v->limit : 0);
+        if (v->kind != MT_BUDGET_FAILED && v->d) mt_json_u64(j, "time_ns", v->time_ns);
+        else mt_json_null(j, "time_ns");
+        if (v->kind == MT_BUDGET_ALLOCATED_PEAK) mt_json_u64(j, "torch_allocated_peak_bytes", v->counter);
+        rc = json_stacks(j, a, v, top_of(&s->opt), &s->nb);
+        mt_json_end(j, '}');
+    }
+    return rc;
+}
+
+static int json_end(mt_check_stream *s, FILE *fb)
+{
+    mt_json j = {.o = s->o};
+    const mt_budgets *b = s->opt.budgets;
     mt_json_object(&j, NULL);
     mt_json_u64(&j, "schema", MT_JSON_SCHEMA);
-    mt_json_bool(&j, "exceeded", ex != 0);
-    mt_json_u64(&j, "budgets_checked", total);
-    mt_json_u64(&j, "budgets_exceeded", ex);
+    mt_json_bool(&j, "exceeded", s->exceeded != 0);
+    mt_json_u64(&j, "budgets_checked", s->total);
+    mt_json_u64(&j, "budgets_exceeded", s->exceeded);
     mt_json_object(&j, "budgets");
     json_limit(&j, "peak_bytes", b, MT_BUDGET_PEAK);
     json_limit(&j, "allocated_peak_bytes", b, MT_BUDGET_ALLOCATED_PEAK);
@@ -249,136 +304,145 @@ static int check_json(mt_out *o, const mt_check_trace *t, size_t n, const mt_che
     else mt_json_null(&j, "device");
     mt_json_end(&j, '}');
     mt_json_array(&j, "traces");
-    for (size_t i = 0; i < n; i++) {
-        mt_analysis *a = t[i].a;
-        int any = 0;
-        for (size_t k = 0; k < t[i].n; k++) any |= t[i].v[k].exceeded;
-        mt_json_object(&j, NULL);
-        mt_json_str(&j, "trace", a->path);
-        mt_json_str(&j, "label", mt_trace_label(a, label, sizeof label));
-        mt_json_u64(&j, "pid", a->pid);
-        mt_json_str(&j, "command", a->comm);
-        mt_json_str(&j, "cmdline", a->cmdline);
-        mt_json_bool(&j, "truncated", a->truncated);
-        mt_json_u64(&j, "dropped", a->dropped);
-        mt_json_bool(&j, "exceeded", any);
-        mt_json_end(&j, '}');
-    }
+    mt_out_write(s->o, s->a, s->a_len);
     mt_json_end(&j, ']');
     mt_json_array(&j, "checks");
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        mt_analysis *a = t[i].a;
-        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
-            const mt_verdict *v = &t[i].v[k];
-            mt_json_object(&j, NULL);
-            mt_json_str(&j, "trace", a->path);
-            mt_json_str(&j, "label", mt_trace_label(a, label, sizeof label));
-            mt_json_str(&j, "budget", mt_budget_name(v->kind));
-            if (v->d) {
-                mt_json_i64(&j, "device", v->d->u.device);
-                mt_json_str(&j, "root", mt_device_root_name(v->d, root, sizeof root));
-            } else {
-                mt_json_null(&j, "device");
-                mt_json_null(&j, "root");
-            }
-            mt_json_u64(&j, "value", v->value);
-            mt_json_u64(&j, "limit", v->limit);
-            mt_json_bool(&j, "exceeded", v->exceeded);
-            mt_json_u64(&j, "over_by", v->exceeded ? v->value - v->limit : 0);
-            if (v->kind != MT_BUDGET_FAILED && v->d) mt_json_u64(&j, "time_ns", v->time_ns);
-            else
-                mt_json_null(&j, "time_ns");
-            if (v->kind == MT_BUDGET_ALLOCATED_PEAK) mt_json_u64(&j, "torch_allocated_peak_bytes", v->counter);
-            rc = json_stacks(&j, a, v, top_of(opt), &nb);
-            mt_json_end(&j, '}');
-        }
-    }
+    int rc = mt_copy_file(s->o, fb);
     mt_json_end(&j, ']');
     mt_json_end(&j, '}');
-    mt_namebuf_free(&nb);
     return rc;
 }
 
 /* ---- Markdown ------------------------------------------------------------------------------------ */
 
-static int check_markdown(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+static int md_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, size_t n)
 {
-    mt_namebuf nb = {0};
     char label[512], root[32], v1[64], v2[64], m[96], title[96], b1[32], note[256], n1[96], n2[96];
-    size_t total, ex = count_exceeded(t, n, &total);
     int rc = 0;
-    if (ex)
-        mt_out_printf(o, "### memtrace check: ❌ %zu of %zu budget%s exceeded\n\n", ex, total,
-                      total == 1 ? "" : "s");
-    else
-        mt_out_printf(o, total == 1 ? "### memtrace check: ✅ the budget holds\n\n"
-                                    : "### memtrace check: ✅ all %zu budgets hold\n\n", total);
-    mt_out_puts(o, "| trace | GPU | budget | limit | value | verdict |\n"
-                   "|---|---|---|--:|--:|---|\n");
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < t[i].n; k++) {
-            const mt_verdict *v = &t[i].v[k];
-            mt_out_puts(o, "| ");
-            mt_md_code(o, mt_trace_label(t[i].a, label, sizeof label));
-            mt_out_printf(o, " | %s | %s | %s | %s | %s %s |\n", where(v, root, sizeof root),
-                          mt_budget_name(v->kind),
-                          mt_md_nbsp(amount(v->kind, v->limit, v->value, v2, sizeof v2), n2, sizeof n2),
-                          mt_md_nbsp(amount(v->kind, v->value, v->limit, v1, sizeof v1), n1, sizeof n1),
-                          v->exceeded ? "❌ exceeded" : "✅", margin(v, m, sizeof m));
-        }
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        mt_analysis *a = t[i].a;
-        if (a->truncated || a->dropped) {
-            mt_out_puts(o, "\n> ⚠️ ");
-            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
-            mt_out_puts(o, a->truncated ? " is truncated: numbers cover what was read.\n"
-                                        : " lost events (the recorder dropped some): numbers may "
-                                          "be off by that many events.\n");
-        }
-        mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
-        for (size_t k = 0; k < t[i].n && rc == 0; k++) {
-            const mt_verdict *v = &t[i].v[k];
-            if (!v->exceeded) continue;
-            mt_out_puts(o, "\n**");
-            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
-            mt_out_printf(o, " %s, %s: %s**", where(v, root, sizeof root), mt_budget_name(v->kind),
-                          stacks_title(v, title, sizeof title));
-            if (value_note(a, v, note, sizeof note)) {
-                mt_out_puts(o, " (");
-                mt_md_text(o, note);
-                mt_out_puts(o, ")");
-            }
-            mt_out_puts(o, "\n\n");
-            if (!v->stacks.n) continue;
-            mt_out_puts(o, "| share | bytes | stack |\n|--:|--:|---|\n");
-            for (size_t s = 0; s < v->stacks.n && s < top_of(opt); s++) {
-                const mt_stack_stat *st = &v->stacks.v[s];
-                if (mt_stat_frames(a->frames, st, MT_NAME_SHORT, filter, 0, &nb) < 0) {
-                    rc = -1;
-                    break;
-                }
-                mt_out_printf(o, "| %.1f%% | %s | ",
-                              v->stacks_whole ? 100.0 * (double)st->bytes / (double)v->stacks_whole : 0,
-                              mt_md_nbsp(mt_format_bytes(st->bytes, b1, sizeof b1), n1, sizeof n1));
-                mt_md_chain(o, nb.v, nb.flags, nb.n);
-                mt_out_puts(o, " |\n");
-            }
-            if (v->stacks.n > top_of(opt))
-                mt_out_printf(o, "| | | %zu more stack%s |\n", v->stacks.n - top_of(opt),
-                              v->stacks.n - top_of(opt) == 1 ? "" : "s");
-        }
+    mt_trace_label(a, label, sizeof label);
+    for (size_t k = 0; k < n; k++) {
+        const mt_verdict *v = &vs[k];
+        mt_out_puts(s->oa, "| ");
+        mt_md_code(s->oa, label);
+        mt_out_printf(s->oa, " | %s | %s | %s | %s | %s %s |\n", where(v, root, sizeof root),
+                      mt_budget_name(v->kind),
+                      mt_md_nbsp(amount(v->kind, v->limit, v->value, v2, sizeof v2), n2, sizeof n2),
+                      mt_md_nbsp(amount(v->kind, v->value, v->limit, v1, sizeof v1), n1, sizeof n1),
+                      v->exceeded ? "❌ exceeded" : "✅", margin(v, m, sizeof m));
     }
-    mt_namebuf_free(&nb);
+    if (a->truncated || a->dropped) {
+        mt_out_puts(s->oc, "> ⚠️ ");
+        mt_md_code_span(s->oc, label);
+        mt_out_puts(s->oc, a->truncated ? " is truncated: numbers cover what was read.\n\n"
+                                        : " lost events (the recorder dropped some): numbers may be "
+                                          "off by that many events.\n\n");
+    }
+    mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
+    mt_out *o = s->ob;
+    size_t top = top_of(&s->opt);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const mt_verdict *v = &vs[k];
+        if (!v->exceeded) continue;
+        mt_out_puts(o, "\n**");
+        mt_md_code_span(o, label);
+        mt_out_printf(o, " %s, %s: %s**", where(v, root, sizeof root), mt_budget_name(v->kind),
+                      stacks_title(v, title, sizeof title));
+        if (value_note(a, v, note, sizeof note)) {
+            mt_out_puts(o, " (");
+            mt_md_text(o, note);
+            mt_out_puts(o, ")");
+        }
+        mt_out_puts(o, "\n\n");
+        if (!v->stacks.n) continue;
+        mt_out_puts(o, "| share | bytes | stack |\n|--:|--:|---|\n");
+        for (size_t i = 0; i < v->stacks.n && i < top; i++) {
+            const mt_stack_stat *st = &v->stacks.v[i];
+            if (mt_stat_frames(a->frames, st, MT_NAME_SHORT, filter, 0, &s->nb) < 0) {
+                rc = -1;
+                break;
+            }
+            mt_out_printf(o, "| %.1f%% | %s | ",
+                          v->stacks_whole ? 100.0 * (double)st->bytes / (double)v->stacks_whole : 0,
+                          mt_md_nbsp(mt_format_bytes(st->bytes, b1, sizeof b1), n1, sizeof n1));
+            mt_md_chain(o, s->nb.v, s->nb.flags, s->nb.n);
+            mt_out_puts(o, " |\n");
+        }
+        if (v->stacks.n > top)
+            mt_out_printf(o, "| | | %zu more stack%s |\n", v->stacks.n - top,
+                          v->stacks.n - top == 1 ? "" : "s");
+    }
     return rc;
 }
 
-int mt_export_check(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt)
+static int md_end(mt_check_stream *s, FILE *fb)
 {
-    mt_check_options def = {0};
-    if (!opt) opt = &def;
-    switch (opt->format) {
-    case MT_FORMAT_JSON: return check_json(o, t, n, opt);
-    case MT_FORMAT_MARKDOWN: return check_markdown(o, t, n, opt);
-    default: return check_text(o, t, n, opt);
+    mt_out *o = s->o;
+    if (s->exceeded)
+        mt_out_printf(o, "### memtrace check: ❌ %zu of %zu budget%s exceeded\n\n", s->exceeded,
+                      s->total, s->total == 1 ? "" : "s");
+    else
+        mt_out_printf(o, s->total == 1 ? "### memtrace check: ✅ the budget holds\n\n"
+                                       : "### memtrace check: ✅ all %zu budgets hold\n\n", s->total);
+    mt_out_write(o, s->c, s->c_len);
+    mt_out_puts(o, "| trace | GPU | budget | limit | value | verdict |\n|---|---|---|--:|--:|---|\n");
+    mt_out_write(o, s->a, s->a_len);
+    return mt_copy_file(o, fb);
+}
+
+/* ---- the stream ---------------------------------------------------------------------------------- */
+
+mt_check_stream *mt_check_begin(mt_out *o, const mt_check_options *opt)
+{
+    mt_check_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->o = o;
+    if (opt) s->opt = *opt;
+    if (s->opt.format == MT_FORMAT_TEXT) return s;
+    s->fa = open_memstream(&s->a, &s->a_len);
+    s->fc = open_memstream(&s->c, &s->c_len);
+    s->fb = tmpfile();
+    if (s->fa) s->oa = mt_out_from_file(s->fa);
+    if (s->fc) s->oc = mt_out_from_file(s->fc);
+    if (s->fb) s->ob = mt_out_from_file(s->fb);
+    if (!s->oa || !s->ob || !s->oc) {
+        mt_check_end(s, 0);
+        return NULL;
     }
+    /* the elements of two JSON arrays: depth 1, commas between them */
+    s->ja = (mt_json){.o = s->oa, .depth = 1};
+    s->jb = (mt_json){.o = s->ob, .depth = 1};
+    return s;
+}
+
+int mt_check_add(mt_check_stream *s, mt_analysis *a, const mt_verdict *v, size_t n)
+{
+    for (size_t k = 0; k < n; k++) s->exceeded += v[k].exceeded != 0;
+    s->total += n;
+    switch (s->opt.format) {
+    case MT_FORMAT_JSON: return json_trace(s, a, v, n);
+    case MT_FORMAT_MARKDOWN: return md_trace(s, a, v, n);
+    default: return text_trace(s, a, v, n);
+    }
+}
+
+int mt_check_end(mt_check_stream *s, int finish)
+{
+    int rc = 0;
+    if (!s) return 0;
+    if (s->oa && mt_out_close(s->oa) < 0) rc = -1;
+    if (s->oc && mt_out_close(s->oc) < 0) rc = -1;
+    if (s->ob && mt_out_close(s->ob) < 0) rc = -1;
+    if (s->fa && fclose(s->fa) != 0) rc = -1;
+    if (s->fc && fclose(s->fc) != 0) rc = -1;
+    if (rc == 0 && finish) {
+        if (s->opt.format == MT_FORMAT_TEXT) text_end(s);
+        else if (s->opt.format == MT_FORMAT_JSON) rc = json_end(s, s->fb);
+        else rc = md_end(s, s->fb);
+    }
+    if (s->fb) fclose(s->fb);
+    free(s->a);
+    free(s->c);
+    mt_namebuf_free(&s->nb);
+    free(s);
+    return rc;
 }

@@ -490,9 +490,19 @@ static void metadata(chrome *c)
     begin_event(c);
     mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":0,\"name\":\"process_name\","
                      "\"args\":{\"name\":", (unsigned long long)c->pid);
-    /* the viewers add the pid themselves */
-    mt_out_json_string(o, c->a->comm[0] ? c->a->comm : "process");
+    /* the viewers add the pid themselves: "rank 3 (host)" for a job's rank, else the command */
+    char label[256];
+    if (c->a->header.flags & MT_HDR_RANK && c->a->header.rank >= 0)
+        mt_out_json_string(o, mt_trace_label(c->a, label, sizeof label));
+    else
+        mt_out_json_string(o, c->a->comm[0] ? c->a->comm : "process");
     mt_out_puts(o, "}}");
+    if (c->a->header.flags & MT_HDR_RANK && c->a->header.rank >= 0) { /* ranks in rank order */
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":0,\"name\":\"process_sort_index\","
+                         "\"args\":{\"sort_index\":%d}}",
+                      (unsigned long long)c->pid, (int)c->a->header.rank);
+    }
     char root[32], name[64];
     for (size_t i = 0; i < c->a->n_devices + (c->a->host != NULL); i++) {
         const mt_device_report *d = i < c->a->n_devices ? &c->a->devices[i] : c->a->host;
@@ -627,53 +637,100 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     return c->oom ? -1 : 0;
 }
 
-int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
-                     char *err, size_t errlen)
+/* Several traces, one at a time (the CLI frees each analysis before the next): what the closing
+ * otherData needs is kept here. */
+struct mt_chrome_stream {
+    mt_out *o;
+    mt_chrome_options opt;
+    uint64_t base;
+    uint64_t kept, skipped, driver, dropped;
+    int capped, first, truncated;
+    size_t n;
+    char **paths;
+};
+
+mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
+                                  uint64_t base_realtime_ns)
 {
-    mt_chrome_options defaults = {0};
-    if (!opt) opt = &defaults;
-    uint64_t base = ~0ull;
-    for (size_t i = 0; i < n; i++)
-        if (a[i]->header.start_realtime_ns < base) base = a[i]->header.start_realtime_ns;
+    mt_chrome_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->o = o;
+    if (opt) s->opt = *opt;
+    s->base = base_realtime_ns;
+    s->first = 1;
     mt_out_puts(o, "{\"traceEvents\":[");
-    uint64_t kept = 0, skipped = 0, driver = 0;
-    int capped = 0, first = 1;
-    for (size_t i = 0; i < n; i++) {
-        chrome c = {.o = o, .a = a[i], .opt = opt, .pid = a[i]->pid, .t_index = i,
-                    .offset_ns = a[i]->header.start_realtime_ns - base, .first = &first,
-                    .frames = mt_frames_resolve(a[i]->frames, opt->frames)};
-        int rc = one_trace(&c, err, errlen);
-        free(c.cs);
-        free(c.slots);
-        mt_namebuf_free(&c.nb);
-        if (rc < 0) return -1;
-        kept += c.kept;
-        skipped += c.skipped;
-        driver += c.driver_skipped;
-        capped |= c.select && !opt->top_allocs;
+    return s;
+}
+
+int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
+{
+    char **np = realloc(s->paths, (s->n + 1) * sizeof *np);
+    if (!np || !(np[s->n] = strdup(a->path ? a->path : ""))) {
+        if (np) s->paths = np;
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
+    s->paths = np;
+    uint64_t start = a->header.start_realtime_ns;
+    chrome c = {.o = s->o, .a = a, .opt = &s->opt, .pid = a->pid, .t_index = s->n++,
+                .offset_ns = start > s->base ? start - s->base : 0, .first = &s->first,
+                .frames = mt_frames_resolve(a->frames, s->opt.frames)};
+    int rc = one_trace(&c, err, errlen);
+    free(c.cs);
+    free(c.slots);
+    mt_namebuf_free(&c.nb);
+    s->kept += c.kept;
+    s->skipped += c.skipped;
+    s->driver += c.driver_skipped;
+    s->capped |= c.select && !s->opt.top_allocs;
+    s->truncated |= a->truncated;
+    s->dropped += a->dropped;
+    return rc;
+}
+
+int mt_chrome_end(mt_chrome_stream *s)
+{
+    mt_out *o = s->o;
     mt_out_puts(o, "\n],\"otherData\":{\"generator\":\"memtrace " MEMTRACE_VERSION "\",\"traces\":[");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < s->n; i++) {
         if (i) mt_out_write(o, ",", 1);
-        mt_out_json_string(o, a[i]->path);
+        mt_out_json_string(o, s->paths[i]);
+        free(s->paths[i]);
     }
     mt_out_printf(o, "],\"slices_kept\":%llu,\"slices_left_out\":%llu,"
                      "\"driver_internal_slices_left_out\":%llu,\"min_bytes\":%llu,"
                      "\"top_allocs\":%llu,\"default_cap_applied\":%s",
-                  (unsigned long long)kept, (unsigned long long)skipped, (unsigned long long)driver,
-                  (unsigned long long)opt->min_bytes, (unsigned long long)opt->top_allocs,
-                  capped ? "true" : "false");
-    if (capped)
+                  (unsigned long long)s->kept, (unsigned long long)s->skipped,
+                  (unsigned long long)s->driver, (unsigned long long)s->opt.min_bytes,
+                  (unsigned long long)s->opt.top_allocs, s->capped ? "true" : "false");
+    if (s->capped)
         mt_out_printf(o, ",\"note\":\"only the %u largest allocations per trace have slices "
                          "(default cap, about 200 MB); use --top-allocs or --min-bytes\"",
                       MT_CHROME_DEFAULT_MAX_SLICES);
-    int truncated = 0;
-    uint64_t dropped = 0;
-    for (size_t i = 0; i < n; i++) {
-        truncated |= a[i]->truncated;
-        dropped += a[i]->dropped;
-    }
-    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu}}\n", truncated ? "true" : "false",
-                  (unsigned long long)dropped);
+    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu}}\n",
+                  s->truncated ? "true" : "false", (unsigned long long)s->dropped);
+    free(s->paths);
+    free(s);
     return 0;
+}
+
+int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
+                     char *err, size_t errlen)
+{
+    uint64_t base = ~0ull;
+    for (size_t i = 0; i < n; i++)
+        if (a[i]->header.start_realtime_ns < base) base = a[i]->header.start_realtime_ns;
+    mt_chrome_stream *s = mt_chrome_begin(o, opt, n ? base : 0);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (mt_chrome_add(s, a[i], err, errlen) < 0) {
+            for (size_t k = 0; k < s->n; k++) free(s->paths[k]);
+            free(s->paths);
+            free(s);
+            return -1;
+        }
+    return mt_chrome_end(s);
 }

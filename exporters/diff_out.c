@@ -58,11 +58,14 @@ static const char *pct(uint64_t base, uint64_t new_, char *buf, size_t len)
 
 static size_t top_of(const mt_diff_options *o) { return o->top ? o->top : DEFAULT_TOP; }
 
+/* "train.1234.mtrace (rank 0 (host): python3 train.py)" */
 static void run_line(const mt_analysis *a, char *buf, size_t len)
 {
     char label[512];
-    snprintf(buf, len, "%s (pid %u%s%s)", mt_trace_label(a, label, sizeof label), a->pid,
-             a->cmdline[0] || a->comm[0] ? ": " : "", a->cmdline[0] ? a->cmdline : a->comm);
+    const char *slash = strrchr(a->path, '/');
+    snprintf(buf, len, "%s (%s%s%s)", slash ? slash + 1 : a->path,
+             mt_trace_label(a, label, sizeof label), a->cmdline[0] || a->comm[0] ? ": " : "",
+             a->cmdline[0] ? a->cmdline : a->comm);
 }
 
 static const char *alloc_what(const mt_allocator_peaks *p)
@@ -508,18 +511,18 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
         if (b) mt_out_printf(o, " (%s)", pct(b, n, p, sizeof p));
         mt_out_printf(o, " on %s", mt_device_root_name(any, root, sizeof root));
     }
-    mt_out_puts(o, "\n\nbase ");
-    mt_md_code_span(o, mt_trace_label(d->base, label, sizeof label));
-    if (d->base->cmdline[0]) {
+    for (int r = 0; r < 2; r++) {
+        /* "base `train.0.mtrace` (`rank 0 (host)`: `python3 train.py`)" */
+        const mt_analysis *a = r ? d->new_ : d->base;
+        const char *slash = strrchr(a->path, '/');
+        mt_out_puts(o, r ? " → new " : "\n\nbase ");
+        mt_md_code_span(o, slash ? slash + 1 : a->path);
         mt_out_puts(o, " (");
-        mt_md_code_span(o, d->base->cmdline);
-        mt_out_puts(o, ")");
-    }
-    mt_out_puts(o, " → new ");
-    mt_md_code_span(o, mt_trace_label(d->new_, label, sizeof label));
-    if (d->new_->cmdline[0]) {
-        mt_out_puts(o, " (");
-        mt_md_code_span(o, d->new_->cmdline);
+        mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
+        if (a->cmdline[0]) {
+            mt_out_puts(o, ": ");
+            mt_md_code_span(o, a->cmdline);
+        }
         mt_out_puts(o, ")");
     }
     mt_out_puts(o, "\n\n");

@@ -3,7 +3,8 @@
  * One device per trace: a flame graph's root adds up its lines, and a device's peak and the
  * host's (or another device's) happen at different moments, so adding them would draw a moment
  * that never was. The first frame is the device ("cuda:0", "host"); with several traces a
- * "comm[pid]" frame comes before it so processes do not merge.
+ * "rank R" frame (a job's ranks; "comm[pid]" for a process without a rank) comes before it so
+ * processes do not merge.
  *
  * flamegraph.pl reads a line as /^(.*)\s+?(\d+(?:\.\d*)?)$/ and splits the first part at ';'.
  * So every frame here is non-empty, holds no ';' and no newline, and the last one never ends in
@@ -87,7 +88,11 @@ int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
     for (size_t t = 0; t < n; t++) {
         const mt_device_report *d = mt_select_device(a[t], opt->device);
         if (!d) continue;
-        snprintf(prefix, sizeof prefix, "%s[%u]", a[t]->comm[0] ? a[t]->comm : "pid", a[t]->pid);
+        if (a[t]->header.flags & MT_HDR_RANK && a[t]->header.rank >= 0)
+            snprintf(prefix, sizeof prefix, "rank %d", (int)a[t]->header.rank);
+        else
+            snprintf(prefix, sizeof prefix, "%s[%u]", a[t]->comm[0] ? a[t]->comm : "pid",
+                     a[t]->pid);
         mt_frame_filter filter = mt_frames_resolve(a[t]->frames, opt->frames);
         const mt_stack_list *l = mt_metric_list(d, opt->metric);
         mt_device_root_name(d, root, sizeof root);
@@ -97,8 +102,10 @@ int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
                 mt_namebuf_free(&nb);
                 return -1;
             }
-            if (n > 1) {
-                put_frame(o, prefix);
+            if (n > 1 || opt->trace_frame) {
+                /* ours, never at the line's end: "rank 3" as it reads (put_frame would join a
+                 * trailing number to the name, for frames that end a line) */
+                mt_out_puts(o, prefix);
                 mt_out_write(o, ";", 1);
             }
             mt_out_puts(o, root);

@@ -260,13 +260,13 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     return 0;
 }
 
-static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro, int schema)
+static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
 {
     size_t top = ro->top;
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
-    if (schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
+    if (ro->json_schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
     key(o, "trace");
     mt_out_json_string(o, a->path);
     mt_out_write(o, ",", 1);
@@ -274,6 +274,19 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro, 
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
+    key(o, "hostname"); /* "host" is the pinned host memory's object below */
+    mt_out_json_string(o, a->hostname);
+    mt_out_write(o, ",", 1);
+    char label[256];
+    key(o, "label");
+    mt_out_json_string(o, mt_trace_label(a, label, sizeof label));
+    mt_out_write(o, ",", 1);
+    /* the launcher's rank, -1 when the process had none (trace header) */
+    int has_rank = (a->header.flags & MT_HDR_RANK) != 0;
+    mt_out_printf(o, "\"rank\":%d,\"local_rank\":%d,\"world_size\":%d,\"node_rank\":%d,",
+                  has_rank ? (int)a->header.rank : -1, has_rank ? (int)a->header.local_rank : -1,
+                  has_rank ? (int)a->header.world_size : -1,
+                  has_rank ? (int)a->header.node_rank : -1);
     key(o, "cmdline");
     mt_out_json_string(o, a->cmdline);
     mt_out_write(o, ",", 1);
@@ -394,6 +407,13 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro, 
     return rc;
 }
 
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt)
+{
+    mt_report_options ro = opt ? *opt : (mt_report_options){0};
+    if (!ro.top) ro.top = 10;
+    return trace_object(o, a, &ro);
+}
+
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
@@ -402,7 +422,8 @@ int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_o
     if (n != 1) mt_out_printf(o, "{\"schema\":%d,\"traces\":[", MT_JSON_SCHEMA);
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
-        if (trace_object(o, a[i], &ro, n == 1) < 0) return -1;
+        ro.json_schema = n == 1;
+        if (trace_object(o, a[i], &ro) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");
     return 0;

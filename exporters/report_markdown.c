@@ -5,10 +5,14 @@
  *
  * (allocated = max_memory_allocated, known with `record --tensors`; reserved = max_memory_reserved;
  * allocator_peaks.c says where each comes from), then per GPU the top stacks live at the peak, one
- * line each, and the top Python lines at the peak, then failed requests. With more than two GPUs
- * in all, each GPU's tables fold into a <details> block so a pull-request comment stays short.
- * Strings from the trace are code spans (markdown.c).
+ * line each, and the top Python lines at the peak, then failed requests. With several traces, or
+ * more than two GPUs in one, each GPU's tables fold into a <details> block so a pull-request
+ * comment stays short. Strings from the trace are code spans (markdown.c).
+ *
+ * Traces come one at a time (a job's ranks: the memory of the largest one): the table's rows and
+ * warnings are kept in memory (a few hundred bytes a GPU), the sections are written at once.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,25 +27,18 @@ static void cell_bytes(mt_out *o, int known, uint64_t v)
     else mt_out_puts(o, " — |");
 }
 
-static void heading(mt_out *o, mt_analysis *const *a, size_t n)
-{
-    char label[512];
-    if (n == 1) {
-        mt_out_puts(o, "### memtrace: GPU memory of ");
-        mt_md_code_span(o, a[0]->cmdline[0] ? a[0]->cmdline : a[0]->comm[0] ? a[0]->comm : "?");
-        mt_out_puts(o, "\n\n");
-        mt_out_puts(o, "Trace ");
-        mt_md_code_span(o, mt_trace_label(a[0], label, sizeof label));
-        mt_out_printf(o, ", pid %u", a[0]->pid);
-        if (a[0]->hostname[0]) {
-            mt_out_puts(o, " on ");
-            mt_md_code_span(o, a[0]->hostname);
-        }
-        mt_out_puts(o, ".\n\n");
-    } else {
-        mt_out_printf(o, "### memtrace: GPU memory of %zu processes\n\n", n);
-    }
-}
+struct mt_md_report {
+    size_t n_traces, added, top;
+    FILE *rows_f, *warn_f; /* open_memstream: the table's rows, the warnings */
+    char *rows, *warn;
+    size_t rows_len, warn_len;
+    mt_out *rows_o, *warn_o;
+    char *title;           /* one trace: its command line */
+    char *first_label;     /* one trace: its label ("rank 3 (host)", "python3[1234] on host") */
+    char *first_file;      /* and its file name */
+    int any_gpu, any_unknown_alloc;
+    mt_namebuf nb;
+};
 
 static void warnings(mt_out *o, const mt_analysis *a, int several)
 {
@@ -66,52 +63,39 @@ static void warnings(mt_out *o, const mt_analysis *a, int several)
     }
 }
 
-static void summary_table(mt_out *o, mt_analysis *const *a, size_t n)
+/* The table's rows of one trace: a row per GPU. */
+static void table_rows(mt_md_report *r, const mt_analysis *a)
 {
     char label[512], root[32];
-    int any_unknown_alloc = 0, any = 0;
-    if (n > 1) mt_out_puts(o, "| trace ");
-    mt_out_puts(o, "| GPU | peak | allocated peak | reserved peak | live at exit | held by the program "
-                   "at exit | failed requests |\n");
-    mt_out_puts(o, n > 1 ? "|---|---|--:|--:|--:|--:|--:|--:|\n" : "|---|--:|--:|--:|--:|--:|--:|\n");
-    for (size_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < a[i]->n_devices; k++) {
-            const mt_device_report *d = &a[i]->devices[k];
-            mt_allocator_peaks p;
-            mt_allocator_peaks_of(a[i], d, &p);
-            any_unknown_alloc |= !p.allocated_known;
-            any = 1;
-            if (n > 1) {
-                mt_out_puts(o, "| ");
-                mt_md_code(o, mt_trace_label(a[i], label, sizeof label));
-                mt_out_puts(o, " ");
-            }
-            mt_out_printf(o, "| %s |", mt_device_root_name(d, root, sizeof root));
-            cell_bytes(o, 1, d->u.peak);
-            cell_bytes(o, p.allocated_known, p.allocated_peak);
-            cell_bytes(o, p.reserved_known, p.reserved_peak);
-            cell_bytes(o, 1, d->u.in_use);
-            cell_bytes(o, 1, d->leak_bytes);
-            mt_out_printf(o, " %llu |\n", (unsigned long long)d->u.failed_count);
+    int several = r->n_traces > 1;
+    mt_out *o = r->rows_o;
+    for (size_t k = 0; k < a->n_devices; k++) {
+        const mt_device_report *d = &a->devices[k];
+        mt_allocator_peaks p;
+        mt_allocator_peaks_of(a, d, &p);
+        r->any_unknown_alloc |= !p.allocated_known;
+        r->any_gpu = 1;
+        if (several) {
+            mt_out_puts(o, "| ");
+            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_out_puts(o, " ");
         }
-        if (!a[i]->n_devices) {
-            if (n > 1) {
-                mt_out_puts(o, "| ");
-                mt_md_code(o, mt_trace_label(a[i], label, sizeof label));
-                mt_out_puts(o, " ");
-            }
-            mt_out_puts(o, "| no GPU memory events | | | | | | |\n");
-        }
+        mt_out_printf(o, "| %s |", mt_device_root_name(d, root, sizeof root));
+        cell_bytes(o, 1, d->u.peak);
+        cell_bytes(o, p.allocated_known, p.allocated_peak);
+        cell_bytes(o, p.reserved_known, p.reserved_peak);
+        cell_bytes(o, 1, d->u.in_use);
+        cell_bytes(o, 1, d->leak_bytes);
+        mt_out_printf(o, " %llu |\n", (unsigned long long)d->u.failed_count);
     }
-    mt_out_puts(o, "\n<sub>peak: device memory in use (memtrace's count, driver-internal included); "
-                   "allocated / reserved peak: PyTorch's `max_memory_allocated()` / "
-                   "`max_memory_reserved()` (for cudaMallocAsync pools: their live / reserved "
-                   "bytes)");
-    if (any && any_unknown_alloc)
-        mt_out_puts(o, "; —: not in the trace (allocated is known when recorded with "
-                       "`memtrace record --tensors`)");
-    mt_out_puts(o, "; held by the program at exit: live at exit, less allocator caches, library "
-                   "workspaces and the driver's own.</sub>\n");
+    if (!a->n_devices) {
+        if (several) {
+            mt_out_puts(o, "| ");
+            mt_md_code(o, mt_trace_label(a, label, sizeof label));
+            mt_out_puts(o, " ");
+        }
+        mt_out_puts(o, "| no GPU memory events | | | | | | |\n");
+    }
 }
 
 static int stacks_table(mt_out *o, mt_analysis *a, const mt_device_report *d, size_t top,
@@ -212,56 +196,119 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
     return 0;
 }
 
-int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)
+static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+
+mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt)
 {
-    size_t top = opt && opt->top ? opt->top : 5;
-    mt_namebuf nb = {0};
-    char label[512], root[32], t1[48];
-    int rc = 0;
-    heading(o, a, n);
-    for (size_t i = 0; i < n; i++) warnings(o, a[i], n > 1);
-    summary_table(o, a, n);
-    size_t sections = 0;
-    for (size_t i = 0; i < n; i++) sections += a[i]->n_devices;
-    int fold = sections > FOLD_ABOVE;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        for (size_t k = 0; k < a[i]->n_devices && rc == 0; k++) {
-            const mt_device_report *d = &a[i]->devices[k];
-            mt_device_root_name(d, root, sizeof root);
-            if (fold) {
-                mt_out_printf(o, "\n<details><summary>%s", root);
-                if (n > 1) {
-                    mt_out_puts(o, " of ");
-                    mt_md_html(o, mt_trace_label(a[i], label, sizeof label));
-                }
-                mt_out_printf(o, ": what was live at the peak (%s)</summary>\n\n",
-                              mt_format_rel(d->peak_time_ns, t1, sizeof t1));
-            } else {
-                mt_out_printf(o, "\n#### %s", root);
-                if (d->name) {
-                    mt_out_puts(o, " (");
-                    mt_md_text(o, d->name);
-                    mt_out_puts(o, ")");
-                }
-                if (n > 1) {
-                    mt_out_puts(o, " of ");
-                    mt_md_code_span(o, mt_trace_label(a[i], label, sizeof label));
-                }
-                mt_out_puts(o, "\n\n");
-            }
-            if (d->peak_stacks.n) rc = stacks_table(o, a[i], d, top, &nb);
-            if (rc == 0) rc = lines_table(o, a[i], d, top);
-            if (fold) mt_out_puts(o, "</details>\n");
-        }
-        if (rc == 0 && a[i]->failed_total) {
-            mt_out_puts(o, "\n");
-            if (n > 1) {
-                mt_md_code_span(o, mt_trace_label(a[i], label, sizeof label));
-                mt_out_puts(o, ": ");
-            }
-            rc = failed_table(o, a[i], top, &nb);
-        }
+    mt_md_report *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->n_traces = n_traces;
+    r->top = opt && opt->top ? opt->top : 5;
+    r->rows_f = open_memstream(&r->rows, &r->rows_len);
+    r->warn_f = open_memstream(&r->warn, &r->warn_len);
+    if (r->rows_f) r->rows_o = mt_out_from_file(r->rows_f);
+    if (r->warn_f) r->warn_o = mt_out_from_file(r->warn_f);
+    if (!r->rows_o || !r->warn_o) {
+        mt_md_report_end(r, NULL);
+        return NULL;
     }
-    mt_namebuf_free(&nb);
+    return r;
+}
+
+int mt_md_report_add(mt_md_report *r, mt_out *o, mt_analysis *a)
+{
+    char label[512], root[32], t1[48];
+    int several = r->n_traces > 1, rc = 0;
+    if (r->added++ == 0) {
+        r->title = dup_or_empty(a->cmdline[0] ? a->cmdline : a->comm[0] ? a->comm : "?");
+        r->first_label = dup_or_empty(mt_trace_label(a, label, sizeof label));
+        const char *slash = strrchr(a->path, '/');
+        r->first_file = dup_or_empty(slash ? slash + 1 : a->path);
+        if (!r->title || !r->first_label || !r->first_file) return -1;
+    }
+    warnings(r->warn_o, a, several);
+    table_rows(r, a);
+    if (!o) return 0;
+    int fold = several || a->n_devices > FOLD_ABOVE;
+    for (size_t k = 0; k < a->n_devices && rc == 0; k++) {
+        const mt_device_report *d = &a->devices[k];
+        mt_device_root_name(d, root, sizeof root);
+        if (fold) {
+            mt_out_printf(o, "\n<details><summary>%s", root);
+            if (several) {
+                mt_out_puts(o, " of ");
+                mt_md_html(o, mt_trace_label(a, label, sizeof label));
+            }
+            mt_out_printf(o, ": what was live at the peak (%s)</summary>\n\n",
+                          mt_format_rel(d->peak_time_ns, t1, sizeof t1));
+        } else {
+            mt_out_printf(o, "\n#### %s", root);
+            if (d->name) {
+                mt_out_puts(o, " (");
+                mt_md_text(o, d->name);
+                mt_out_puts(o, ")");
+            }
+            mt_out_puts(o, "\n\n");
+        }
+        if (d->peak_stacks.n) rc = stacks_table(o, a, d, r->top, &r->nb);
+        if (rc == 0) rc = lines_table(o, a, d, r->top);
+        if (fold) mt_out_puts(o, "</details>\n");
+    }
+    if (rc == 0 && a->failed_total) {
+        mt_out_puts(o, "\n");
+        if (several) {
+            mt_md_code_span(o, mt_trace_label(a, label, sizeof label));
+            mt_out_puts(o, ": ");
+        }
+        rc = failed_table(o, a, r->top, &r->nb);
+    }
+    return rc;
+}
+
+int mt_md_report_end(mt_md_report *r, mt_out *o)
+{
+    int rc = 0;
+    if (!r) return 0;
+    /* closing the memory streams sets rows/warn to what was written (they stay malloc'd) */
+    if (r->rows_o && mt_out_close(r->rows_o) < 0) rc = -1;
+    if (r->warn_o && mt_out_close(r->warn_o) < 0) rc = -1;
+    if (r->rows_f && fclose(r->rows_f) != 0) rc = -1;
+    if (r->warn_f && fclose(r->warn_f) != 0) rc = -1;
+    if (o && rc == 0) {
+        if (r->n_traces == 1 && r->title) {
+            mt_out_puts(o, "### memtrace: GPU memory of ");
+            mt_md_code_span(o, r->title);
+            mt_out_puts(o, "\n\n");
+            mt_md_code_span(o, r->first_label);
+            mt_out_puts(o, ", trace ");
+            mt_md_code_span(o, r->first_file);
+            mt_out_puts(o, ".\n\n");
+        } else {
+            mt_out_printf(o, "### memtrace: GPU memory of %zu processes\n\n", r->n_traces);
+        }
+        if (r->warn_len) mt_out_write(o, r->warn, r->warn_len);
+        if (r->n_traces > 1) mt_out_puts(o, "| trace ");
+        mt_out_puts(o, "| GPU | peak | allocated peak | reserved peak | live at exit | held by the "
+                       "program at exit | failed requests |\n");
+        mt_out_puts(o, r->n_traces > 1 ? "|---|---|--:|--:|--:|--:|--:|--:|\n"
+                                       : "|---|--:|--:|--:|--:|--:|--:|\n");
+        if (r->rows_len) mt_out_write(o, r->rows, r->rows_len);
+        mt_out_puts(o, "\n<sub>peak: device memory in use (memtrace's count, driver-internal "
+                       "included); allocated / reserved peak: PyTorch's `max_memory_allocated()` / "
+                       "`max_memory_reserved()` (for cudaMallocAsync pools: their live / reserved "
+                       "bytes)");
+        if (r->any_gpu && r->any_unknown_alloc)
+            mt_out_puts(o, "; —: not in the trace (allocated is known when recorded with "
+                           "`memtrace record --tensors`)");
+        mt_out_puts(o, "; held by the program at exit: live at exit, less allocator caches, "
+                       "library workspaces and the driver's own.</sub>\n");
+    }
+    free(r->rows);
+    free(r->warn);
+    free(r->title);
+    free(r->first_label);
+    free(r->first_file);
+    mt_namebuf_free(&r->nb);
+    free(r);
     return rc;
 }

@@ -437,8 +437,13 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
               .full = ro.full_stacks};
     char t1[64], t2[32];
     mt_out_printf(o, "memtrace report: %s\n", a->path);
-    if (a->comm[0]) mt_out_printf(o, "process: %s (pid %u) %s\n", a->comm, a->pid, a->cmdline);
-    else mt_out_printf(o, "process: pid %u\n", a->pid);
+    char rank[96] = "";
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0)
+        snprintf(rank, sizeof rank, ", rank %d of %d on %s", (int)a->header.rank,
+                 (int)a->header.world_size, a->hostname[0] ? a->hostname : "?");
+    if (a->comm[0])
+        mt_out_printf(o, "process: %s (pid %u%s) %s\n", a->comm, a->pid, rank, a->cmdline);
+    else mt_out_printf(o, "process: pid %u%s\n", a->pid, rank);
     mt_out_printf(o, "recorded: %s, duration %s, %llu events\n", mt_format_abs(a, 0, t1, sizeof t1),
                   mt_format_rel(a->duration_ns, t2, sizeof t2) + 1, (unsigned long long)a->events);
     if (a->truncated)

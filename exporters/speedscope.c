@@ -83,8 +83,13 @@ static int profile(mt_out *o, mt_analysis *a, const mt_device_report *d, mt_fold
     uint64_t total = list_sum(l);
     char root[32], b[32], name[512];
     mt_device_root_name(d, root, sizeof root);
-    snprintf(name, sizeof name, "%s[%u] %s: %s, %s", a->comm[0] ? a->comm : "pid", a->pid, root,
-             mt_metric_title(m), mt_format_bytes(total, b, sizeof b));
+    char who[256];
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0)
+        mt_trace_label(a, who, sizeof who);
+    else
+        snprintf(who, sizeof who, "%s[%u]", a->comm[0] ? a->comm : "pid", a->pid);
+    snprintf(name, sizeof name, "%s %s: %s, %s", who, root, mt_metric_title(m),
+             mt_format_bytes(total, b, sizeof b));
     mt_out_puts(o, first ? "\n{" : ",\n{");
     mt_out_puts(o, "\"type\":\"sampled\",\"name\":");
     mt_out_json_string(o, name);

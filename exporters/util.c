@@ -135,3 +135,13 @@ const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t
         used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? " › " : "", names[idx[i]]);
     return buf;
 }
+
+int mt_copy_file(mt_out *o, FILE *f)
+{
+    char buf[65536];
+    size_t n;
+    if (fflush(f) != 0) return -1;
+    rewind(f);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) mt_out_write(o, buf, n);
+    return ferror(f) ? -1 : 0;
+}

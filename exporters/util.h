@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memtrace/compact.h"
 #include "memtrace/export.h"
@@ -40,6 +41,9 @@ const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric 
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);
 /* "2024-05-01 12:34:56.789012 UTC" for trace-relative ns. */
 const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len);
+
+/* Writes everything f holds (a temporary file of parts written earlier) to o. 0, -1 on error. */
+int mt_copy_file(mt_out *o, FILE *f);
 
 /* ---- one-line stacks (util.c) ---- */
 #define MT_CHAIN_MAX 6 /* frames a one-line stack shows */

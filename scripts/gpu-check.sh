@@ -15,7 +15,9 @@
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
-#   multigpu  one process on two GPUs (model split across devices, a thread per device)
+#   multigpu  one process on two GPUs (model split across devices, a thread per device), and
+#             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
+#             against each rank's PyTorch numbers, the rank table's imbalance
 # Writes logs and the traces worth keeping under $OUT (default ./gpu-check-out):
 #   gpu-check.log   everything, summary.txt   the numbers, traces.tar.gz   fixtures for tests/data
 # Exit status: 0 when every assertion held, 1 otherwise (the log says which).
@@ -339,6 +341,38 @@ if [ "$NGPU" -ge 2 ]; then
   same_run multi_t "" "--tensors" $PY "$S/multi_gpu.py"; torch_match multi_t tensors --devices "$NGPU"
   same_run multi_ta "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" "--tensors=async" $PY "$S/multi_gpu.py"
   torch_match multi_ta async --devices "$NGPU"
+  # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
+  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp"; do
+    IFS=: read -r name opts jargs <<< "$job"
+    [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
+    d=$W/$name; mkdir -p "$d/plain" "$d/traced"
+    (cd "$d/plain" && SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/plain.out" 2> "$d/plain.err"
+    rc0=$?
+    (cd "$d/traced" && SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/traced.out" 2> "$d/traced.err"
+    rc1=$?
+    cat "$d/plain.err" "$d/traced.err" >> "$LOG"
+    check "$name: exit status as untraced" "$rc0" "$rc1"
+    lines() { grep -o 'rank [0-9]* of [0-9]* done ([a-z]*)' "$1" | sort; } # ranks' prints may interleave
+    check "$name: stdout as untraced (ranks print in any order)" ok "$(cmp -s <(lines "$d/plain.out") <(lines "$d/traced.out") && echo ok || diff <(lines "$d/plain.out") <(lines "$d/traced.out") | head -3 | tr '\n' ' ')"
+    check "$name: one trace per rank, none for the launcher" "$NGPU" "$(ls "$d"/traced/memtrace.rank*.mtrace 2>/dev/null | wc -l)"
+    mode=default; [ -n "$opts" ] && mode=tensors
+    for ((r = 0; r < NGPU; r++)); do
+      "$MT" report --json "$d/traced/memtrace.rank$r.mtrace" > "$d/rank$r.json" 2>> "$LOG"
+      check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
+    done
+    "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; sed -n 1,12p "$d/ranks.txt" >> "$LOG"
+    if [[ $name == ddp_t ]]; then # tensors: the last rank trains on the largest batch
+      check "$name: the rank table names the last rank as the largest" "$((NGPU - 1))" "$("$MT" report --json "$d/traced" | $PY -c 'import json,sys; t=json.load(sys.stdin)["rank_table"]; print(t["rows"][t["imbalance"]["max"]]["rank"])')"
+    fi
+    # the rank table's largest rank is the one whose own peaks are: tensors (or segments) plus what
+    # every rank has alike (context, NCCL); PyTorch says which rank's allocator peaked highest
+    key=max_reserved; [ "$mode" = tensors ] && key=max_allocated
+    want=$($PY -c 'import json,sys; k=sys.argv[1]; v=[json.load(open(p))["devices"][str(r)][k] for r,p in enumerate(sys.argv[2:])]; print(v.index(max(v)))' "$key" $(for ((r = 0; r < NGPU; r++)); do echo "$d/traced.$r.json"; done) 2>/dev/null)
+    check "$name: the rank table's largest rank is PyTorch's ($key)" "$want" "$("$MT" report --json "$d/traced" | $PY -c 'import json,sys; t=json.load(sys.stdin)["rank_table"]; print(t["rows"][t["imbalance"]["max"]]["rank"])')"
+  done
+  mkdir -p "$W/ranks"; cp "$W/ddp_t/traced/memtrace.rank0.mtrace" "$W/ddp_rank0.mtrace" 2>/dev/null; cp "$W/ddp_t/traced/memtrace.rank1.mtrace" "$W/ddp_rank1.mtrace" 2>/dev/null
+  cp "$W/ddp_t/traced.0.json" "$W/ddp_rank0.stats.json" 2>/dev/null; cp "$W/ddp_t/traced.1.json" "$W/ddp_rank1.stats.json" 2>/dev/null
+  (cd "$W" && tar -czf "$OUT/ranks.tar.gz" ddp_rank*.mtrace ddp_rank*.stats.json 2>/dev/null)
 else
   say "== multigpu: skipped (one GPU here; run on a machine with two)"
 fi

@@ -278,10 +278,23 @@ Test(ci_check, every_rank_is_checked_and_named)
     cr_expect(!has(r0, "EXCEEDED") && has(r0, "ok"), "rank 0 holds: %s", r0);
     *r1 = 'r';
     cr_expect(has(r1, "EXCEEDED"), "rank 1 is over: %s", out);
+    cr_expect(has(r1, CI_RANK_LABEL(1)), "named by its rank: %s", out);
     free(out);
     cr_expect_eq(run(&out, "%s check --markdown --max-peak %llu %s/rank0.mtrace %s/rank1.mtrace",
                      MEMTRACE, (unsigned long long)CI_RANK1_PEAK, dir, dir), 0, "%s", out);
-    cr_expect(has(out, "`rank0.mtrace`") && has(out, "`rank1.mtrace`"), "%s", out);
+    cr_expect(has(out, "`" CI_RANK_LABEL(0) "`") && has(out, "`" CI_RANK_LABEL(1) "`"), "%s", out);
+    free(out);
+    /* a directory of a job's traces: every one checked, in rank order */
+    char job[600];
+    snprintf(job, sizeof job, "%s/job", dir);
+    cr_assert_eq(mkdir(job, 0755), 0);
+    cr_assert_eq(run(NULL, "cp %s/rank1.mtrace %s/rank0.mtrace %s/", dir, dir, job), 0);
+    cr_expect_eq(run(&out, "%s check --json --max-peak %llu %s", MEMTRACE,
+                     (unsigned long long)CI_RANK1_PEAK - 1, job), 1, "%s", out);
+    const char *l0 = strstr(out, "\"label\":\"" CI_RANK_LABEL(0)),
+               *l1 = strstr(out, "\"label\":\"" CI_RANK_LABEL(1));
+    cr_expect(l0 && l1 && l0 < l1, "both ranks, rank 0 first: %s", out);
+    cr_expect(has(out, "\"budgets_checked\":2,"), "%s", out);
     free(out);
 }
 

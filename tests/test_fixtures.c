@@ -152,6 +152,57 @@ Test(fixtures, cifar_async_tensor_mode_peak_equals_max_memory_allocated)
     mt_analysis_free(a);
 }
 
+/* A DDP job recorded with --tensors on 2 H200s (samples/ddp.py under torchrun): each rank's trace
+ * against that rank's own PyTorch numbers, and the rank table over both. */
+static uint64_t stat_of(const char *json_name, int device, const char *key)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"]"
+             "[sys.argv[2]][sys.argv[3]])' %s/%s %d %s",
+             MT_TEST_DATA_DIR, json_name, device, key);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    unsigned long long v = 0;
+    cr_assert_eq(fscanf(p, "%llu", &v), 1, "%s", cmd);
+    pclose(p);
+    return v;
+}
+
+Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
+{
+    mt_rank_summary sums[2];
+    for (int r = 0; r < 2; r++) {
+        char name[64], stats[64];
+        snprintf(name, sizeof name, "ddp_rank%d.mtrace", r);
+        snprintf(stats, sizeof stats, "ddp_rank%d.stats.json", r);
+        mt_analysis *a = analyze(name);
+        cr_assert(a->header.flags & MT_HDR_RANK);
+        cr_expect_eq(a->header.rank, r);
+        cr_expect_eq(a->header.world_size, 2);
+        const mt_device_report *d = NULL;
+        for (size_t i = 0; i < a->n_devices; i++)
+            if (a->devices[i].u.device == r) d = &a->devices[i];
+        cr_assert(d, "rank %d's GPU is cuda:%d", r, r);
+        cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], stat_of(stats, r, "max_allocated"),
+                     "rank %d tensor peak", r);
+        cr_expect_eq(d->u.segment_peak, stat_of(stats, r, "max_reserved"), "rank %d segments", r);
+        cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees +
+                         a->anomalies.replaced + a->anomalies.unknown_device, 0,
+                     "rank %d: NCCL's retained and imported VMM handles are no anomaly", r);
+        cr_expect_gt(a->anomalies.retained, 0, "NCCL retains handles");
+        cr_assert_eq(mt_rank_summarize(a, &sums[r]), 0);
+        mt_analysis_free(a);
+    }
+    mt_imbalance im;
+    cr_assert_eq(mt_rank_imbalance(sums, 2, &im), 0);
+    /* rank 1 trains on a larger batch: PyTorch's own peak says it is the larger */
+    int want = stat_of("ddp_rank1.stats.json", 1, "max_allocated") >
+               stat_of("ddp_rank0.stats.json", 0, "max_allocated");
+    cr_expect_eq(sums[im.max].rank, want, "the rank table's largest rank");
+    for (int r = 0; r < 2; r++) mt_rank_summary_free(&sums[r]);
+}
+
 /* dump and report read every fixture, and refuse or partially read cut copies without crashing */
 static int run(const char *cmd)
 {

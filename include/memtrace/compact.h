@@ -139,6 +139,8 @@ typedef struct mt_lifetime {
     uint64_t serial; /* 1, 2, ... in allocation order: a unique id for the lifetime */
     uint32_t stack, tid, context;
     int32_t device; /* -1 for host kinds */
+    uint32_t extra_refs; /* VMM handles: references taken since (cuMemRetainAllocationHandle); the
+                            lifetime ends with the release that finds none left */
     uint16_t flags;
     uint8_t kind, family;
 } mt_lifetime;
@@ -184,6 +186,7 @@ typedef struct mt_anomalies {
     uint64_t unknown_ops;
     uint64_t unknown_device;  /* device allocations whose device the recorder could not tell:
                                  tracked (a free still matches them), counted on no device */
+    uint64_t retained;        /* references taken on live VMM handles (not anomalies: NCCL does it) */
 } mt_anomalies;
 
 typedef struct mt_tracker mt_tracker;
@@ -549,6 +552,61 @@ int64_t mt_delta(uint64_t base, uint64_t new_);
 double mt_peak_change_pct(const mt_device_delta *dd);
 /* `diff --fail-on-increase PCT`: 1 when some device's peak grew by more than pct percent. */
 int mt_diff_exceeds(const mt_diff *d, double pct);
+
+/* ---- Ranks: several traces of one distributed job (ranks.c) ------------------------------------ */
+
+/* "rank 3 (host)" for a trace with a rank (trace header), else "comm[pid] on host": how every
+ * output names a trace among several. Returns buf. */
+const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len);
+
+#define MT_RANK_STACKS 64 /* stacks kept per rank, by name, for comparing ranks */
+
+typedef struct mt_named_bytes {
+    char *name; /* the stack's names in the user view, joined by ';' */
+    uint64_t bytes, count;
+} mt_named_bytes;
+
+/* What one trace contributes to the rank table: small, so that N ranks fit in memory. */
+typedef struct mt_rank_summary {
+    char *path, *host, *comm, *label;
+    int has_rank;
+    int32_t rank, local_rank, world_size; /* -1 unknown */
+    uint32_t pid;
+    char devices[128];        /* GPU ordinals, "0,1" */
+    size_t n_devices;
+    int32_t peak_device;      /* the GPU with the largest peak */
+    uint64_t peak;            /* its peak */
+    uint64_t peak_unix_ns;    /* when, on the wall clock (traces of several hosts compare) */
+    uint64_t tensor_peak;     /* --tensors: that device's tensor peak (max_memory_allocated) */
+    uint64_t segment_peak;    /* PyTorch's segments there (max_memory_reserved), 0 unknown */
+    uint64_t start_unix_ns;
+    uint64_t live_at_exit, leak_bytes, failed; /* over the trace's GPUs */
+    char *top_frame;          /* first user frame of the largest stack at the peak */
+    uint64_t top_bytes;
+    mt_named_bytes *stacks;   /* the peak's stacks by name, largest first (<= MT_RANK_STACKS) */
+    size_t n_stacks;
+} mt_rank_summary;
+
+int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s); /* 0, or -1 out of memory */
+void mt_rank_summary_free(mt_rank_summary *s);
+
+/* Indexes into s[] of the ranks with the largest, the median (the lower one for an even count)
+ * and the smallest peak. -1 when n == 0. */
+typedef struct mt_imbalance {
+    size_t max, median, min;
+} mt_imbalance;
+int mt_rank_imbalance(const mt_rank_summary *s, size_t n, mt_imbalance *out);
+
+/* Stacks of rank hi against rank lo, matched by name: a = hi's bytes at its peak, b = lo's,
+ * delta = a - b; sorted by delta, largest first. *out is malloc'd; names point into the
+ * summaries. */
+typedef struct mt_named_diff {
+    const char *name;
+    uint64_t a, b;
+    int64_t delta;
+} mt_named_diff;
+int mt_rank_stack_diff(const mt_rank_summary *hi, const mt_rank_summary *lo, mt_named_diff **out,
+                       size_t *n);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,7 @@ typedef struct mt_report_options {
     int full_stacks;        /* text: every frame (no chain elision, CUDA frames at the leaf kept) */
     int by_line;            /* the per-Python-line table (text: instead of the stack trees) */
     const char *by_line_file; /* by_line: attribute to the innermost frame in this file */
+    int json_schema;        /* JSON: the trace's object starts with "schema" (it is the document) */
 } mt_report_options;
 
 /* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
@@ -52,6 +53,16 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+/* One trace's object alone (no newline): for a caller that streams several traces, one analysis
+ * in memory at a time. */
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt);
+
+/* The rank table (several traces of one job, mt_rank_summary in memtrace/compact.h): a row per
+ * trace (rank, host, pid, GPUs, peak, tensor peak, when on the wall clock, at exit, failed, the
+ * top stack), the imbalance (largest, median, smallest peak) and the stacks that make the largest
+ * rank larger than the median one. Text, and a JSON object {"rows", "imbalance"}. */
+int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 
 /* ---- Folded stacks and speedscope ------------------------------------------------------------ */
 
@@ -75,6 +86,8 @@ typedef struct mt_folded_options {
     int device;             /* MT_DEVICE_AUTO, MT_DEVICE_HOST or an ordinal */
     mt_frame_filter frames; /* 0 = user for Python programs, else all */
     mt_name_style names;
+    int trace_frame;        /* start every line with the trace's frame ("rank R", "comm[pid]")
+                               even for one trace: a caller streaming several sets it */
 } mt_folded_options;
 
 /* The device report of a that `device` selects (see MT_DEVICE_AUTO), or NULL when the trace has
@@ -118,6 +131,14 @@ typedef struct mt_chrome_options {
  * (the analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
+/* The same, one analysis at a time (a job's 64 ranks need the memory of the largest one): begin
+ * with the earliest start_realtime_ns of all the traces (their timelines are put on that clock),
+ * add each, end writes otherData and frees the stream. */
+typedef struct mt_chrome_stream mt_chrome_stream;
+mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
+                                  uint64_t base_realtime_ns);
+int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
+int mt_chrome_end(mt_chrome_stream *s);
 
 /* ---- JSON schema, Markdown, check and diff ---------------------------------------------------- */
 
@@ -126,27 +147,24 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
  * each schema and tests/py/check_json_schema.py holds the outputs to it. */
 #define MT_JSON_SCHEMA 1
 
-/* How a trace is named in messages and tables: its file name (trace_label.c). */
-const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len);
-
-/* A short GitHub Markdown summary (for $GITHUB_STEP_SUMMARY and pull-request comments): a table of
- * every GPU of every trace (peak, allocated peak, reserved peak, live at exit, held by the program
- * at exit, failed requests), then per GPU the top stacks and Python lines at the peak (opt->top
- * each) and any failed requests. Returns 0, -1 when out of memory. */
-int mt_report_markdown(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+/* `report --markdown`: a short summary for GitHub ($GITHUB_STEP_SUMMARY, pull-request comments).
+ * A table with a row per GPU of every trace (peak, allocated peak, reserved peak, live at exit,
+ * held by the program at exit, failed requests), then per GPU the top stacks and Python lines at
+ * the peak (opt->top each) and any failed requests. Built one analysis at a time, like the rank
+ * table: begin with the number of traces; add each analysis (its rows are kept, small; its
+ * sections are written to `sections` at once, none when NULL); end writes the heading, the table
+ * and its note to o (NULL: only frees) and frees r. The caller puts the sections after them.
+ * Each returns 0, -1 when out of memory. */
+typedef struct mt_md_report mt_md_report;
+mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt);
+int mt_md_report_add(mt_md_report *r, mt_out *sections, mt_analysis *a);
+int mt_md_report_end(mt_md_report *r, mt_out *o);
 
 typedef enum mt_doc_format {
     MT_FORMAT_TEXT = 0,
     MT_FORMAT_JSON = 1,
     MT_FORMAT_MARKDOWN = 2,
 } mt_doc_format;
-
-/* The verdicts of one trace (mt_check_budgets). */
-typedef struct mt_check_trace {
-    mt_analysis *a;
-    const mt_verdict *v;
-    size_t n;
-} mt_check_trace;
 
 typedef struct mt_check_options {
     mt_doc_format format;
@@ -156,8 +174,15 @@ typedef struct mt_check_options {
 
 /* `memtrace check`'s output: every verdict (which budget, on which trace and GPU, the value, the
  * limit, by how much it is exceeded or what is left), for each one exceeded the stacks that make
- * the value, then the overall verdict. Returns 0, -1 when out of memory. */
-int mt_export_check(mt_out *o, const mt_check_trace *t, size_t n, const mt_check_options *opt);
+ * the value, then the overall verdict (text: last; JSON and Markdown: first). Traces come one at a
+ * time (a job's ranks need the memory of the largest one): begin, add each trace's analysis and
+ * verdicts (mt_check_budgets; both may be freed after), end writes what remains to o (with
+ * finish; without, nothing more: a check that met bad input has no overall verdict) and frees
+ * the stream. add and end return 0, -1 when out of memory or a temporary file failed. */
+typedef struct mt_check_stream mt_check_stream;
+mt_check_stream *mt_check_begin(mt_out *o, const mt_check_options *opt);
+int mt_check_add(mt_check_stream *s, mt_analysis *a, const mt_verdict *v, size_t n);
+int mt_check_end(mt_check_stream *s, int finish);
 
 typedef struct mt_diff_options {
     mt_doc_format format;

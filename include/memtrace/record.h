@@ -13,6 +13,7 @@
 #ifndef MEMTRACE_RECORD_H
 #define MEMTRACE_RECORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "memtrace/trace.h"
@@ -198,6 +199,13 @@ mt_modules *mt_modules_new(void);
  * nothing was loaded since the last call). Returns the number of new modules. */
 int mt_modules_refresh(mt_modules *mods, mt_module_fn fn, void *ctx);
 void mt_modules_free(mt_modules *mods);
+
+/* ---- Rank ---------------------------------------------------------------------------------------- */
+
+/* Fills h's rank fields and MT_HDR_RANK from the launcher's environment (rank_env.c lists the
+ * variables). Returns 1 when the process has a rank; source (may be NULL) receives the name of the
+ * variable it came from, "" when none. */
+int mt_rank_from_env(mt_file_header *h, char *source, size_t len);
 
 /* ---- Control from inside the traced program ---------------------------------------------------- */
 

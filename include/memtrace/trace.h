@@ -28,7 +28,14 @@ typedef struct mt_file_header {
     uint32_t pid;                /* process that recorded */
     uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC at recorder start; event times share this clock */
     uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment, to print wall-clock dates */
+    uint32_t flags;              /* MT_HDR_* */
+    /* Where the process sat in a distributed job, read from the launcher's environment at start
+     * (RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK from torchrun; SLURM_*, OMPI_COMM_WORLD_*, PMI_*);
+     * valid with MT_HDR_RANK, each -1 when not given. */
+    int32_t rank, local_rank, world_size, node_rank;
 } mt_file_header;
+
+#define MT_HDR_RANK 1u /* the rank fields are valid */
 
 /* ---- Memory events --------------------------------------------------------------------------- */
 
@@ -79,6 +86,12 @@ enum {
                                         reservation, not an allocation of its own */
     MT_EF_CAPTURED = 1u << 6,        /* made while its thread was capturing a CUDA graph (stream
                                         capture, or an explicit graph memory node) */
+    MT_EF_RETAIN = 1u << 7,          /* VMM_PHYSICAL ALLOC: one more reference to a live handle
+                                        (cuMemRetainAllocationHandle), not new memory: the handle
+                                        is freed by its last cuMemRelease */
+    MT_EF_IMPORTED = 1u << 8,        /* VMM_PHYSICAL ALLOC: a handle to another process's memory
+                                        (cuMemImportFromShareableHandle, e.g. NCCL's peer buffers):
+                                        not this process's bytes */
 };
 
 typedef struct mt_event {

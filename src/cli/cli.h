@@ -3,6 +3,7 @@
 #define MT_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Each returns the process exit status: 0 ok, 2 bad arguments or bad input files, record: the
@@ -43,5 +44,13 @@ int mt_cli_parse_gpu(const char *s, int *out);
 int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_analysis **out);
 /* Closes an output on standard output; 0, or 2 after saying why (EPIPE, ENOSPC) on stderr. */
 int mt_cli_close_stdout(const char *cmd, struct mt_out *o);
+
+/* traces.c: the traces named by args (files, or directories: every *.mtrace in them), ordered by
+ * rank (trace header) then by name. *out (n_out paths) is freed with mt_cli_free_traces.
+ * 0, or 2 after printing why. */
+int mt_cli_collect_traces(char **args, int n, char ***out, int *n_out);
+void mt_cli_free_traces(char **paths, int n);
+/* 1 when the trace at path has a rank (then *rank is it), 0 otherwise. */
+int mt_cli_trace_rank(const char *path, int32_t *rank);
 
 #endif

@@ -1,7 +1,7 @@
-/* `memtrace check TRACE... [--device N] [--max-peak SIZE] [--max-allocated-peak SIZE]
+/* `memtrace check TRACE|DIR... [--device N] [--max-peak SIZE] [--max-allocated-peak SIZE]
  *  [--max-live-at-exit SIZE] [--max-failed N] [--json|--markdown] [--top N]`: memory budgets for
- * CI. Every budget given is checked on every trace (the ranks of a run) and every GPU of it (or
- * GPU N). Exit 0 when every budget holds, 1 when one is exceeded, 2 for bad input: bad arguments,
+ * CI. Every budget given is checked on every trace (the ranks of a run; a directory stands for
+ * the traces in it, ordered by rank) and every GPU of it (or GPU N), one analysis at a time. Exit 0 when every budget holds, 1 when one is exceeded, 2 for bad input: bad arguments,
  * an unreadable trace, a budget that cannot be checked on a trace (no tensors for
  * --max-allocated-peak, no such GPU), a failed write. Bad input wins over a breach: a gate must
  * not pass or fail on what it could not read. Output goes to standard output only (append it to
@@ -14,8 +14,9 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace check [options] TRACE...\n"
-          "  Checks memory budgets on traces (every trace: the ranks of a run) for CI.\n"
+    fputs("usage: memtrace check [options] TRACE|DIR...\n"
+          "  Checks memory budgets on traces for CI: every trace (the ranks of a job; a\n"
+          "  directory stands for the traces in it) and every GPU of each.\n"
           "  Exit 0: every budget holds; 1: one is exceeded; 2: bad input (unreadable trace,\n"
           "  bad size, a budget the trace cannot answer).\n"
           "budgets (at least one; SIZE: 2GiB, 1500MB, 1.5G, 300M, or bytes; K/M/G/T and\n"
@@ -99,35 +100,41 @@ static int run(int argc, char **argv, char **traces)
         return mt_cli_fail("check: no budget given (--max-peak, --max-allocated-peak, "
                            "--max-live-at-exit or --max-failed; see memtrace check --help)");
     if (n <= 0) return mt_cli_fail("check: no trace given (see memtrace check --help)");
-    mt_check_trace *t = calloc((size_t)n, sizeof *t);
-    if (!t) return mt_cli_fail("check: out of memory");
-    int status = 0;
-    char err[512];
-    for (int i = 0; i < n && !status; i++) {
-        status = mt_cli_analyze("check", traces[i], 1, &t[i].a);
-        mt_verdict *v = NULL;
-        if (!status && mt_check_budgets(t[i].a, &b, &v, &t[i].n, err, sizeof err) < 0)
-            status = mt_cli_fail("check: %s", err);
-        t[i].v = v;
+    char **paths;
+    int np;
+    if (mt_cli_collect_traces(traces, n, &paths, &np) != 0) return 2;
+    if (np == 0) {
+        mt_cli_free_traces(paths, np);
+        return mt_cli_fail("check: no trace found in what was given");
     }
+    /* one analysis at a time: the verdicts of each go out before the next trace is read */
+    mt_out *out = mt_out_from_file(stdout);
+    mt_check_options co = {.format = format, .budgets = &b, .top = (size_t)top};
+    mt_check_stream *cs = out ? mt_check_begin(out, &co) : NULL;
+    int status = cs ? 0 : mt_cli_fail("check: out of memory or no temporary file");
     int exceeded = 0;
-    if (!status) {
-        mt_out *out = mt_out_from_file(stdout);
-        mt_check_options co = {.format = format, .budgets = &b, .top = (size_t)top};
-        if (!out || mt_export_check(out, t, (size_t)n, &co) < 0) {
-            if (out) mt_out_close(out);
-            status = mt_cli_fail("check: out of memory");
-        } else {
-            status = mt_cli_close_stdout("check", out);
-        }
-        for (int i = 0; i < n; i++)
-            for (size_t k = 0; k < t[i].n; k++) exceeded |= t[i].v[k].exceeded;
+    char err[512];
+    for (int i = 0; i < np && !status; i++) {
+        mt_analysis *a = NULL;
+        mt_verdict *v = NULL;
+        size_t nv = 0;
+        status = mt_cli_analyze("check", paths[i], 1, &a);
+        if (!status && mt_check_budgets(a, &b, &v, &nv, err, sizeof err) < 0)
+            status = mt_cli_fail("check: %s", err);
+        if (!status && mt_check_add(cs, a, v, nv) < 0)
+            status = mt_cli_fail("check: out of memory or a temporary file failed");
+        for (size_t k = 0; k < nv; k++) exceeded |= v[k].exceeded;
+        mt_verdicts_free(v, nv);
+        mt_analysis_free(a);
     }
-    for (int i = 0; i < n; i++) {
-        mt_verdicts_free((mt_verdict *)t[i].v, t[i].n);
-        mt_analysis_free(t[i].a);
+    /* with bad input no overall verdict is written: a gate must not read one */
+    if (cs && mt_check_end(cs, !status) < 0 && !status)
+        status = mt_cli_fail("check: out of memory or a temporary file failed");
+    if (out) {
+        int rc = mt_cli_close_stdout("check", out);
+        if (!status) status = rc;
     }
-    free(t);
+    mt_cli_free_traces(paths, np);
     return status ? status : exceeded ? 1 : 0;
 }
 

@@ -11,7 +11,10 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE...\n"
+    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE|DIR...\n"
+          "  a directory stands for every *.mtrace in it (a job's ranks, in rank order); with\n"
+          "  several traces chrome has a process per trace (\"rank R (host)\"), timelines on one\n"
+          "  wall clock, and folded lines start with a \"rank R\" frame\n"
           "  chrome      Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
           "              counters per device and kind, one track of allocations per device and\n"
           "              kind, peaks and failed requests as instants. OUT.gz: gzip-compressed.\n"
@@ -36,6 +39,7 @@ static void usage(FILE *f)
           "                            (default: the largest 500000, about 200 MB)\n"
           "  --driver-slices           chrome: slices for driver-internal allocations too\n"
           "                            (their bytes are in the counters either way)\n"
+          "  --rank R                  only the traces of rank R\n"
           "  -o OUT                    output file, '-' = stdout (default)\n",
           f);
 }
@@ -122,12 +126,106 @@ static void say_device(mt_analysis *const *as, int n)
     }
 }
 
+static int analyze_one(const char *path, mt_analysis **a)
+{
+    char err[512], cwd_buf[4096];
+    int tty = isatty(2);
+    mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path};
+    int rc = mt_analyze(path, &o, a, err, sizeof err);
+    if (tty) fputs("\r\033[K", stderr);
+    if (rc < 0) return mt_cli_fail("export: %s", err);
+    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
+    if (cwd) mt_frames_set_base_dir((*a)->frames, cwd); /* short Python paths */
+    return 0;
+}
+
+/* The earliest start on the wall clock among the traces (headers only): the chrome timelines of a
+ * job's ranks are put on it. */
+static uint64_t earliest_start(char **paths, int n)
+{
+    uint64_t base = ~0ull;
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        mt_reader *r = mt_reader_open(paths[i], err, sizeof err);
+        if (!r) continue;
+        if (mt_reader_header(r)->start_realtime_ns < base)
+            base = mt_reader_header(r)->start_realtime_ns;
+        mt_reader_close(r);
+    }
+    return base == ~0ull ? 0 : base;
+}
+
+/* Chrome and folded stream: one analysis in memory at a time (a job's ranks). speedscope shares
+ * one frame table among its profiles, so its traces are analysed together. */
+static int export_traces(char **paths, int n, const char *format, const char *out_path,
+                         mt_folded_options *fo, int have_device, uint64_t min_bytes,
+                         uint64_t top_allocs, mt_frame_filter frames, int driver_slices)
+{
+    int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
+    int tty = isatty(2), status = 0;
+    char err[512];
+    mt_analysis **as = calloc((size_t)n, sizeof *as);
+    if (!as) return mt_cli_fail("export: out of memory");
+    if (speedscope || (!chrome && have_device)) { /* all first: a device that no trace has */
+        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], &as[i]);
+        if (!status && have_device) {
+            int found = 0;
+            for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
+            if (!found) status = mt_cli_fail("export: no trace has that device");
+        }
+    } else if (!chrome) {
+        status = analyze_one(paths[0], &as[0]); /* which device each graph shows */
+        if (!status) say_device(as, 1);
+    }
+    mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
+    if (!status && !out) status = mt_cli_fail("export: %s", err);
+    if (out) {
+        int rc = 0;
+        err[0] = 0;
+        if (chrome) {
+            mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
+                                    .progress = tty ? progress : NULL,
+                                    .progress_ctx = (void *)"chrome export", .frames = frames,
+                                    .names = fo->names, .driver_slices = driver_slices};
+            mt_chrome_stream *cs = mt_chrome_begin(out, &co, earliest_start(paths, n));
+            if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
+            for (int i = 0; i < n && cs && rc == 0; i++) {
+                mt_analysis *a = NULL;
+                if ((status = analyze_one(paths[i], &a)) != 0) break;
+                rc = mt_chrome_add(cs, a, err, sizeof err);
+                if (tty) fputs("\r\033[K", stderr);
+                mt_analysis_free(a);
+            }
+            if (cs && !status && rc == 0) rc = mt_chrome_end(cs);
+        } else if (speedscope) {
+            rc = mt_export_speedscope(out, as, (size_t)n, fo);
+            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+        } else {
+            fo->trace_frame = n > 1;
+            for (int i = 0; i < n && rc == 0 && !status; i++) {
+                if (!as[i] && (status = analyze_one(paths[i], &as[i])) != 0) break;
+                rc = mt_export_folded_opt(out, &as[i], 1, fo);
+                mt_analysis_free(as[i]);
+                as[i] = NULL;
+            }
+            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+        }
+        int close_rc = mt_out_close(out);
+        if (!status && rc < 0) status = mt_cli_fail("export: %s", err);
+        else if (!status && close_rc < 0) status = mt_cli_fail("export: writing %s failed", out_path);
+    }
+    for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
+    free(as);
+    return status;
+}
+
 static int run(int argc, char **argv, char **traces)
 {
     const char *format = NULL, *metric = NULL, *out_path = "-";
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
-    int device = MT_DEVICE_AUTO;
+    int device = MT_DEVICE_AUTO, want_rank = -1;
+    uint64_t rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -161,6 +259,11 @@ static int run(int argc, char **argv, char **traces)
             long_names = 1;
         } else if (strcmp(a, "--driver-slices") == 0) {
             driver_slices = 1;
+        } else if (strcmp(a, "--rank") == 0) {
+            if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &rank_arg) < 0 ||
+                rank_arg > 0x7fffffff)
+                return mt_cli_fail("export: --rank needs a rank number");
+            want_rank = (int)rank_arg;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: -o needs a file name or -");
             out_path = argv[++i];
@@ -193,48 +296,26 @@ static int run(int argc, char **argv, char **traces)
         return mt_cli_fail("export: --device applies to --format folded and speedscope");
     if (n <= 0) return mt_cli_fail("export: no trace given (see memtrace export --help)");
 
-    mt_analysis **as = calloc((size_t)n, sizeof *as);
-    if (!as) return mt_cli_fail("export: out of memory");
-    int status = 0, tty = isatty(2);
-    char err[512], cwd_buf[4096];
-    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
-    for (int i = 0; i < n && !status; i++) {
-        mt_analyze_options o = {.progress = tty ? progress2 : NULL,
-                                .progress_ctx = traces[i]};
-        int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
-        if (tty) fputs("\r\033[K", stderr);
-        if (rc < 0) status = mt_cli_fail("export: %s", err);
-        else if (cwd) mt_frames_set_base_dir(as[i]->frames, cwd); /* short Python paths */
-    }
-    if (!status && !chrome && have_device) {
-        int found = 0;
-        for (int i = 0; i < n; i++) found |= mt_select_device(as[i], device) != NULL;
-        if (!found) status = mt_cli_fail("export: no trace has that device");
-    }
-    if (!status && !chrome && !speedscope && !have_device) say_device(as, n);
-    mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
-    if (!status && !out) status = mt_cli_fail("export: %s", err);
-    if (out) {
-        int rc;
-        err[0] = 0;
-        if (chrome) {
-            mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
-                                    .progress = tty ? progress : NULL,
-                                    .progress_ctx = (void *)"chrome export", .frames = frames,
-                                    .names = fo.names, .driver_slices = driver_slices};
-            rc = mt_export_chrome(out, as, (size_t)n, &co, err, sizeof err);
-            if (tty) fputs("\r\033[K", stderr);
-        } else {
-            rc = speedscope ? mt_export_speedscope(out, as, (size_t)n, &fo)
-                            : mt_export_folded_opt(out, as, (size_t)n, &fo);
-            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+    char **paths;
+    int np;
+    if (mt_cli_collect_traces(traces, n, &paths, &np) != 0) return 2;
+    if (want_rank >= 0) { /* --rank R: the traces of that rank only */
+        int k = 0;
+        for (int i = 0; i < np; i++) {
+            int32_t r;
+            if (mt_cli_trace_rank(paths[i], &r) && r == want_rank) paths[k++] = paths[i];
+            else free(paths[i]);
         }
-        int close_rc = mt_out_close(out);
-        if (rc < 0) status = mt_cli_fail("export: %s", err);
-        else if (close_rc < 0) status = mt_cli_fail("export: writing %s failed", out_path);
+        np = k;
     }
-    for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
-    free(as);
+    if (np <= 0) {
+        mt_cli_free_traces(paths, np);
+        return mt_cli_fail(want_rank >= 0 ? "export: no trace of that rank"
+                                          : "export: no trace found in what was given");
+    }
+    int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
+                               top_allocs, frames, driver_slices);
+    mt_cli_free_traces(paths, np);
     return status;
 }
 

@@ -41,7 +41,12 @@ static void summarize_one(const char *path, int symbolize, int quiet)
     struct stat sb;
     stat(path, &sb);
     char h1[32], h2[32];
-    fprintf(stderr, "memtrace: %s: %" PRIu64 " events, %s on disk\n", path, a->events,
+    char who[300] = "";
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0) { /* one line per rank */
+        mt_trace_label(a, who, sizeof who - 2);
+        strcat(who, ": ");
+    }
+    fprintf(stderr, "memtrace: %s%s: %" PRIu64 " events, %s on disk\n", who, path, a->events,
             human((uint64_t)sb.st_size, h1, sizeof h1));
     for (size_t i = 0; i < a->n_devices; i++) {
         const mt_device_report *d = &a->devices[i];

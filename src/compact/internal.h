@@ -80,6 +80,8 @@ static inline int mt_counting(unsigned kind, unsigned flags)
     /* a graph memory node: an address fixed at capture, backed from the graph memory pool only
      * while the graph runs (the pool's reservation is what is counted, as POOL_RESERVED) */
     if (kind == MT_KIND_ASYNC && (flags & MT_EF_CAPTURED)) return MT_COUNT_NONE;
+    /* a handle to a peer process's memory (IPC) or an extra reference: not new bytes here */
+    if (flags & (MT_EF_IMPORTED | MT_EF_RETAIN)) return MT_COUNT_NONE;
     return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
 }
 

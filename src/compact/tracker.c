@@ -25,6 +25,10 @@
  *    bounded), else an unmatched free; an ALLOC at a live key closes the old lifetime as
  *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
  *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id.
+ *  - VMM handles are reference-counted: a VMM_PHYSICAL ALLOC flagged RETAIN adds a reference to
+ *    the live handle (NCCL takes handles back from mapped addresses), and a FREE (cuMemRelease)
+ *    drops one; the last one ends the lifetime. A handle flagged IMPORTED is a peer process's
+ *    memory: tracked so its release matches, counted on nobody here.
  *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
  */
 #include <stdlib.h>
@@ -318,9 +322,24 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
     return 0;
 }
 
+/* A live VMM handle, on whichever device (handles are unique in the process). */
+static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
+{
+    mt_lifetime *p = mt_live_find(&t->live, dev, MT_FAM_VMM_PHYSICAL, handle);
+    for (size_t i = 0; i < t->n_usages && !p; i++)
+        if (!t->usages[i].is_host && t->usages[i].device != dev)
+            p = mt_live_find(&t->live, t->usages[i].device, MT_FAM_VMM_PHYSICAL, handle);
+    return p ? p : mt_live_find(&t->live, -1, MT_FAM_VMM_PHYSICAL, handle);
+}
+
 static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
 {
     mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
+    if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
+        p->extra_refs--;
+        return;
+    }
     if (!p && dev < 0 && !is_host_family(fam))
         for (size_t i = 0; i < t->n_usages && !p; i++)
             if (!t->usages[i].is_host && t->usages[i].device != dev)
@@ -424,6 +443,14 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
          * recorder, a thread with no context) is tracked but put on no device. */
         long s = host || dev >= 0 || kind == MT_KIND_VMM_MAP ? slot_index(t, dev, host, now) : -1;
         if (s < 0 && (host || dev >= 0 || kind == MT_KIND_VMM_MAP)) return -1;
+        if (kind == MT_KIND_VMM_PHYSICAL && (e->flags & MT_EF_RETAIN)) {
+            mt_lifetime *p = find_handle(t, dev, e->address);
+            if (p) { /* one more reference to memory already counted */
+                p->extra_refs++;
+                t->an.retained++;
+                return 0;
+            } /* else a handle made before the trace: tracked uncounted, so its release matches */
+        }
         int rc = kind == MT_KIND_VMM_MAP ? do_map(t, e, (size_t)s)
                                          : do_alloc(t, e, kind, fam, dev, s);
         if (rc < 0) return -1;

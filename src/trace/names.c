@@ -87,6 +87,8 @@ static const struct {
     {550, "cuMemRelease"},
     {551, "cuMemMap"},
     {552, "cuMemUnmap"},
+    {555, "cuMemImportFromShareableHandle"},
+    {565, "cuMemRetainAllocationHandle"},
     {598, "cuMemAllocAsync"},
     {599, "cuMemAllocAsync_ptsz"},
     {600, "cuMemFreeAsync"},

@@ -4,7 +4,7 @@
 Runs `report --json` (one trace, several, --by-line, a truncated trace), `check --json` and
 `diff --json` over the GPU-recorded fixtures and the synthetic traces of make_ci_traces, and fails
 when
-  * an output's "schema" is not the page's current schema number;
+  * an output's "schema" is not the page's current schema number, or an object has a key twice;
   * an output has a field the page does not list (for that command);
   * a field the page lists as always present is missing from an object that has its parent;
   * a field the page lists is never seen (the page lists nothing that is not written, and this
@@ -102,10 +102,18 @@ class Seen:
                 self.walk(doc, x, path + "[]", count_instances)
 
 
+def no_duplicates(pairs):
+    """object_pairs_hook: a key twice in one object is an error (json.loads keeps the last)."""
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    assert not dup, "duplicate keys %s in one object" % dup
+    return dict(pairs)
+
+
 def run(memtrace, *args, cwd=None, ok=(0,)):
     r = subprocess.run([memtrace, *args], capture_output=True, text=True, cwd=cwd)
     assert r.returncode in ok, "%s: exit %d: %s" % (" ".join(args), r.returncode, r.stderr)
-    return json.loads(r.stdout)
+    return json.loads(r.stdout, object_pairs_hook=no_duplicates)
 
 
 def corpus(memtrace, make_traces, data, tmp):

@@ -21,7 +21,15 @@ typedef struct tb {
     char path[1024];
 } tb;
 
+static int tb_open_ranked(tb *b, const char *dir, const char *name, uint32_t pid, int rank);
+
 static int tb_open(tb *b, const char *dir, const char *name, uint32_t pid)
+{
+    return tb_open_ranked(b, dir, name, pid, -1);
+}
+
+/* rank >= 0: a rank of a job of 2 (the trace header's rank fields, as torchrun sets them) */
+static int tb_open_ranked(tb *b, const char *dir, const char *name, uint32_t pid, int rank)
 {
     memset(b, 0, sizeof *b);
     snprintf(b->path, sizeof b->path, "%s/%s", dir, name);
@@ -31,7 +39,14 @@ static int tb_open(tb *b, const char *dir, const char *name, uint32_t pid)
         return -1;
     }
     mt_file_header h = {.version = MT_TRACE_VERSION, .pid = pid, .start_monotonic_ns = T0,
-                        .start_realtime_ns = REAL0};
+                        .start_realtime_ns = REAL0, .rank = -1, .local_rank = -1,
+                        .world_size = -1, .node_rank = -1};
+    if (rank >= 0) {
+        h.flags |= MT_HDR_RANK;
+        h.rank = h.local_rank = rank;
+        h.world_size = 2;
+        h.node_rank = 0;
+    }
     b->w = mt_writer_open_fd(b->fd, &h, 0);
     if (!b->w) {
         fprintf(stderr, "%s: cannot start the trace\n", b->path);
@@ -245,7 +260,7 @@ static int rank_trace(const char *dir, int rank)
     char name[32], cmd[64];
     snprintf(name, sizeof name, "rank%d.mtrace", rank);
     snprintf(cmd, sizeof cmd, "python3 train.py --rank %d", rank);
-    if (tb_open(&b, dir, name, 3000 + (uint32_t)rank) < 0) return -1;
+    if (tb_open_ranked(&b, dir, name, 3000 + (uint32_t)rank, rank) < 0) return -1;
     process(&b, 3000 + (uint32_t)rank, "python3", cmd);
     gpu(&b, rank);
     module(&b, 1, "/opt/app/train", 0x400000, 0x410000);

@@ -51,7 +51,9 @@
 #define CI_MOVED_ONLY_BASE (7 * CI_MiB)
 #define CI_MOVED_ONLY_NEW (6 * CI_MiB)
 
-/* rank0.mtrace, rank1.mtrace — two ranks of one job, each on its own GPU: rank 1 peaks higher. */
+/* rank0.mtrace, rank1.mtrace — ranks 0 and 1 of a job (the trace header says so, host
+ * "ci-runner"), each on its own GPU: rank 1 peaks higher. */
+#define CI_RANK_LABEL(r) "rank " #r " (ci-runner)"
 #define CI_RANK0_PEAK (10 * CI_MiB)
 #define CI_RANK1_PEAK (12 * CI_MiB)
 

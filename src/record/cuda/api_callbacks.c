@@ -49,6 +49,8 @@ static const struct traced_call {
     {CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, 0},
     {CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, CALL_RELEASE},
     {CUPTI_DRIVER_TRACE_CBID_cuMemCreate, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemRetainAllocationHandle, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemImportFromShareableHandle, 0},
     {CUPTI_DRIVER_TRACE_CBID_cuMemRelease, CALL_RELEASE},
     /* mapped ranges show up as device memory records */
     {CUPTI_DRIVER_TRACE_CBID_cuMemMap, CALL_MEMORY2},
@@ -273,6 +275,22 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         if (ok) ev->address = (uint64_t)*p->handle;
         return 1;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRetainAllocationHandle: {
+        /* a handle is reference-counted: NCCL takes one back from a mapped address, then
+         * releases it; only the last release frees the memory */
+        const cuMemRetainAllocationHandle_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->flags |= MT_EF_RETAIN;
+        if (ok && p->handle) ev->address = (uint64_t)*p->handle;
+        return ok; /* a failed retain is not a failed allocation */
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemImportFromShareableHandle: {
+        /* another process's memory (a peer's buffers, over IPC): tracked so that its release
+         * matches, counted as nobody's here */
+        const cuMemImportFromShareableHandle_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->flags |= MT_EF_IMPORTED;
+        if (ok && p->handle) ev->address = (uint64_t)*p->handle;
+        return ok;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
         const cuMemRelease_params *p = params;
         ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_PHYSICAL, ev->address = (uint64_t)p->handle;
@@ -443,7 +461,8 @@ void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_n
     /* PyTorch's segments: its cache, around the tensors (tensor_hooks.c). Rare calls, so the
      * extra walk up the stack costs nothing that shows. */
     if ((ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED) &&
-        (ev->kind == MT_KIND_DEVICE || ev->kind == MT_KIND_VMM_PHYSICAL) && mt_called_from_c10(r)) {
+        (ev->kind == MT_KIND_DEVICE || ev->kind == MT_KIND_VMM_PHYSICAL) &&
+        !(ev->flags & (MT_EF_RETAIN | MT_EF_IMPORTED)) && mt_called_from_c10(r)) {
         ev->flags |= MT_EF_SEGMENT;
         if (atomic_load_explicit(&r->tensors.active, memory_order_relaxed))
             ev->flags |= MT_EF_TENSORS_TRACKED;

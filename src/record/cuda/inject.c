@@ -11,7 +11,8 @@
  * untraced. The program's own output, exit status and behaviour are never changed.
  *
  * Environment (set by `memtrace record`; all optional):
- *   MEMTRACE_OUTPUT    path pattern: %p pid, %c command name, %h host name, %% a percent sign
+ *   MEMTRACE_OUTPUT    path pattern: %p pid, %c command name, %h host name, %r the rank (the pid
+ *                      when the process has none), %% a percent sign
  *                      (default memtrace.%c.%p.mtrace in the working directory)
  *   MEMTRACE_FORCE     1: replace an existing file (default: never overwrite, O_EXCL)
  *   MEMTRACE_CUPTI     libcupti to load when the process has none loaded yet
@@ -289,6 +290,9 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     sc.header.pid = (uint32_t)getpid();
     sc.header.start_monotonic_ns = mt_now_ns();
     sc.header.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    char rank_from[64];
+    int has_rank = mt_rank_from_env(&sc.header, rank_from, sizeof rank_from);
+    r->rank = has_rank ? sc.header.rank : -1;
     r->sink = mt_sink_start(&sc);
     if (!r->sink) {
         mt_warn_once("sink", "cannot start the trace writer; the program runs untraced");
@@ -303,6 +307,10 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
                                   .comm = r->comm, .cmdline = cmdline, .hostname = host};
     mt_sink_put_copy(r->sink, &proc);
     mt_trace_note(MT_NOTE_INFO, "libcupti: %s", cupti_path);
+    if (has_rank)
+        mt_trace_note(MT_NOTE_INFO, "rank %d of %d (local rank %d, node %d), from %s",
+                      (int)sc.header.rank, (int)sc.header.world_size, (int)sc.header.local_rank,
+                      (int)sc.header.node_rank, rank_from);
     stacks_init(r);
     mt_find_c10(r);
 

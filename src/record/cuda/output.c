@@ -8,8 +8,10 @@
 
 #include "recorder.h"
 
-/* Expands the output pattern. Returns 0, or -1 if the result would not fit. */
-static int expand_pattern(const char *pattern, const char *comm, char *out, size_t len)
+/* Expands the output pattern (%p pid, %c command, %h host, %r rank or else pid, %%). Returns 0, or
+ * -1 if the result would not fit. */
+static int expand_pattern(const char *pattern, const char *comm, int32_t rank, char *out,
+                          size_t len)
 {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -20,6 +22,7 @@ static int expand_pattern(const char *pattern, const char *comm, char *out, size
         if (*p == '%' && p[1]) {
             switch (*++p) {
             case 'p': snprintf(tmp, sizeof tmp, "%d", (int)getpid()); break;
+            case 'r': snprintf(tmp, sizeof tmp, "%d", rank >= 0 ? (int)rank : (int)getpid()); break;
             case 'c': add = comm; break;
             case 'h': add = host; break;
             case '%': add = "%"; break;
@@ -43,7 +46,7 @@ int mt_output_open(mt_recorder *r)
     const char *pattern = getenv("MEMTRACE_OUTPUT");
     if (!pattern || !*pattern) pattern = "memtrace.%c.%p.mtrace";
     const char *comm = r->comm[0] ? r->comm : "process";
-    if (expand_pattern(pattern, comm, r->cfg.output, sizeof r->cfg.output) != 0) {
+    if (expand_pattern(pattern, comm, r->rank, r->cfg.output, sizeof r->cfg.output) != 0) {
         mt_warn_once("path", "output path too long: not tracing this process");
         return -1;
     }

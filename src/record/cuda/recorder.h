@@ -148,6 +148,7 @@ typedef struct mt_recorder {
     mt_sink *sink;        /* its file is created with the first CUDA context (or event) */
     pthread_mutex_t open_lock; /* one thread creates the file */
     char comm[64];
+    int32_t rank;                    /* from the launcher's environment; -1 none */
     mt_trie *trie;
     mt_modules *modules;
     mt_gpu_sampler *sampler;         /* NVML sampling thread; NULL when NVML is unavailable */
