@@ -358,6 +358,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
+    if (ro->json_schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
     key(o, "trace");
     mt_out_json_string(o, a->path);
     mt_out_write(o, ",", 1);
@@ -365,7 +366,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
-    key(o, "host");
+    key(o, "hostname"); /* "host" is the pinned host memory's object below */
     mt_out_json_string(o, a->hostname);
     mt_out_write(o, ",", 1);
     char label[256];
@@ -509,9 +510,11 @@ int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_o
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
     if (!ro.top) ro.top = 10;
-    if (n != 1) mt_out_puts(o, "{\"traces\":[");
+    /* "schema" opens the top-level object: the trace's, or the one around several */
+    if (n != 1) mt_out_printf(o, "{\"schema\":%d,\"traces\":[", MT_JSON_SCHEMA);
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
+        ro.json_schema = n == 1;
         if (trace_object(o, a[i], &ro) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");
