@@ -128,7 +128,7 @@ static void fit_object(mt_out *o, const mt_category_fit *f)
 /* null without tensors, else {"optimizer", "optimizer_state_in_w", "w_bytes", "rows": [{"name",
  * "outside", "bytes", "textbook_bytes" (or null), "difference_bytes", "why", "fit" (gradients and
  * optimizer state: fit_object)}], "tensors_bytes", "total_bytes", "textbook_bytes", "process_known", "after_backward": null or {"time_ns",
- * "by_category": {name: bytes}, "gradients_fit"}} */
+ * "by_category": [{"name", "bytes"}], "gradients_fit"}} */
 static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_report *d)
 {
     mt_cat_table t;
@@ -180,15 +180,19 @@ static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_r
     mt_out_write(o, "{", 1);
     u64f(o, "time_ns", d->after_backward_time_ns, 1);
     key(o, "by_category");
-    mt_out_write(o, "{", 1);
+    mt_out_write(o, "[", 1);
     int first = 1;
     for (unsigned c = MT_CAT_PARAMETERS; c < mt_category_count(a->categories) && c < MT_CAT_MAX; c++) {
         if (!d->by_category_after_backward[c]) continue;
-        if (!first) mt_out_write(o, ",", 1);
+        mt_out_puts(o, first ? "{" : ",{");
         first = 0;
-        u64f(o, mt_category_name(a->categories, c), d->by_category_after_backward[c], 0);
+        key(o, "name");
+        mt_out_json_string(o, mt_category_name(a->categories, c));
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->by_category_after_backward[c], 0);
+        mt_out_write(o, "}", 1);
     }
-    mt_out_puts(o, "},");
+    mt_out_puts(o, "],");
     key(o, "gradients_fit");
     fit_object(o, &d->fit_after_backward[0]);
     mt_out_puts(o, "}}");
