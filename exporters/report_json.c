@@ -128,7 +128,7 @@ static void fit_object(mt_out *o, const mt_category_fit *f)
 /* null without tensors, else {"optimizer", "optimizer_state_in_w", "w_bytes", "rows": [{"name",
  * "outside", "bytes", "textbook_bytes" (or null), "difference_bytes", "why", "fit" (gradients and
  * optimizer state: fit_object)}], "tensors_bytes", "total_bytes", "textbook_bytes", "process_known", "after_backward": null or {"time_ns",
- * "by_category": {name: bytes}, "gradients_fit"}} */
+ * "by_category": [{"name", "bytes"}], "gradients_fit"}} */
 static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_report *d)
 {
     mt_cat_table t;
@@ -180,15 +180,19 @@ static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_r
     mt_out_write(o, "{", 1);
     u64f(o, "time_ns", d->after_backward_time_ns, 1);
     key(o, "by_category");
-    mt_out_write(o, "{", 1);
+    mt_out_write(o, "[", 1);
     int first = 1;
     for (unsigned c = MT_CAT_PARAMETERS; c < mt_category_count(a->categories) && c < MT_CAT_MAX; c++) {
         if (!d->by_category_after_backward[c]) continue;
-        if (!first) mt_out_write(o, ",", 1);
+        mt_out_puts(o, first ? "{" : ",{");
         first = 0;
-        u64f(o, mt_category_name(a->categories, c), d->by_category_after_backward[c], 0);
+        key(o, "name");
+        mt_out_json_string(o, mt_category_name(a->categories, c));
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->by_category_after_backward[c], 0);
+        mt_out_write(o, "}", 1);
     }
-    mt_out_puts(o, "},");
+    mt_out_puts(o, "],");
     key(o, "gradients_fit");
     fit_object(o, &d->fit_after_backward[0]);
     mt_out_puts(o, "}}");
@@ -358,6 +362,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
+    if (ro->json_schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
     key(o, "trace");
     mt_out_json_string(o, a->path);
     mt_out_write(o, ",", 1);
@@ -365,7 +370,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
-    key(o, "host");
+    key(o, "hostname"); /* "host" is the pinned host memory's object below */
     mt_out_json_string(o, a->hostname);
     mt_out_write(o, ",", 1);
     char label[256];
@@ -509,9 +514,11 @@ int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_o
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
     if (!ro.top) ro.top = 10;
-    if (n != 1) mt_out_puts(o, "{\"traces\":[");
+    /* "schema" opens the top-level object: the trace's, or the one around several */
+    if (n != 1) mt_out_printf(o, "{\"schema\":%d,\"traces\":[", MT_JSON_SCHEMA);
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
+        ro.json_schema = n == 1;
         if (trace_object(o, a[i], &ro) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");

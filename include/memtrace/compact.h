@@ -93,6 +93,9 @@ void mt_frames_set_base_dir(mt_frames *f, const char *dir);
 int mt_frames_has_python(const mt_frames *f);
 /* filter, with MT_FRAMES_AUTO replaced by what it means for this trace. */
 mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter);
+/* A Python file as MT_NAME_SHORT names it (see frames.c): below site-packages the package path,
+ * under the base dir relative to it, else the last two components. Points into path. */
+const char *mt_frames_short_path(const mt_frames *f, const char *path);
 /* Filename and qualname of a Python code object; 0 if the trace has no PYCODE for it. */
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
 /* The innermost Python frame of stack leaf (with file != NULL: the innermost whose file matches,
@@ -491,6 +494,144 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
 void mt_analysis_free(mt_analysis *a);
 /* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
 const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
+
+/* ---- PyTorch's allocator numbers (allocator_peaks.c) ------------------------------------------- */
+
+/* A device's torch.cuda.max_memory_allocated() and max_memory_reserved(), from whichever records
+ * the trace has. "Allocated" is known only when the tensors are in the trace. */
+typedef struct mt_allocator_peaks {
+    int allocated_known;
+    uint64_t allocated_peak;  /* record --tensors: the peak of live tensors (MT_KIND_TENSOR);
+                                 --tensors=async (backend:cudaMallocAsync, its pools seen): the
+                                 peak of live cudaMallocAsync bytes (MT_KIND_ASYNC) */
+    uint8_t allocated_kind;   /* MT_KIND_TENSOR or MT_KIND_ASYNC (when known) */
+    uint64_t counter_peak;    /* tensor mode: PyTorch's own counter as it reported it
+                                 (u.tensor_counter_peak); equal to allocated_peak when memtrace
+                                 missed no report; 0 otherwise */
+    int reserved_known;
+    uint64_t reserved_peak;   /* PyTorch's segments (MT_EF_SEGMENT) when the trace has them, else
+                                 the pools' reservation (POOL_RESERVED) */
+    const char *reserved_source; /* "PyTorch segments", "pool reservations" or NULL */
+} mt_allocator_peaks;
+
+/* Fills p for device report d of analysis a. A trace recorded with --tensors has tensor events on
+ * some device: then a device without any has an allocated peak of 0 (known). Same for a
+ * backend:cudaMallocAsync trace. Host memory has neither. */
+void mt_allocator_peaks_of(const mt_analysis *a, const mt_device_report *d, mt_allocator_peaks *p);
+/* The kind that holds a's allocated bytes: MT_KIND_TENSOR (record --tensors), MT_KIND_ASYNC
+ * (backend:cudaMallocAsync with its pools seen), or -1 when the trace cannot tell them. */
+int mt_allocated_kind(const mt_analysis *a);
+
+/* What was live of one allocation kind on device d at the first moment that kind reached its own
+ * peak (d->u.by_kind_peak[kind]): the stacks of the tensors at the tensor peak. Re-reads the trace
+ * (one pass, stopping there). *time_ns (may be NULL) gets the moment, since the trace start. 0, or
+ * -1 with a one-line reason in err. */
+int mt_kind_peak_stacks(const mt_analysis *a, const mt_device_report *d, unsigned kind,
+                        mt_stack_list *out, uint64_t *time_ns, char *err, size_t errlen);
+
+/* ---- Budgets (budget.c): `memtrace check` ------------------------------------------------------ */
+
+typedef enum mt_budget_kind {
+    MT_BUDGET_PEAK = 0,           /* a GPU's peak of device bytes (peak_bytes) */
+    MT_BUDGET_ALLOCATED_PEAK = 1, /* max_memory_allocated (mt_allocator_peaks): refused on a trace
+                                     without tensors */
+    MT_BUDGET_LIVE_AT_EXIT = 2,   /* bytes held by the program at the end (leak_bytes): never an
+                                     allocator's cache, a library's workspace or the driver's */
+    MT_BUDGET_FAILED = 3,         /* failed allocation requests (a count) */
+    MT_BUDGETS_ = 4,
+} mt_budget_kind;
+
+#define MT_BUDGET_ALL_DEVICES (-1000) /* mt_budgets.device: every GPU of the trace */
+
+typedef struct mt_budgets {
+    int device;               /* an ordinal, or MT_BUDGET_ALL_DEVICES */
+    int set[MT_BUDGETS_];     /* which budgets apply */
+    uint64_t limit[MT_BUDGETS_]; /* bytes, or a count for MT_BUDGET_FAILED */
+} mt_budgets;
+
+/* One budget on one device (or, for failed requests without a device, the whole trace). */
+typedef struct mt_verdict {
+    mt_budget_kind kind;
+    const mt_device_report *d; /* NULL: the whole trace (failed requests), or a trace with no GPU */
+    uint64_t value, limit;
+    int exceeded;              /* value > limit */
+    uint64_t time_ns;          /* since the trace start: when a peak was first reached (the
+                                  allocated peak's moment comes from a re-read); live at exit:
+                                  the end of the trace; failed requests: 0 */
+    uint64_t counter;          /* allocated peak in tensor mode: PyTorch's own counter */
+    /* When exceeded, what makes value, largest first: the stacks live at the peak, the tensors live
+     * at the tensor peak (a re-read of the trace), what the program held at exit, or the stacks of
+     * the failed requests (bytes = bytes requested). Empty when the budget holds. */
+    mt_stack_list stacks;
+    uint64_t stacks_whole;     /* what the stacks' shares are of */
+} mt_verdict;
+
+/* The verdicts of every budget set in b on analysis a, in device order (per device: peak,
+ * allocated peak, live at exit; failed requests per device with b->device, else once for the
+ * trace after them). 0; -1 with a one-line reason in err when the budgets cannot be checked on
+ * this trace (no such device, no tensors for an allocated-peak budget) or out of memory. */
+int mt_check_budgets(const mt_analysis *a, const mt_budgets *b, mt_verdict **out, size_t *n,
+                     char *err, size_t errlen);
+void mt_verdicts_free(mt_verdict *v, size_t n);
+/* "peak", "allocated peak", "live at exit", "failed requests". */
+const char *mt_budget_name(mt_budget_kind k);
+
+/* ---- Comparing two runs (compare.c): `memtrace diff` ------------------------------------------ */
+
+/* One stack in both runs, matched by its frames' names (the user view for Python programs, short
+ * names; CUDA's own leaf frames and unsymbolized frames left out of the match, locations reduced to
+ * their file name), never by stack id or address: runs on other machines, pids and builds and in
+ * other directories compare. */
+typedef struct mt_stack_delta {
+    const char *const *frames; /* names, root first: NEW's when it has the stack, else BASE's */
+    const uint8_t *flags;      /* MT_FF_* of each name */
+    size_t n_frames;
+    uint64_t base_bytes, base_count, new_bytes, new_count; /* count 0: not in that run */
+    int moved;                 /* matched only once line numbers were ignored (the code moved) */
+} mt_stack_delta;
+
+/* One Python line at the peak in both runs, matched by (file name, function, line). */
+typedef struct mt_line_delta {
+    const char *file;          /* short path (mt_frames_short_path) */
+    const char *function;
+    uint32_t base_line, new_line; /* 0: not in that run */
+    uint64_t base_bytes, new_bytes;  /* live at the peak */
+    uint64_t base_alloc, new_alloc;  /* ever allocated */
+    int moved;                 /* matched by file and function once line numbers were ignored */
+} mt_line_delta;
+
+typedef struct mt_device_delta {
+    int32_t device;                       /* CUDA ordinal (-1: the unknown device) */
+    const mt_device_report *base, *new_;  /* NULL: the device is not in that run */
+    mt_allocator_peaks base_alloc, new_alloc;
+    mt_stack_delta *stacks;  /* live at either peak; change (new - base) descending */
+    size_t n_stacks;
+    mt_stack_delta *leaks;   /* held by the program at either end; the same order */
+    size_t n_leaks;
+    mt_line_delta *lines;    /* Python lines live at either peak; the same order */
+    size_t n_lines;
+} mt_device_delta;
+
+typedef struct mt_diff {
+    const mt_analysis *base, *new_;
+    mt_device_delta *devices; /* GPUs of either run, by ordinal */
+    size_t n_devices;
+    int modes_differ;         /* one run has tensors (or cudaMallocAsync pools), the other not:
+                                 their peaks count different things */
+    struct mt_diff_arena *arena; /* names and arrays the deltas point into */
+} mt_diff;
+
+/* Compares NEW with BASE. Frames are named in MT_NAME_SHORT (a base dir set on the analyses'
+ * frames shapes what is shown; matching uses file names only). 0, or -1 when out of memory. */
+int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff **out);
+void mt_diff_free(mt_diff *d);
+/* new - base as a signed number (saturating). */
+int64_t mt_delta(uint64_t base, uint64_t new_);
+/* NEW's peak over BASE's on dd's device in percent: (new - base) / base * 100; +infinity when only
+ * NEW has bytes there, 0 when neither has, -100 when the device is gone. */
+double mt_peak_change_pct(const mt_device_delta *dd);
+/* `diff --fail-on-increase PCT`: 1 when some device's peak grew by more than pct percent. */
+int mt_diff_exceeds(const mt_diff *d, double pct);
 
 /* ---- Ranks: several traces of one distributed job (ranks.c) ------------------------------------ */
 

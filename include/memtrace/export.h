@@ -1,5 +1,6 @@
-/* memtrace/export.h — what a person reads: text/JSON reports, folded stacks for flame graphs, and
- * Chrome Trace Event JSON for Perfetto, all built from mt_analysis (memtrace/compact.h).
+/* memtrace/export.h — what a person reads: text/JSON/Markdown reports, folded stacks for flame
+ * graphs, speedscope files, Chrome Trace Event JSON for Perfetto, and the outputs of `check` and
+ * `diff`, all built from analyses (memtrace/compact.h).
  * Every writer goes through mt_out, a buffered sink that is a FILE or a gzip stream. */
 #ifndef MEMTRACE_EXPORT_H
 #define MEMTRACE_EXPORT_H
@@ -41,11 +42,13 @@ typedef struct mt_report_options {
     int full_stacks;        /* text: every frame (no chain elision, CUDA frames at the leaf kept) */
     int by_line;            /* the per-Python-line table (text: instead of the stack trees) */
     const char *by_line_file; /* by_line: attribute to the innermost frame in this file */
+    int json_schema;        /* JSON: the trace's object starts with "schema" (it is the document) */
 } mt_report_options;
 
 /* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
 int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
-/* JSON report: with n == 1 the object of that trace; with n > 1 {"traces": [object, ...]}.
+/* JSON report: with n == 1 the object of that trace; with n > 1 {"schema", "traces": [object,
+ * ...]}; the top-level object starts with "schema": MT_JSON_SCHEMA (docs/json.md).
  * Each object: {"trace", "pid", "command", "devices": [{"device", "peak_bytes", "peak_time_ns",
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */
@@ -168,6 +171,63 @@ mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
                                   uint64_t base_realtime_ns);
 int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
 int mt_chrome_end(mt_chrome_stream *s);
+
+/* ---- JSON schema, Markdown, check and diff ---------------------------------------------------- */
+
+/* "schema" of every JSON document memtrace writes (report, check, diff): raised whenever a field is
+ * removed, renamed or changes meaning; adding a field keeps it. docs/json.md lists the fields of
+ * each schema and tests/py/check_json_schema.py holds the outputs to it. */
+#define MT_JSON_SCHEMA 1
+
+/* `report --markdown`: a short summary for GitHub ($GITHUB_STEP_SUMMARY, pull-request comments).
+ * A table with a row per GPU of every trace (peak, allocated peak, reserved peak, live at exit,
+ * held by the program at exit, failed requests), then per GPU the top stacks and Python lines at
+ * the peak (opt->top each) and any failed requests. Built one analysis at a time, like the rank
+ * table: begin with the number of traces; add each analysis (its rows are kept, small; its
+ * sections are written to `sections` at once, none when NULL); end writes the heading, the table
+ * and its note to o (NULL: only frees) and frees r. The caller puts the sections after them.
+ * Each returns 0, -1 when out of memory. */
+typedef struct mt_md_report mt_md_report;
+mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt);
+int mt_md_report_add(mt_md_report *r, mt_out *sections, mt_analysis *a);
+int mt_md_report_end(mt_md_report *r, mt_out *o);
+
+typedef enum mt_doc_format {
+    MT_FORMAT_TEXT = 0,
+    MT_FORMAT_JSON = 1,
+    MT_FORMAT_MARKDOWN = 2,
+} mt_doc_format;
+
+typedef struct mt_check_options {
+    mt_doc_format format;
+    const mt_budgets *budgets;
+    size_t top; /* stacks shown for each budget exceeded; 0 = 5 */
+} mt_check_options;
+
+/* `memtrace check`'s output: every verdict (which budget, on which trace and GPU, the value, the
+ * limit, by how much it is exceeded or what is left), for each one exceeded the stacks that make
+ * the value, then the overall verdict (text: last; JSON and Markdown: first). Traces come one at a
+ * time (a job's ranks need the memory of the largest one): begin, add each trace's analysis and
+ * verdicts (mt_check_budgets; both may be freed after), end writes what remains to o (with
+ * finish; without, nothing more: a check that met bad input has no overall verdict) and frees
+ * the stream. add and end return 0, -1 when out of memory or a temporary file failed. */
+typedef struct mt_check_stream mt_check_stream;
+mt_check_stream *mt_check_begin(mt_out *o, const mt_check_options *opt);
+int mt_check_add(mt_check_stream *s, mt_analysis *a, const mt_verdict *v, size_t n);
+int mt_check_end(mt_check_stream *s, int finish);
+
+typedef struct mt_diff_options {
+    mt_doc_format format;
+    size_t top;      /* entries per list (grew, shrank, new, gone; lines); 0 = 10 */
+    int gate;        /* --fail-on-increase was given */
+    double fail_pct; /* its percentage */
+} mt_diff_options;
+
+/* `memtrace diff`'s output: per GPU the peak, allocated peak, reserved peak, live at exit, held by
+ * the program at exit, failed requests and bytes allocated in both runs and their change; the
+ * stacks and Python lines at the peak that grew and shrank most, new and gone; what the program
+ * held at exit that changed; with gate, the verdict. Returns 0, -1 when out of memory. */
+int mt_export_diff(mt_out *o, const mt_diff *d, const mt_diff_options *opt);
 
 /* ---- HTML report ------------------------------------------------------------------------------- */
 

@@ -524,3 +524,8 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
     }
     return 0;
 }
+
+const char *mt_frames_short_path(const mt_frames *f, const char *path)
+{
+    return short_path(f, path);
+}
