@@ -339,6 +339,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     if (mt_live_insert(&t->live, &l) < 0) return -1;
+    if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
         t->an.unknown_device++;
         return 0;
