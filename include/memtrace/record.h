@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "memtrace/trace.h"
+#include "memtrace/unwind.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -109,58 +110,7 @@ void mt_sink_stop_keeping_memory(mt_sink *s, mt_sink_stats *stats);
 /* In a fork()ed child (no writer thread there): forget the sink without touching it further. */
 void mt_sink_abandon_in_child(mt_sink *s);
 
-/* ---- Unwinder --------------------------------------------------------------------------------- */
-
-#define MT_MAX_FRAMES 128
-
-/* Return addresses of the calling thread's stack, innermost first, starting `skip` frames above
- * the caller of mt_unwind (skip = 0: the first entry is mt_unwind's caller's return address).
- * Reads only the thread's own stack and mapped unwind tables; never faults. Returns the count;
- * *truncated is set when it stopped for any reason other than reaching the outermost frame. */
-int mt_unwind(uint64_t *ips, int max, int skip, int *truncated);
-/* The same, with a hint: walks made under the same key from the same stack depth are remembered
- * together, so a call site that allocates again (next training step) validates its earlier walk
- * instead of unwinding. Any key is correct (the result never depends on it); a key that tells call
- * sites apart (the recorder uses the innermost Python frame) makes it fast.
- * *walk_id (may be NULL): nonzero when the calling thread remembers this exact result under that
- * id — an earlier walk with the same id returned the same frames and truncation, so whatever the
- * caller derived from them then still holds; 0 when it is not remembered. */
-int mt_unwind_keyed(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
-                    uint64_t *walk_id);
-/* The same, for a caller that may not need the frames (the recorder, whose own memo usually
- * knows the stack a walk id stands for): when the thread remembers this walk whole, only
- * *walk_id and *truncated are set and MT_UNWIND_LATER is returned. mt_unwind_recall(walk_id, ...)
- * with the same max and skip then copies those frames, if no other walk ran on this thread in
- * between; it returns -1 (nothing copied) when one did. Otherwise as mt_unwind_keyed.
- * mt_unwind_slot(walk_id): MT_UNWIND_SLOT_BYTES bytes (8-byte aligned) that belong to the
- * thread's latest walk while walk_id names it (NULL otherwise), zero whenever that walk was stored
- * or changed, for what the caller derives from its frames. They sit in the lines the check has
- * just read.
- * Why: every line read at an allocation is a miss in a busy program, and misses that wait on
- * each other add up (see src/record/unwind_memo.h). */
-#define MT_UNWIND_LATER (-1)
-#define MT_UNWIND_SLOT_BYTES 64
-int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip, int *truncated, uint64_t key,
-                         uint64_t *walk_id);
-void *mt_unwind_slot(uint64_t walk_id);
-/* A walk under `key` is coming on this thread: starts fetching what its check will read, so that
- * the misses overlap with what the caller does meanwhile (the recorder reads the Python frames).
- * Does nothing for key 0. */
-void mt_unwind_prefetch(uint64_t key);
-int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated);
-/* What the walks cost, totals since the process started. Exact for the calling thread; other
- * threads' last (< 64) walks may not be counted yet. */
-typedef struct mt_unwind_totals {
-    uint64_t walks;
-    uint64_t memo_hits;          /* walks that ended on an earlier walk's frames */
-    uint64_t whole_hits;         /* ... of which an earlier walk was the whole result */
-    uint64_t keyless;            /* walks without a key (mt_unwind, or key 0) */
-    uint64_t keyless_whole_hits; /* ... of which an earlier walk was the whole result */
-    uint64_t ways_checked;       /* remembered walks compared as a whole */
-    uint64_t rule_steps;         /* frames stepped with a cached or parsed rule */
-    uint64_t rule_misses;        /* rule-cache misses (CFI parsed) */
-} mt_unwind_totals;
-void mt_unwind_stats(mt_unwind_totals *t);
+/* ---- Unwinder: memtrace/unwind.h ---------------------------------------------------------------- */
 
 /* ---- Stack trie ------------------------------------------------------------------------------- */
 
@@ -219,15 +169,7 @@ void mt_modules_free(mt_modules *mods);
  * variable it came from, "" when none. */
 int mt_rank_from_env(mt_file_header *h, char *source, size_t len);
 
-/* ---- Control from inside the traced program ---------------------------------------------------- */
-
-/* Defined by the recorder (libmemtrace_inject.so), not by these libraries: a program recorded by
- * `memtrace record` finds it with dlsym(RTLD_DEFAULT, "memtrace_set_paused") (Python:
- * ctypes.CDLL(None).memtrace_set_paused). 1 pauses recording, 0 resumes it; returns the previous
- * state, or -1 when the process is not being recorded. What happens while paused is not in the
- * trace (a tensor allocated before and freed during a pause looks leaked). Made for measuring what
- * recording costs inside one process (samples/cifar.py --ab) and for leaving out phases. */
-int memtrace_set_paused(int paused);
+/* ---- Control from inside the traced program: memtrace/pause.h --------------------------------- */
 
 /* ---- Import-slot patching (got_patch.c) ------------------------------------------------------ */
 

@@ -48,9 +48,9 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
 
 static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
 {
-    atomic_fetch_add_explicit(&r->activity_records, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->activity.records, 1, memory_order_relaxed);
     int is_alloc = m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-    if (mt_corr_has(&r->corr, m->correlationId)) return; /* the callbacks have it */
+    if (mt_corr_has(&r->activity.corr, m->correlationId)) return; /* the callbacks have it */
     /* Pool allocations are the hooks' while they record (no correlation id to match them by). */
     if (atomic_load_explicit(&r->hooks.active, memory_order_relaxed) &&
         m->memoryPoolConfig.memoryPoolType != CUPTI_ACTIVITY_MEMORY_POOL_TYPE_INVALID)
@@ -93,14 +93,16 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
+#define ACTIVITY_FLUSH_MS 500 /* driver-internal allocations reach the trace within half a second */
+
 int mt_activity_start(mt_recorder *r)
 {
     if (r->cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
         return -1;
     if (r->cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS) return -1;
     /* CUPTI's own worker delivers full and partial buffers at least this often. */
-    if (r->cupti.ActivityFlushPeriod) r->cupti.ActivityFlushPeriod(500);
-    r->activity_on = 1;
+    if (r->cupti.ActivityFlushPeriod) r->cupti.ActivityFlushPeriod(ACTIVITY_FLUSH_MS);
+    r->activity.on = 1;
     return 0;
 }
 
@@ -114,7 +116,7 @@ void mt_activity_yield(mt_recorder *r)
 
 void mt_activity_taken(mt_recorder *r)
 {
-    if (atomic_exchange(&r->activity_stopped, 1)) return;
+    if (atomic_exchange(&r->activity.stopped, 1)) return;
     mt_trace_note(MT_NOTE_WARNING, "activity enrichment stopped: %s registered its own CUPTI "
                   "activity buffers (the activity API is one per process); driver-internal "
                   "allocations from here to the end are not in the trace, everything the API "
@@ -129,35 +131,35 @@ void mt_activity_flush(mt_recorder *r)
 
 void mt_activity_tick(mt_recorder *r)
 {
-    if (!r->activity_on || atomic_load(&r->activity_stopped)) return;
-    uint64_t calls = atomic_load(&r->memory_api_calls);
-    uint64_t recs = atomic_load(&r->activity_records);
+    if (!r->activity.on || atomic_load(&r->activity.stopped)) return;
+    uint64_t calls = atomic_load(&r->activity.memory_api_calls);
+    uint64_t recs = atomic_load(&r->activity.records);
     uint64_t now = mt_now_ns();
-    if (recs != r->last_activity_records || calls == r->last_memory_api_calls) {
-        r->quiet_since_ns = 0; /* records flow, or nothing to wait for */
-        r->last_activity_records = recs;
-        r->last_memory_api_calls = calls;
+    if (recs != r->activity.last_records || calls == r->activity.last_memory_api_calls) {
+        r->activity.quiet_since_ns = 0; /* records flow, or nothing to wait for */
+        r->activity.last_records = recs;
+        r->activity.last_memory_api_calls = calls;
         return;
     }
     /* Memory calls happened but no record came: CUPTI may simply hold them in a buffer that is
      * not full yet. A forced flush delivers those (to us, if the activity API is still ours). */
     r->cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (atomic_load(&r->activity_records) != r->last_activity_records) {
-        r->quiet_since_ns = 0;
-        r->last_activity_records = atomic_load(&r->activity_records);
-        r->last_memory_api_calls = calls;
+    if (atomic_load(&r->activity.records) != r->activity.last_records) {
+        r->activity.quiet_since_ns = 0;
+        r->activity.last_records = atomic_load(&r->activity.records);
+        r->activity.last_memory_api_calls = calls;
         return;
     }
-    if (!r->quiet_since_ns) {
-        r->quiet_since_ns = now;
+    if (!r->activity.quiet_since_ns) {
+        r->activity.quiet_since_ns = now;
         return;
     }
-    if (now - r->quiet_since_ns < ACTIVITY_SILENCE_NS) return;
-    atomic_store(&r->activity_stopped, 1);
+    if (now - r->activity.quiet_since_ns < ACTIVITY_SILENCE_NS) return;
+    atomic_store(&r->activity.stopped, 1);
     mt_trace_note(MT_NOTE_WARNING,
             "activity enrichment stopped: no CUPTI activity records for %.1f s while memory API "
             "calls continued (another tool, e.g. torch.profiler, took the activity API). "
             "Driver-internal allocations after this point are not in the trace; "
             "everything the API callbacks see still is.",
-            (double)(now - r->quiet_since_ns) / 1e9);
+            (double)(now - r->activity.quiet_since_ns) / 1e9);
 }

@@ -392,10 +392,10 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         /* A release is written with its entry stamp: until its event commits, later events wait
          * in the writer (the trace stays in time order while the call runs). */
         if (what & CALL_RELEASE) mt_sink_hold(r->sink, tls_entry_ns);
-        if ((what & CALL_MEMORY2) && r->activity_on &&
-            !atomic_load_explicit(&r->activity_stopped, memory_order_relaxed)) {
-            mt_corr_insert(&r->corr, cb->correlationId);
-            atomic_fetch_add_explicit(&r->memory_api_calls, 1, memory_order_relaxed);
+        if ((what & CALL_MEMORY2) && r->activity.on &&
+            !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed)) {
+            mt_corr_insert(&r->activity.corr, cb->correlationId);
+            atomic_fetch_add_explicit(&r->activity.memory_api_calls, 1, memory_order_relaxed);
         }
         return;
     }

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "recorder.h"
+#include "memtrace/pause.h"
 
 mt_recorder mt_rec; /* zero until InitializeInjection (cupti_mux.c may run before it) */
 
@@ -140,9 +141,12 @@ static void at_fork_child(void)
 
 /* Waits (bounded: 100 ms) for callbacks, hooks and activity deliveries that started before
  * `enabled` went to 0 (or before the sink pointer went away). 1 when none is left. */
+#define QUIESCE_STEP_US 100
+#define QUIESCE_STEPS 1000 /* 100 ms in all */
 static int quiesce(void)
 {
-    for (int i = 0; i < 1000 && atomic_load(&mt_rec.inflight) > 0; i++) usleep(100);
+    for (int i = 0; i < QUIESCE_STEPS && atomic_load(&mt_rec.inflight) > 0; i++)
+        usleep(QUIESCE_STEP_US);
     return atomic_load(&mt_rec.inflight) == 0;
 }
 
@@ -150,7 +154,7 @@ static void at_exit(void)
 {
     if (getpid() != mt_rec.pid || !mt_rec.sink) return;
     /* Activity records still buffered inside CUPTI are delivered now, while CUDA is alive. */
-    if (mt_rec.activity_on && !atomic_load(&mt_rec.activity_stopped)) mt_activity_flush(&mt_rec);
+    if (mt_rec.activity.on && !atomic_load(&mt_rec.activity.stopped)) mt_activity_flush(&mt_rec);
     atomic_store(&mt_rec.enabled, 0);
     mt_gpu_sampler_stop(mt_rec.sampler);
     mt_rec.sampler = NULL;
@@ -210,9 +214,7 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
         if (mt_time_this_call()) {
             uint64_t t0 = mt_now_ns();
             mt_on_callback(ud, d, id, data);
-            atomic_fetch_add_explicit(&mt_rec.callback_ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE,
-                                      memory_order_relaxed);
-            atomic_fetch_add_explicit(&mt_rec.callbacks, MT_TIME_SAMPLE, memory_order_relaxed);
+            mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0);
         } else {
             mt_on_callback(ud, d, id, data);
         }

@@ -57,12 +57,12 @@ static double per(uint64_t total, uint64_t n) { return n ? (double)total / (doub
 void mt_write_cost_notes(mt_recorder *r)
 {
     if (r->cfg.census) mt_census_note(r);
-    uint64_t cbs = atomic_load(&r->callbacks);
+    uint64_t cbs = atomic_load(&r->costs.callbacks);
     if (cbs)
         mt_trace_note(MT_NOTE_INFO,
                       "callbacks: about %" PRIu64 " (API entry and exit), %.0f ns each on average "
                       "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed)",
-                      cbs, per(atomic_load(&r->callback_ns), cbs), MT_TIME_SAMPLE);
+                      cbs, per(atomic_load(&r->costs.callback_ns), cbs), MT_TIME_SAMPLE);
     uint64_t hooked = atomic_load(&r->hooks.calls);
     if (hooked)
         mt_trace_note(MT_NOTE_INFO,
@@ -90,17 +90,17 @@ void mt_write_cost_notes(mt_recorder *r)
                       (double)u.ways_checked / w, (double)u.rule_steps / w, u.rule_misses,
                       u.keyless, 100.0 * per(u.keyless_whole_hits, u.keyless));
     }
-    uint64_t calls = atomic_load(&r->stack_calls);
-    uint64_t built = atomic_load(&r->stack_built);
+    uint64_t calls = atomic_load(&r->costs.stack_calls);
+    uint64_t built = atomic_load(&r->costs.stack_built);
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
                       "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
                       "call site's last stack (leaf memo), the others %.1f frames long; 1 in %d "
                       "timed; %u trie nodes",
-                      calls, per(atomic_load(&r->stack_ns), calls),
-                      per(atomic_load(&r->python_ns), calls), per(atomic_load(&r->unwind_ns), calls),
-                      100.0 * (1.0 - per(built, calls)), per(atomic_load(&r->stack_frames), built),
+                      calls, per(atomic_load(&r->costs.stack_ns), calls),
+                      per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
+                      100.0 * (1.0 - per(built, calls)), per(atomic_load(&r->costs.stack_frames), built),
                       MT_TIME_SAMPLE, mt_trie_size(r->trie));
     uint64_t skipped = atomic_load(&r->capture.skipped_polls);
     if (skipped)

@@ -115,6 +115,7 @@ enum {
  * of what they measure. A power of two. */
 #define MT_TIME_SAMPLE 16
 
+
 #define MT_MAX_POOLS 64
 #define MT_POOL_DEAD 1ull
 
@@ -175,13 +176,15 @@ typedef struct mt_recorder {
         _Atomic int activity_taken;     /* the guest registered its own activity buffers */
     } mux;
 
-    /* activity enrichment */
-    int activity_on;               /* MEMORY2 enabled by us */
-    _Atomic int activity_stopped;  /* somebody else (torch.profiler) took the activity API */
-    _Atomic uint64_t activity_records, memory_api_calls; /* since the start */
-    uint64_t last_activity_records, last_memory_api_calls; /* writer tick's view */
-    uint64_t quiet_since_ns;      /* memory API calls but no activity records since then; 0 = not */
-    mt_corr_set corr;
+    /* activity.c: enrichment by CUPTI's activity records */
+    struct {
+        int on;                   /* MEMORY2 enabled by us */
+        _Atomic int stopped;      /* somebody else (torch.profiler) took the activity API */
+        _Atomic uint64_t records, memory_api_calls; /* since the start */
+        uint64_t last_records, last_memory_api_calls; /* writer tick's view */
+        uint64_t quiet_since_ns;  /* memory API calls but no activity records since then; 0 = not */
+        mt_corr_set corr;         /* correlation ids of our memory API calls (duplicates) */
+    } activity;
 
     /* memory pools (pool_poll.c): which served allocations, and what was last reported */
     _Atomic uint64_t async_devices; /* bit d: device d's current pool served cuMemAllocAsync */
@@ -225,11 +228,14 @@ typedef struct mt_recorder {
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
     } tensors;
 
-    _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
-    _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
-    _Atomic uint64_t unwind_ns;                           /* ... of which native unwinding */
-    _Atomic uint64_t python_ns;                           /* ... of which Python frames */
-    _Atomic uint64_t callbacks, callback_ns;              /* cost of our callback, for a note */
+    /* what our own work costs, sampled (MT_TIME_SAMPLE), for the notes at exit (notes.c) */
+    struct {
+        _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* stack capture */
+        _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
+        _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
+        _Atomic uint64_t python_ns;   /* ... of which Python frames */
+        _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
+    } costs;
 } mt_recorder;
 
 extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
@@ -250,6 +256,15 @@ static inline int mt_time_this_call(void)
  * no trace. 0 when the file is open; -1 when it cannot be (recording then stops, said once). */
 int mt_trace_open(mt_recorder *r);
 uint64_t mt_now_ns(void);
+/* A sampled measurement: ns of our own work since t0 into *ns, one call into *calls (either NULL
+ * to skip), each counted MT_TIME_SAMPLE times. */
+static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0)
+{
+    if (ns)
+        atomic_fetch_add_explicit(ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
+    if (calls) atomic_fetch_add_explicit(calls, MT_TIME_SAMPLE, memory_order_relaxed);
+}
+
 uint32_t mt_gettid(void);
 /* notes.c: 1 when it printed (and noted) the warning, 0 when `key` had been warned about already */
 int mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

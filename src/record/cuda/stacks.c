@@ -216,104 +216,145 @@ void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
     mt_unwind_prefetch(tls_site_key);
 }
 
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
-{
-    if (r->cfg.stacks == MT_STACKS_NONE) return 0;
-    stack_tls *tls = this_thread_stack_tls();
-    if (!tls) return 0;
-    int timed = mt_time_this_call();
-    int want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON);
+/* One capture, as it goes. */
+typedef struct capture {
+    mt_recorder *r;
+    stack_tls *tls;
+    int want_py, want_native;
+    uint64_t api_ip;
+    uint64_t inner;   /* the call site's key: the innermost Python frame, or the stand-in's */
+    uint64_t py_sig;  /* the Python frames' signature */
+    uint64_t walk_id; /* the unwinder's memo of the native walk (1: no native frames) */
+    int nn, truncated;
+    uint64_t native[MT_MAX_FRAMES];
+} capture;
 
-    uint64_t native[MT_MAX_FRAMES], words[MT_MAX_FRAMES];
-    int nn = 0, truncated = 0, n;
-    /* Python first, as a signature: its innermost frame names the call site, the key under which
-     * the unwinder remembers this walk for the next allocation from the same place. The
-     * unwinder starts fetching that walk's memo as soon as the key is known, so that its misses
-     * overlap with the walk over the Python frames instead of following it. */
-    int want_native = (r->cfg.stacks & MT_STACKS_NATIVE) != 0;
-    uint64_t inner = 0, py_sig = 0;
-    if (want_py) {
-        uintptr_t top = mt_pyframes_top(r->py, &inner);
-        if (want_native) mt_unwind_prefetch(inner);
-        py_sig = mt_pyframes_signature(r->py, top);
+/* Step 1, where the call comes from: the Python frames' signature first (its innermost frame
+ * names the call site, the key under which the unwinder remembers this walk, and the unwinder
+ * starts fetching that walk's memo as soon as the key is known, so that its misses overlap with
+ * the walk over the Python frames); then the native walk, lazily: when the unwinder remembers it
+ * whole, its frames are fetched only if the leaf memo does not know the stack (~1.6% of
+ * allocations in cifar.py). */
+static inline void find_site(capture *c, int timed, uint64_t t0)
+{
+    mt_recorder *r = c->r;
+    if (c->want_py) {
+        uintptr_t top = mt_pyframes_top(r->py, &c->inner);
+        if (c->want_native) mt_unwind_prefetch(c->inner);
+        c->py_sig = mt_pyframes_signature(r->py, top);
     }
-    tls_had_no_python = !inner;
-    if (!inner) inner = tls_site_key;
+    tls_had_no_python = !c->inner;
+    if (!c->inner) c->inner = tls_site_key;
     tls_site_key = 0;
     uint64_t t1 = timed ? mt_now_ns() : 0;
-    if (timed)
-        atomic_fetch_add_explicit(&r->python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
-    /* Lazily: when the unwinder remembers the walk whole, its frames are fetched only if the
-     * leaf memo does not know the stack (~1.6% of allocations in cifar.py). */
-    uint64_t walk_id = 1; /* no native frames: nothing that could change */
-    if (want_native)
-        nn = mt_unwind_keyed_lazy(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
-    if (timed)
-        atomic_fetch_add_explicit(&r->unwind_ns, (mt_now_ns() - t1) * MT_TIME_SAMPLE,
-                                  memory_order_relaxed);
+    if (timed) /* one clock read ends the Python part and starts the native one */
+        atomic_fetch_add_explicit(&r->costs.python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
+    c->walk_id = 1; /* no native frames: nothing that could change */
+    if (c->want_native)
+        c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
+                                     &c->walk_id);
+    if (timed) mt_cost_add(&r->costs.unwind_ns, NULL, t1);
+}
+
+/* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). */
+static inline uint32_t remembered_leaf(capture *c, uint16_t *flags)
+{
+    if (!c->walk_id) return 0;
     int ways;
-    uint64_t key = leaf_key(py_sig, walk_id, api_ip);
-    leaf_memo *set = leaf_ways(tls, want_native, walk_id, key, &ways);
-    uint32_t leaf;
-    for (int w = 0; walk_id && w < ways; w++) {
-        if (set[w].key != key || !set[w].leaf) continue;
-        leaf = set[w].leaf;
-        *flags |= set[w].flags;
-        n = -1; /* frames not counted: the note averages over the stacks it saw */
-        goto done;
-    }
+    uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip);
+    leaf_memo *set = leaf_ways(c->tls, c->want_native, c->walk_id, key, &ways);
+    for (int w = 0; w < ways; w++)
+        if (set[w].key == key && set[w].leaf) {
+            *flags |= set[w].flags;
+            return set[w].leaf;
+        }
+    return 0;
+}
+
+/* Step 3: the frame words, outermost last: the native frames (fetched now if the walk was lazy)
+ * without ours and CUPTI's, with the Python frames in the place of the interpreter's; a
+ * "[truncated]" or "[autograd backward]" pseudo frame where one applies. Returns the count. */
+static int build_words(capture *c, uint64_t *words, uint16_t *added)
+{
+    mt_recorder *r = c->r;
+    uint64_t *native = c->native;
+    int nn = c->nn;
     if (nn == MT_UNWIND_LATER) {
-        nn = mt_unwind_recall(walk_id, native, MT_MAX_FRAMES - 1, 1, &truncated);
+        nn = mt_unwind_recall(c->walk_id, native, MT_MAX_FRAMES - 1, 1, &c->truncated);
         if (nn < 0) /* another walk ran on this thread meanwhile (a signal handler's): again */
-            nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &truncated, inner, &walk_id);
+            nn = mt_unwind_keyed(native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
+                                 &c->walk_id);
     }
     mt_pyframe py[MT_MAX_FRAMES];
-    int np = want_py ? mt_pyframes_read(r->py, py, 96) : 0;
+    int np = c->want_py ? mt_pyframes_read(r->py, py, 96) : 0;
     int skip = 0;
     while (skip < nn && ((native[skip] >= r->self_lo && native[skip] < r->self_hi) ||
                          (native[skip] >= r->cupti_lo && native[skip] < r->cupti_hi)))
         skip++;
     /* Unwound from a stand-in (async_hooks.c): the API function's own frame is not on the stack;
      * put it where it would be, as a return address into it (frames are looked up at ip - 1). */
-    if (api_ip && skip > 0) native[--skip] = api_ip + 1;
+    if (c->api_ip && skip > 0) native[--skip] = c->api_ip + 1;
     const uint64_t *nat = native + skip;
     nn -= skip;
-
-    uint16_t added = 0;
-    if (np > 0 && (r->cfg.stacks & MT_STACKS_NATIVE)) {
+    int n;
+    if (np > 0 && c->want_native) {
         n = mt_merge_python(&r->py_ranges, nat, nn, py, np, code_id_cb, r, words,
                             MT_MAX_FRAMES - 1);
-        truncated = 0; /* the Python part reaches the outermost frame */
+        c->truncated = 0; /* the Python part reaches the outermost frame */
     } else if (np > 0) {
         n = mt_merge_python(NULL, NULL, 0, py, np, code_id_cb, r, words, MT_MAX_FRAMES - 1);
     } else {
         for (int i = 0; i < nn; i++) words[i] = MT_FRAME_WORD(MT_FRAME_NATIVE, nat[i]);
         n = nn;
     }
-    if (truncated) {
+    *added = 0;
+    if (c->truncated) {
         words[n++] = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_TRUNCATED);
-        added = MT_EF_STACK_TRUNCATED;
+        *added = MT_EF_STACK_TRUNCATED;
     } else if (np == 0 && r->py && mt_thread_is_autograd()) {
         words[n++] = MT_FRAME_WORD(MT_FRAME_PSEUDO, MT_PSEUDO_AUTOGRAD);
     }
-    *flags |= added;
-    leaf = mt_trie_intern(r->trie, &tls->trie, words, n);
-    if (walk_id && leaf) {
-        key = leaf_key(py_sig, walk_id, api_ip); /* walk_id changes when it walked again */
-        set = leaf_ways(tls, want_native, walk_id, key, &ways);
-        memmove(&set[1], &set[0], (size_t)(ways - 1) * sizeof set[0]);
-        set[0] = (leaf_memo){.key = key, .leaf = leaf, .flags = added};
+    return n;
+}
+
+/* Step 4: remember the leaf for the next call from this site (newest first, oldest out). */
+static inline void remember_leaf(capture *c, uint32_t leaf, uint16_t flags)
+{
+    if (!c->walk_id || !leaf) return;
+    int ways;
+    uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip); /* walk_id changes when it walked again */
+    leaf_memo *set = leaf_ways(c->tls, c->want_native, c->walk_id, key, &ways);
+    memmove(&set[1], &set[0], (size_t)(ways - 1) * sizeof set[0]);
+    set[0] = (leaf_memo){.key = key, .leaf = leaf, .flags = flags};
+}
+
+uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
+{
+    if (r->cfg.stacks == MT_STACKS_NONE) return 0;
+    stack_tls *tls = this_thread_stack_tls();
+    if (!tls) return 0;
+    int timed = mt_time_this_call();
+    capture c = {.r = r, .tls = tls, .api_ip = api_ip,
+                 .want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON),
+                 .want_native = (r->cfg.stacks & MT_STACKS_NATIVE) != 0};
+    find_site(&c, timed, t0);
+    uint32_t leaf = remembered_leaf(&c, flags);
+    int n = -1; /* frames built: not counted for a remembered leaf (the note averages) */
+    if (!leaf) {
+        uint64_t words[MT_MAX_FRAMES];
+        uint16_t added;
+        n = build_words(&c, words, &added);
+        *flags |= added;
+        leaf = mt_trie_intern(r->trie, &tls->trie, words, n);
+        remember_leaf(&c, leaf, added);
     }
-done:
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
     if (timed) {
-        atomic_fetch_add_explicit(&r->stack_ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE,
-                                  memory_order_relaxed);
-        atomic_fetch_add_explicit(&r->stack_calls, MT_TIME_SAMPLE, memory_order_relaxed);
+        mt_cost_add(&r->costs.stack_ns, &r->costs.stack_calls, t0);
         if (n >= 0) {
-            atomic_fetch_add_explicit(&r->stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
+            atomic_fetch_add_explicit(&r->costs.stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
                                       memory_order_relaxed);
-            atomic_fetch_add_explicit(&r->stack_built, MT_TIME_SAMPLE, memory_order_relaxed);
+            mt_cost_add(NULL, &r->costs.stack_built, 0);
         }
     }
     return leaf;

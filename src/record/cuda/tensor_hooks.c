@@ -68,11 +68,7 @@ static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserve
             ev.bytes = (uint64_t)-size;
         }
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
-        if (timed) {
-            atomic_fetch_add_explicit(&r->tensors.ns, (mt_now_ns() - now) * MT_TIME_SAMPLE,
-                                      memory_order_relaxed);
-            atomic_fetch_add_explicit(&r->tensors.calls, MT_TIME_SAMPLE, memory_order_relaxed);
-        }
+        if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now);
         mt_hook_leave(r);
     }
     if (orig) orig(ptr, size, allocated, reserved, device);
