@@ -118,6 +118,9 @@ static int scan_trace(const char *path, scan *s, uint64_t *cut_at, char *err, si
 {
     mt_reader *r = mt_reader_open(path, err, errlen);
     if (!r) return -1;
+    /* Symbols are appended to this file: one that looks damaged (perhaps because another process
+     * is still writing it) is left alone. report and export read it, stepping over the damage. */
+    mt_reader_set_strict(r, 1);
     mt_record rec;
     mt_read_status st;
     int rc = 0;
