@@ -291,7 +291,7 @@ static void heap_up(uint64_t *h, size_t i)
  * trace once keeping the `keep` largest sizes; sets the threshold when there are more than that. */
 static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
 {
-    mt_reader *r = mt_reader_open(c->a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
     if (!r) return -1;
     uint64_t *heap = malloc(keep * sizeof *heap);
     if (!heap) {
@@ -400,7 +400,7 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     c->quantum = a->events > MAX_COUNTER_EVENTS ? a->duration_ns / (MAX_COUNTER_EVENTS / 2) + 1 : 0;
     metadata(c);
     instants(c);
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
     mt_tracker_hooks hooks = {.ctx = c, .on_usage = on_usage, .on_release = on_release};
     c->t = mt_tracker_new(&hooks);

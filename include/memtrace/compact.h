@@ -73,6 +73,9 @@ size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_fr
                          const char **out, uint8_t *flags, size_t cap);
 /* MT_NAME_TEXT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
 void mt_frames_set_base_dir(mt_frames *f, const char *dir);
+/* Stack nodes whose parent id was not below their own id (corrupt input: the recorder numbers
+ * nodes in order, parents first). Their path ends at them. */
+uint64_t mt_frames_bad_nodes(const mt_frames *f);
 /* Filename and qualname of a Python code object; 0 if the trace has no PYCODE for it. */
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
 /* The innermost Python frame of stack leaf (with file != NULL: the innermost whose file matches,
@@ -139,6 +142,10 @@ typedef struct mt_usage {
     int has_pool_info;                          /* a POOL_RESERVED was seen for this device */
 } mt_usage;
 
+/* Highest device ordinal the compactor accepts (CUDA ordinals are dense from 0; no machine has
+ * this many GPUs). Events naming an ordinal outside -1..this are ignored and counted. */
+#define MT_MAX_DEVICE_ORDINAL 255
+
 /* Things that went wrong in the event stream; counted, never fatal. */
 typedef struct mt_anomalies {
     uint64_t unmatched_frees; /* FREE with no live ALLOC (and not a recent double free) */
@@ -147,6 +154,9 @@ typedef struct mt_anomalies {
     uint64_t partial_unmaps;  /* UNMAP covering only part of a mapped range */
     uint64_t ctx_destroy_released; /* lifetimes ended by MT_OP_CTX_DESTROY */
     uint64_t unknown_ops;
+    uint64_t bad_devices;     /* events ignored: device ordinal outside -1..MT_MAX_DEVICE_ORDINAL */
+    uint64_t bad_stack_nodes; /* stack nodes whose parent id is not below their own (corrupt:
+                                 their paths end there); counted by the frames, see analyze.c */
 } mt_anomalies;
 
 typedef struct mt_tracker mt_tracker;
@@ -311,6 +321,11 @@ typedef struct mt_analysis {
     int ended_cleanly;         /* an END record was read */
     int truncated;             /* the file ends inside a chunk */
     char *truncated_msg;
+    uint64_t damaged_chunks;   /* damaged chunks stepped over (mt_read_damage): their records */
+    uint64_t damaged_bytes;    /* are missing from every number; bytes = file bytes in them */
+    char *damage_msg;          /* the first one, "PATH: offset N: reason"; NULL when none */
+    int fd;                    /* the trace, open for the exporters' later reads (a temporary
+                                  copy when it was given as a pipe); closed by mt_analysis_free */
     uint64_t first_ns, last_ns; /* event times since trace start */
     uint64_t duration_ns;       /* last event (or END) since trace start */
     char **warnings;            /* WARNING notes of the recorder */
@@ -323,10 +338,13 @@ typedef struct mt_analyze_options {
     /* Called now and then with the fraction of the file read (0..1) and the pass (1 or 2). */
     void (*progress)(void *ctx, int pass, double fraction);
     void *progress_ctx;
+    int strict; /* a damaged chunk or a truncated file fails the analysis instead of being
+                   stepped over and reported */
 } mt_analyze_options;
 
-/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends (and says
- * so); an unreadable or corrupt file fails: returns -1 with a one-line reason in err. */
+/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends, and
+ * damaged chunks are stepped over (both said in the analysis) unless opt->strict; an unreadable
+ * file, or a damaged one in strict mode, fails: returns -1 with a one-line reason in err. */
 int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,
                size_t errlen);
 void mt_analysis_free(mt_analysis *a);

@@ -7,11 +7,19 @@
  *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
  *           device reaches the event number of its peak, its live set is aggregated by stack.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
+ *
+ * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,
+ * and the exporters' later reads, go through that descriptor, so a FIFO works and a file replaced
+ * between the passes is not mixed with the old one. Damaged chunks are stepped over and counted
+ * (a->damaged_*) unless opt->strict. Per-device work is bounded by the device count, which the
+ * tracker keeps to MT_MAX_DEVICE_ORDINAL + 2 slots; records that accumulate (threads, warnings,
+ * devices) grow geometrically and DEVICE records are kept once per ordinal.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -53,6 +61,7 @@ typedef struct pass1 {
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
     size_t n_tl;
+    size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     int oom;
 } pass1;
 
@@ -213,6 +222,18 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (p->pending) p->pending--;
 }
 
+static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap * 2 : 8;
+    while (ncap < need) ncap *= 2;
+    void *np = realloc(*p, ncap * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
     pass2 p = {.a = a};
@@ -224,7 +245,7 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
     }
     if (!p.pending) return 0;
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
     mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage};
     p.t = mt_tracker_new(&hooks);
@@ -248,7 +269,7 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
 
 /* ---- pass 1 ------------------------------------------------------------------------------------ */
 
-static char *dup(const char *s) { return strdup(s ? s : ""); }
+static char *dupstr(const char *s) { return strdup(s ? s : ""); }
 
 static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info **devs,
                        size_t *n_devs)
@@ -274,33 +295,36 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         free(a->hostname);
         a->pid = rec->u.process.pid;
         a->ppid = rec->u.process.ppid;
-        a->comm = dup(rec->u.process.comm);
-        a->cmdline = dup(rec->u.process.cmdline);
-        a->hostname = dup(rec->u.process.hostname);
+        a->comm = dupstr(rec->u.process.comm);
+        a->cmdline = dupstr(rec->u.process.cmdline);
+        a->hostname = dupstr(rec->u.process.hostname);
         return a->comm && a->cmdline && a->hostname ? 0 : -1;
     case MT_REC_DEVICE: {
-        dev_info *nd = realloc(*devs, (*n_devs + 1) * sizeof *nd);
-        if (!nd) return -1;
-        *devs = nd;
-        nd[*n_devs] = (dev_info){rec->u.device.ordinal, dup(rec->u.device.name),
-                                 rec->u.device.total_bytes};
+        /* one per context: the first of an ordinal names it (the tracker ignores ordinals out of
+         * range, so only those can name a device) */
+        int32_t ord = rec->u.device.ordinal;
+        if (ord < 0 || ord > MT_MAX_DEVICE_ORDINAL) return 0;
+        for (size_t k = 0; k < *n_devs; k++)
+            if ((*devs)[k].ordinal == ord) return 0;
+        if (grow_array((void **)devs, &p->cap_devs, *n_devs + 1, sizeof **devs) < 0) return -1;
+        (*devs)[*n_devs] = (dev_info){ord, dupstr(rec->u.device.name), rec->u.device.total_bytes};
         (*n_devs)++;
         return 0;
     }
     case MT_REC_THREAD: {
-        void *nt = realloc(a->threads, (a->n_threads + 1) * sizeof *a->threads);
-        if (!nt) return -1;
-        a->threads = nt;
+        if (grow_array((void **)&a->threads, &p->cap_threads, a->n_threads + 1,
+                       sizeof *a->threads) < 0)
+            return -1;
         a->threads[a->n_threads].tid = rec->u.thread.tid;
-        a->threads[a->n_threads++].name = dup(rec->u.thread.name);
+        a->threads[a->n_threads++].name = dupstr(rec->u.thread.name);
         return 0;
     }
     case MT_REC_NOTE: {
         if (rec->u.note.level != MT_NOTE_WARNING) return 0;
-        char **nw = realloc(a->warnings, (a->n_warnings + 1) * sizeof *nw);
-        if (!nw) return -1;
-        a->warnings = nw;
-        a->warnings[a->n_warnings++] = dup(rec->u.note.text);
+        if (grow_array((void **)&a->warnings, &p->cap_warnings, a->n_warnings + 1,
+                       sizeof *a->warnings) < 0)
+            return -1;
+        a->warnings[a->n_warnings++] = dupstr(rec->u.note.text);
         return 0;
     }
     case MT_REC_DROPPED:
@@ -404,13 +428,16 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     mt_u64map_destroy(&leaks);
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
     a->anomalies = *mt_tracker_anomalies(p->t);
+    a->anomalies.bad_stack_nodes = mt_frames_bad_nodes(a->frames);
     return 0;
 }
 
 static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
+    int strict = opt && opt->strict;
+    mt_reader_set_strict(r, strict);
     a->header = *mt_reader_header(r);
     a->pid = a->header.pid;
     pass1 p = {.start = a->header.start_monotonic_ns};
@@ -452,11 +479,19 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
         if (p.oom) rc = -1;
     }
+    mt_read_damage dmg;
+    mt_reader_damage(r, &dmg);
+    a->damaged_chunks = dmg.chunks;
+    a->damaged_bytes = dmg.bytes;
+    if (dmg.chunks && !(a->damage_msg = dupstr(dmg.first))) rc = -1;
     if (rc < 0) {
         fail(err, errlen, "%s: out of memory", a->path);
+    } else if (st == MT_READ_TRUNCATED && strict) {
+        fail(err, errlen, "%s (--strict)", mt_reader_error(r));
+        rc = -1;
     } else if (st == MT_READ_TRUNCATED) {
         a->truncated = 1;
-        a->truncated_msg = dup(mt_reader_error(r));
+        a->truncated_msg = dupstr(mt_reader_error(r));
     } else if (st != MT_READ_END) {
         fail(err, errlen, "%s", mt_reader_error(r));
         rc = -1;
@@ -481,11 +516,16 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
     if (err && errlen) err[0] = 0;
     mt_analysis *a = calloc(1, sizeof *a);
     if (!a) return -1;
+    a->fd = -1;
     a->path = strdup(path);
-    a->comm = dup("");
-    a->cmdline = dup("");
-    a->hostname = dup("");
+    a->comm = dupstr("");
+    a->cmdline = dupstr("");
+    a->hostname = dupstr("");
     a->frames = mt_frames_new();
+    if (a->path && (a->fd = mt_input_open(path, err, errlen)) < 0) {
+        mt_analysis_free(a);
+        return -1;
+    }
     if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
         run_pass1(a, opt, err, errlen) < 0 || run_pass2(a, opt, err, errlen) < 0) {
         if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
@@ -528,6 +568,8 @@ void mt_analysis_free(mt_analysis *a)
     for (size_t i = 0; i < a->n_threads; i++) free(a->threads[i].name);
     free(a->threads);
     mt_frames_free(a->frames);
+    if (a->fd >= 0) close(a->fd);
+    free(a->damage_msg);
     free(a->truncated_msg);
     free(a->comm);
     free(a->cmdline);

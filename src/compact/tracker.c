@@ -19,6 +19,9 @@
  *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
  *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id.
  *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
+ *  - An event naming a device ordinal outside -1..MT_MAX_DEVICE_ORDINAL is counted (bad_devices)
+ *    and ignored: no machine has that many GPUs, and a bounded number of devices keeps every
+ *    per-device step (lookups here, snapshots and lists in analyze.c) linear in the trace.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +46,8 @@ struct mt_tracker {
     mt_live_table live;
     mt_usage *usages;
     size_t n_usages, cap_usages;
-    int32_t ord_index[256]; /* ordinal -> usage index + 1 (0 = not seen); other ordinals: scan */
+    int32_t ord_index[MT_MAX_DEVICE_ORDINAL + 1]; /* ordinal -> usage index + 1 (0 = not seen) */
+    int32_t unknown_index;  /* usage index + 1 of the unknown device (-1) */
     int32_t host_index;     /* usage index + 1 of the host slot */
     map_range *maps;        /* sorted by start; UVA keeps ranges of all devices disjoint */
     size_t n_maps, cap_maps;
@@ -97,15 +101,23 @@ size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out)
     return t->n_usages;
 }
 
+static int device_ok(int32_t device)
+{
+    return device >= -1 && device <= MT_MAX_DEVICE_ORDINAL;
+}
+
+/* Where slot_index keeps the index of (device, is_host); device must be device_ok. */
+static int32_t *slot_ref(mt_tracker *t, int32_t device, int is_host)
+{
+    if (is_host) return &t->host_index;
+    return device < 0 ? &t->unknown_index : &t->ord_index[device];
+}
+
 /* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
 static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
 {
-    if (is_host && t->host_index) return t->host_index - 1;
-    if (!is_host && device >= 0 && device < 256 && t->ord_index[device])
-        return t->ord_index[device] - 1;
-    if (!is_host && (device < 0 || device >= 256))
-        for (size_t i = 0; i < t->n_usages; i++)
-            if (!t->usages[i].is_host && t->usages[i].device == device) return (long)i;
+    int32_t *ref = slot_ref(t, device, is_host);
+    if (*ref) return *ref - 1;
     if (t->n_usages == t->cap_usages) {
         size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
         mt_usage *nu = realloc(t->usages, ncap * sizeof *nu);
@@ -116,8 +128,7 @@ static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
     size_t i = t->n_usages++;
     t->usages[i] = (mt_usage){.device = is_host ? -1 : device, .is_host = is_host,
                               .peak_time = now, .api_peak_time = now, .peak_seq = t->seq};
-    if (is_host) t->host_index = (int32_t)i + 1;
-    else if (device >= 0 && device < 256) t->ord_index[device] = (int32_t)i + 1;
+    *ref = (int32_t)i + 1;
     return (long)i;
 }
 
@@ -392,6 +403,10 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
     unsigned fam = family_of_kind[kind];
     int host = is_host_family(fam);
     int32_t dev = host ? -1 : e->device;
+    if (!device_ok(dev) || (e->op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
+        t->an.bad_devices++;
+        return 0;
+    }
     switch (e->op) {
     case MT_OP_ALLOC: {
         long s = slot_index(t, dev, host, now);

@@ -1,0 +1,99 @@
+#include "hostile.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "memtrace/trace.h"
+
+static mt_writer *open_trace(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return NULL;
+    mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 4242, .start_monotonic_ns = 1000};
+    mt_writer *w = mt_writer_open_fd(fd, &h, 0);
+    if (!w) close(fd);
+    return w;
+}
+
+static int put_node(mt_writer *w, uint32_t id, uint32_t parent, uint64_t ip)
+{
+    mt_record r = {.type = MT_REC_STACK_NODE,
+                   .u.node = {.id = id, .parent = parent, .ip = ip, .frame_kind = MT_FRAME_NATIVE}};
+    return mt_writer_put(w, &r);
+}
+
+static int put_event(mt_writer *w, uint8_t op, int32_t device, uint64_t address, uint64_t bytes,
+                     uint32_t stack, uint64_t t)
+{
+    mt_record r = {.type = MT_REC_EVENT,
+                   .u.event = {.time_ns = 1000 + t, .address = address, .bytes = bytes,
+                               .device = device, .stack = stack, .op = op,
+                               .kind = MT_KIND_DEVICE, .context = 1, .tid = 7}};
+    return mt_writer_put(w, &r);
+}
+
+static int finish(mt_writer *w, int rc)
+{
+    return mt_writer_close(w, 1) == 0 && rc == 0 ? 0 : -1;
+}
+
+int mt_hostile_id_bomb(const char *path, uint32_t id)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = put_node(w, id, 0, 0x401000);
+    rc |= put_event(w, MT_OP_ALLOC, 0, 0x7f0000000000, 4096, id, 1);
+    return finish(w, rc);
+}
+
+int mt_hostile_devices(const char *path, uint32_t n)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        int32_t dev = i % 16 == 15 ? -(int32_t)i : (int32_t)i;
+        rc = put_event(w, MT_OP_ALLOC, dev, 0x7f0000000000 + (uint64_t)i * 4096, 4096, 0, i);
+    }
+    return finish(w, rc);
+}
+
+int mt_hostile_unknown_device_frees(const char *path, uint32_t n_devices, uint32_t n_frees)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    for (uint32_t i = 0; i < n_devices && rc == 0; i++)
+        rc = put_event(w, MT_OP_ALLOC, (int32_t)i, 0x7f0000000000 + (uint64_t)i * 4096, 4096, 0, i);
+    for (uint32_t i = 0; i < n_frees && rc == 0; i++)
+        rc = put_event(w, MT_OP_FREE, -1, 0x100000000 + (uint64_t)i * 512, 0, 0, n_devices + i);
+    return finish(w, rc);
+}
+
+int mt_hostile_parent_cycle(const char *path, uint32_t ring, uint32_t leaves)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = put_node(w, 1, ring, 0x401000);
+    for (uint32_t id = 2; id <= ring && rc == 0; id++) rc = put_node(w, id, id - 1, 0x401000 + id);
+    for (uint32_t i = 0; i < leaves && rc == 0; i++) {
+        uint32_t leaf = ring + 1 + i;
+        rc = put_node(w, leaf, 1 + i % ring, 0x500000 + i);
+        rc |= put_event(w, MT_OP_ALLOC, 0, 0x7f0000000000 + (uint64_t)i * 4096, 4096, leaf, i);
+    }
+    return finish(w, rc);
+}
+
+int mt_hostile_deep_chain(const char *path, uint32_t depth, uint32_t leaves)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    for (uint32_t id = 1; id <= depth && rc == 0; id++) rc = put_node(w, id, id - 1, 0x401000 + id);
+    for (uint32_t i = 0; i < leaves && rc == 0; i++) {
+        uint32_t leaf = depth + 1 + i;
+        rc = put_node(w, leaf, depth, 0x500000 + i);
+        rc |= put_event(w, MT_OP_ALLOC, 0, 0x7f0000000000 + (uint64_t)i * 4096, 4096, leaf, i);
+    }
+    return finish(w, rc);
+}

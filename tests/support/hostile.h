@@ -1,0 +1,23 @@
+/* Hostile traces: small files built to make a reader do far more work than their size warrants.
+ * Each is a regression case of issue 13 (tests/test_hostile.c) and a seed of the fuzzers
+ * (tests/fuzz/). All are written with the ordinary writer, so they are valid traces. */
+#ifndef MT_HOSTILE_H
+#define MT_HOSTILE_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* One stack node with id `id` (2^26 - 1 made the compactor zero a 3 GiB node array) and one
+ * allocation on it. */
+int mt_hostile_id_bomb(const char *path, uint32_t id);
+/* One allocation on each of n distinct device ordinals (0, 1, ..., and a few negative ones). */
+int mt_hostile_devices(const char *path, uint32_t n);
+/* One allocation on each of n_devices ordinals, then n_frees frees with device -1 of addresses
+ * nothing allocated (each was looked up on every device). */
+int mt_hostile_unknown_device_frees(const char *path, uint32_t n_devices, uint32_t n_frees);
+/* A parent cycle of `ring` nodes (1 -> ring -> ring-1 -> ... -> 1) and `leaves` leaves hanging
+ * off it, each with a live allocation at the end. */
+int mt_hostile_parent_cycle(const char *path, uint32_t ring, uint32_t leaves);
+/* A chain of `depth` nodes and `leaves` leaves under its deepest node, each with a live
+ * allocation. */
+int mt_hostile_deep_chain(const char *path, uint32_t depth, uint32_t leaves);
+#endif
