@@ -486,12 +486,31 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
                          "(default cap, about 200 MB); use --top-allocs or --min-bytes\"",
                       MT_CHROME_DEFAULT_MAX_SLICES);
     int truncated = 0;
-    uint64_t dropped = 0;
+    uint64_t dropped = 0, damaged = 0, damaged_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         truncated |= a[i]->truncated;
         dropped += a[i]->dropped;
+        damaged += a[i]->damaged_chunks;
+        damaged_bytes += a[i]->damaged_bytes;
     }
-    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu}}\n", truncated ? "true" : "false",
-                  (unsigned long long)dropped);
+    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu,\"damaged_chunks\":%llu,"
+                     "\"damaged_bytes\":%llu",
+                  truncated ? "true" : "false", (unsigned long long)dropped,
+                  (unsigned long long)damaged, (unsigned long long)damaged_bytes);
+    mt_out_puts(o, ",\"damage\":[");
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (!a[i]->damaged_chunks && !a[i]->truncated) continue;
+        if (k++) mt_out_write(o, ",", 1);
+        mt_out_puts(o, "{\"trace\":");
+        mt_out_json_string(o, a[i]->path);
+        mt_out_printf(o, ",\"damaged_chunks\":%llu,\"damaged_bytes\":%llu,\"first\":",
+                      (unsigned long long)a[i]->damaged_chunks,
+                      (unsigned long long)a[i]->damaged_bytes);
+        mt_out_json_string(o, a[i]->damage_msg ? a[i]->damage_msg : "");
+        mt_out_puts(o, ",\"truncated\":");
+        mt_out_json_string(o, a[i]->truncated ? a[i]->truncated_msg : "");
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "]}}\n");
     return 0;
 }

@@ -20,4 +20,11 @@ void mt_tensor_mode_conf(const char *user, char *out, size_t len);
 /* True when argv[i] is -h or --help. */
 int mt_cli_is_help(const char *arg);
 
+struct mt_analysis;
+/* One "memtrace: warning: ..." line on stderr per way the trace is incomplete (damaged chunks
+ * stepped over, truncated), for outputs that cannot say it themselves (folded, a file). */
+void mt_cli_warn_incomplete(const char *cmd, const struct mt_analysis *a);
+/* "OUT" for messages: the file name, or "standard output" for "-". */
+const char *mt_cli_out_name(const char *path);
+
 #endif

@@ -1,6 +1,7 @@
 /* `memtrace export --format chrome|folded ...`: Perfetto/Chrome trace JSON (gzip when OUT ends in
- * .gz) or folded stacks for flame graphs. Exit 0, or 2 on bad arguments and unreadable or corrupt
- * traces. */
+ * .gz) or folded stacks for flame graphs. Exit 0, or 2 on bad arguments, unreadable traces, damaged
+ * ones with --strict, an output refused by the rules of mt_out_create, or a failed write.
+ * `-f` is refused here: it meant --format once, and means --force in record and report. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,14 @@ static void usage(FILE *f)
           "                            (default: the largest 500000, about 200 MB)\n"
           "  --frames all|python|native  frames kept in stacks (default all); python keeps\n"
           "                            only Python frames (folded sums are unchanged)\n"
-          "  -o OUT                    output file, '-' = stdout (default)\n",
+          "  -o OUT                    output file, '-' = stdout (default); written under a\n"
+          "                            temporary name and renamed when complete, so a failure\n"
+          "                            leaves no partial file\n"
+          "  --force                   replace OUT if it exists (never a trace being read, never\n"
+          "                            through a symbolic link)\n"
+          "  --strict                  exit 2 if a trace is damaged or truncated (default: skip\n"
+          "                            damaged chunks, warn on stderr and in the output)\n"
+          "(-f is not an option here: write --format, or --force)\n",
           f);
 }
 
@@ -80,16 +88,23 @@ static int run(int argc, char **argv, char **traces)
 {
     const char *format = NULL, *metric = NULL, *out_path = "-";
     uint64_t min_bytes = 0, top_allocs = 0;
-    int have_min = 0, have_top = 0, n = 0;
+    int have_min = 0, have_top = 0, n = 0, force = 0, strict = 0;
     mt_frame_filter frames = MT_FRAMES_ALL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (mt_cli_is_help(a)) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
+        } else if (strcmp(a, "--format") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome or folded");
             format = argv[++i];
+        } else if (strcmp(a, "-f") == 0) {
+            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded, or --force "
+                               "to replace an existing output");
+        } else if (strcmp(a, "--force") == 0) {
+            force = 1;
+        } else if (strcmp(a, "--strict") == 0) {
+            strict = 1;
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
         } else if (strcmp(a, "--metric") == 0) {
@@ -139,12 +154,15 @@ static int run(int argc, char **argv, char **traces)
     char err[512];
     for (int i = 0; i < n && !status; i++) {
         mt_analyze_options o = {.progress = tty ? progress2 : NULL,
-                                .progress_ctx = traces[i]};
+                                .progress_ctx = traces[i], .strict = strict};
         int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
         if (rc < 0) status = mt_cli_fail("export: %s", err);
+        else mt_cli_warn_incomplete("export", as[i]);
     }
-    mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
+    mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
+                         .n_inputs = (size_t)n};
+    mt_out *out = status ? NULL : mt_out_create(out_path, &oo, err, sizeof err);
     if (!status && !out) status = mt_cli_fail("export: %s", err);
     if (out) {
         int rc;
@@ -159,9 +177,13 @@ static int run(int argc, char **argv, char **traces)
             rc = mt_export_folded_ex(out, as, (size_t)n, m, frames);
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
         }
-        int close_rc = mt_out_close(out);
-        if (rc < 0) status = mt_cli_fail("export: %s", err);
-        else if (close_rc < 0) status = mt_cli_fail("export: writing %s failed", out_path);
+        if (rc < 0) {
+            mt_out_discard(out);
+            status = mt_cli_fail("export: %s (%s not written)", err, mt_cli_out_name(out_path));
+        } else if (mt_out_close(out) < 0) {
+            status = mt_cli_fail("export: writing %s failed: %s", mt_cli_out_name(out_path),
+                                 strerror(errno));
+        }
     }
     for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
     free(as);

@@ -1,7 +1,8 @@
 /* `memtrace report [--json] [--top N] [--frames all|python|native] [--full-stacks]
- *  [--by-line [--file PATH]] [-o OUT] TRACE...`: per device the peak, what was live then
- * and who allocated it, leaks, failed requests with forensics. Exit 0, or 2 on bad arguments and
- * unreadable or corrupt traces (a truncated trace is analysed and flagged, not an error). */
+ *  [--by-line [--file PATH]] [-o OUT [--force]] [--strict] TRACE...`: per device the peak, what
+ * was live then and who allocated it, leaks, failed requests with forensics. Exit 0, or 2 on bad
+ * arguments, unreadable traces, a refused output or a failed write (a truncated or damaged trace is
+ * analysed and flagged, not an error, unless --strict). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,12 @@ static void usage(FILE *f)
           "  --full-stacks       every frame, CUDA's own included (default: long chains elided)\n"
           "  --by-line           bytes per Python source line (allocated, live at the peak)\n"
           "  --file PATH         with --by-line: attribute to the innermost frame in PATH\n"
-          "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip)\n",
+          "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip); written under a\n"
+          "                      temporary name and renamed when complete\n"
+          "  -f, --force         replace OUT if it exists (never a trace being read, never\n"
+          "                      through a symbolic link)\n"
+          "  --strict            exit 2 if a trace is damaged or truncated (default: damaged\n"
+          "                      chunks are skipped and the report says what was lost)\n",
           f);
 }
 
@@ -38,7 +44,7 @@ int mt_cli_parse_frames(const char *s, mt_frame_filter *out); /* defined in cmd_
 
 static int run(int argc, char **argv, char **traces)
 {
-    int json = 0, full = 0, by_line = 0;
+    int json = 0, full = 0, by_line = 0, force = 0, strict = 0;
     uint64_t top = 10;
     mt_frame_filter frames = MT_FRAMES_ALL;
     const char *file = NULL;
@@ -58,6 +64,10 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("report: --frames needs all, python or native");
         } else if (strcmp(argv[i], "--full-stacks") == 0) {
             full = 1;
+        } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--force") == 0) {
+            force = 1;
+        } else if (strcmp(argv[i], "--strict") == 0) {
+            strict = 1;
         } else if (strcmp(argv[i], "--by-line") == 0) {
             by_line = 1;
         } else if (strcmp(argv[i], "--file") == 0) {
@@ -84,14 +94,21 @@ static int run(int argc, char **argv, char **traces)
     char cwd_buf[4096];
     const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
     for (int i = 0; i < n && !status; i++) {
-        mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i]};
+        mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i],
+                                .strict = strict};
         int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
-        if (rc < 0) status = mt_cli_fail("report: %s", err);
-        else if (cwd) mt_frames_set_base_dir(as[i]->frames, cwd); /* short Python paths */
+        if (rc < 0) {
+            status = mt_cli_fail("report: %s", err);
+        } else {
+            if (json || strcmp(out_path, "-") != 0) mt_cli_warn_incomplete("report", as[i]);
+            if (cwd) mt_frames_set_base_dir(as[i]->frames, cwd); /* short Python paths */
+        }
     }
     if (!status) {
-        mt_out *out = mt_out_open(out_path, err, sizeof err);
+        mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
+                             .n_inputs = (size_t)n};
+        mt_out *out = mt_out_create(out_path, &oo, err, sizeof err);
         if (!out) {
             status = mt_cli_fail("report: %s", err);
         } else {
@@ -106,9 +123,14 @@ static int run(int argc, char **argv, char **traces)
                     rc = mt_report_text(out, as[i], &ro);
                 }
             }
-            if (mt_out_close(out) < 0 || rc < 0)
-                status = mt_cli_fail("report: writing %s failed: %s", out_path,
-                                     rc < 0 ? "out of memory" : strerror(errno));
+            if (rc < 0) {
+                mt_out_discard(out);
+                status = mt_cli_fail("report: out of memory (%s not written)",
+                                     mt_cli_out_name(out_path));
+            } else if (mt_out_close(out) < 0) {
+                status = mt_cli_fail("report: writing %s failed: %s", mt_cli_out_name(out_path),
+                                     strerror(errno));
+            }
         }
     }
     for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
