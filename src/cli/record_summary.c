@@ -75,6 +75,12 @@ void mt_record_summarize(const char *manifest, int symbolize, int quiet)
         char *path = strchr(line, ' ');
         if (!path || !path[1]) continue;
         files++;
+        if (mt_trace_held_open(atoi(line), path + 1) == 1) {
+            fprintf(stderr, "memtrace: %s is still being written by pid %d: not symbolized (run "
+                            "`memtrace symbolize %s` once that process is done)\n",
+                    path + 1, atoi(line), path + 1);
+            continue;
+        }
         summarize_one(path + 1, symbolize, quiet);
     }
     fclose(f);

@@ -479,7 +479,7 @@ mt_dwarf *mt_dwarf_open(const char *path)
 {
     mt_dwarf *d = calloc(1, sizeof *d);
     if (!d) return NULL;
-    d->fd = open(path, O_RDONLY | O_CLOEXEC);
+    d->fd = mt_open_regular(path);
     if (d->fd < 0 ||
         dwarf_init_b(d->fd, DW_DLC_READ, DW_GROUPNUMBER_ANY, NULL, NULL, &d->dbg, &d->err) !=
             DW_DLV_OK) {
