@@ -9,9 +9,13 @@
 
 static void put_frame(mt_out *o, const char *s)
 {
-    for (const char *p = s; *p; p++) {
-        char c = *p == ';' ? ',' : (*p == '\n' || *p == '\r') ? ' ' : *p;
-        mt_out_write(o, &c, 1);
+    while (*s) {
+        size_t run = strcspn(s, ";\n\r"); /* written as it is */
+        mt_out_write(o, s, run);
+        s += run;
+        if (!*s) break;
+        mt_out_write(o, *s == ';' ? "," : " ", 1);
+        s++;
     }
 }
 

@@ -60,7 +60,7 @@ typedef struct pass1 {
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
-    size_t n_tl;
+    size_t n_tl, cap_tl;
     size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     int oom;
 } pass1;
@@ -101,20 +101,32 @@ static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
     if (b + 1 > tl->n) tl->n = b + 1;
 }
 
+static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap * 2 : need;
+    while (ncap < need) ncap *= 2;
+    void *np = realloc(*p, ncap * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     pass1 *p = ctx;
     const mt_usage *base;
     size_t n = mt_tracker_usages(p->t, &base);
     size_t i = (size_t)(u - base);
-    if (n > p->n_tl) {
-        timeline *nt = realloc(p->tl, n * sizeof *nt);
-        if (!nt) {
+    if (n > p->n_tl) { /* ~28 KiB a device: grown geometrically, never copied per device */
+        size_t cap = p->cap_tl;
+        if (grow_array((void **)&p->tl, &cap, n, sizeof *p->tl) < 0) {
             p->oom = 1;
             return;
         }
-        memset(nt + p->n_tl, 0, (n - p->n_tl) * sizeof *nt);
-        p->tl = nt;
+        memset(p->tl + p->n_tl, 0, (n - p->n_tl) * sizeof *p->tl);
+        p->cap_tl = cap;
         p->n_tl = n;
     }
     timeline_note(&p->tl[i], u, rel(time_ns, p->start));
@@ -220,18 +232,6 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
     mt_u64map_clear(&p->peak_map);
     if (p->pending) p->pending--;
-}
-
-static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap * 2 : 8;
-    while (ncap < need) ncap *= 2;
-    void *np = realloc(*p, ncap * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = ncap;
-    return 0;
 }
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)

@@ -309,7 +309,7 @@ static void drain(mt_sink *s)
             }
         }
     }
-    qsort(s->batch, n, sizeof *s->batch, by_time);
+    if (n) qsort(s->batch, n, sizeof *s->batch, by_time);
     for (size_t i = 0; i < n; i++) {
         mt_record rec = {.type = MT_REC_EVENT, .u.event = s->batch[i]->u.ev};
         put(s, &rec);

@@ -164,7 +164,7 @@ void mt_elf_load_symbols(mt_elf_file *f)
         }
     }
 sort:
-    qsort(f->syms, f->nsyms, sizeof *f->syms, sym_cmp);
+    if (f->nsyms) qsort(f->syms, f->nsyms, sizeof *f->syms, sym_cmp);
     size_t out = 0; /* one symbol per address: the first after sorting wins */
     for (size_t i = 0; i < f->nsyms; i++) {
         if (out > 0 && f->syms[out - 1].addr == f->syms[i].addr) continue;

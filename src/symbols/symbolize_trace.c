@@ -266,7 +266,7 @@ int mt_symbolize_trace(const char *path, mt_symbolize_stats *stats, char *err, s
         s.ips[n++] = p;
     }
     st.ips_total = n;
-    qsort(s.ips, n, sizeof *s.ips, by_module_then_ip);
+    if (n) qsort(s.ips, n, sizeof *s.ips, by_module_then_ip);
 
     if (n > 0 || cut_at) {
         if (readonly) {

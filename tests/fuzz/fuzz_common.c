@@ -1,0 +1,55 @@
+#include "fuzz_common.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "memtrace/export.h"
+
+int mt_fuzz_memfile(const uint8_t *data, size_t size, char *path, size_t len)
+{
+    int fd = memfd_create("mt-fuzz", MFD_CLOEXEC);
+    if (fd < 0) return -1;
+    for (size_t done = 0; done < size;) {
+        ssize_t k = write(fd, data + done, size - done);
+        if (k <= 0) {
+            close(fd);
+            return -1;
+        }
+        done += (size_t)k;
+    }
+    snprintf(path, len, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+void mt_fuzz_use_trace(const char *path)
+{
+    char err[512];
+    /* strict read to the end, as `dump --strict` does */
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    if (r) {
+        mt_reader_set_strict(r, 1);
+        mt_record rec;
+        while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        }
+        mt_reader_close(r);
+    }
+    mt_analysis *a = NULL;
+    if (mt_analyze(path, NULL, &a, err, sizeof err) != 0) return;
+    mt_out *o = mt_out_open("/dev/null", err, sizeof err);
+    if (o) {
+        mt_report_options ro = {.top = 5};
+        mt_report_text(o, a, &ro);
+        ro.by_line = 1;
+        ro.frames = MT_FRAMES_PYTHON;
+        mt_report_text(o, a, &ro);
+        ro.frames = MT_FRAMES_ALL;
+        mt_report_json(o, &a, 1, &ro);
+        for (int m = 0; m < 3; m++) mt_export_folded(o, &a, 1, (mt_folded_metric)m);
+        mt_chrome_options co = {.top_allocs = 64};
+        mt_export_chrome(o, &a, 1, &co, err, sizeof err);
+        mt_out_close(o);
+    }
+    mt_analysis_free(a);
+}
