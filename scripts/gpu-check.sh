@@ -30,6 +30,7 @@ check() { # check NAME EXPECTED ACTUAL
 }
 run() { log "\$ $*"; "$@" >> "$LOG" 2>&1; }
 calc() { $PY -c "print(round($1, 4))"; }  # the GPU machine has no bc
+. "$(dirname "$0")/settle-trace.sh"
 
 say "== environment"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; uname -r
@@ -50,7 +51,7 @@ for setting in "MEMTRACE_STACKS=none MEMTRACE_NVML=0 MEMTRACE_ACTIVITY=0" "MEMTR
                "MEMTRACE_STACKS=both" "MEMTRACE_ACTIVITY=0"; do
   for i in 1 2 3; do
     (cd "$W" && env $setting "$MT" record -q -f -o "$W/api_cost.mtrace" -- "$AC" 10) >> "$LOG" 2>&1
-    rc=$?; [ $rc = 0 ] || break
+    rc=$?; settle_trace "$W/api_cost.mtrace"; [ $rc = 0 ] || break
   done
   check "api_cost exits 0 under memtrace ($setting), 3 runs" 0 $rc
 done
@@ -59,6 +60,7 @@ done
 say "== alloc_patterns"
 (cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"
 check "alloc_patterns ran" 0 $?
+settle_trace "$W/alloc_patterns.mtrace"
 cat "$W/ap.out" >> "$LOG"
 "$MT" dump "$W/alloc_patterns.mtrace" > "$W/ap.dump" 2>> "$LOG"; check "dump reads it" 0 $?
 PITCHED=$(sed -n 's/.*pitched_bytes=\([0-9]*\).*/\1/p' "$W/ap.out")
@@ -99,6 +101,7 @@ check "processes.py: fork child and 2 spawn children ran (no hang)" "0 children_
 check "one trace per CUDA process (parent + 2 spawned)" 3 "$(ls "$W/procs"/*.mtrace 2>/dev/null | wc -l)"
 for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "FAIL dump $f"; done
 (cd "$W" && timeout 300 "$MT" record -q --tensors -o "$W/profiler.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler.out" 2>> "$LOG"
+settle_trace "$W/profiler.mtrace"
 check "torch.profiler inside a traced run still works" ok "$(grep -q 'profiler_cuda_events=[1-9]' "$W/profiler.out" && echo ok)"
 "$MT" dump "$W/profiler.mtrace" > "$W/profiler.dump" 2>> "$LOG"
 check "the trace says where recording paused for the profiler" 1 "$(grep -c 'recording paused: another CUPTI client' "$W/profiler.dump")"
@@ -113,11 +116,13 @@ check "another CUPTI subscriber: program runs unchanged" "0 conflict_ok" "$rc $(
 check "another CUPTI subscriber: one warning, no trace" "1 0" "$(grep -c 'refused a subscriber' "$W/conflict.err") $(ls "$W/conflict"/*.mtrace 2>/dev/null | wc -l)"
 (cd "$W" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -q -o "$W/stolen.mtrace" -- "$CONFLICT" activity) > "$W/stolen.out" 2>> "$LOG"
 rc=$?
+settle_trace "$W/stolen.mtrace"
 cat "$W/stolen.out" >> "$LOG"
 "$MT" dump "$W/stolen.mtrace" > "$W/stolen.dump" 2>> "$LOG"
 check "another tool takes the activity API: it works, memtrace keeps all 401 cuMemAlloc" "0 conflict_ok 401" "$rc $(grep -o conflict_ok "$W/stolen.out") $(grep '^event ' "$W/stolen.dump" | grep -v activity | grep -c 'op=alloc kind=device')"
 check "... and the trace says activity enrichment stopped" 1 "$(grep -c 'activity enrichment stopped' "$W/stolen.dump")"
 (cd "$W" && timeout 300 "$MT" record -q --no-preload --tensors -o "$W/profiler_np.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler_np.out" 2>> "$LOG"
+settle_trace "$W/profiler_np.mtrace"
 say "info: with --no-preload torch.profiler saw $(sed -n 's/profiler_cuda_events=//p' "$W/profiler_np.out") CUDA events (memtrace kept CUPTI)"
 
 # ---- cifar.py under three allocator settings ------------------------------------------------------
@@ -142,6 +147,7 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   fi
   local rc=$?
   t1=$(date +%s.%N)
+  [[ $name == plain* ]] || settle_trace "$W/$name.mtrace"
   cat "$W/$name.out" "$W/$name.err" 2>/dev/null >> "$LOG"
   echo "wall=$(calc "$t1 - $t0")" >> "$W/$name.out"
   check "cifar $name exit status" 0 $rc
@@ -263,7 +269,9 @@ fi
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
 say "== fixtures"
 (cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
+settle_trace "$W/cifar_default.mtrace"
 (cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
+settle_trace "$W/cifar_tensors.mtrace"
 cat "$W/cifar_default.out" "$W/cifar_tensors.out" >> "$LOG"
 cp "$W/ap.out" "$W/alloc_patterns.out"
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
