@@ -25,7 +25,8 @@
 
 #include "out_file.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
@@ -91,8 +92,10 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
         of->fd = STDOUT_FILENO;
         of->is_stdout = 1;
         if (fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode) && is_input(&st, opt) >= 0)
-            return fail(err, errlen, "standard output is %s, one of the input traces: not "
-                        "written", opt->inputs[is_input(&st, opt)]);
+            return fail(err, errlen,
+                        "standard output is %s, one of the input traces: not "
+                        "written",
+                        opt->inputs[is_input(&st, opt)]);
         return 0;
     }
     int force = opt && opt->force;
@@ -100,8 +103,10 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
         if (S_ISLNK(st.st_mode)) {
             struct stat target;
             if (stat(path, &target) != 0 || !is_stream(target.st_mode))
-                return fail(err, errlen, "%s is a symbolic link: memtrace does not write "
-                            "through one (remove it, or name the file it points to)", path);
+                return fail(err, errlen,
+                            "%s is a symbolic link: memtrace does not write "
+                            "through one (remove it, or name the file it points to)",
+                            path);
             st = target;
         }
         if (S_ISDIR(st.st_mode)) return fail(err, errlen, "%s is a directory", path);

@@ -78,7 +78,8 @@ Test(cli_outputs, an_existing_output_is_replaced_only_with_force)
     char out[256];
     mt_test_tmpname(out, sizeof out, "existing.json");
     cr_assert_eq(mt_test_spit(out, "keep me\n", 8), 0);
-    cr_expect_eq(status_of(MEMTRACE " export --format chrome -o %s " FIXTURE " 2>/dev/null", out), 2);
+    cr_expect_eq(status_of(MEMTRACE " export --format chrome -o %s " FIXTURE " 2>/dev/null", out),
+                 2);
     size_t n;
     uint8_t *b = mt_test_slurp(out, &n);
     cr_expect(n == 8 && memcmp(b, "keep me\n", 8) == 0, "untouched without --force");
@@ -90,7 +91,8 @@ Test(cli_outputs, an_existing_output_is_replaced_only_with_force)
     b = mt_test_slurp(out, &n);
     cr_expect(n > 100 && b[0] == '{', "replaced with --force");
     free(b);
-    cr_expect_eq(status_of(MEMTRACE " report -f -o %s " FIXTURE, out), 0, "-f is --force in report");
+    cr_expect_eq(status_of(MEMTRACE " report -f -o %s " FIXTURE, out), 0,
+                 "-f is --force in report");
     /* a new file is simply created, with the usual permissions */
     char fresh[256];
     mt_test_tmpname(fresh, sizeof fresh, "fresh.txt");
@@ -109,9 +111,11 @@ Test(cli_outputs, never_through_a_symbolic_link)
     mt_test_tmpname(link, sizeof link, "link.json");
     cr_assert_eq(mt_test_spit(victim, "precious\n", 9), 0);
     cr_assert_eq(symlink(victim, link), 0);
-    cr_expect_eq(status_of(MEMTRACE " export --format chrome -o %s " FIXTURE " 2>/dev/null", link), 2);
-    cr_expect_eq(status_of(MEMTRACE " export --format folded --force -o %s " FIXTURE " 2>/dev/null",
-                           link), 2, "not even with --force");
+    cr_expect_eq(status_of(MEMTRACE " export --format chrome -o %s " FIXTURE " 2>/dev/null", link),
+                 2);
+    cr_expect_eq(
+        status_of(MEMTRACE " export --format folded --force -o %s " FIXTURE " 2>/dev/null", link),
+        2, "not even with --force");
     size_t n;
     uint8_t *b = mt_test_slurp(victim, &n);
     cr_expect(n == 9 && memcmp(b, "precious\n", 9) == 0);
@@ -121,8 +125,8 @@ Test(cli_outputs, never_through_a_symbolic_link)
     cr_expect_eq(status_of(MEMTRACE " report -o %s " FIXTURE " 2>/dev/null", link), 2);
     cr_expect_neq(access(victim, F_OK), 0);
     /* a link to a device is written to: /dev/stdout is one */
-    cr_expect_eq(status_of(MEMTRACE " report -o /dev/stdout " FIXTURE " | grep -q 'memtrace report'"),
-                 0);
+    cr_expect_eq(
+        status_of(MEMTRACE " report -o /dev/stdout " FIXTURE " | grep -q 'memtrace report'"), 0);
     unlink(link);
 }
 
@@ -131,9 +135,11 @@ Test(cli_outputs, an_input_is_never_the_output)
     char t[256];
     copy_fixture(t, sizeof t, "input.mtrace");
     cr_expect_eq(status_of(MEMTRACE " export --format folded -o %s %s 2>/dev/null", t, t), 2);
-    cr_expect_eq(status_of(MEMTRACE " export --format chrome --force -o %s %s 2>/dev/null", t, t), 2);
+    cr_expect_eq(status_of(MEMTRACE " export --format chrome --force -o %s %s 2>/dev/null", t, t),
+                 2);
     cr_expect_eq(status_of(MEMTRACE " report --force -o %s %s 2>/dev/null", t, t), 2);
-    cr_expect_eq(status_of(MEMTRACE " report %s >> %s 2>/dev/null", t, t), 2, "stdout appending to it");
+    cr_expect_eq(status_of(MEMTRACE " report %s >> %s 2>/dev/null", t, t), 2,
+                 "stdout appending to it");
     /* the same file under another name (a hard link) is still the input */
     char other[256];
     mt_test_tmpname(other, sizeof other, "hardlink.mtrace");
@@ -163,13 +169,16 @@ Test(cli_outputs, a_full_disk_says_so_and_leaves_no_partial_file)
     snprintf(old, sizeof old, "%s/old.json", dir);
     const char *big = MT_TEST_DATA_DIR "/cifar_tensors.mtrace";
     msg = output_of("ulimit -f 8; trap '' XFSZ; " MEMTRACE " export --format chrome -o %s %s 2>&1; "
-                    "echo rc=$?", out, big);
+                    "echo rc=$?",
+                    out, big);
     cr_expect(strstr(msg, "File too large") && strstr(msg, "rc=2"), "%s", msg);
     free(msg);
     cr_expect_neq(access(out, F_OK), 0, "no partial file");
     cr_assert_eq(mt_test_spit(old, "old\n", 4), 0);
     cr_expect_eq(status_of("ulimit -f 8; trap '' XFSZ; " MEMTRACE " export --format chrome --force "
-                           "-o %s %s 2>/dev/null", old, big), 2);
+                           "-o %s %s 2>/dev/null",
+                           old, big),
+                 2);
     size_t n;
     uint8_t *b = mt_test_slurp(old, &n);
     cr_expect(n == 4 && memcmp(b, "old\n", 4) == 0, "the old file is left as it was");
@@ -201,17 +210,20 @@ Test(cli_outputs, pipes_and_fifos_are_read, .timeout = 60)
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     /* (timeout: a reader that opens the FIFO twice waits forever for a second writer) */
     char *fromfifo = output_of("(cat " FIXTURE " > %s &); timeout 20 " MEMTRACE " report %s | "
-                               "tail -n +2", fifo, fifo);
+                               "tail -n +2",
+                               fifo, fifo);
     cr_expect_str_eq(fromfifo, want);
     free(fromfifo);
     char *chrome = output_of("(cat " FIXTURE " > %s &); timeout 20 " MEMTRACE " export --format "
-                             "chrome %s | grep -c '\"ph\":\"b\"'", fifo, fifo);
+                             "chrome %s | grep -c '\"ph\":\"b\"'",
+                             fifo, fifo);
     cr_expect_neq(atoi(chrome), 0, "chrome reads the FIFO's copy several times: %s", chrome);
     free(chrome);
     free(want);
     unlink(fifo);
     /* not a trace: refused at once, nothing copied */
-    cr_expect_eq(status_of("head -c 100000 /dev/zero | " MEMTRACE " report /dev/stdin 2>/dev/null"), 2);
+    cr_expect_eq(status_of("head -c 100000 /dev/zero | " MEMTRACE " report /dev/stdin 2>/dev/null"),
+                 2);
 }
 
 /* The fixture with one byte of its second chunk flipped. */
@@ -221,8 +233,8 @@ static void damaged_fixture(char *path, size_t len)
     size_t n;
     uint8_t *b = mt_test_slurp(FIXTURE, &n);
     cr_assert_not_null(b);
-    uint32_t clen = (uint32_t)b[68] | (uint32_t)b[69] << 8 | (uint32_t)b[70] << 16 |
-                    (uint32_t)b[71] << 24;
+    uint32_t clen =
+        (uint32_t)b[68] | (uint32_t)b[69] << 8 | (uint32_t)b[70] << 16 | (uint32_t)b[71] << 24;
     size_t second = 64 + 16 + clen;
     cr_assert_lt(second + 40, n, "the fixture has a second chunk");
     b[second + 30] ^= 0x01;
@@ -240,13 +252,18 @@ Test(cli_outputs, damage_is_said_everywhere_and_strict_refuses_it)
     msg = output_of(MEMTRACE " report --json %s 2>&1 >/dev/null", t);
     cr_expect(strstr(msg, "warning") && strstr(msg, "damaged chunk"), "stderr: %s", msg);
     free(msg);
-    cr_expect_eq(status_of(MEMTRACE " report --json %s 2>/dev/null | python3 -c 'import json,sys; "
-                           "d=json.load(sys.stdin); assert d[\"damaged_chunks\"] == 1, d; "
-                           "assert d[\"damaged_bytes\"] > 0; assert \"CRC\" in d[\"damage_reason\"]'",
-                           t), 0);
-    cr_expect_eq(status_of(MEMTRACE " export --format chrome %s 2>/dev/null | python3 -c 'import "
+    cr_expect_eq(
+        status_of(MEMTRACE
+                  " report --json %s 2>/dev/null | python3 -c 'import json,sys; "
+                  "d=json.load(sys.stdin); assert d[\"damaged_chunks\"] == 1, d; "
+                  "assert d[\"damaged_bytes\"] > 0; assert \"CRC\" in d[\"damage_reason\"]'",
+                  t),
+        0);
+    cr_expect_eq(status_of(MEMTRACE
+                           " export --format chrome %s 2>/dev/null | python3 -c 'import "
                            "json,sys; d=json.load(sys.stdin)[\"otherData\"]; "
-                           "assert d[\"damaged_chunks\"] == 1, d; assert len(d[\"damage\"]) == 1'", t),
+                           "assert d[\"damaged_chunks\"] == 1, d; assert len(d[\"damage\"]) == 1'",
+                           t),
                  0);
     msg = output_of(MEMTRACE " export --format folded %s 2>&1 >/dev/null; echo rc=$?", t);
     cr_expect(strstr(msg, "damaged chunk") && strstr(msg, "rc=0"), "folded: %s", msg);

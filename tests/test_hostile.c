@@ -126,7 +126,8 @@ Test(hostile, a_deep_chain_with_many_leaves)
     unlink(path);
 }
 
-/* ---- damaged fixtures: one bad byte costs one chunk, not the trace ------------------------------ */
+/* ---- damaged fixtures: one bad byte costs one chunk, not the trace ------------------------------
+ */
 
 static uint64_t events_of(const char *path, uint64_t *max_per_chunk)
 {
@@ -190,7 +191,8 @@ Test(hostile, resync_reports_what_was_lost)
     size_t body = len - 64, total = len + 1000 + body;
     uint8_t *twice = malloc(total);
     memcpy(twice, data, len);
-    for (size_t i = 0; i < 1000; i++) twice[len + i] = (uint8_t)(i * 37);
+    for (size_t i = 0; i < 1000; i++)
+        twice[len + i] = (uint8_t)(i * 37);
     memcpy(twice + len + 1000, data + 64, body);
     char path[256], err[512];
     mt_test_tmpname(path, sizeof path, "garbage.mtrace");

@@ -22,9 +22,10 @@ static void trace_naming(const char *path, const char *module_path)
     mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 1};
     mt_writer *w = mt_writer_open_fd(fd, &h, 0);
     cr_assert_not_null(w);
-    mt_record m = {.type = MT_REC_MODULE,
-                   .u.module = {.id = 1, .bias = 0x400000, .start = 0x400000, .end = 0x500000,
-                                .path = module_path}};
+    mt_record m = {
+        .type = MT_REC_MODULE,
+        .u.module = {
+            .id = 1, .bias = 0x400000, .start = 0x400000, .end = 0x500000, .path = module_path}};
     mt_record n = {.type = MT_REC_STACK_NODE,
                    .u.node = {.id = 1, .parent = 0, .ip = 0x401234, .frame_kind = MT_FRAME_NATIVE}};
     cr_assert_eq(mt_writer_put(w, &m), 0);

@@ -27,7 +27,7 @@ static void usage(FILE *out)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`memtrace <command> --help` describes each one. Typical use:\n"
                  "  memtrace record -- python train.py\n"
-                 "  memtrace report memtrace.python.1234.mtrace\n");
+                 "  memtrace report memtrace.python.gpu1.1234.mtrace\n");
 }
 
 int mt_cli_fail(const char *fmt, ...)

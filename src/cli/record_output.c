@@ -63,7 +63,8 @@ int mt_record_check_dir(const char *abs_pattern, char *err, size_t errlen)
                 continue;
             }
             if (code == 'p') {
-                snprintf(err, errlen, "%%p in a directory name cannot work: the recorder creates "
+                snprintf(err, errlen,
+                         "%%p in a directory name cannot work: the recorder creates "
                          "no directory, and no directory can exist for pids not yet given");
                 return -1;
             }

@@ -57,9 +57,12 @@ static void summarize_one(const char *path, int symbolize, int quiet)
     fprintf(stderr, "  failed requests: %" PRIu64 ", dropped events: %" PRIu64 "%s\n",
             a->failed_total, a->dropped, a->truncated ? " (file truncated)" : "");
     mt_analysis_free(a);
+    /* the suggested output is named after the trace: a fixed name would exist the second time */
+    size_t stem = strlen(path);
+    if (stem > 7 && strcmp(path + stem - 7, ".mtrace") == 0) stem -= 7;
     fprintf(stderr, "  next: memtrace report %s\n", path);
-    fprintf(stderr, "        memtrace export --format chrome -o trace.json.gz %s   (Perfetto UI)\n",
-            path);
+    fprintf(stderr, "        memtrace export --format chrome -o %.*s.json.gz %s   (Perfetto UI)\n",
+            (int)stem, path, path);
     fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl > peak.svg\n",
             path);
 }

@@ -29,7 +29,7 @@ int mt_trace_held_open(int pid, const char *path)
     snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
     DIR *d = opendir(dir);
     if (!d) {
-        if (errno == ENOENT) return 0; /* gone */
+        if (errno == ENOENT) return 0;     /* gone */
         return kill(pid, 0) == 0 ? -1 : 0; /* alive and ours, but its descriptors are hidden */
     }
     int held = 0;
@@ -61,7 +61,8 @@ static int count_writers(const char *manifest, char *pids, size_t len)
         int pid = atoi(line);
         if (mt_trace_held_open(pid, path + 1) == 0) continue;
         held++;
-        if (o + 16 < len) o += (size_t)snprintf(pids + o, len - o, "%s%d", held > 1 ? ", " : "", pid);
+        if (o + 16 < len)
+            o += (size_t)snprintf(pids + o, len - o, "%s%d", held > 1 ? ", " : "", pid);
     }
     fclose(f);
     return held;
@@ -74,8 +75,9 @@ int mt_record_wait_writers(const char *manifest, int quiet, volatile sig_atomic_
         int held = count_writers(manifest, pids, sizeof pids);
         if (!held) return 0;
         if (round == 0 && !quiet)
-            fprintf(stderr, "memtrace: waiting for %d traced process%s still writing (pid %s) "
-                            "before symbolizing; Ctrl-C stops waiting\n",
+            fprintf(stderr,
+                    "memtrace: waiting for %d traced process%s still writing (pid %s) "
+                    "before symbolizing; Ctrl-C stops waiting\n",
                     held, held == 1 ? "" : "es", pids);
         if (*stop) {
             if (!quiet)

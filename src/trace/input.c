@@ -18,7 +18,8 @@
 
 #include "memtrace/trace.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
@@ -116,7 +117,8 @@ int mt_input_open(const char *path, char *err, size_t errlen)
                         path, strerror(e));
         }
         ssize_t k;
-        do k = read(fd, buf, sizeof buf);
+        do
+            k = read(fd, buf, sizeof buf);
         while (k < 0 && errno == EINTR);
         if (k < 0) {
             int e = errno;

@@ -46,7 +46,8 @@ void mt_fuzz_use_trace(const char *path)
         mt_report_text(o, a, &ro);
         ro.frames = MT_FRAMES_ALL;
         mt_report_json(o, &a, 1, &ro);
-        for (int m = 0; m < 3; m++) mt_export_folded(o, &a, 1, (mt_folded_metric)m);
+        for (int m = 0; m < 3; m++)
+            mt_export_folded(o, &a, 1, (mt_folded_metric)m);
         mt_chrome_options co = {.top_allocs = 64};
         mt_export_chrome(o, &a, 1, &co, err, sizeof err);
         mt_out_close(o);

@@ -16,7 +16,8 @@
 
 static void le32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* Appends one chunk holding raw[0..n) to out; returns the bytes written. */
@@ -48,7 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (unsigned k = 0; k < pieces; k++) {
         size_t end = size, skip = 0;
         if (k + 1 < pieces) {
-            const uint8_t *cut = memmem(data + at, size - at, "\xff" "CHUNK", 6);
+            const uint8_t *cut = memmem(data + at, size - at,
+                                        "\xff"
+                                        "CHUNK",
+                                        6);
             end = cut ? (size_t)(cut - data) : at + (size - at) / (pieces - k);
             skip = cut ? 6 : 0;
         }

@@ -26,9 +26,15 @@ static int put_event(mt_writer *w, uint8_t op, int32_t device, uint64_t address,
                      uint32_t stack, uint64_t t)
 {
     mt_record r = {.type = MT_REC_EVENT,
-                   .u.event = {.time_ns = 1000 + t, .address = address, .bytes = bytes,
-                               .device = device, .stack = stack, .op = op,
-                               .kind = MT_KIND_DEVICE, .context = 1, .tid = 7}};
+                   .u.event = {.time_ns = 1000 + t,
+                               .address = address,
+                               .bytes = bytes,
+                               .device = device,
+                               .stack = stack,
+                               .op = op,
+                               .kind = MT_KIND_DEVICE,
+                               .context = 1,
+                               .tid = 7}};
     return mt_writer_put(w, &r);
 }
 
@@ -75,7 +81,8 @@ int mt_hostile_parent_cycle(const char *path, uint32_t ring, uint32_t leaves)
     mt_writer *w = open_trace(path);
     if (!w) return -1;
     int rc = put_node(w, 1, ring, 0x401000);
-    for (uint32_t id = 2; id <= ring && rc == 0; id++) rc = put_node(w, id, id - 1, 0x401000 + id);
+    for (uint32_t id = 2; id <= ring && rc == 0; id++)
+        rc = put_node(w, id, id - 1, 0x401000 + id);
     for (uint32_t i = 0; i < leaves && rc == 0; i++) {
         uint32_t leaf = ring + 1 + i;
         rc = put_node(w, leaf, 1 + i % ring, 0x500000 + i);
@@ -89,7 +96,8 @@ int mt_hostile_deep_chain(const char *path, uint32_t depth, uint32_t leaves)
     mt_writer *w = open_trace(path);
     if (!w) return -1;
     int rc = 0;
-    for (uint32_t id = 1; id <= depth && rc == 0; id++) rc = put_node(w, id, id - 1, 0x401000 + id);
+    for (uint32_t id = 1; id <= depth && rc == 0; id++)
+        rc = put_node(w, id, id - 1, 0x401000 + id);
     for (uint32_t i = 0; i < leaves && rc == 0; i++) {
         uint32_t leaf = depth + 1 + i;
         rc = put_node(w, leaf, depth, 0x500000 + i);
