@@ -140,21 +140,23 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* A command that leaves behind a process holding TRACE open for SECONDS and lists it in the
- * manifest as a recorder would; the process' pid goes to PIDFILE. */
+/* A command that leaves behind a process holding TRACE open for SECONDS, listed in the manifest
+ * as a recorder would list itself (after opening its trace); the process' pid goes to PIDFILE.
+ * Its output goes nowhere, so that nothing but `record` is waited for. */
 static void outliving_command(char *cmd, size_t len, const char *trace, int seconds,
                               const char *pidfile)
 {
     snprintf(cmd, len,
-             "sh -c '(exec 3>>%s; sleep %d) & echo \"$! %s\" >> $MEMTRACE_MANIFEST; "
-             "echo $! > %s'",
-             trace, seconds, trace, pidfile);
+             "sh -c 'sh -c \"exec 3>>%s; echo \\$\\$ %s >> \\$MEMTRACE_MANIFEST; "
+             "echo \\$\\$ > %s; exec sleep %d\" < /dev/null > /dev/null 2>&1 & "
+             "while [ ! -s %s ]; do sleep 0.05; done'",
+             trace, trace, pidfile, seconds, pidfile);
 }
 
 Test(cli_record, waits_for_traced_processes_that_outlive_the_command, .timeout = 60)
 {
     need_recorder();
-    char trace[256], pidfile[256], inner[1024], cmd[1400];
+    char trace[256], pidfile[256], inner[2048], cmd[2600];
     mt_test_tmpname(trace, sizeof trace, "outlived.mtrace");
     mt_test_tmpname(pidfile, sizeof pidfile, "pid");
     size_t n;
@@ -177,7 +179,7 @@ Test(cli_record, waits_for_traced_processes_that_outlive_the_command, .timeout =
 Test(cli_record, ctrl_c_stops_waiting_and_leaves_the_trace_alone, .timeout = 60)
 {
     need_recorder();
-    char trace[256], pidfile[256], inner[1024], cmd[2000];
+    char trace[256], pidfile[256], inner[2048], cmd[3200];
     mt_test_tmpname(trace, sizeof trace, "busy.mtrace");
     mt_test_tmpname(pidfile, sizeof pidfile, "pid");
     size_t n;
