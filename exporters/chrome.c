@@ -38,12 +38,10 @@ typedef struct counter_state {
     uint64_t max_caching, last_caching; /* caching allocator bytes at those points */
 } counter_state;
 
-/* Live bytes of the caching allocator's segments per device: the one part of the reconciliation
- * the tracker's counters do not give (the others are by_kind and pool_reserved). */
-typedef struct caching_sum {
-    int32_t device;
-    uint64_t bytes;
-} caching_sum;
+/* Live bytes of the caching allocator's segments per device (index ordinal + 1: the tracker
+ * keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL): the one part of the reconciliation the tracker's
+ * counters do not give (the others are by_kind and pool_reserved). */
+#define N_DEVICE_SLOTS (MT_MAX_DEVICE_ORDINAL + 2)
 
 typedef struct chrome {
     mt_out *o;
@@ -60,8 +58,7 @@ typedef struct chrome {
     int select;           /* threshold applies */
     uint64_t kept, skipped;
     mt_namebuf nb;
-    caching_sum *caching;
-    size_t n_caching;
+    uint64_t caching[N_DEVICE_SLOTS];
     int oom;
 } chrome;
 
@@ -70,16 +67,7 @@ static uint64_t rel_of(const chrome *c, uint64_t abs);
 
 static uint64_t *caching_of(chrome *c, int32_t device)
 {
-    for (size_t i = 0; i < c->n_caching; i++)
-        if (c->caching[i].device == device) return &c->caching[i].bytes;
-    caching_sum *n = realloc(c->caching, (c->n_caching + 1) * sizeof *n);
-    if (!n) {
-        c->oom = 1;
-        return NULL;
-    }
-    c->caching = n;
-    c->caching[c->n_caching] = (caching_sum){device, 0};
-    return &c->caching[c->n_caching++].bytes;
+    return device >= -1 && device <= MT_MAX_DEVICE_ORDINAL ? &c->caching[device + 1] : NULL;
 }
 
 static int mt_kind_is_host_kind(unsigned kind)
@@ -375,11 +363,8 @@ static void failed_instant(chrome *c, const mt_event *e)
     mt_device_report probe = {.u = {.device = host ? -1 : e->device, .is_host = host}};
     snprintf(name, sizeof name, "failed %s %s %s", mt_device_root_name(&probe, root, sizeof root),
              mt_format_bytes(e->bytes, b, sizeof b), mt_kind_name(e->kind));
-    const mt_usage *u;
-    size_t n = mt_tracker_usages(c->t, &u);
-    uint64_t in_use = 0;
-    for (size_t i = 0; i < n; i++)
-        if (u[i].is_host == host && (host || u[i].device == e->device)) in_use = u[i].in_use;
+    const mt_usage *u = mt_tracker_usage(c->t, host ? -1 : e->device, host);
+    uint64_t in_use = u ? u->in_use : 0;
     mt_out_printf(o, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":%u,\"name\":\"%s\",",
                   (unsigned long long)c->pid, e->tid, name);
     ts(o, rel_of(c, e->time_ns));
@@ -463,7 +448,6 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
                     .offset_ns = a[i]->header.start_realtime_ns - base};
         int rc = one_trace(&c, err, errlen);
         free(c.cs);
-        free(c.caching);
         mt_namebuf_free(&c.nb);
         if (rc < 0) return -1;
         kept += c.kept;

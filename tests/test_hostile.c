@@ -15,6 +15,12 @@
 #include "memtrace/export.h"
 #include "testutil.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_LIMIT_MIB 1024 /* AddressSanitizer's shadow memory and quarantine come on top */
+#else
+#define RSS_LIMIT_MIB 256
+#endif
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -29,7 +35,7 @@ static long peak_rss_mib(void)
     return ru.ru_maxrss / 1024;
 }
 
-/* mt_analyze plus every output (to /dev/null), within `seconds` and 256 MiB. */
+/* mt_analyze plus every output (to /dev/null), within `seconds` and RSS_LIMIT_MIB. */
 static mt_analysis *analyze_within(const char *path, double seconds)
 {
     char err[512];
@@ -47,7 +53,7 @@ static mt_analysis *analyze_within(const char *path, double seconds)
     cr_assert_eq(mt_out_close(o), 0);
     double s = now_s() - t0;
     cr_expect_lt(s, seconds, "%s took %.2f s", path, s);
-    cr_expect_lt(peak_rss_mib(), 256, "peak RSS %ld MiB", peak_rss_mib());
+    cr_expect_lt(peak_rss_mib(), RSS_LIMIT_MIB, "peak RSS %ld MiB", peak_rss_mib());
     return a;
 }
 
@@ -230,4 +236,61 @@ Test(hostile, fixtures_read_the_same_as_before)
         cr_expect_eq(a->anomalies.bad_devices + a->anomalies.bad_stack_nodes, 0);
         mt_analysis_free(a);
     }
+}
+
+/* ---- paths that were quadratic in the number of events --------------------------------------- */
+
+Test(hostile, many_device_peaks_over_a_large_live_set)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "peaks.mtrace");
+    /* 600 k live allocations in 8 KB of file, then a peak on each of 255 more devices: every
+     * peak looked at the whole live set (15 s) */
+    cr_assert_eq(mt_hostile_peaks_over_a_big_live_set(path, 600000, 255), 0);
+    char err[512];
+    mt_analysis *a = NULL;
+    double t0 = now_s();
+    cr_assert_eq(mt_analyze(path, NULL, &a, err, sizeof err), 0, "%s", err);
+    double s = now_s() - t0;
+    cr_expect_lt(s, 5.0, "%.2f s", s);
+    cr_assert_eq(a->n_devices, 256);
+    cr_expect_eq(a->devices[0].u.peak, 600000ull * 512);
+    cr_expect_eq(a->devices[0].peak_stacks.n, 64, "64 stacks live at device 0's peak");
+    uint64_t sum = 0;
+    for (size_t k = 0; k < a->devices[0].peak_stacks.n; k++) sum += a->devices[0].peak_stacks.v[k].bytes;
+    cr_expect_eq(sum, a->devices[0].u.peak, "the peak's stacks add up to it");
+    for (size_t i = 1; i < a->n_devices; i++) {
+        cr_expect_eq(a->devices[i].peak_stacks.n, 1, "device %zu", i);
+        cr_expect_eq(a->devices[i].at_peak.other_bytes, 4096, "device %zu", i);
+    }
+    mt_analysis_free(a);
+    unlink(path);
+}
+
+Test(hostile, many_pools_descending_mappings_and_context_churn)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "pools.mtrace");
+    cr_assert_eq(mt_hostile_many_pools(path, 300000), 0); /* was 41 s */
+    mt_analysis *a = analyze_within(path, 5.0);
+    cr_expect_eq(a->devices[0].u.pool_reserved, 300000ull << 20);
+    mt_analysis_free(a);
+    unlink(path);
+
+    mt_test_tmpname(path, sizeof path, "maps.mtrace");
+    cr_assert_eq(mt_hostile_descending_maps(path, 300000), 0); /* was 40 s */
+    a = analyze_within(path, 5.0);
+    cr_expect_eq(a->devices[0].u.vmm_mapped_peak, 300000ull * 0x200000);
+    cr_expect_eq(a->devices[0].u.vmm_mapped, 0, "every mapping was unmapped");
+    cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.partial_unmaps, 0);
+    mt_analysis_free(a);
+    unlink(path);
+
+    mt_test_tmpname(path, sizeof path, "contexts.mtrace");
+    cr_assert_eq(mt_hostile_context_churn(path, 100000, 20000), 0); /* was 57 s */
+    a = analyze_within(path, 5.0);
+    cr_expect_eq(a->anomalies.ctx_destroy_released, 20000, "each destroy ended its allocation");
+    cr_expect_eq(a->devices[0].leak_count, 100000, "the other context's allocations stayed");
+    mt_analysis_free(a);
+    unlink(path);
 }

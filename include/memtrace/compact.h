@@ -112,6 +112,7 @@ typedef enum mt_family {
 typedef struct mt_lifetime {
     uint64_t address, bytes, start_ns, stream, aux;
     uint64_t serial; /* 1, 2, ... in allocation order: a unique id for the lifetime */
+    uint64_t start_seq; /* number of the ALLOC event that started it (mt_tracker_seq) */
     uint32_t stack, tid, context;
     int32_t device; /* -1 for host kinds */
     uint16_t flags;
@@ -183,6 +184,8 @@ void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt
 size_t mt_tracker_live_count(const mt_tracker *t);
 /* Devices seen so far, host slot included (is_host). Valid until the next mt_tracker_event. */
 size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out);
+/* The slot of one device (or of host memory), NULL when not seen. Same validity. */
+const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_host);
 const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
 
 /* ---- Analysis ---------------------------------------------------------------------------------- */

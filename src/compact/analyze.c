@@ -25,10 +25,18 @@
 
 #define PROGRESS_EVERY 65536
 
-/* Aggregate keys: slot key << 40 | driver << 32 | stack. Slot key 0 = host, else ordinal + 2. */
+/* Aggregate keys: slot key << 40 | driver << 32 | stack. Slot key 0 = host, else ordinal + 2
+ * (the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL, so slot keys are below N_SLOTS). */
+#define N_SLOTS (MT_MAX_DEVICE_ORDINAL + 3)
+
 static inline uint64_t slot_key(int32_t device, int is_host)
 {
     return is_host ? 0 : ((uint64_t)(uint32_t)(device + 2) & 0xffffff);
+}
+
+static inline size_t slot_of_lifetime(const mt_lifetime *l)
+{
+    return (size_t)slot_key(l->device, mt_kind_is_host(l->kind));
 }
 
 static inline uint64_t agg_key(const mt_lifetime *l)
@@ -159,15 +167,6 @@ static void snap_one(void *ctx, const mt_lifetime *l)
     s->count++;
 }
 
-static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host)
-{
-    const mt_usage *u;
-    size_t n = mt_tracker_usages(t, &u);
-    for (size_t i = 0; i < n; i++)
-        if (u[i].is_host == is_host && (is_host || u[i].device == device)) return &u[i];
-    return NULL;
-}
-
 static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
 {
     if (!a->failed && !(a->failed = calloc(MT_MAX_FAILED_KEPT, sizeof *a->failed))) return -1;
@@ -177,7 +176,7 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
                              .device = host ? -1 : e->device, .kind = e->kind,
                              .result = e->result, .stack = e->stack, .tid = e->tid,
                              .bytes = e->bytes, .stream = e->stream};
-    const mt_usage *u = find_usage(t, f->device, host);
+    const mt_usage *u = mt_tracker_usage(t, f->device, host);
     if (u) {
         f->in_use = u->in_use;
         if (u->has_pool_info) {
@@ -197,73 +196,125 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
 
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
 
+/* What was live at each device's peak, for every device in one replay: a lifetime was live at its
+ * device's peak when it started at or before the peak event and ended after it. Pass 2 replays up
+ * to the last peak; lifetimes that end after their device's peak are counted as they end
+ * (on_release), those still live when the replay stops are counted then. Each lifetime is looked
+ * at once, however many devices there are. */
 typedef struct pass2 {
     mt_tracker *t;
     mt_analysis *a;
-    mt_u64map peak_map;
-    size_t pending; /* devices whose peak is not reached yet */
+    mt_device_report *by_slot[N_SLOTS];
+    uint8_t reached[N_SLOTS];          /* the device's peak event was replayed */
+    mt_breakdown_acc at_peak[N_SLOTS]; /* GPU devices */
+    mt_u64map peak_map;                /* agg_key -> bytes, count, for every device */
+    size_t pending;                    /* devices whose peak is not reached yet */
     int oom;
 } pass2;
-
-static mt_device_report *report_of(mt_analysis *a, const mt_usage *u)
-{
-    if (u->is_host) return a->host;
-    for (size_t i = 0; i < a->n_devices; i++)
-        if (a->devices[i].u.device == u->device) return &a->devices[i];
-    return NULL;
-}
 
 static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     (void)time_ns;
     pass2 *p = ctx;
-    mt_device_report *d = report_of(p->a, u);
-    if (!d || d->peak_stacks.v || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
-    snap s = {.map = &p->peak_map, .only_slot = slot_key(u->device, u->is_host)};
-    mt_tracker_foreach_live(p->t, snap_one, &s);
+    size_t k = (size_t)slot_key(u->device, u->is_host);
+    mt_device_report *d = k < N_SLOTS ? p->by_slot[k] : NULL;
+    if (!d || p->reached[k] || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    p->reached[k] = 1;
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
-    if (!u->is_host) {
-        if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
-            p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
-    }
-    if (s.oom || mt_stack_list_from_map(&p->peak_map, s.only_slot, &d->peak_stacks) < 0) p->oom = 1;
-    if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
-    mt_u64map_clear(&p->peak_map);
+    if (!u->is_host) mt_breakdown_begin(&p->at_peak[k], &d->at_peak, p->a->frames, u, d->peak_time_ns);
     if (p->pending) p->pending--;
+}
+
+/* l was live at its device's peak (if the device has one and reached it): count it. */
+static void count_at_peak(pass2 *p, const mt_lifetime *l)
+{
+    size_t k = slot_of_lifetime(l);
+    if (k >= N_SLOTS || !p->reached[k] || l->start_seq > p->by_slot[k]->u.peak_seq ||
+        !mt_kind_counts(l->kind))
+        return;
+    mt_u64map_slot *m = mt_u64map_upsert(&p->peak_map, agg_key(l));
+    if (!m) {
+        p->oom = 1;
+        return;
+    }
+    m->a += l->bytes;
+    m->b++;
+    mt_breakdown_add(&p->at_peak[k], l);
+}
+
+static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+{
+    (void)end_ns;
+    (void)why;
+    count_at_peak(ctx, l); /* ends after the peak event: reached is set only once it was applied */
+}
+
+static void pass2_still_live(void *ctx, const mt_lifetime *l)
+{
+    count_at_peak(ctx, l);
 }
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    pass2 p = {.a = a};
+    pass2 *p = calloc(1, sizeof *p); /* ~17 KiB: per-slot state for every possible device */
+    if (!p) {
+        fail(err, errlen, "%s: out of memory in pass 2", a->path);
+        return -1;
+    }
+    p->a = a;
     uint64_t last_seq = 0;
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
-        const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        size_t k = (size_t)slot_key(d->u.device, d->u.is_host);
+        if (k < N_SLOTS) p->by_slot[k] = d;
         if (d->u.peak == 0) continue;
-        p.pending++;
+        p->pending++;
         if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
     }
-    if (!p.pending) return 0;
-    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
-    if (!r) return -1;
-    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage};
-    p.t = mt_tracker_new(&hooks);
-    int rc = p.t ? 0 : -1;
+    mt_reader *r = NULL;
+    int rc = 0;
+    if (!p->pending) goto out;
+    if (!(r = mt_reader_open_fd(a->fd, a->path, err, errlen))) {
+        rc = -1;
+        goto out;
+    }
+    mt_tracker_hooks hooks = {.ctx = p, .on_usage = pass2_usage, .on_release = pass2_release};
+    p->t = mt_tracker_new(&hooks);
+    rc = p->t ? 0 : -1;
     mt_record rec;
     uint64_t n = 0;
-    while (rc == 0 && p.pending && !p.oom && mt_tracker_seq(p.t) < last_seq &&
+    while (rc == 0 && p->pending && !p->oom && mt_tracker_seq(p->t) < last_seq &&
            mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type == MT_REC_EVENT && mt_tracker_event(p.t, &rec.u.event) < 0) rc = -1;
+        if (rec.type == MT_REC_EVENT && mt_tracker_event(p->t, &rec.u.event) < 0) rc = -1;
         if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 2,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
-    if (p.oom) rc = -1;
+    if (rc == 0) mt_tracker_foreach_live(p->t, pass2_still_live, p);
+    mt_stack_list lists[N_SLOTS];
+    if (rc == 0 && !p->oom && mt_stack_lists_by_prefix(&p->peak_map, lists, N_SLOTS) == 0) {
+        for (size_t k = 0; k < N_SLOTS; k++) {
+            if (p->by_slot[k] && p->reached[k]) p->by_slot[k]->peak_stacks = lists[k];
+            else free(lists[k].v);
+        }
+    } else {
+        p->oom = 1;
+    }
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        if (!p->at_peak[k].b) continue;
+        mt_device_report *d = p->by_slot[k];
+        if (mt_breakdown_end(&p->at_peak[k]) < 0) p->oom = 1;
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
+    }
+    if (p->oom) rc = -1;
     if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
-    mt_tracker_free(p.t);
-    mt_u64map_destroy(&p.peak_map);
+out:
+    mt_tracker_free(p->t);
+    mt_u64map_destroy(&p->peak_map);
+    for (size_t k = 0; k < N_SLOTS; k++) mt_u64map_destroy(&p->at_peak[k].owners);
     mt_reader_close(r);
+    free(p);
     return rc;
 }
 
@@ -350,23 +401,89 @@ static int cmp_dev(const void *pa, const void *pb)
     return x < y ? -1 : x > y;
 }
 
-/* Hands the device its NVML samples (and their maximum) and reconciles the end of the trace. */
-static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, const mt_usage *u)
+/* Hands each device its NVML samples (file order) and their maximum, in one walk. */
+static int group_samples(pass1 *p, mt_device_report **by_slot)
 {
-    size_t n = 0;
-    for (size_t k = 0; k < p->n_nvml; k++) n += p->nvml[k].device == u->device;
-    if (n && !(d->nvml = malloc(n * sizeof *d->nvml))) return -1;
+    size_t count[N_SLOTS] = {0};
     for (size_t k = 0; k < p->n_nvml; k++) {
-        if (p->nvml[k].device != u->device) continue;
-        const mt_sample_point *s = &p->nvml[k].p;
-        if (!d->n_nvml || s->value > d->nvml_max) {
-            d->nvml_max = s->value;
-            d->nvml_max_time_ns = s->time_ns;
-        }
-        d->nvml[d->n_nvml++] = *s;
+        int32_t dev = p->nvml[k].device;
+        if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && by_slot[dev + 2]) count[dev + 2]++;
     }
-    if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
-    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml);
+    for (size_t j = 1; j < N_SLOTS; j++)
+        if (count[j] && !(by_slot[j]->nvml = malloc(count[j] * sizeof *by_slot[j]->nvml)))
+            return -1;
+    for (size_t k = 0; k < p->n_nvml; k++) {
+        int32_t dev = p->nvml[k].device;
+        if (dev < -1 || dev > MT_MAX_DEVICE_ORDINAL || !by_slot[dev + 2]) continue;
+        mt_device_report *d = by_slot[dev + 2];
+        const mt_sample_point *sp = &p->nvml[k].p;
+        if (!d->n_nvml || sp->value > d->nvml_max) {
+            d->nvml_max = sp->value;
+            d->nvml_max_time_ns = sp->time_ns;
+        }
+        d->nvml[d->n_nvml++] = *sp;
+    }
+    return 0;
+}
+
+/* The end of the trace for every device in one walk over the live set: what is still live, by
+ * stack (leaks), and each GPU device's reconciliation at the end. */
+typedef struct end_walk {
+    mt_u64map leaks;
+    mt_breakdown_acc at_end[N_SLOTS];
+    int oom;
+} end_walk;
+
+static void end_one(void *ctx, const mt_lifetime *l)
+{
+    end_walk *w = ctx;
+    if (!mt_kind_counts(l->kind)) return;
+    mt_u64map_slot *m = mt_u64map_upsert(&w->leaks, agg_key(l));
+    if (!m) {
+        w->oom = 1;
+        return;
+    }
+    m->a += l->bytes;
+    m->b++;
+    size_t k = slot_of_lifetime(l);
+    if (k < N_SLOTS) mt_breakdown_add(&w->at_end[k], l);
+}
+
+static int finish_devices(mt_analysis *a, pass1 *p, mt_u64map *allocs, mt_device_report **by_slot,
+                          end_walk *w)
+{
+    if (group_samples(p, by_slot) < 0) return -1;
+    for (size_t k = 1; k < N_SLOTS; k++) /* slot 0 is host memory: no reconciliation */
+        if (by_slot[k])
+            mt_breakdown_begin(&w->at_end[k], &by_slot[k]->at_end, a->frames, &by_slot[k]->u,
+                               a->duration_ns);
+    mt_tracker_foreach_live(p->t, end_one, w);
+    int rc = w->oom ? -1 : 0;
+    for (size_t k = 1; k < N_SLOTS; k++) {
+        if (!by_slot[k]) continue;
+        if (mt_breakdown_end(&w->at_end[k]) < 0) rc = -1;
+        mt_breakdown_set_process(&by_slot[k]->at_end, by_slot[k]->nvml, by_slot[k]->n_nvml);
+    }
+    mt_stack_list leaks[N_SLOTS], alloc_lists[N_SLOTS];
+    if (rc < 0 || mt_stack_lists_by_prefix(&w->leaks, leaks, N_SLOTS) < 0) return -1;
+    if (mt_stack_lists_by_prefix(allocs, alloc_lists, N_SLOTS) < 0) {
+        for (size_t k = 0; k < N_SLOTS; k++) free(leaks[k].v);
+        return -1;
+    }
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_device_report *d = by_slot[k];
+        if (!d) {
+            free(leaks[k].v);
+            free(alloc_lists[k].v);
+            continue;
+        }
+        d->leaks = leaks[k];
+        d->allocs = alloc_lists[k];
+        for (size_t j = 0; j < d->leaks.n; j++) {
+            d->leak_bytes += d->leaks.v[j].bytes;
+            d->leak_count += d->leaks.v[j].count;
+        }
+    }
     return 0;
 }
 
@@ -377,10 +494,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     size_t n = mt_tracker_usages(p->t, &u);
     a->devices = calloc(n ? n : 1, sizeof *a->devices);
     if (!a->devices) return -1;
-    mt_u64map leaks = {0};
-    snap s = {.map = &leaks, .leaks = 1};
-    mt_tracker_foreach_live(p->t, snap_one, &s);
-    if (s.oom) return -1;
+    mt_device_report *by_slot[N_SLOTS] = {0}; /* valid until the devices are sorted below */
     for (size_t i = 0; i < n; i++) {
         mt_device_report *d;
         /* A context destroyed while its device could not be named leaves an empty "unknown
@@ -394,6 +508,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
         } else {
             d = &a->devices[a->n_devices++];
         }
+        by_slot[slot_key(u[i].device, u[i].is_host)] = d;
         d->u = u[i];
         d->peak_time_ns = rel(u[i].peak_time, a->header.start_monotonic_ns);
         d->api_peak_time_ns = rel(u[i].api_peak_time, a->header.start_monotonic_ns);
@@ -405,15 +520,6 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 d->capacity = devs[k].total;
                 break;
             }
-        uint64_t sk = slot_key(u[i].device, u[i].is_host);
-        if (mt_stack_list_from_map(&leaks, sk, &d->leaks) < 0 ||
-            mt_stack_list_from_map(allocs, sk, &d->allocs) < 0)
-            return -1;
-        for (size_t k = 0; k < d->leaks.n; k++) {
-            d->leak_bytes += d->leaks.v[k].bytes;
-            d->leak_count += d->leaks.v[k].count;
-        }
-        if (!u[i].is_host && finish_device_samples(a, p, d, &u[i]) < 0) return -1;
         if (i < p->n_tl) {
             const timeline *tl = &p->tl[i];
             d->timeline = malloc((tl->n ? tl->n : 1) * sizeof *d->timeline);
@@ -425,7 +531,14 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 }
         }
     }
-    mt_u64map_destroy(&leaks);
+    end_walk *w = calloc(1, sizeof *w);
+    int rc = w ? finish_devices(a, p, allocs, by_slot, w) : -1;
+    if (w) {
+        mt_u64map_destroy(&w->leaks);
+        for (size_t k = 0; k < N_SLOTS; k++) mt_u64map_destroy(&w->at_end[k].owners);
+        free(w);
+    }
+    if (rc < 0) return -1;
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
     a->anomalies = *mt_tracker_anomalies(p->t);
     a->anomalies.bad_stack_nodes = mt_frames_bad_nodes(a->frames);
@@ -531,14 +644,6 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
         if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;
-    }
-    /* A device whose peak was 0 has an empty snapshot; a marker-only allocation means "done". */
-    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
-        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
-        if (d->peak_stacks.n == 0) {
-            free(d->peak_stacks.v);
-            d->peak_stacks.v = NULL;
-        }
     }
     *out = a;
     return 0;

@@ -89,3 +89,33 @@ int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *o
     qsort(out->v, out->n, sizeof *out->v, cmp_stat);
     return 0;
 }
+
+int mt_stack_lists_by_prefix(const mt_u64map *m, mt_stack_list *lists, size_t n)
+{
+    for (size_t k = 0; k < n; k++) lists[k] = (mt_stack_list){0};
+    size_t *count = calloc(n ? n : 1, sizeof *count);
+    if (!count) return -1;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].used && (m->slots[i].key >> 40) < n) count[m->slots[i].key >> 40]++;
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++)
+        if (count[k] && !(lists[k].v = malloc(count[k] * sizeof *lists[k].v))) rc = -1;
+    for (size_t i = 0; i < m->cap && rc == 0; i++) {
+        const mt_u64map_slot *s = &m->slots[i];
+        if (!s->used || (s->key >> 40) >= n) continue;
+        mt_stack_list *l = &lists[s->key >> 40];
+        l->v[l->n++] = (mt_stack_stat){.stack = (uint32_t)s->key,
+                                       .driver = (uint8_t)((s->key >> 32) & 1),
+                                       .bytes = s->a,
+                                       .count = s->b};
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (rc == 0 && lists[k].n > 1) qsort(lists[k].v, lists[k].n, sizeof *lists[k].v, cmp_stat);
+        if (rc != 0) {
+            free(lists[k].v);
+            lists[k] = (mt_stack_list){0};
+        }
+    }
+    free(count);
+    return rc;
+}

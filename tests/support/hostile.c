@@ -105,3 +105,69 @@ int mt_hostile_deep_chain(const char *path, uint32_t depth, uint32_t leaves)
     }
     return finish(w, rc);
 }
+
+static int put_full(mt_writer *w, const mt_event *e)
+{
+    mt_record r = {.type = MT_REC_EVENT, .u.event = *e};
+    return mt_writer_put(w, &r);
+}
+
+int mt_hostile_peaks_over_a_big_live_set(const char *path, uint32_t live, uint32_t devices)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < live && rc == 0; i++)
+        rc = put_event(w, MT_OP_ALLOC, 0, 0x7f0000000000 + (uint64_t)i * 512, 512, 1 + i % 64, t++);
+    for (uint32_t d = 1; d <= devices && rc == 0; d++)
+        rc = put_event(w, MT_OP_ALLOC, (int32_t)d, 0x10000000000 * d, 4096, 1, t++);
+    return finish(w, rc);
+}
+
+int mt_hostile_many_pools(const char *path, uint32_t n)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        mt_event e = {.time_ns = 1000 + i, .address = 0x5000 + (uint64_t)i * 16, .bytes = 1u << 20,
+                      .op = MT_OP_POOL_RESERVED, .kind = MT_KIND_POOL, .device = 0};
+        rc = put_full(w, &e);
+    }
+    return finish(w, rc);
+}
+
+int mt_hostile_descending_maps(const char *path, uint32_t n)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    uint64_t top = 0x7f0000000000;
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (uint32_t i = 0; i < n && rc == 0; i++) {
+            mt_event e = {.time_ns = 1000 + pass * n + i, .address = top - (uint64_t)i * 0x200000,
+                          .bytes = 0x200000, .aux = 1 + i, .op = pass ? MT_OP_FREE : MT_OP_ALLOC,
+                          .kind = MT_KIND_VMM_MAP, .device = 0, .context = 1};
+            rc = put_full(w, &e);
+        }
+    return finish(w, rc);
+}
+
+int mt_hostile_context_churn(const char *path, uint32_t live, uint32_t n)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < live && rc == 0; i++)
+        rc = put_event(w, MT_OP_ALLOC, 0, 0x7f0000000000 + (uint64_t)i * 512, 512, 0, t++);
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        mt_event a = {.time_ns = 1000 + t++, .address = 0x100000000 + (uint64_t)i * 512,
+                      .bytes = 512, .op = MT_OP_ALLOC, .kind = MT_KIND_DEVICE, .context = 2};
+        mt_event d = {.time_ns = 1000 + t++, .op = MT_OP_CTX_DESTROY, .kind = MT_KIND_UNKNOWN,
+                      .context = 2};
+        rc = put_full(w, &a) | put_full(w, &d);
+    }
+    return finish(w, rc);
+}

@@ -20,4 +20,15 @@ int mt_hostile_parent_cycle(const char *path, uint32_t ring, uint32_t leaves);
 /* A chain of `depth` nodes and `leaves` leaves under its deepest node, each with a live
  * allocation. */
 int mt_hostile_deep_chain(const char *path, uint32_t depth, uint32_t leaves);
+/* `live` allocations on device 0, then one on each of `devices` other ordinals (each of which
+ * peaks then): every device's peak needs a look at what is live. */
+int mt_hostile_peaks_over_a_big_live_set(const char *path, uint32_t live, uint32_t devices);
+/* n POOL_RESERVED events, each for a pool handle not seen before. */
+int mt_hostile_many_pools(const char *path, uint32_t n);
+/* n VMM mappings, each below the previous one (every insertion at the front of a sorted list),
+ * then unmapped in the same order. */
+int mt_hostile_descending_maps(const char *path, uint32_t n);
+/* `live` allocations in context 1, then n times: an allocation in context 2 and its context's
+ * destruction. */
+int mt_hostile_context_churn(const char *path, uint32_t live, uint32_t n);
 #endif
