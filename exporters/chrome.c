@@ -1,26 +1,39 @@
-/* Chrome Trace Event Format JSON for Perfetto UI / chrome://tracing.
+/* Chrome Trace Event Format JSON for ui.perfetto.dev and the catapult trace viewer
+ * (chrome://tracing).
  *
- *   {"traceEvents": [ ... ], "displayTimeUnit": "ns", "otherData": {...}}
+ *   {"traceEvents": [ ... ], "otherData": {...}}
  *
- * Per trace (process id = the traced pid):
- *   M  process_name / thread_name metadata
- *   C  counters per device: "<root> in use" {bytes}, "<root> by kind" {device, async, ...},
- *      "<root> pool reserved" {bytes} when the trace has pool information; the reconciliation
- *      (docs/analysis.md) as tracks "<root> allocator reserved", "<root> tensors allocated" (with
- *      pool information), "<root> other libraries", "<root> driver-internal", and at each NVML
- *      sample "<root> nvidia-smi (process)". When a trace has more
- *      than MAX_COUNTER_EVENTS events the counters are downsampled to time buckets, each keeping
- *      its highest point and its last point, so every peak is still exact.
- *   b/e one async slice per allocation lifetime, cat = device root, id = unique per lifetime,
- *      named "<size> <first user frame>", args {stack (root first, innermost 32 at most),
- *      address, bytes, stream, kind, ended}.
- *   i  an instant at each device's peak and at each failed request.
- * Timestamps are µs (3 decimals: exact ns) since the earliest trace start (wall clock), so several
- * traces of one job line up.
+ * Layout, per traced process (pid = the traced pid, named by its command):
+ *   counters  "<root> in use" {bytes}; "<root> by kind" {one key per kind the device ever used};
+ *             "<root> pool reserved" {bytes} (with pool information); the reconciliation
+ *             (docs/analysis.md) "<root> allocator reserved", "<root> tensors allocated" (with pool
+ *             information), "<root> other libraries", "<root> driver-internal", and
+ *             "<root> nvidia-smi (process)" at each NVML sample; one last point of each at the end
+ *             of the trace, where the slices end. Perfetto names a counter track "<name> <key>";
+ *             catapult fixes a counter's series at its first event, so a name always carries the
+ *             same keys. Above MAX_COUNTER_EVENTS events they are downsampled to time buckets,
+ *             each keeping its highest and its last point, so every peak is still exact.
+ *   slices    one track per device and allocation kind, "cuda:0 async" (split by stream, "cuda:0
+ *             async stream 2", when the kind used several streams): both viewers make a track
+ *             per top-level slice name (Perfetto: per process and name, for ids scoped to the
+ *             process with id2.local; catapult: per thread and title), so each allocation is a
+ *             top-level slice named after its track with one child named after its first user
+ *             frame (mt_frames_first_user), sharing its id. Sizes and the rest are the child's
+ *             args: bytes, size, kind, stream, address, ended (free, replaced, context destroyed,
+ *             trace end), tid and thread of the allocating thread, stack (the user view for
+ *             Python programs, root first, innermost MAX_SLICE_FRAMES). The slices of a device
+ *             sit on one made-up thread per device, "cuda:0 allocations" (VIRTUAL_TID), so that
+ *             catapult groups them process -> device -> kind as Perfetto does.
+ *             Driver-internal allocations (thousands of few-byte buffers alive to the end) get no
+ *             slices unless asked for: their bytes are in the counters.
+ *   instants  each device's peak and each failed request (process scope).
+ * Timestamps are µs with 3 decimals (exact ns) since the earliest trace start (wall clock), so
+ * several traces of one job line up. Ids: trace index << 48 | lifetime serial.
  *
  * Slices are limited by --min-bytes and --top-allocs; by default at most
- * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. Selecting the N
- * largest takes one extra read of the trace with a size-N min-heap of sizes.
+ * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. A first read of the
+ * trace (survey) finds the streams of each device and kind and, when a cap applies, the size of
+ * the N-th largest allocation (a size-N min-heap).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +42,13 @@
 
 #define MAX_COUNTER_EVENTS 200000u /* per device, before downsampling starts */
 #define MAX_SLICE_FRAMES 32
+#define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
+#define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
+
+enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
+    COUNTER_IN_USE, COUNTER_POOL, COUNTER_RESERVED, COUNTER_TENSORS, COUNTER_OTHER, COUNTER_DRIVER,
+    COUNTERS_
+};
 
 typedef struct counter_state {
     uint64_t bucket;
@@ -38,58 +58,44 @@ typedef struct counter_state {
     uint64_t max_caching, last_caching; /* caching allocator bytes at those points */
 } counter_state;
 
-/* Live bytes of the caching allocator's segments per device (index ordinal + 1: the tracker
- * keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL): the one part of the reconciliation the tracker's
- * counters do not give (the others are by_kind and pool_reserved). */
-#define N_DEVICE_SLOTS (MT_MAX_DEVICE_ORDINAL + 2)
+/* Per device slot (host, cuda:?, cuda:N): caching allocator bytes (the one part of the
+ * reconciliation the tracker's counters do not give), the kinds it ever used, streams by kind. */
+typedef struct slot_info {
+    int32_t device;
+    int is_host;
+    uint64_t caching;
+    uint64_t streams[MT_KIND_MAX_][MAX_STREAMS];
+    uint8_t n_streams[MT_KIND_MAX_]; /* MAX_STREAMS + 1: more than that */
+    uint64_t last_nvml;
+    int have_nvml;
+    /* last value written of each counter track (COUNTER_*), to write only changes: the viewers
+     * draw counters as steps, so a repeated value adds nothing */
+    uint64_t last[COUNTERS_ + MT_KIND_MAX_];
+    uint8_t written[COUNTERS_ + MT_KIND_MAX_];
+} slot_info;
 
 typedef struct chrome {
     mt_out *o;
     mt_analysis *a;
     mt_tracker *t;
     const mt_chrome_options *opt;
+    mt_frame_filter frames;
     uint64_t pid, t_index, offset_ns; /* offset: this trace's start after the earliest start */
     uint64_t quantum;                 /* counter bucket width in ns, 0 = every change */
+    int *first;                       /* no event written yet (no comma before the next one) */
     counter_state *cs;
     size_t n_cs;
     /* slice selection */
-    uint64_t threshold;   /* keep bytes > threshold, or == threshold while ties_left */
+    uint64_t threshold; /* keep bytes > threshold, or == threshold while ties_left */
     uint64_t ties_left;
-    int select;           /* threshold applies */
-    uint64_t kept, skipped;
+    int select;         /* threshold applies */
+    uint64_t kept, skipped, driver_skipped;
     mt_namebuf nb;
-    uint64_t caching[N_DEVICE_SLOTS];
+    slot_info *slots;
+    size_t n_slots;
+    uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
     int oom;
 } chrome;
-
-static void ts(mt_out *o, uint64_t ns);
-static uint64_t rel_of(const chrome *c, uint64_t abs);
-
-static uint64_t *caching_of(chrome *c, int32_t device)
-{
-    return device >= -1 && device <= MT_MAX_DEVICE_ORDINAL ? &c->caching[device + 1] : NULL;
-}
-
-static int mt_kind_is_host_kind(unsigned kind)
-{
-    return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
-}
-
-static int is_caching_segment(chrome *c, unsigned kind, uint32_t stack)
-{
-    if (kind != MT_KIND_DEVICE && kind != MT_KIND_VMM_PHYSICAL) return 0;
-    int alloc = 0;
-    mt_frames_owner(c->a->frames, stack, &alloc);
-    return alloc;
-}
-
-static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v)
-{
-    mt_out_printf(c->o, ",\n{\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s %s\",",
-                  (unsigned long long)c->pid, root, what);
-    ts(c->o, rel_of(c, when));
-    mt_out_printf(c->o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
-}
 
 static void ts(mt_out *o, uint64_t ns) /* "ts":µs with ns precision */
 {
@@ -103,59 +109,164 @@ static uint64_t rel_of(const chrome *c, uint64_t abs)
     return (abs > s ? abs - s : 0) + c->offset_ns;
 }
 
-static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64_t when)
+/* Starts one event: the separator, then "{". */
+static void begin_event(chrome *c)
+{
+    mt_out_puts(c->o, *c->first ? "\n{" : ",\n{");
+    *c->first = 0;
+}
+
+/* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
+ * so a sample naming another has none). */
+static slot_info *slot_of(chrome *c, int32_t device, int is_host)
+{
+    if (is_host) device = -1;
+    if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
+    uint16_t *ix = &c->slot_ix[is_host ? 0 : device + 2];
+    if (*ix) return &c->slots[*ix - 1];
+    slot_info *n = realloc(c->slots, (c->n_slots + 1) * sizeof *n);
+    if (!n) {
+        c->oom = 1;
+        return NULL;
+    }
+    c->slots = n;
+    c->slots[c->n_slots] = (slot_info){.device = device, .is_host = is_host};
+    *ix = (uint16_t)++c->n_slots;
+    return &c->slots[c->n_slots - 1];
+}
+
+static int is_host_kind(unsigned kind)
+{
+    return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
+}
+
+static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
+{
+    mt_device_report probe = {.u = {.device = device, .is_host = is_host}};
+    return mt_device_root_name(&probe, buf, len);
+}
+
+/* The made-up thread that holds a device's slices. */
+static uint32_t virtual_tid(int32_t device, int is_host)
+{
+    return VIRTUAL_TID + (is_host ? 0u : (uint32_t)(device + 2) & 0xffffu);
+}
+
+static int is_caching_segment(chrome *c, unsigned kind, uint32_t stack)
+{
+    if (kind != MT_KIND_DEVICE && kind != MT_KIND_VMM_PHYSICAL) return 0;
+    int alloc = 0;
+    mt_frames_owner(c->a->frames, stack, &alloc);
+    return alloc;
+}
+
+/* ---- counters ----------------------------------------------------------------------------------- */
+
+static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v);
+
+/* A counter point unless the track already shows v (force: the trace's last point). */
+static void counter_if(chrome *c, slot_info *si, int track, const char *root, const char *what,
+                       uint64_t when, uint64_t v, int force)
+{
+    if (si && !force && si->written[track] && si->last[track] == v) return;
+    if (si) {
+        si->last[track] = v;
+        si->written[track] = 1;
+    }
+    counter(c, root, what, when, v);
+}
+
+static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v)
+{
+    begin_event(c);
+    mt_out_printf(c->o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s %s\",",
+                  (unsigned long long)c->pid, root, what);
+    ts(c->o, rel_of(c, when));
+    mt_out_printf(c->o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
+}
+
+/* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
+static const mt_device_report *report_of(const chrome *c, const mt_usage *u)
+{
+    const mt_analysis *a = c->a;
+    if (u->is_host) return a->host;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.device == u->device) return &a->devices[i];
+    return NULL;
+}
+
+static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64_t when,
+                          int force)
 {
     char root[32];
-    mt_device_report probe = {.u = *u};
-    mt_device_root_name(&probe, root, sizeof root);
+    root_of(u->device, u->is_host, root, sizeof root);
     mt_out *o = c->o;
-    mt_out_printf(o, ",\n{\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s in use\",",
-                  (unsigned long long)c->pid, root);
-    ts(o, rel_of(c, when));
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)u->in_use);
-    mt_out_printf(o, ",\n{\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s by kind\",",
-                  (unsigned long long)c->pid, root);
-    ts(o, rel_of(c, when));
-    mt_out_puts(o, ",\"args\":{");
-    static const unsigned dev_kinds[] = {MT_KIND_DEVICE, MT_KIND_PITCH, MT_KIND_ASYNC,
-                                         MT_KIND_MANAGED, MT_KIND_VMM_PHYSICAL, MT_KIND_DRIVER};
-    static const unsigned host_kinds[] = {MT_KIND_HOST_PINNED, MT_KIND_HOST_REGISTERED};
-    const unsigned *k = u->is_host ? host_kinds : dev_kinds;
-    size_t nk = u->is_host ? 2 : 6;
-    for (size_t i = 0; i < nk; i++)
-        mt_out_printf(o, "%s\"%s\":%llu", i ? "," : "", mt_kind_name(k[i]),
-                      (unsigned long long)u->by_kind[k[i]]);
-    mt_out_puts(o, "}}");
-    if (u->has_pool_info) {
-        mt_out_printf(o, ",\n{\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s pool reserved\",",
-                      (unsigned long long)c->pid, root);
-        ts(o, rel_of(c, when));
-        mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)u->pool_reserved);
+    slot_info *si = slot_of(c, u->device, u->is_host);
+    counter_if(c, si, COUNTER_IN_USE, root, "in use", when, u->in_use, force);
+    const mt_device_report *d = report_of(c, u);
+    int first = 1, changed = force || !si;
+    for (unsigned k = 0; k < MT_KIND_MAX_ && !changed; k++)
+        changed = !si->written[COUNTERS_ + k] || si->last[COUNTERS_ + k] != u->by_kind[k];
+    for (unsigned k = 0; k < MT_KIND_MAX_ && changed; k++) {
+        /* every kind the device ever had bytes of, at every point (catapult keeps the keys of a
+         * counter's first event); none is named here, so new kinds show up by themselves */
+        if (si) {
+            si->last[COUNTERS_ + k] = u->by_kind[k];
+            si->written[COUNTERS_ + k] = 1;
+        }
+        if (!(d ? d->u.by_kind_peak[k] : u->by_kind_peak[k])) continue;
+        if (first) {
+            begin_event(c);
+            mt_out_printf(o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s by kind\",",
+                          (unsigned long long)c->pid, root);
+            ts(o, rel_of(c, when));
+            mt_out_puts(o, ",\"args\":{");
+        }
+        mt_out_printf(o, "%s\"%s\":%llu", first ? "" : ",", mt_kind_name(k),
+                      (unsigned long long)u->by_kind[k]);
+        first = 0;
     }
+    if (!first) mt_out_puts(o, "}}");
+    if (u->has_pool_info)
+        counter_if(c, si, COUNTER_POOL, root, "pool reserved", when, u->pool_reserved, force);
     if (u->is_host) return;
     uint64_t async = u->by_kind[MT_KIND_ASYNC], pool = 0;
     if (u->has_pool_info) pool = u->pool_reserved > async ? u->pool_reserved : async;
     uint64_t in_pool = u->has_pool_info ? async : 0, api = u->api_in_use;
-    counter(c, root, "allocator reserved", when, caching + pool);
-    if (u->has_pool_info) counter(c, root, "tensors allocated", when, async);
-    counter(c, root, "other libraries", when, api > caching + in_pool ? api - caching - in_pool : 0);
-    counter(c, root, "driver-internal", when, u->by_kind[MT_KIND_DRIVER]);
+    /* PyTorch's segments: flagged by the recorder (its live bytes are the tracker's
+     * segment_bytes); older traces: classified by stack */
+    const mt_usage *whole = d ? &d->u : u;
+    if (whole->segment_peak) caching = u->segment_bytes;
+    int tensors = whole->by_kind_peak[MT_KIND_TENSOR] > 0;
+    /* in tensor mode the segments are not in api_in_use (their tensors are) */
+    uint64_t mine = tensors ? u->by_kind[MT_KIND_TENSOR] + in_pool : caching + in_pool;
+    counter_if(c, si, COUNTER_RESERVED, root, "allocator reserved", when, caching + pool, force);
+    if (tensors)
+        counter_if(c, si, COUNTER_TENSORS, root, "tensors allocated", when,
+                   u->by_kind[MT_KIND_TENSOR], force);
+    else if (u->has_pool_info)
+        counter_if(c, si, COUNTER_TENSORS, root, "tensors allocated", when, async, force);
+    counter_if(c, si, COUNTER_OTHER, root, "other libraries", when, api > mine ? api - mine : 0,
+               force);
+    counter_if(c, si, COUNTER_DRIVER, root, "driver-internal", when, u->by_kind[MT_KIND_DRIVER],
+               force);
 }
 
 static void flush_bucket(chrome *c, counter_state *s)
 {
-    if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t);
+    if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t, 0);
     if (s->have_last && (!s->have_max || s->last_t != s->max_t || s->last.in_use != s->max.in_use))
-        emit_counters(c, &s->last, s->last_caching, s->last_t);
+        emit_counters(c, &s->last, s->last_caching, s->last_t, 0);
     s->have_max = s->have_last = 0;
 }
 
 static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     chrome *c = ctx;
-    uint64_t *cp = u->is_host ? NULL : caching_of(c, u->device), caching = cp ? *cp : 0;
+    slot_info *si = slot_of(c, u->device, u->is_host);
+    uint64_t caching = si && !u->is_host ? si->caching : 0;
     if (!c->quantum) {
-        emit_counters(c, u, caching, time_ns);
+        emit_counters(c, u, caching, time_ns, 0);
         return;
     }
     const mt_usage *base;
@@ -188,14 +299,62 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     s->have_last = 1;
 }
 
+/* ---- slices ------------------------------------------------------------------------------------- */
+
 static const char *const end_names[] = {"free", "replaced", "context destroyed", "trace end"};
+
+/* "cuda:0 async", "cuda:0 async stream 2", "host pinned". */
+static void track_name(chrome *c, const mt_lifetime *l, int is_host, char *buf, size_t len)
+{
+    char root[32];
+    root_of(l->device, is_host, root, sizeof root);
+    const char *kind = mt_kind_name(l->kind);
+    if (is_host && strncmp(kind, "host_", 5) == 0) kind += 5;
+    slot_info *si = slot_of(c, l->device, is_host);
+    size_t k = l->kind < MT_KIND_MAX_ ? l->kind : 0;
+    if (!si || si->n_streams[k] <= 1) {
+        snprintf(buf, len, "%s %s", root, kind);
+        return;
+    }
+    size_t ix = 0;
+    while (ix < si->n_streams[k] && ix < MAX_STREAMS && si->streams[k][ix] != l->stream) ix++;
+    if (ix < MAX_STREAMS)
+        snprintf(buf, len, "%s %s stream %zu", root, kind, ix + 1);
+    else
+        snprintf(buf, len, "%s %s, streams %u and more", root, kind, MAX_STREAMS + 1);
+}
+
+static const char *thread_name(const mt_analysis *a, uint32_t tid)
+{
+    for (size_t i = 0; i < a->n_threads; i++)
+        if (a->threads[i].tid == tid) return a->threads[i].name;
+    return NULL;
+}
+
+/* One half of a slice: "b" or "e" of the track slice (child = 0) or of the named child. */
+static void slice_event(chrome *c, int end, const char *cat, uint64_t id, uint32_t tid,
+                        const char *name, uint64_t when)
+{
+    begin_event(c);
+    mt_out_printf(c->o, "\"ph\":\"%s\",\"cat\":\"%s\",\"id2\":{\"local\":\"0x%llx\"},\"pid\":%llu,"
+                        "\"tid\":%u,\"name\":",
+                  end ? "e" : "b", cat, (unsigned long long)id, (unsigned long long)c->pid, tid);
+    mt_out_json_string(c->o, name);
+    mt_out_puts(c->o, ",");
+    ts(c->o, when);
+}
 
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
 {
     chrome *c = ctx;
-    if (l->device >= -1 && is_caching_segment(c, l->kind, l->stack)) {
-        uint64_t *cp = caching_of(c, l->device);
-        if (cp) *cp -= *cp >= l->bytes ? l->bytes : *cp;
+    int is_host = l->device < 0 && is_host_kind(l->kind);
+    if (!is_host && is_caching_segment(c, l->kind, l->stack)) {
+        slot_info *si = slot_of(c, l->device, 0);
+        if (si) si->caching -= si->caching >= l->bytes ? l->bytes : si->caching;
+    }
+    if (l->kind == MT_KIND_DRIVER && !c->opt->driver_slices) {
+        c->driver_skipped++;
+        return;
     }
     if (l->bytes < c->opt->min_bytes || (c->select && l->bytes < c->threshold) ||
         (c->select && l->bytes == c->threshold && !c->ties_left)) {
@@ -205,51 +364,48 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     if (c->select && l->bytes == c->threshold) c->ties_left--;
     c->kept++;
     mt_out *o = c->o;
-    char root[32], size[32];
-    mt_device_report probe = {.u = {.device = l->device, .is_host = l->device < 0 &&
-                                    (l->kind == MT_KIND_HOST_PINNED ||
-                                     l->kind == MT_KIND_HOST_REGISTERED)}};
-    mt_device_root_name(&probe, root, sizeof root);
+    char root[32], size[32], track[96];
+    root_of(l->device, is_host, root, sizeof root);
+    track_name(c, l, is_host, track, sizeof track);
     mt_format_bytes(l->bytes, size, sizeof size);
     mt_stack_stat st = {.stack = l->stack, .driver = l->kind == MT_KIND_DRIVER};
     const char *who = st.driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
-                                : mt_frames_first_user(c->a->frames, l->stack);
-    char name[640];
-    snprintf(name, sizeof name, "%s %s", size, who);
+                                : mt_frames_first_user_ex(c->a->frames, l->stack, c->opt->names);
     uint64_t id = c->t_index << 48 | l->serial;
+    uint32_t vt = virtual_tid(l->device, is_host);
     uint64_t start = rel_of(c, l->start_ns), end = rel_of(c, end_ns);
     if (end < start) end = start; /* activity records may arrive late: never a negative slice */
-    for (int phase = 0; phase < 2; phase++) {
-        mt_out_printf(o, ",\n{\"ph\":\"%s\",\"cat\":\"%s\",\"id\":\"0x%llx\",\"pid\":%llu,"
-                         "\"tid\":%u,\"name\":",
-                      phase ? "e" : "b", root, (unsigned long long)id, (unsigned long long)c->pid,
-                      l->tid);
-        mt_out_json_string(o, name);
-        mt_out_puts(o, ",");
-        ts(o, phase ? end : start);
-        if (phase) {
-            mt_out_puts(o, "}");
-            break;
-        }
-        if (mt_stat_frames(c->a->frames, &st, MT_NAME_REPORT, c->opt->frames, &c->nb) < 0) {
-            c->oom = 1;
-            c->nb.n = 0;
-        }
-        mt_out_puts(o, ",\"args\":{\"stack\":[");
-        size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
-        for (size_t k = from; k < c->nb.n; k++) {
-            if (k > from) mt_out_write(o, ",", 1);
-            mt_out_json_string(o, c->nb.v[k]);
-        }
-        mt_out_printf(o, "],\"address\":\"0x%llx\",\"bytes\":%llu,\"stream\":\"0x%llx\","
-                         "\"kind\":\"%s\",\"ended\":\"%s\"%s}}",
-                      (unsigned long long)l->address, (unsigned long long)l->bytes,
-                      (unsigned long long)l->stream, mt_kind_name(l->kind), end_names[why & 3],
-                      from ? ",\"stack_truncated\":true" : "");
+    slice_event(c, 0, root, id, vt, track, start);
+    mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)l->bytes);
+    slice_event(c, 0, root, id, vt, who, start);
+    if (mt_stat_frames(c->a->frames, &st, c->opt->names, c->frames, 0, &c->nb) < 0) {
+        c->oom = 1;
+        c->nb.n = 0;
     }
+    mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"size\":\"%s\",\"kind\":\"%s\",\"stream\":\"0x%llx\","
+                     "\"address\":\"0x%llx\",\"ended\":\"%s\",\"tid\":%u",
+                  (unsigned long long)l->bytes, size, mt_kind_name(l->kind),
+                  (unsigned long long)l->stream, (unsigned long long)l->address,
+                  end_names[why & 3], l->tid);
+    const char *tn = thread_name(c->a, l->tid);
+    if (tn) {
+        mt_out_puts(o, ",\"thread\":");
+        mt_out_json_string(o, tn);
+    }
+    mt_out_puts(o, ",\"stack\":[");
+    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
+    for (size_t k = from; k < c->nb.n; k++) {
+        if (k > from) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, c->nb.v[k]);
+    }
+    mt_out_printf(o, "]%s}}", from ? ",\"stack_truncated\":true" : "");
+    slice_event(c, 1, root, id, vt, who, end);
+    mt_out_puts(o, "}");
+    slice_event(c, 1, root, id, vt, track, end);
+    mt_out_puts(o, "}");
 }
 
-/* ---- slice selection: the N largest lifetimes --------------------------------------------------- */
+/* ---- survey: streams per device and kind, the N largest lifetimes ------------------------------- */
 
 static void heap_down(uint64_t *h, size_t n, size_t i)
 {
@@ -275,14 +431,27 @@ static void heap_up(uint64_t *h, size_t i)
     }
 }
 
+static void note_stream(chrome *c, const mt_event *e)
+{
+    int is_host = is_host_kind(e->kind);
+    slot_info *si = slot_of(c, e->device, is_host);
+    if (!si || e->kind >= MT_KIND_MAX_) return;
+    uint8_t *n = &si->n_streams[e->kind];
+    for (size_t i = 0; i < *n && i < MAX_STREAMS; i++)
+        if (si->streams[e->kind][i] == e->stream) return;
+    if (*n < MAX_STREAMS) si->streams[e->kind][*n] = e->stream;
+    if (*n <= MAX_STREAMS) (*n)++;
+}
+
 /* Every ALLOC (except VMM_MAP, which is a mapping, not a lifetime) starts one lifetime. Reads the
- * trace once keeping the `keep` largest sizes; sets the threshold when there are more than that. */
-static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
+ * trace once: the streams of each device and kind, and with keep > 0 the `keep` largest sizes
+ * (the threshold is set when there are more lifetimes than that). */
+static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
 {
     mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
     if (!r) return -1;
-    uint64_t *heap = malloc(keep * sizeof *heap);
-    if (!heap) {
+    uint64_t *heap = keep ? malloc(keep * sizeof *heap) : NULL;
+    if (keep && !heap) {
         mt_reader_close(r);
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -292,9 +461,11 @@ static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
     mt_record rec;
     while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
         const mt_event *e = &rec.u.event;
-        if (rec.type != MT_REC_EVENT || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP ||
-            e->bytes < c->opt->min_bytes)
+        if (rec.type != MT_REC_EVENT || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP)
             continue;
+        if (e->kind == MT_KIND_DRIVER && !c->opt->driver_slices) continue;
+        note_stream(c, e);
+        if (!keep || e->bytes < c->opt->min_bytes) continue;
         total++;
         if (n < keep) {
             heap[n] = e->bytes;
@@ -304,7 +475,7 @@ static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
             heap_down(heap, n, 0);
         }
     }
-    if (total > keep) {
+    if (keep && total > keep) {
         c->select = 1;
         c->threshold = heap[0];
         uint64_t above = 0;
@@ -313,7 +484,7 @@ static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
     }
     free(heap);
     mt_reader_close(r);
-    return 0;
+    return c->oom ? -1 : 0;
 }
 
 /* ---- one trace ---------------------------------------------------------------------------------- */
@@ -321,17 +492,30 @@ static int select_largest(chrome *c, uint64_t keep, char *err, size_t errlen)
 static void metadata(chrome *c)
 {
     mt_out *o = c->o;
-    char name[300];
-    snprintf(name, sizeof name, "%s (pid %u)", c->a->comm[0] ? c->a->comm : "process", c->a->pid);
-    mt_out_printf(o, ",\n{\"ph\":\"M\",\"pid\":%llu,\"tid\":0,\"name\":\"process_name\","
+    begin_event(c);
+    mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":0,\"name\":\"process_name\","
                      "\"args\":{\"name\":", (unsigned long long)c->pid);
-    mt_out_json_string(o, name);
+    /* the viewers add the pid themselves: "rank 3 (host)" for a job's rank, else the command */
+    char label[256];
+    if (c->a->header.flags & MT_HDR_RANK && c->a->header.rank >= 0)
+        mt_out_json_string(o, mt_trace_label(c->a, label, sizeof label));
+    else
+        mt_out_json_string(o, c->a->comm[0] ? c->a->comm : "process");
     mt_out_puts(o, "}}");
-    for (size_t i = 0; i < c->a->n_threads; i++) {
-        mt_out_printf(o, ",\n{\"ph\":\"M\",\"pid\":%llu,\"tid\":%u,\"name\":\"thread_name\","
-                         "\"args\":{\"name\":", (unsigned long long)c->pid, c->a->threads[i].tid);
-        mt_out_json_string(o, c->a->threads[i].name);
-        mt_out_puts(o, "}}");
+    if (c->a->header.flags & MT_HDR_RANK && c->a->header.rank >= 0) { /* ranks in rank order */
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":0,\"name\":\"process_sort_index\","
+                         "\"args\":{\"sort_index\":%d}}",
+                      (unsigned long long)c->pid, (int)c->a->header.rank);
+    }
+    char root[32], name[64];
+    for (size_t i = 0; i < c->a->n_devices + (c->a->host != NULL); i++) {
+        const mt_device_report *d = i < c->a->n_devices ? &c->a->devices[i] : c->a->host;
+        begin_event(c);
+        snprintf(name, sizeof name, "%s allocations", mt_device_root_name(d, root, sizeof root));
+        mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":%u,\"name\":\"thread_name\","
+                         "\"args\":{\"name\":\"%s\"}}",
+                      (unsigned long long)c->pid, virtual_tid(d->u.device, d->u.is_host), name);
     }
 }
 
@@ -345,7 +529,8 @@ static void instants(chrome *c)
         if (!d->u.peak) continue;
         snprintf(name, sizeof name, "peak %s %s", mt_device_root_name(d, root, sizeof root),
                  mt_format_bytes(d->u.peak, b, sizeof b));
-        mt_out_printf(o, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":0,\"name\":\"%s\",",
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":0,\"name\":\"%s\",",
                       (unsigned long long)c->pid, name);
         ts(o, d->peak_time_ns + c->offset_ns);
         mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"api_peak_bytes\":%llu,"
@@ -359,29 +544,47 @@ static void failed_instant(chrome *c, const mt_event *e)
 {
     mt_out *o = c->o;
     char root[32], b[32], name[128];
-    int host = e->kind == MT_KIND_HOST_PINNED || e->kind == MT_KIND_HOST_REGISTERED;
-    mt_device_report probe = {.u = {.device = host ? -1 : e->device, .is_host = host}};
-    snprintf(name, sizeof name, "failed %s %s %s", mt_device_root_name(&probe, root, sizeof root),
+    int host = is_host_kind(e->kind);
+    snprintf(name, sizeof name, "failed %s %s %s", root_of(host ? -1 : e->device, host, root, sizeof root),
              mt_format_bytes(e->bytes, b, sizeof b), mt_kind_name(e->kind));
     const mt_usage *u = mt_tracker_usage(c->t, host ? -1 : e->device, host);
     uint64_t in_use = u ? u->in_use : 0;
-    mt_out_printf(o, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":%u,\"name\":\"%s\",",
+    begin_event(c);
+    mt_out_printf(o, "\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":%u,\"name\":\"%s\",",
                   (unsigned long long)c->pid, e->tid, name);
     ts(o, rel_of(c, e->time_ns));
     mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"kind\":\"%s\",\"result\":%u,\"in_use\":%llu,"
                      "\"first_user_frame\":",
                   (unsigned long long)e->bytes, mt_kind_name(e->kind), e->result,
                   (unsigned long long)in_use);
-    mt_out_json_string(o, mt_frames_first_user(c->a->frames, e->stack));
+    mt_out_json_string(o, mt_frames_first_user_ex(c->a->frames, e->stack, c->opt->names));
     mt_out_puts(o, "}}");
+}
+
+/* The last point of every counter, at the end of the trace (where the slices end too). */
+static void final_counters(chrome *c, uint64_t end)
+{
+    const mt_usage *u;
+    size_t n = mt_tracker_usages(c->t, &u);
+    for (size_t i = 0; i < c->n_cs; i++) flush_bucket(c, &c->cs[i]);
+    char root[32];
+    for (size_t i = 0; i < n; i++) {
+        if (!u[i].alloc_count && !u[i].free_count && !u[i].has_pool_info) continue;
+        slot_info *si = slot_of(c, u[i].device, u[i].is_host);
+        emit_counters(c, &u[i], si && !u[i].is_host ? si->caching : 0, end, 1);
+    }
+    for (size_t i = 0; i < c->n_slots; i++)
+        if (c->slots[i].have_nvml)
+            counter(c, root_of(c->slots[i].device, 0, root, sizeof root), "nvidia-smi (process)",
+                    end, c->slots[i].last_nvml);
 }
 
 static int one_trace(chrome *c, char *err, size_t errlen)
 {
     mt_analysis *a = c->a;
     uint64_t keep = c->opt->top_allocs ? c->opt->top_allocs : MT_CHROME_DEFAULT_MAX_SLICES;
-    if ((c->opt->top_allocs || a->events > keep) && select_largest(c, keep, err, errlen) < 0)
-        return -1;
+    if (!c->opt->top_allocs && a->events <= keep) keep = 0; /* no cap can apply */
+    if (survey(c, keep, err, errlen) < 0) return -1;
     c->quantum = a->events > MAX_COUNTER_EVENTS ? a->duration_ns / (MAX_COUNTER_EVENTS / 2) + 1 : 0;
     metadata(c);
     instants(c);
@@ -396,33 +599,39 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     }
     mt_record rec;
     uint64_t n = 0, last = a->header.start_monotonic_ns;
+    char root[32];
     while (!c->oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         if (rec.type == MT_REC_SAMPLE && rec.u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
-            char root[32];
-            mt_device_report probe = {.u = {.device = rec.u.sample.device}};
-            counter(c, mt_device_root_name(&probe, root, sizeof root), "nvidia-smi (process)",
+            counter(c, root_of(rec.u.sample.device, 0, root, sizeof root), "nvidia-smi (process)",
                     rec.u.sample.time_ns, rec.u.sample.value);
+            slot_info *si = slot_of(c, rec.u.sample.device, 0);
+            if (si) {
+                si->last_nvml = rec.u.sample.value;
+                si->have_nvml = 1;
+            }
             continue;
         }
         if (rec.type != MT_REC_EVENT) continue;
         const mt_event *e = &rec.u.event;
         /* counted before the tracker applies it: its usage hook must see the new segment */
-        if (e->op == MT_OP_ALLOC && !mt_kind_is_host_kind(e->kind) &&
+        if (e->op == MT_OP_ALLOC && !is_host_kind(e->kind) &&
             is_caching_segment(c, e->kind, e->stack)) {
-            uint64_t *cp = caching_of(c, e->device);
-            if (cp) *cp += e->bytes;
+            slot_info *si = slot_of(c, e->device, 0);
+            if (si) si->caching += e->bytes;
         }
-        if (rec.u.event.time_ns > last) last = rec.u.event.time_ns;
-        if (rec.u.event.op == MT_OP_FAILED) failed_instant(c, &rec.u.event);
-        if (mt_tracker_event(c->t, &rec.u.event) < 0) c->oom = 1;
+        if (e->time_ns > last) last = e->time_ns;
+        if (e->op == MT_OP_FAILED) failed_instant(c, e);
+        if (mt_tracker_event(c->t, e) < 0) c->oom = 1;
         if (c->opt->progress && ++n % 65536 == 0)
             c->opt->progress(c->opt->progress_ctx,
                              (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
-    /* Lifetimes still open end where the trace ends (END record or last event). */
+    /* Lifetimes still open end where the trace ends (END record or last event); so do the
+     * counters. */
     uint64_t end = a->header.start_monotonic_ns + a->duration_ns;
-    mt_tracker_finish(c->t, end > last ? end : last);
-    for (size_t i = 0; i < c->n_cs; i++) flush_bucket(c, &c->cs[i]);
+    if (last > end) end = last;
+    final_counters(c, end);
+    mt_tracker_finish(c->t, end);
     mt_tracker_free(c->t);
     c->t = NULL;
     mt_reader_close(r);
@@ -430,71 +639,139 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     return c->oom ? -1 : 0;
 }
 
-int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
-                     char *err, size_t errlen)
+/* Several traces, one at a time (the CLI frees each analysis before the next): what the closing
+ * otherData needs is kept here. */
+typedef struct damage_note {
+    char *path, *first, *truncated; /* first: the first damaged chunk; truncated: why, or NULL */
+    uint64_t chunks, bytes;
+} damage_note;
+
+struct mt_chrome_stream {
+    mt_out *o;
+    mt_chrome_options opt;
+    uint64_t base;
+    uint64_t kept, skipped, driver, dropped, damaged, damaged_bytes;
+    int capped, first, truncated;
+    size_t n;
+    char **paths;
+    damage_note *damage; /* the traces that were damaged or truncated */
+    size_t n_damage;
+};
+
+mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
+                                  uint64_t base_realtime_ns)
 {
-    mt_chrome_options defaults = {0};
-    if (!opt) opt = &defaults;
-    uint64_t base = ~0ull;
-    for (size_t i = 0; i < n; i++)
-        if (a[i]->header.start_realtime_ns < base) base = a[i]->header.start_realtime_ns;
-    /* The first element is metadata so that every later one can start with ",\n". */
-    mt_out_puts(o, "{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":0,\"tid\":0,\"name\":\"process_name\","
-                   "\"args\":{\"name\":\"memtrace\"}}");
-    uint64_t kept = 0, skipped = 0;
-    int capped = 0;
-    for (size_t i = 0; i < n; i++) {
-        chrome c = {.o = o, .a = a[i], .opt = opt, .pid = a[i]->pid, .t_index = i,
-                    .offset_ns = a[i]->header.start_realtime_ns - base};
-        int rc = one_trace(&c, err, errlen);
-        free(c.cs);
-        mt_namebuf_free(&c.nb);
-        if (rc < 0) return -1;
-        kept += c.kept;
-        skipped += c.skipped;
-        capped |= c.select && !opt->top_allocs;
+    mt_chrome_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->o = o;
+    if (opt) s->opt = *opt;
+    s->base = base_realtime_ns;
+    s->first = 1;
+    mt_out_puts(o, "{\"traceEvents\":[");
+    return s;
+}
+
+int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
+{
+    char **np = realloc(s->paths, (s->n + 1) * sizeof *np);
+    if (!np || !(np[s->n] = strdup(a->path ? a->path : ""))) {
+        if (np) s->paths = np;
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    mt_out_puts(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"memtrace "
-                   MEMTRACE_VERSION "\",\"traces\":[");
-    for (size_t i = 0; i < n; i++) {
+    s->paths = np;
+    uint64_t start = a->header.start_realtime_ns;
+    chrome c = {.o = s->o, .a = a, .opt = &s->opt, .pid = a->pid, .t_index = s->n++,
+                .offset_ns = start > s->base ? start - s->base : 0, .first = &s->first,
+                .frames = mt_frames_resolve(a->frames, s->opt.frames)};
+    int rc = one_trace(&c, err, errlen);
+    free(c.cs);
+    free(c.slots);
+    mt_namebuf_free(&c.nb);
+    s->kept += c.kept;
+    s->skipped += c.skipped;
+    s->driver += c.driver_skipped;
+    s->capped |= c.select && !s->opt.top_allocs;
+    s->truncated |= a->truncated;
+    s->dropped += a->dropped;
+    s->damaged += a->damaged_chunks;
+    s->damaged_bytes += a->damaged_bytes;
+    if (a->damaged_chunks || a->truncated) {
+        damage_note *nd = realloc(s->damage, (s->n_damage + 1) * sizeof *nd);
+        if (!nd) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        s->damage = nd;
+        nd[s->n_damage++] = (damage_note){
+            strdup(a->path ? a->path : ""), a->damage_msg ? strdup(a->damage_msg) : NULL,
+            a->truncated && a->truncated_msg ? strdup(a->truncated_msg) : NULL, a->damaged_chunks,
+            a->damaged_bytes};
+    }
+    return rc;
+}
+
+int mt_chrome_end(mt_chrome_stream *s)
+{
+    mt_out *o = s->o;
+    mt_out_puts(o, "\n],\"otherData\":{\"generator\":\"memtrace " MEMTRACE_VERSION "\",\"traces\":[");
+    for (size_t i = 0; i < s->n; i++) {
         if (i) mt_out_write(o, ",", 1);
-        mt_out_json_string(o, a[i]->path);
+        mt_out_json_string(o, s->paths[i]);
+        free(s->paths[i]);
     }
-    mt_out_printf(o, "],\"slices_kept\":%llu,\"slices_left_out\":%llu,\"min_bytes\":%llu,"
+    mt_out_printf(o, "],\"slices_kept\":%llu,\"slices_left_out\":%llu,"
+                     "\"driver_internal_slices_left_out\":%llu,\"min_bytes\":%llu,"
                      "\"top_allocs\":%llu,\"default_cap_applied\":%s",
-                  (unsigned long long)kept, (unsigned long long)skipped,
-                  (unsigned long long)opt->min_bytes, (unsigned long long)opt->top_allocs,
-                  capped ? "true" : "false");
-    if (capped)
+                  (unsigned long long)s->kept, (unsigned long long)s->skipped,
+                  (unsigned long long)s->driver, (unsigned long long)s->opt.min_bytes,
+                  (unsigned long long)s->opt.top_allocs, s->capped ? "true" : "false");
+    if (s->capped)
         mt_out_printf(o, ",\"note\":\"only the %u largest allocations per trace have slices "
                          "(default cap, about 200 MB); use --top-allocs or --min-bytes\"",
                       MT_CHROME_DEFAULT_MAX_SLICES);
-    int truncated = 0;
-    uint64_t dropped = 0, damaged = 0, damaged_bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        truncated |= a[i]->truncated;
-        dropped += a[i]->dropped;
-        damaged += a[i]->damaged_chunks;
-        damaged_bytes += a[i]->damaged_bytes;
-    }
     mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu,\"damaged_chunks\":%llu,"
-                     "\"damaged_bytes\":%llu",
-                  truncated ? "true" : "false", (unsigned long long)dropped,
-                  (unsigned long long)damaged, (unsigned long long)damaged_bytes);
-    mt_out_puts(o, ",\"damage\":[");
-    for (size_t i = 0, k = 0; i < n; i++) {
-        if (!a[i]->damaged_chunks && !a[i]->truncated) continue;
-        if (k++) mt_out_write(o, ",", 1);
-        mt_out_puts(o, "{\"trace\":");
-        mt_out_json_string(o, a[i]->path);
+                     "\"damaged_bytes\":%llu,\"damage\":[",
+                  s->truncated ? "true" : "false", (unsigned long long)s->dropped,
+                  (unsigned long long)s->damaged, (unsigned long long)s->damaged_bytes);
+    for (size_t i = 0; i < s->n_damage; i++) { /* per damaged or truncated trace: what was lost */
+        damage_note *d = &s->damage[i];
+        mt_out_puts(o, i ? ",{\"trace\":" : "{\"trace\":");
+        mt_out_json_string(o, d->path);
         mt_out_printf(o, ",\"damaged_chunks\":%llu,\"damaged_bytes\":%llu,\"first\":",
-                      (unsigned long long)a[i]->damaged_chunks,
-                      (unsigned long long)a[i]->damaged_bytes);
-        mt_out_json_string(o, a[i]->damage_msg ? a[i]->damage_msg : "");
+                      (unsigned long long)d->chunks, (unsigned long long)d->bytes);
+        mt_out_json_string(o, d->first ? d->first : "");
         mt_out_puts(o, ",\"truncated\":");
-        mt_out_json_string(o, a[i]->truncated ? a[i]->truncated_msg : "");
+        mt_out_json_string(o, d->truncated ? d->truncated : "");
         mt_out_write(o, "}", 1);
+        free(d->path);
+        free(d->first);
+        free(d->truncated);
     }
     mt_out_puts(o, "]}}\n");
+    free(s->damage);
+    free(s->paths);
+    free(s);
     return 0;
+}
+
+int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
+                     char *err, size_t errlen)
+{
+    uint64_t base = ~0ull;
+    for (size_t i = 0; i < n; i++)
+        if (a[i]->header.start_realtime_ns < base) base = a[i]->header.start_realtime_ns;
+    mt_chrome_stream *s = mt_chrome_begin(o, opt, n ? base : 0);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (mt_chrome_add(s, a[i], err, errlen) < 0) {
+            for (size_t k = 0; k < s->n; k++) free(s->paths[k]);
+            free(s->paths);
+            free(s);
+            return -1;
+        }
+    return mt_chrome_end(s);
 }

@@ -19,19 +19,21 @@ static void u64f(mt_out *o, const char *k, uint64_t v, int comma)
 }
 
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
-                       size_t top, mt_frame_filter filter, mt_namebuf *nb)
+                       size_t top, const mt_report_options *ro, mt_namebuf *nb)
 {
+    mt_frame_filter filter = mt_frames_resolve(a->frames, ro->frames);
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < l->n && i < top; i++) {
         const mt_stack_stat *s = &l->v[i];
-        if (mt_stat_frames(a->frames, s, MT_NAME_REPORT, filter, nb) < 0) return -1;
+        if (mt_stat_frames(a->frames, s, ro->names, filter, ro->full_stacks, nb) < 0) return -1;
         mt_out_puts(o, i ? ",{" : "{");
         u64f(o, "bytes", s->bytes, 1);
         u64f(o, "count", s->count, 1);
         key(o, "share");
         mt_out_printf(o, "%.6f,", whole ? (double)s->bytes / (double)whole : 0.0);
         key(o, "first_user_frame");
-        mt_out_json_string(o, s->driver ? nb->v[0] : mt_frames_first_user(a->frames, s->stack));
+        mt_out_json_string(o, s->driver ? nb->v[0]
+                                        : mt_frames_first_user_ex(a->frames, s->stack, ro->names));
         mt_out_write(o, ",", 1);
         key(o, "frames");
         mt_out_write(o, "[", 1);
@@ -60,13 +62,22 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
     if (b->process_known) {
         mt_out_printf(o, "%llu,", (unsigned long long)b->process_bytes);
         u64f(o, "process_sample_time_ns", b->process_sample_ns, 1);
+        key(o, "process_sample_after");
+        mt_out_puts(o, b->process_sample_after ? "true," : "false,");
+        key(o, "process_sample_same_bytes"); /* the trace had the moment's bytes live then: exact */
+        mt_out_puts(o, b->process_sample_same ? "true," : "false,");
         key(o, "context_driver_bytes");
         mt_out_printf(o, "%lld,", (long long)b->context_bytes);
     } else {
         mt_out_puts(o, "\"unknown\",");
+        key(o, "process_unknown_reason");
+        mt_out_puts(o, b->process_unknown == MT_PROCESS_LAGGED
+                           ? "\"the NVML samples around it read less than the trace had live\","
+                           : "\"no NVML samples in the trace\",");
         key(o, "context_driver_bytes");
         mt_out_puts(o, "\"unknown\",");
     }
+    u64f(o, "visible_bytes", b->visible_bytes, 1);
     u64f(o, "driver_internal_bytes", b->driver_bytes, 1);
     u64f(o, "allocator_reserved_bytes", b->reserved_bytes, 1);
     u64f(o, "caching_allocator_bytes", b->caching_bytes, 1);
@@ -145,7 +156,6 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
                          const mt_report_options *ro, mt_namebuf *nb)
 {
     size_t top = ro->top;
-    mt_frame_filter filter = ro->frames;
     const mt_usage *u = &d->u;
     char root[32];
     mt_out_write(o, "{", 1);
@@ -170,9 +180,17 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     key(o, "by_kind_at_peak");
     kinds_object(o, d->by_kind_at_peak);
     mt_out_write(o, ",", 1);
-    key(o, "peak_by_kind"); /* each kind's own high-water; async = tensors in tensor mode */
+    key(o, "peak_by_kind"); /* each kind's own high-water; tensor = max_memory_allocated */
     kinds_object(o, u->by_kind_peak);
     mt_out_write(o, ",", 1);
+    /* PyTorch's caching allocator: its segments (max_memory_reserved) and, with --tensors, its
+     * own counter of allocated bytes as it reported it (max_memory_allocated) */
+    u64f(o, "segments_peak_bytes", u->segment_peak, 1);
+    u64f(o, "segments_bytes_at_end", u->segment_bytes, 1);
+    u64f(o, "tensors_peak_bytes", u->by_kind_peak[MT_KIND_TENSOR], 1);
+    u64f(o, "torch_allocated_peak_bytes", u->tensor_counter_peak, 1);
+    u64f(o, "captured_allocations", u->captured_count, 1);
+    u64f(o, "captured_bytes", u->captured_bytes, 1);
     u64f(o, "total_alloc_bytes", u->alloc_bytes, 1);
     u64f(o, "total_alloc_count", u->alloc_count, 1);
     u64f(o, "free_count", u->free_count, 1);
@@ -187,6 +205,22 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     }
     u64f(o, "leak_bytes", d->leak_bytes, 1);
     u64f(o, "leak_count", d->leak_count, 1);
+    key(o, "end_holders");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < d->n_end_holders; i++) {
+        static const char *const kinds[] = {"allocator cache", "library", "driver", "program"};
+        mt_out_puts(o, i ? ",{" : "{");
+        key(o, "holder");
+        mt_out_json_string(o, d->end_holders[i].holder);
+        mt_out_write(o, ",", 1);
+        key(o, "kind");
+        mt_out_json_string(o, kinds[d->end_holders[i].kind & 3]);
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->end_holders[i].bytes, 1);
+        u64f(o, "count", d->end_holders[i].count, 0);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
     if (!u->is_host) {
         if (d->n_nvml) {
             u64f(o, "nvml_max_bytes", d->nvml_max, 1);
@@ -207,10 +241,10 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
         }
     }
     key(o, "peak_stacks");
-    if (stack_array(o, a, &d->peak_stacks, u->peak, top, filter, nb) < 0) return -1;
+    if (stack_array(o, a, &d->peak_stacks, u->peak, top, ro, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "leaks");
-    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, nb) < 0) return -1;
+    if (stack_array(o, a, &d->leaks, d->leak_bytes, top, ro, nb) < 0) return -1;
     mt_out_write(o, ",", 1);
     key(o, "timeline");
     mt_out_write(o, "[", 1);
@@ -229,7 +263,6 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
 static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
 {
     size_t top = ro->top;
-    mt_frame_filter filter = ro->frames;
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
@@ -240,6 +273,19 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
+    key(o, "host");
+    mt_out_json_string(o, a->hostname);
+    mt_out_write(o, ",", 1);
+    char label[256];
+    key(o, "label");
+    mt_out_json_string(o, mt_trace_label(a, label, sizeof label));
+    mt_out_write(o, ",", 1);
+    /* the launcher's rank, -1 when the process had none (trace header) */
+    int has_rank = (a->header.flags & MT_HDR_RANK) != 0;
+    mt_out_printf(o, "\"rank\":%d,\"local_rank\":%d,\"world_size\":%d,\"node_rank\":%d,",
+                  has_rank ? (int)a->header.rank : -1, has_rank ? (int)a->header.local_rank : -1,
+                  has_rank ? (int)a->header.world_size : -1,
+                  has_rank ? (int)a->header.node_rank : -1);
     key(o, "cmdline");
     mt_out_json_string(o, a->cmdline);
     mt_out_write(o, ",", 1);
@@ -318,7 +364,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         u64f(o, "bytes", d->leak_bytes, 1);
         u64f(o, "count", d->leak_count, 1);
         key(o, "stacks");
-        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, filter, &nb);
+        rc = stack_array(o, a, &d->leaks, d->leak_bytes, top, ro, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");
@@ -344,10 +390,10 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");
-        if ((rc = stack_array(o, a, &one, f->bytes, 1, filter, &nb)) < 0) break;
+        if ((rc = stack_array(o, a, &one, f->bytes, 1, ro, &nb)) < 0) break;
         mt_out_write(o, ",", 1);
         key(o, "live");
-        rc = stack_array(o, a, &f->live, f->in_use, top, filter, &nb);
+        rc = stack_array(o, a, &f->live, f->in_use, top, ro, &nb);
         mt_out_write(o, "}", 1);
     }
     mt_out_puts(o, "],");
@@ -361,11 +407,19 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     u64f(o, "partial_unmaps", an->partial_unmaps, 1);
     u64f(o, "ctx_destroy_released", an->ctx_destroy_released, 1);
     u64f(o, "unknown_events", an->unknown_ops, 1);
+    u64f(o, "unknown_device_allocations", an->unknown_device, 1);
     u64f(o, "bad_device_events", an->bad_devices, 1);
     u64f(o, "bad_stack_nodes", an->bad_stack_nodes, 0);
     mt_out_puts(o, "}}");
     mt_namebuf_free(&nb);
     return rc;
+}
+
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt)
+{
+    mt_report_options ro = opt ? *opt : (mt_report_options){0};
+    if (!ro.top) ro.top = 10;
+    return trace_object(o, a, &ro);
 }
 
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt)

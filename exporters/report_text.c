@@ -25,6 +25,7 @@ typedef struct tnode {
 typedef struct view {
     size_t top;
     mt_frame_filter frames;
+    mt_name_style names;
     int full;
 } view;
 
@@ -105,14 +106,12 @@ static void tree_print(mt_out *o, tnode *t, uint64_t whole, int indent, int full
         tree_print(o, &t->kids[i], whole, t->n_kids > 1 ? indent + 2 : indent, full);
 }
 
-/* The frames of one stack as the tree shows them: filtered, CUDA frames at the leaf end dropped
- * (unless full), and the index of the first user frame (innermost Python frame, else innermost
- * non-CUDA native frame, else the innermost frame). Returns the count kept. */
-static size_t shown_frames(const mt_namebuf *nb, int full, size_t *first_user)
+/* The index of the first user frame of a stack as the tree shows it (innermost Python frame,
+ * else innermost native frame outside CUDA and NVIDIA's libraries, else the innermost frame).
+ * Returns the count of frames. */
+static size_t shown_frames(const mt_namebuf *nb, size_t *first_user)
 {
     size_t n = nb->n;
-    while (!full && n > 1 && (nb->flags[n - 1] & MT_FF_CUDA)) n--;
-    if (n == 1 && nb->n > 1 && (nb->flags[0] & MT_FF_CUDA)) n = nb->n; /* all CUDA: keep all */
     *first_user = n ? n - 1 : 0;
     for (size_t k = n; k-- > 0;)
         if (nb->flags[k] & MT_FF_PYTHON) {
@@ -120,7 +119,7 @@ static size_t shown_frames(const mt_namebuf *nb, int full, size_t *first_user)
             return n;
         }
     for (size_t k = n; k-- > 0;)
-        if ((nb->flags[k] & MT_FF_NATIVE) && !(nb->flags[k] & MT_FF_CUDA)) {
+        if ((nb->flags[k] & MT_FF_NATIVE) && !(nb->flags[k] & (MT_FF_CUDA | MT_FF_LIB))) {
             *first_user = k;
             break;
         }
@@ -145,19 +144,20 @@ static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list
             rest.count += s->count;
             continue;
         }
-        if (mt_stat_frames(a->frames, s, MT_NAME_TEXT, v->frames, &nb) < 0) {
+        if (mt_stat_frames(a->frames, s, v->names, v->frames, v->full, &nb) < 0) {
             rc = -1;
             break;
         }
-        size_t fu, n = shown_frames(&nb, v->full, &fu);
+        size_t fu, n = shown_frames(&nb, &fu);
         tnode *t = &r;
         for (size_t k = 0; k < n && t; k++) {
             t = child(t, nb.v[k]);
             if (t) {
                 t->bytes += s->bytes;
                 t->count += s->count;
-                /* kept: the outermost frame, the first user frame, the user's own Python code */
-                t->keep |= k == 0 || k == fu ||
+                /* kept: the outermost frame, the first user frame, the user's own Python code,
+                 * and what the user view names (operators, autograd nodes, the library) */
+                t->keep |= k == 0 || k == fu || (nb.flags[k] & MT_FF_ROLE) ||
                            ((nb.flags[k] & MT_FF_PYTHON) && !(nb.flags[k] & MT_FF_PYLIB));
             }
         }
@@ -183,17 +183,32 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
     if (!b->valid) return;
     mt_out_printf(o, "  where the memory is, %s (%s):\n", when, mt_format_rel(b->time_ns, t1, sizeof t1));
     if (b->process_known) {
-        mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s\n",
+        mt_out_printf(o, "      process total (nvidia-smi)  %10s   NVML sample at %s%s\n",
                       mt_format_bytes(b->process_bytes, b1, sizeof b1),
-                      mt_format_rel(b->process_sample_ns, t1, sizeof t1));
-        uint64_t mag = b->context_bytes < 0 ? (uint64_t)-b->context_bytes : (uint64_t)b->context_bytes;
-        mt_out_printf(o, "    = CUDA context & driver      %s%9s   remainder; driver-internal seen "
-                         "by the trace: %s%s\n",
-                      b->context_bytes < 0 ? "-" : " ", mt_format_bytes(mag, b1, sizeof b1),
-                      mt_format_bytes(b->driver_bytes, b2, sizeof b2),
-                      b->context_bytes < 0 ? " (negative: the NVML sample lags the trace)" : "");
+                      mt_format_rel(b->process_sample_ns, t1, sizeof t1),
+                      b->process_sample_same    ? " (same bytes live in the trace)"
+                      : b->process_sample_after ? ", the next one (not exact: the trace's bytes changed)"
+                                                : ", the one in effect (not exact: the trace's bytes "
+                                                  "changed)");
+        mt_out_printf(o, "    = CUDA context & driver       %10s   remainder; driver-internal seen "
+                         "by the trace: %s\n",
+                      mt_format_bytes((uint64_t)b->context_bytes, b1, sizeof b1),
+                      mt_format_bytes(b->driver_bytes, b2, sizeof b2));
     } else {
-        mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
+        if (b->process_unknown == MT_PROCESS_LAGGED) {
+            char b3[32], b4[32];
+            mt_out_printf(o, "      process total (nvidia-smi)     unknown   the NVML samples around it "
+                             "read less than the %s the trace had live (%s at %s",
+                          mt_format_bytes(b->visible_bytes, b1, sizeof b1),
+                          mt_format_bytes(b->before_bytes, b3, sizeof b3),
+                          mt_format_rel(b->before_ns, t1, sizeof t1));
+            if (b->after_ns)
+                mt_out_printf(o, ", %s at %s", mt_format_bytes(b->after_bytes, b4, sizeof b4),
+                              mt_format_rel(b->after_ns, t1, sizeof t1));
+            mt_out_puts(o, "): they missed this burst\n");
+        } else {
+            mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
+        }
         mt_out_printf(o, "    = CUDA context & driver         unknown   driver-internal seen by the "
                          "trace: %s\n", mt_format_bytes(b->driver_bytes, b1, sizeof b1));
     }
@@ -246,6 +261,41 @@ static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, c
     return 0;
 }
 
+/* "live at the end" and who holds it: an allocator's cache is kept until exit by design and is
+ * not called a leak, nor are libraries' workspaces or the driver's own allocations. */
+static void print_end_holders(mt_out *o, const mt_device_report *d)
+{
+    char b1[32];
+    uint64_t bytes = 0, count = 0;
+    for (size_t k = 0; k < d->live_end.n; k++) {
+        bytes += d->live_end.v[k].bytes;
+        count += d->live_end.v[k].count;
+    }
+    mt_out_printf(o, "  live at the end  %s in %llu allocations\n", mt_format_bytes(bytes, b1, sizeof b1),
+                  (unsigned long long)count);
+    if (!count) return;
+    for (size_t i = 0; i < d->n_end_holders; i++) {
+        const mt_end_holder *h = &d->end_holders[i];
+        char what[160];
+        switch (h->kind) {
+        case MT_HOLD_CACHE:
+            snprintf(what, sizeof what, "cached by the %s (kept until exit by design; not a leak)",
+                     h->holder);
+            break;
+        case MT_HOLD_LIBRARY:
+            snprintf(what, sizeof what, "%s workspaces and handles (not a leak)", h->holder);
+            break;
+        case MT_HOLD_DRIVER:
+            snprintf(what, sizeof what, "driver-internal (released with the context)");
+            break;
+        default:
+            snprintf(what, sizeof what, "held by the program: leaks, or memory still in use at exit");
+        }
+        mt_out_printf(o, "      %10s  %6llu  %s\n", mt_format_bytes(h->bytes, b1, sizeof b1),
+                      (unsigned long long)h->count, what);
+    }
+}
+
 static void print_kinds(mt_out *o, const uint64_t *by_kind)
 {
     char b[32];
@@ -287,10 +337,32 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                   (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
                   (unsigned long long)u->zero_byte_allocs);
     if (u->by_kind_peak[MT_KIND_ASYNC])
-        mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; with `record --tensors`: the "
-                         "peak of live tensors, torch's max_memory_allocated)\n",
+        mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; under backend:cudaMallocAsync "
+                         "(`record --tensors=async`): the peak of live tensors, torch's "
+                         "max_memory_allocated)\n",
                       mt_format_bytes(u->by_kind_peak[MT_KIND_ASYNC], b1, sizeof b1),
                       (unsigned long long)u->by_kind_peak[MT_KIND_ASYNC]);
+    if (u->by_kind_peak[MT_KIND_TENSOR] || u->tensor_counter_peak) {
+        /* the allocator's own running total came with every report: the check is exact */
+        int same = u->by_kind_peak[MT_KIND_TENSOR] == u->tensor_counter_peak;
+        mt_out_printf(o, "  tensors          peak %s (%llu bytes), %s PyTorch's own counter "
+                         "(max_memory_allocated %llu)\n",
+                      mt_format_bytes(u->by_kind_peak[MT_KIND_TENSOR], b1, sizeof b1),
+                      (unsigned long long)u->by_kind_peak[MT_KIND_TENSOR],
+                      same ? "equal to" : "DIFFERENT from", (unsigned long long)u->tensor_counter_peak);
+    }
+    if (u->segment_peak)
+        mt_out_printf(o, "  PyTorch segments peak %s (%llu bytes: max_memory_reserved), at end %s%s\n",
+                      mt_format_bytes(u->segment_peak, b1, sizeof b1),
+                      (unsigned long long)u->segment_peak,
+                      mt_format_bytes(u->segment_bytes, b2, sizeof b2),
+                      u->by_kind_peak[MT_KIND_TENSOR] ? "; the tensors in them are counted instead"
+                                                      : "");
+    if (u->captured_count)
+        mt_out_printf(o, "  graph capture    %llu allocations (%s) made while capturing CUDA "
+                         "graphs (replays allocate nothing)\n",
+                      (unsigned long long)u->captured_count,
+                      mt_format_bytes(u->captured_bytes, b1, sizeof b1));
     if (u->has_pool_info)
         mt_out_printf(o, "  pool reserved    peak %s, at end %s\n",
                       mt_format_bytes(u->pool_reserved_peak, b1, sizeof b1),
@@ -299,8 +371,7 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
         mt_out_printf(o, "  VMM              address space reserved peak %s, mapped peak %s\n",
                       mt_format_bytes(u->vmm_reserved_peak, b1, sizeof b1),
                       mt_format_bytes(u->vmm_mapped_peak, b2, sizeof b2));
-    mt_out_printf(o, "  live at the end  %s in %llu allocations\n",
-                  mt_format_bytes(d->leak_bytes, b1, sizeof b1), (unsigned long long)d->leak_count);
+    print_end_holders(o, d);
     if (!u->is_host && (d->n_nvml || d->at_peak.reserved_bytes || d->at_end.reserved_bytes)) {
         /* only when there is something to reconcile: a plain CUDA program reads as before */
         print_breakdown(o, &d->at_peak, "at the peak");
@@ -316,7 +387,8 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
         if (print_stack_tree(o, a, &d->peak_stacks, root, u->peak, v) < 0) return -1;
     }
     if (d->leaks.n) {
-        mt_out_puts(o, "  leaked (live at the end), by stack:\n");
+        mt_out_puts(o, "  not freed at the end, held by the program (leaks, or memory still in use at "
+                       "exit), by stack:\n");
         if (print_stack_tree(o, a, &d->leaks, root, d->leak_bytes, v) < 0) return -1;
     }
     return 0;
@@ -345,7 +417,7 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
         else
             mt_out_puts(o, "reserved but free in pools: unknown\n");
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
-        if (mt_stat_frames(a->frames, &self, MT_NAME_TEXT, v->frames, &nb) < 0) return -1;
+        if (mt_stat_frames(a->frames, &self, v->names, v->frames, v->full, &nb) < 0) return -1;
         mt_out_puts(o, "     requested by (innermost first):\n");
         for (size_t k = nb.n; k-- > 0;) mt_out_printf(o, "       %s\n", nb.v[k]);
         if (f->live.n) {
@@ -361,11 +433,17 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
     if (!ro.top) ro.top = 10;
-    view v = {.top = ro.top, .frames = ro.frames, .full = ro.full_stacks};
+    view v = {.top = ro.top, .frames = mt_frames_resolve(a->frames, ro.frames), .names = ro.names,
+              .full = ro.full_stacks};
     char t1[64], t2[32];
     mt_out_printf(o, "memtrace report: %s\n", a->path);
-    if (a->comm[0]) mt_out_printf(o, "process: %s (pid %u) %s\n", a->comm, a->pid, a->cmdline);
-    else mt_out_printf(o, "process: pid %u\n", a->pid);
+    char rank[96] = "";
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0)
+        snprintf(rank, sizeof rank, ", rank %d of %d on %s", (int)a->header.rank,
+                 (int)a->header.world_size, a->hostname[0] ? a->hostname : "?");
+    if (a->comm[0])
+        mt_out_printf(o, "process: %s (pid %u%s) %s\n", a->comm, a->pid, rank, a->cmdline);
+    else mt_out_printf(o, "process: pid %u%s\n", a->pid, rank);
     mt_out_printf(o, "recorded: %s, duration %s, %llu events\n", mt_format_abs(a, 0, t1, sizeof t1),
                   mt_format_rel(a->duration_ns, t2, sizeof t2) + 1, (unsigned long long)a->events);
     if (a->truncated)
@@ -389,14 +467,16 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
-        an->ctx_destroy_released || an->unknown_ops || an->bad_devices || an->bad_stack_nodes)
+        an->ctx_destroy_released || an->unknown_ops || an->unknown_device || an->bad_devices ||
+        an->bad_stack_nodes)
         mt_out_printf(o, "\nanomalies: %llu unmatched frees, %llu double frees, %llu replaced "
                          "(alloc at a live address), %llu partial unmaps, %llu released by "
-                         "context destroy, %llu unknown events\n",
+                         "context destroy, %llu unknown events, %llu allocations on an unknown "
+                         "device (not counted on any)\n",
                       (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                       (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                       (unsigned long long)an->ctx_destroy_released,
-                      (unsigned long long)an->unknown_ops);
+                      (unsigned long long)an->unknown_ops, (unsigned long long)an->unknown_device);
     if (an->bad_devices)
         mt_out_printf(o, "  %llu events ignored: their device ordinal is outside -1..%d (corrupt "
                          "trace)\n", (unsigned long long)an->bad_devices, MT_MAX_DEVICE_ORDINAL);

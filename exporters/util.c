@@ -19,7 +19,7 @@ static int namebuf_grow(mt_namebuf *b, size_t need)
 }
 
 long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
-                    mt_frame_filter filter, mt_namebuf *b)
+                    mt_frame_filter filter, int cuda_leaf, mt_namebuf *b)
 {
     if (s->driver) {
         if (namebuf_grow(b, 64) < 0) return -1;
@@ -31,8 +31,13 @@ long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
     for (;;) {
         size_t n = mt_frames_path_ex(f, s->stack, style, filter, b->v, b->flags, b->cap);
         if (n <= b->cap) {
-            b->n = n;
-            return (long)n;
+            /* The CUDA stack's own frames at the leaf end say nothing about who allocated; a
+             * stack made only of them is kept whole. */
+            size_t keep = n;
+            while (!cuda_leaf && keep > 1 && (b->flags[keep - 1] & MT_FF_CUDA)) keep--;
+            if (keep == 1 && n > 1 && (b->flags[0] & MT_FF_CUDA)) keep = n;
+            b->n = keep;
+            return (long)keep;
         }
         if (namebuf_grow(b, n + 64) < 0) return -1;
     }

@@ -16,10 +16,11 @@ typedef struct mt_namebuf {
 } mt_namebuf;
 
 /* Frames of one stack stat, root first (without the device root): the stack's frames that
- * `filter` keeps, or the single "[driver internal]" pseudo frame for driver allocations. Returns
- * the count, -1 on OOM. */
+ * `filter` keeps, or the single "[driver internal]" pseudo frame for driver allocations; unless
+ * cuda_leaf, without the CUDA stack's own frames at the leaf end (libcuda*, libcupti*...).
+ * Returns the count, -1 on OOM. */
 long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
-                    mt_frame_filter filter, mt_namebuf *b);
+                    mt_frame_filter filter, int cuda_leaf, mt_namebuf *b);
 /* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
  * when the file or the line cannot be read. Keeps the last file open between calls (src_cache). */
 typedef struct mt_src_cache {
@@ -32,6 +33,8 @@ const char *mt_source_line(mt_src_cache *c, const char *path, uint32_t line, cha
                            size_t len);
 void mt_src_cache_free(mt_src_cache *c);
 void mt_namebuf_free(mt_namebuf *b);
+/* The stack list of a metric (folded.c). */
+const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric m);
 
 /* "+1.234567 s" (time since trace start). */
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);

@@ -10,4 +10,7 @@ for f in build-gpu/src/cli/memtrace build-gpu/src/record/libmemtrace_inject.so b
   test -f "$f" || { echo "build-for-gpu: $f was not built" >&2; exit 1; }
 done
 ldd build-gpu/src/cli/memtrace | grep -E 'dwarf|elf' && { echo "build-for-gpu: memtrace links libdwarf/libelf dynamically" >&2; exit 1; }
+# the sink benchmark (tests/ is not built here: it needs Criterion), for a machine with more cores
+cc -O2 -Iinclude -Isrc tests/bench/bench_sink.c build-gpu/src/record/libmt_record_core.a \
+   build-gpu/src/trace/libmt_trace.a -lz -lpthread -ldl -o build-gpu/bench_sink
 du -sh build-gpu | cut -f1

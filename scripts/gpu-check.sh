@@ -2,9 +2,22 @@
 # gpu-check.sh — every check that needs a GPU, in one command.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]        (default: build-gpu)
+#   SECTIONS="basics programs cifar" scripts/gpu-check.sh build-gpu      (a subset)
+#   ONLY="graphs_t threads" SECTIONS=programs scripts/gpu-check.sh         (named program runs only)
 #
 # Runs on the lent GPU machine, from the repository root, over a build made on the development
 # machine (scripts/build-for-gpu.sh makes it: the GPU machine has no libdwarf or Criterion).
+# Sections (all by default; "multigpu" needs two GPUs and says so when there is one):
+#   basics    exit status, every allocation kind of alloc_patterns, processes, other CUPTI clients
+#   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
+#             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
+#             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
+#   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
+#             outputs, timings, the fixtures for tests/data
+#   multigpu  one process on two GPUs (model split across devices, a thread per device), and
+#             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
+#             against each rank's PyTorch numbers, the rank table's imbalance
 # Writes logs and the traces worth keeping under $OUT (default ./gpu-check-out):
 #   gpu-check.log   everything, summary.txt   the numbers, traces.tar.gz   fixtures for tests/data
 # Exit status: 0 when every assertion held, 1 otherwise (the log says which).
@@ -12,6 +25,7 @@ set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu-check-out}
 STEPS=${CIFAR_STEPS:-300}
+SECTIONS=${SECTIONS:-basics programs cifar multigpu}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
 LOG=$OUT/gpu-check.log
@@ -19,6 +33,7 @@ SUM=$OUT/summary.txt
 MT=$PWD/$BUILD/src/cli/memtrace
 AP=$PWD/$BUILD/samples/alloc_patterns
 CONFLICT=$PWD/$BUILD/samples/cupti_conflict
+S=$PWD/samples
 PY=${PYTHON:-python3}
 FAILS=0
 : > "$LOG"; : > "$SUM"
@@ -30,7 +45,8 @@ check() { # check NAME EXPECTED ACTUAL
 }
 run() { log "\$ $*"; "$@" >> "$LOG" 2>&1; }
 calc() { $PY -c "print(round($1, 4))"; }  # the GPU machine has no bc
-. "$(dirname "$0")/settle-trace.sh"
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+. "$(dirname "$0")/settle-trace.sh" # record -o NAME.mtrace writes NAME.<pid>.mtrace
 
 say "== environment"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; uname -r
@@ -38,7 +54,43 @@ say "== environment"
   ldd "$MT" "$BUILD/src/record/libmemtrace_inject.so" | grep -i "not found" && echo "MISSING LIBRARIES"
 } >> "$LOG" 2>&1
 tail -n 4 "$LOG" | sed 's/^/  /' >&3
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 
+# ---- the same program, untraced and traced: same exit status, same output ----------------------
+# same_run NAME "ENV..." "RECORD-OPTIONS" CMD...: runs CMD untraced, then under memtrace record,
+# in $W/NAME/{plain,traced}, both with ENV (for --tensors=async: the backend it sets); compares
+# exit status, stdout, and stderr without memtrace's lines and PyTorch's timestamped log prefixes. Leaves the trace at $W/NAME/t.mtrace, PyTorch's numbers at
+# $W/NAME/{plain,traced}.json (samples/mt_stats.py) and the report at $W/NAME/t.json.
+same_run() {
+  local name=$1 envs=$2 opts=$3; shift 3
+  local d=$W/$name
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+  mkdir -p "$d/plain" "$d/traced"
+  # each run compiles for itself (a warm inductor cache would skip the first run's warnings)
+  local cache="TORCHINDUCTOR_CACHE_DIR=$d/plain/inductor TRITON_CACHE_DIR=$d/plain/triton"
+  (cd "$d/plain" && env $envs $cache SAMPLE_STATS="$d/plain.json" timeout 600 "$@") > "$d/plain.out" 2> "$d/plain.err"
+  local rc0=$?
+  cache="TORCHINDUCTOR_CACHE_DIR=$d/traced/inductor TRITON_CACHE_DIR=$d/traced/triton"
+  (cd "$d/traced" && env $envs $cache SAMPLE_STATS="$d/traced.json" timeout 600 "$MT" record -q $opts -o "$d/t.mtrace" -- "$@") > "$d/traced.out" 2> "$d/traced.err"
+  rc_=$?; settle_trace "$d/t.mtrace"; (exit $rc_)
+  local rc1=$?
+  { echo "--- $name ($envs) $opts: $*"; cat "$d/plain.err" "$d/traced.out" "$d/traced.err"; } >> "$LOG"
+  clean() { grep -v '^memtrace: ' "$1" | sed -E 's/^\[[WIE][0-9]+ [0-9:.]+ [^]]*\]/[torch log]/' ; }
+  check "$name: exit status as untraced" "$rc0" "$rc1"
+  check "$name: stdout as untraced" ok "$(cmp -s "$d/plain.out" "$d/traced.out" && echo ok || diff "$d/plain.out" "$d/traced.out" | head -3 | tr '\n' ' ')"
+  check "$name: stderr as untraced (memtrace's lines aside)" ok "$(diff <(clean "$d/plain.err") <(clean "$d/traced.err") > /dev/null && echo ok || diff <(clean "$d/plain.err") <(clean "$d/traced.err") | head -3 | tr '\n' ' ')"
+  "$MT" report --json "$d/t.mtrace" > "$d/t.json" 2>> "$LOG"
+}
+# torch_match NAME MODE [--captured] [--devices N]: the trace of same_run NAME against PyTorch's
+# numbers of that traced run (scripts/trace_vs_torch.py).
+torch_match() {
+  local name=$1 mode=$2; shift 2
+  [ -f "$W/$name/t.json" ] || return 0 # not run (ONLY)
+  check "$name: trace == PyTorch ($mode${*:+ $*}), no anomaly, no unknown device" ok \
+    "$($PY scripts/trace_vs_torch.py "$mode" "$W/$name/t.json" "$W/$name/traced.json" "$@" 2>&1 | tail -1)"
+}
+
+if want basics; then
 # ---- exit status is the command's --------------------------------------------------------------
 say "== exit status"
 (cd "$W" && "$MT" record -q -- sh -c 'exit 7'); check "record returns the command's status" 7 $?
@@ -59,8 +111,8 @@ done
 # ---- alloc_patterns: every kind, exact counts ---------------------------------------------------
 say "== alloc_patterns"
 (cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/alloc_patterns.mtrace"; (exit $rc_)
 check "alloc_patterns ran" 0 $?
-settle_trace "$W/alloc_patterns.mtrace"
 cat "$W/ap.out" >> "$LOG"
 "$MT" dump "$W/alloc_patterns.mtrace" > "$W/ap.dump" 2>> "$LOG"; check "dump reads it" 0 $?
 PITCHED=$(sed -n 's/.*pitched_bytes=\([0-9]*\).*/\1/p' "$W/ap.out")
@@ -83,49 +135,72 @@ check "VMM map x2, one unmap of both" "2 1" "$(cnt "op=alloc kind=vmm_map .*byte
 check "failed request 1 PiB, CUDA_ERROR_OUT_OF_MEMORY" 1 "$(cnt 'op=failed kind=device .*bytes=1125899906842624 .*result=2 ')"
 check "context destroyed" 1 "$(cnt 'op=ctx_destroy')"
 check "every API alloc/failed has a stack" 0 "$(grep '^event ' "$W/ap.dump" | grep -v activity | grep -E 'op=(alloc|failed)' | grep -c 'stack=0$')"
+check "no event without a device (device kinds)" 0 "$(grep '^event ' "$W/ap.dump" | grep -E 'kind=(device|pitch|async|managed|vmm_physical) ' | grep -c 'dev=-1')"
+check "no PyTorch segment flag outside PyTorch" 0 "$(grep -c ' segment' "$W/ap.dump")"
 say "info: driver-internal events (activity): $(grep '^event ' "$W/ap.dump" | grep -c ' activity') ; stack nodes: $(grep -c '^node ' "$W/ap.dump"); modules: $(grep -c '^module ' "$W/ap.dump"); symbols: $(grep -c '^symbol ' "$W/ap.dump")"
 grep '^note' "$W/ap.dump" | sed 's/^/  /' >> "$LOG"
 
-# Peaks computed from the dump alone, an independent check of the compactor
-# (scripts/dump_peaks.py: frees matched by family, context destroys honoured).
-dump_peak() { # dump_peak DUMP KINDS -> device 0's peak of live bytes of those kinds
-  $PY scripts/dump_peaks.py --kinds "$2" "$1" | sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p'
-}
-say "info: alloc_patterns API device peak from dump: $(dump_peak "$W/ap.dump" device,pitch,managed,async,vmm_physical)"
-
-# ---- processes, another profiler, another CUPTI subscriber -------------------------------------
+# ---- processes, other CUPTI clients ----------------------------------------------------------------
 say "== processes and other tools"
 mkdir -p "$W/procs"
-(cd "$W/procs" && timeout 300 "$MT" record -q -- $PY "$OLDPWD/samples/processes.py" --spawn 2) > "$W/procs.out" 2>> "$LOG"
+(cd "$W/procs" && timeout 300 "$MT" record -q -- $PY "$S/processes.py" --spawn 2) > "$W/procs.out" 2>> "$LOG"
 check "processes.py: fork child and 2 spawn children ran (no hang)" "0 children_ok=3" "$? $(grep -o 'children_ok=[0-9]*' "$W/procs.out")"
 check "one trace per CUDA process (parent + 2 spawned)" 3 "$(ls "$W/procs"/*.mtrace 2>/dev/null | wc -l)"
 for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "FAIL dump $f"; done
-(cd "$W" && timeout 300 "$MT" record -q --tensors -o "$W/profiler.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler.out" 2>> "$LOG"
-settle_trace "$W/profiler.mtrace"
-check "torch.profiler inside a traced run still works" ok "$(grep -q 'profiler_cuda_events=[1-9]' "$W/profiler.out" && echo ok)"
-"$MT" dump "$W/profiler.mtrace" > "$W/profiler.dump" 2>> "$LOG"
-check "the trace says where recording paused for the profiler" 1 "$(grep -c 'recording paused: another CUPTI client' "$W/profiler.dump")"
-prof_live=$(dump_peak "$W/profiler.dump" async)
-check "tensor peak (before the profiler) == max_memory_allocated" "$(sed -n 's/.*max_memory_allocated=\([0-9]*\).*/\1/p' "$W/profiler.out")" "$prof_live"
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
-(cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"
+(cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -o "$W/conflict/c.mtrace" -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"
+rc_=$?; settle_trace "$W/conflict/c.mtrace"; (exit $rc_)
 rc=$?
 cat "$W/conflict.out" "$W/conflict.err" >> "$LOG"
-check "another CUPTI subscriber: program runs unchanged" "0 conflict_ok" "$rc $(grep -o 'conflict_ok' "$W/conflict.out")"
-check "another CUPTI subscriber: one warning, no trace" "1 0" "$(grep -c 'refused a subscriber' "$W/conflict.err") $(ls "$W/conflict"/*.mtrace 2>/dev/null | wc -l)"
+check "a CUPTI subscriber from before cuInit: it gets exactly its own callback" "0 conflict_ok" "$rc $(grep -o 'conflict_ok' "$W/conflict.out")"
+check "... and memtrace records beside it (the 1 MiB cuMemAlloc)" 1 "$("$MT" dump "$W/conflict/c.mtrace" 2>/dev/null | grep '^event ' | grep -v activity | grep -c 'op=alloc kind=device .*bytes=1048576 ')"
+check "... no warning" 0 "$(grep -c 'memtrace: .*refused' "$W/conflict.err")"
 (cd "$W" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -q -o "$W/stolen.mtrace" -- "$CONFLICT" activity) > "$W/stolen.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/stolen.mtrace"; (exit $rc_)
 rc=$?
-settle_trace "$W/stolen.mtrace"
 cat "$W/stolen.out" >> "$LOG"
 "$MT" dump "$W/stolen.mtrace" > "$W/stolen.dump" 2>> "$LOG"
 check "another tool takes the activity API: it works, memtrace keeps all 401 cuMemAlloc" "0 conflict_ok 401" "$rc $(grep -o conflict_ok "$W/stolen.out") $(grep '^event ' "$W/stolen.dump" | grep -v activity | grep -c 'op=alloc kind=device')"
 check "... and the trace says activity enrichment stopped" 1 "$(grep -c 'activity enrichment stopped' "$W/stolen.dump")"
-(cd "$W" && timeout 300 "$MT" record -q --no-preload --tensors -o "$W/profiler_np.mtrace" -- $PY "$OLDPWD/samples/profiler_inside.py") > "$W/profiler_np.out" 2>> "$LOG"
-settle_trace "$W/profiler_np.mtrace"
-say "info: with --no-preload torch.profiler saw $(sed -n 's/profiler_cuda_events=//p' "$W/profiler_np.out") CUDA events (memtrace kept CUPTI)"
+fi
+
+# ---- real programs: unchanged under every mode, numbers equal to PyTorch's -----------------------
+if want programs; then
+say "== programs (issue 11: never break or mislead a real program)"
+ASYNC=PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+same_run graphs "" "" $PY "$S/graphs.py";                           torch_match graphs default --captured
+same_run graphs_t "" "--tensors" $PY "$S/graphs.py";                torch_match graphs_t tensors --captured
+same_run graphs_ta "$ASYNC" "--tensors=async" $PY "$S/graphs.py";   torch_match graphs_ta async --captured
+same_run graphs_async "$ASYNC" "" $PY "$S/graphs.py";               torch_match graphs_async async --captured
+same_run graphs_exp "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "--tensors" $PY "$S/graphs.py"
+torch_match graphs_exp tensors --captured
+same_run compile "" "" $PY "$S/graphs.py" --compile;                torch_match compile default --captured
+same_run compile_t "" "--tensors" $PY "$S/graphs.py" --compile;     torch_match compile_t tensors --captured
+same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match threads default
+same_run threads_t "" "--tensors" $PY "$S/threads.py" --dataloader; torch_match threads_t tensors
+same_run threads_ta "$ASYNC" "--tensors=async" $PY "$S/threads.py"; torch_match threads_ta async
+same_run profiler "" "" $PY "$S/profiler_inside.py";                torch_match profiler default
+same_run profiler_t "" "--tensors" $PY "$S/profiler_inside.py" --profile-memory
+torch_match profiler_t tensors
+[ -d "$W/profiler_t" ] && check "torch.profiler saw CUDA kernels while memtrace recorded" ok "$($PY -c 'import json,sys; print("ok" if json.load(open(sys.argv[1]))["profiler_cuda_events"] > 0 else "none")' "$W/profiler_t/traced.json")"
+[ -d "$W/profiler_t" ] && check "the trace says CUPTI was shared with the profiler" ok "$("$MT" dump "$W/profiler_t/t.mtrace" | grep -q 'CUPTI shared with' && echo ok)"
+same_run burst "" "--tensors" $PY "$S/burst.py" --n 1000000 --threads 4
+torch_match burst tensors
+[ -d "$W/burst" ] && say "info: burst: $("$MT" dump "$W/burst/t.mtrace" | grep -c '^event ') events; $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f allocations/s traced" % d["allocs_per_s"])' "$W/burst/traced.json"), $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f untraced" % d["allocs_per_s"])' "$W/burst/plain.json"); $("$MT" dump "$W/burst/t.mtrace" | grep -o 'writer: [^"]*' | head -1)"
+same_run resnet "" "" $PY "$S/train.py" --model resnet18 --steps 5;  torch_match resnet default
+same_run resnet_t "" "--tensors" $PY "$S/train.py" --model resnet18 --steps 5; torch_match resnet_t tensors
+same_run gpt2_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5; torch_match gpt2_t tensors
+# A launcher initializes CUDA (it asks how many GPUs there are) but makes no context: no trace.
+if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" launch "* ]]; then
+mkdir -p "$W/launch" && (cd "$W/launch" && timeout 300 "$MT" record -- torchrun --nproc_per_node=1 "$S/cifar.py" --steps 5 --warmup 1) > "$W/launch.out" 2> "$W/launch.err"
+check "torchrun: exit 0, one trace (the rank's), the launcher listed as skipped" "0 1 1" "$? $(ls "$W/launch"/*.mtrace 2>/dev/null | wc -l) $(grep -c 'no trace for 1 process' "$W/launch.err")"
+cat "$W/launch.err" >> "$LOG"
+fi
+fi
 
 # ---- cifar.py under three allocator settings ------------------------------------------------------
+if want cifar; then
 say "== cifar.py ($STEPS steps)"
 cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else traced
   local name=$1; shift
@@ -135,15 +210,16 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   for kv in "$@"; do
     case $kv in
       MEMTRACE_TENSORS=1) extra+=(--tensors) ;;
+      MEMTRACE_TENSORS=async) extra+=(--tensors=async) ;;
       MEMTRACE_STACKS=*) extra+=(--stacks "${kv#*=}") ;;
       CIFAR_ARGS=*) args+=("${kv#CIFAR_ARGS=}") ;;
       *) envs+=("$kv") ;;
     esac
   done
   if [[ $name == plain* ]]; then
-    (cd "$W" && env "${envs[@]}" $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$LOG"
+    (cd "$W" && env "${envs[@]}" $PY "$S/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$LOG"
   else
-    (cd "$W" && env "${envs[@]}" "$MT" record "${extra[@]}" -o "$W/$name.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$W/$name.err"
+    (cd "$W" && env "${envs[@]}" "$MT" record "${extra[@]}" -o "$W/$name.mtrace" -- $PY "$S/cifar.py" --steps "$STEPS" "${args[@]}") > "$W/$name.out" 2>> "$W/$name.err"
   fi
   local rc=$?
   t1=$(date +%s.%N)
@@ -153,6 +229,7 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   check "cifar $name exit status" 0 $rc
 }
 val() { sed -n "s/.*$2=\(-\?[0-9.]*\).*/\1/p" "$W/$1.out" | tail -1; }
+jval() { $PY -c 'import json,sys; d=[x for x in json.load(open(sys.argv[1]))["devices"] if x["device"]==0][0]; print(d[sys.argv[2]])' "$W/$1.json" "$2"; }
 # Runs are interleaved (untraced, traced, untraced, ...) so drift of the machine hits both sides.
 cifar plain0
 cifar default
@@ -161,79 +238,64 @@ cifar expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 cifar async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync MEMTRACE_STACKS=native
 cifar plain_async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 cifar tensors MEMTRACE_TENSORS=1
-cifar plain_async2 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+cifar tensors_exp MEMTRACE_TENSORS=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+cifar tensors_async MEMTRACE_TENSORS=async
+cifar plain2
 cifar tensors2 MEMTRACE_TENSORS=1
 cifar plain_hist0 CIFAR_ARGS=--record-history
 cifar tensors_nostack MEMTRACE_TENSORS=1 MEMTRACE_STACKS=none
-cifar tensors_noact MEMTRACE_TENSORS=1 MEMTRACE_ACTIVITY=0
 cifar tensors_pyonly MEMTRACE_TENSORS=1 MEMTRACE_STACKS=python
-cifar tensors_cupti MEMTRACE_TENSORS=1 MEMTRACE_ASYNC_HOOKS=0
+cifar tensors_cupti MEMTRACE_TENSORS=async MEMTRACE_ASYNC_HOOKS=0
 cifar plain_hist1 CIFAR_ARGS=--record-history
 # In-process A/B (cifar.py --ab): the recorder off and on every 50 steps of one process, which the
 # spread between identical processes (several percent on this machine) does not blur.
 cifar ab_tensors MEMTRACE_TENSORS=1 CIFAR_ARGS=--steps CIFAR_ARGS=1500 CIFAR_ARGS=--ab CIFAR_ARGS=50
 cifar plain_ab_history CIFAR_ARGS=--steps CIFAR_ARGS=1500 CIFAR_ARGS=--ab CIFAR_ARGS=50 CIFAR_ARGS=--ab-what CIFAR_ARGS=history
-for n in default expandable async tensors tensors_cupti; do "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"; done
-for n in default expandable async tensors tensors2 tensors_nostack tensors_noact tensors_pyonly tensors_cupti; do
-  "$MT" dump "$W/$n.mtrace" 2>/dev/null | grep '^note' | sed "s/^/  $n: /" >> "$LOG"
-  say "info: $n: $("$MT" dump "$W/$n.mtrace" 2>/dev/null | grep -o 'stack capture: [^"]*')"
+for n in default expandable async tensors tensors2 tensors_exp tensors_async tensors_nostack tensors_pyonly tensors_cupti; do
+  "$MT" dump "$W/$n.mtrace" > "$W/$n.dump" 2>> "$LOG"
+  "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"
+  grep '^note' "$W/$n.dump" | sed "s/^/  $n: /" >> "$LOG"
+  say "info: $n: $(grep -o 'stack capture: [^"]*' "$W/$n.dump"); $(grep -o 'tensor reports: [^"]*' "$W/$n.dump")"
 done
-
-# What PyTorch's caching allocator reserved is what went through c10's CUDACachingAllocator; cuBLAS
-# and friends also call cudaMalloc directly (their workspaces), which torch does not count.
-for n in default expandable; do
-  $PY scripts/dump_peaks.py --through CUDACachingAllocator "$W/$n.dump" > "$W/$n.peaks" 2>> "$LOG"
-  cat "$W/$n.peaks" >> "$LOG"
-  through=$(sed -n 's/^dev=0 .*peak_through=\([0-9]*\).*/\1/p' "$W/$n.peaks")
-  check "cifar $n: peak device bytes via CUDACachingAllocator == max_memory_reserved" "$(val $n max_memory_reserved)" "$through"
-  say "info: cifar $n: all API device bytes peak $(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/$n.peaks"); live at that peak outside the allocator: $(sed -n 's/^dev=0 .*other=//p' "$W/$n.peaks")"
+# The caching allocator's segments (flagged by the recorder) against PyTorch's max_memory_reserved,
+# in every mode that keeps that allocator; its tensors against max_memory_allocated in tensor mode.
+for n in default expandable tensors tensors_exp tensors_nostack tensors_pyonly; do
+  check "cifar $n: PyTorch segments peak == max_memory_reserved" "$(val $n max_memory_reserved)" "$(jval $n segments_peak_bytes)"
 done
-# cudaMallocAsync: live async allocations vs max_memory_allocated; pool high-water vs reserved.
-# Tensor mode: the peak of live tensor (async) bytes against torch's max_memory_allocated, within 1%.
-tensor_live=$(dump_peak "$W/tensors.dump" async)
-check "tensor mode: live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$tensor_live; b=$(val tensors max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
-say "tensor mode: live tensor peak $tensor_live vs max_memory_allocated $(val tensors max_memory_allocated)"
+for n in tensors tensors2 tensors_exp tensors_nostack tensors_pyonly; do
+  check "cifar $n: tensor peak == max_memory_allocated (allocator unchanged)" "$(val $n max_memory_allocated)" "$(jval $n tensors_peak_bytes)"
+  check "cifar $n: ... == the allocator's own counter in the trace" "$(val $n max_memory_allocated)" "$(jval $n torch_allocated_peak_bytes)"
+done
+# backend:cudaMallocAsync (--tensors=async, or set by the user): live async bytes are the tensors.
+for n in async tensors_async tensors_cupti; do
+  check "cifar $n: live async peak == max_memory_allocated" "$(val $n max_memory_allocated)" "$($PY -c 'import json,sys; d=[x for x in json.load(open(sys.argv[1]))["devices"] if x["device"]==0][0]; print(d["peak_by_kind"].get("async",0))' "$W/$n.json")"
+done
 grep -q 'python code=' "$W/tensors.dump"; check "tensor mode trace has Python frames" 0 $?
-# Tensor mode takes the allocator's calls from libc10_cuda's import slots (async_hooks.c); with
-# MEMTRACE_ASYNC_HOOKS=0 CUPTI's callbacks do. Both must see the same tensors.
-check "tensor mode: cudaMallocAsync/cudaFreeAsync hooked, not through CUPTI" "1 0" \
-  "$(grep -c 'import slots of cudaMallocAsync/cudaFreeAsync redirected' "$W/tensors.dump") $(grep '^event ' "$W/tensors.dump" | grep 'kind=async' | grep -c 'corr=')"
-cupti_live=$(dump_peak "$W/tensors_cupti.dump" async)
-check "tensor mode through CUPTI (MEMTRACE_ASYNC_HOOKS=0): live tensor peak within 1% of max_memory_allocated" ok "$($PY -c "a=$cupti_live; b=$(val tensors_cupti max_memory_allocated); print('ok' if abs(a-b) <= 0.01*b else 'off by %.3f%% (%d vs %d)' % (100.0*(a-b)/b, a, b))")"
-check "tensor mode: as many async allocs hooked as through CUPTI" "$(grep '^event ' "$W/tensors_cupti.dump" | grep -c 'op=alloc kind=async')" "$(grep '^event ' "$W/tensors.dump" | grep -c 'op=alloc kind=async')"
-async_live=$(dump_peak "$W/async.dump" async)
-pool_hw=$(awk '/op=pool_reserved/ { for (i=2;i<=NF;i++){split($i,kv,"=");f[kv[1]]=kv[2]}; cur[f["addr"]]=f["bytes"]; s=0; for (p in cur) s+=cur[p]; if (s>pk) pk=s } END { print pk+0 }' "$W/async.dump")
+check "tensor mode: tensors come from the allocator's reports, not CUPTI" "1 0" \
+  "$(grep -c 'tensors: PyTorch.s caching allocator reports every block' "$W/tensors.dump") $(grep '^event ' "$W/tensors.dump" | grep 'kind=tensor' | grep -c 'corr=')"
+check "tensor mode through CUPTI (MEMTRACE_ASYNC_HOOKS=0): as many async allocs as hooked" "$(grep '^event ' "$W/tensors_async.dump" | grep -c 'op=alloc kind=async')" "$(grep '^event ' "$W/tensors_cupti.dump" | grep -c 'op=alloc kind=async')"
 pool_high=$($PY -c 'import re,sys; print(max([int(m.group(1),16) for m in re.finditer(r"op=pool_reserved .* aux=(0x[0-9a-f]+)", open(sys.argv[1]).read())] or [0]))' "$W/async.dump")
 check "cifar async: pool RESERVED_MEM_HIGH == max_memory_reserved" "$(val async max_memory_reserved)" "$pool_high"
-say "cifar async: peak live async bytes $async_live vs max_memory_allocated $(val async max_memory_allocated)"
-say "cifar async: pool reserved high-water $pool_hw vs max_memory_reserved $(val async max_memory_reserved)"
-for n in default expandable async; do
+for n in default expandable tensors; do
   say "info: cifar $n events: $(grep -c '^event ' "$W/$n.dump") (activity $(grep '^event ' "$W/$n.dump" | grep -c ' activity')), by op/kind: $(grep '^event ' "$W/$n.dump" | awk '{print $3"/"$4}' | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')"
   say "info: cifar $n trace bytes $(stat -c %s "$W/$n.mtrace"), bytes/event $(calc "$(stat -c %s "$W/$n.mtrace") / $(grep -c '^event ' "$W/$n.dump")")"
 done
-p0=$(val plain0 step_ms); p1=$(val plain1 step_ms); d=$(val default step_ms)
-pa=$(calc "($(val plain_async step_ms) + $(val plain_async2 step_ms)) / 2"); ta=$(calc "($(val tensors step_ms) + $(val tensors2 step_ms)) / 2")
+p0=$(val plain0 step_ms); p1=$(val plain1 step_ms); p2=$(val plain2 step_ms); d=$(val default step_ms)
+ta=$(calc "($(val tensors step_ms) + $(val tensors2 step_ms)) / 2")
 ph=$(calc "($(val plain_hist0 step_ms) + $(val plain_hist1 step_ms)) / 2")
-say "timing step_ms (tensor mode): untraced cudaMallocAsync $(val plain_async step_ms) / $(val plain_async2 step_ms); traced --tensors (Python+native stacks) $(val tensors step_ms) / $(val tensors2 step_ms); no stacks $(val tensors_nostack step_ms); no activity $(val tensors_noact step_ms); Python-only stacks $(val tensors_pyonly step_ms)"
-say "overhead --tensors vs untraced cudaMallocAsync: $(calc "100.0 * ($ta / $pa - 1)") %"
+say "timing step_ms: untraced $p0 / $p1 / $p2; traced default $d, expandable $(val expandable step_ms); --tensors $(val tensors step_ms) / $(val tensors2 step_ms); no stacks $(val tensors_nostack step_ms); Python-only stacks $(val tensors_pyonly step_ms); --tensors=async $(val tensors_async step_ms) (untraced async $(val plain_async step_ms))"
+say "overhead --tensors vs untraced (between processes): $(calc "100.0 * ($ta / (($p1 + $p2) / 2) - 1)") %"
 say "in-process A/B, median over adjacent 50-step phases: --tensors (Python+native stacks) $(val ab_tensors ab_overhead_pct) % (off $(val ab_tensors ab_off_ms) ms, on $(val ab_tensors ab_on_ms) ms); torch _record_memory_history(stacks=python) $(val plain_ab_history ab_overhead_pct) % (off $(val plain_ab_history ab_off_ms) ms, on $(val plain_ab_history ab_on_ms) ms)"
 check "in-process A/B ran (memtrace_set_paused found, pairs measured)" "ok ok" "$(grep -q 'ab_pairs=[1-9]' "$W/ab_tensors.out" && echo ok) $(grep -q 'ab_pairs=[1-9]' "$W/plain_ab_history.out" && echo ok)"
-say "overhead torch _record_memory_history(stacks=python) vs untraced default allocator: $(calc "100.0 * ($ph / (($p0 + $p1) / 2) - 1)") % (step_ms $(val plain_hist0 step_ms) / $(val plain_hist1 step_ms))"
-say "timing step_ms: untraced $p0 / $p1, traced default $d, expandable $(val expandable step_ms); async untraced $(val plain_async step_ms) traced $(val async step_ms)"
-say "slowdown traced/untraced (step_ms, cudaMallocAsync: every tensor is an event): $(calc "$(val async step_ms) / $(val plain_async step_ms)")"
-say "timing wall s: untraced $(val plain0 wall) / $(val plain1 wall), traced default $(val default wall)"
-say "slowdown traced/untraced (step_ms, default allocator): $(calc "$d / (($p0 + $p1) / 2)")"
-say "slowdown traced/untraced (wall, default allocator): $(calc "$(val default wall) / (($(val plain0 wall) + $(val plain1 wall)) / 2)")"
+say "overhead torch _record_memory_history(stacks=python) vs untraced default allocator: $(calc "100.0 * ($ph / (($p0 + $p1) / 2) - 1)") %"
 
 # ---- analysis commands on the recorded traces -------------------------------------------------------
-if [ -x "$MT" ] && "$MT" report --help > /dev/null 2>&1; then
-  say "== report / export"
-  for n in alloc_patterns default expandable async tensors; do
-    run "$MT" report "$W/$n.mtrace"
-    "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"; check "report --json $n" 0 $?
-    "$MT" export --format folded --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
-    "$MT" export --format chrome -o "$W/$n.json.gz" "$W/$n.mtrace" 2>> "$LOG"; check "export chrome $n" 0 $?
-    check "folded peak sums == report peak_bytes ($n)" ok "$($PY - "$W/$n.json" "$W/$n.folded" <<'PYEOF'
+say "== report / export"
+for n in default expandable async tensors; do
+  run "$MT" report "$W/$n.mtrace"
+  "$MT" export --format folded --frames all --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
+  "$MT" export --format chrome -o "$W/$n.chrome.json.gz" "$W/$n.mtrace" 2>> "$LOG"; check "export chrome $n" 0 $?
+  check "folded peak sums == report peak_bytes ($n)" ok "$($PY - "$W/$n.json" "$W/$n.folded" <<'PYEOF'
 import json, sys, collections
 rep = json.load(open(sys.argv[1]))
 sums = collections.Counter()
@@ -244,40 +306,87 @@ want = {("cuda:%d" % d["device"]): d["peak_bytes"] for d in rep["devices"] if d.
 print("ok" if all(sums.get(k, 0) == v for k, v in want.items()) else "mismatch %s vs %s" % (dict(sums), want))
 PYEOF
 )"
-  done
-  api=$($PY -c 'import json,sys; print([d.get("api_peak_bytes") for d in json.load(open(sys.argv[1]))["devices"] if d["device"]==0][0])' "$W/default.json" 2>>"$LOG")
-  check "compactor api_peak_bytes == peak computed from the dump (default)" "$(sed -n 's/^dev=0 peak=\([0-9]*\).*/\1/p' "$W/default.peaks")" "$api"
-  for n in tensors default; do
-    "$MT" report --json "$W/$n.mtrace" > "$W/$n.json" 2>> "$LOG"
-    check "$n: breakdown's process total at exit within 2 MiB of the program's own NVML reading" ok "$($PY - "$W/$n.json" "$(val $n nvml_process_bytes)" <<'PYEOF'
+done
+for n in tensors default; do
+  check "$n: breakdown's process total at exit within 2 MiB of the program's own NVML reading" ok "$($PY - "$W/$n.json" "$(val $n nvml_process_bytes)" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))["devices"][0]["breakdown"]["at_end"]
 mine, theirs = d["process_bytes"], int(sys.argv[2] or 0)
 print("ok" if theirs and abs(mine - theirs) <= 2 << 20 else "report %s vs NVML %s" % (mine, theirs))
 PYEOF
 )"
-  done
-  "$MT" report --by-line --file cifar.py "$W/tensors.mtrace" > "$W/tensors.byline" 2>> "$LOG"
-  cat "$W/tensors.byline" >> "$LOG"
-  grep -A2 'at peak   allocated' "$W/tensors.byline" | sed -n 2p | grep -q 'fc1'; check "by-line table: the fc1 line leads" 0 $?
+done
+"$MT" report --by-line --file cifar.py "$W/tensors.mtrace" > "$W/tensors.byline" 2>> "$LOG"
+cat "$W/tensors.byline" >> "$LOG"
+grep -A2 'at peak   allocated' "$W/tensors.byline" | sed -n 2p | grep -q 'fc1'; check "by-line table: the fc1 line leads" 0 $?
+if want basics; then
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
-  grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
-  grep -q 'mallocAsync.*;cudaMallocAsync ' "$W/tensors.folded"; check "hooked tensor stacks end in c10's mallocAsync -> cudaMallocAsync" 0 $?
 fi
+grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show demangled c10/at names" 0 $?
+"$MT" export --format folded --frames all --metric peak "$W/tensors.mtrace" 2>> "$LOG" | grep -q 'DeviceCachingAllocator::'; check "tensor stacks end inside PyTorch's caching allocator" 0 $?
 
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
 say "== fixtures"
-(cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
-settle_trace "$W/cifar_default.mtrace"
-(cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$OLDPWD/samples/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
-settle_trace "$W/cifar_tensors.mtrace"
-cat "$W/cifar_default.out" "$W/cifar_tensors.out" >> "$LOG"
-cp "$W/ap.out" "$W/alloc_patterns.out"
+(cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$S/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_default.mtrace"; (exit $rc_)
+(cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_tensors.mtrace"; (exit $rc_)
+(cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors_b512.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5 --batch 512) > "$W/cifar_tensors_b512.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_tensors_b512.mtrace"; (exit $rc_)
+cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >> "$LOG"
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
-tar -C "$W" -czf "$OUT/traces.tar.gz" alloc_patterns.mtrace alloc_patterns.out cifar_default.mtrace cifar_default.out \
-    cifar_tensors.mtrace cifar_tensors.out cifar.py \
-    $(cd "$W" && ls *.out *.json *.folded *.peaks 2>/dev/null | grep -v '^plain' | head -60)
+[ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"
+FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
+for n in graphs_t threads_t resnet_t gpt2_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
+tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
+fi
+
+# ---- one process, two GPUs -------------------------------------------------------------------------
+if want multigpu; then
+if [ "$NGPU" -ge 2 ]; then
+  say "== multigpu ($NGPU GPUs)"
+  same_run multi "" "" $PY "$S/multi_gpu.py";            torch_match multi default --devices "$NGPU"
+  same_run multi_t "" "--tensors" $PY "$S/multi_gpu.py"; torch_match multi_t tensors --devices "$NGPU"
+  same_run multi_ta "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" "--tensors=async" $PY "$S/multi_gpu.py"
+  torch_match multi_ta async --devices "$NGPU"
+  # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
+  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp"; do
+    IFS=: read -r name opts jargs <<< "$job"
+    [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
+    d=$W/$name; mkdir -p "$d/plain" "$d/traced"
+    (cd "$d/plain" && SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/plain.out" 2> "$d/plain.err"
+    rc0=$?
+    (cd "$d/traced" && SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/traced.out" 2> "$d/traced.err"
+    rc1=$?
+    cat "$d/plain.err" "$d/traced.err" >> "$LOG"
+    check "$name: exit status as untraced" "$rc0" "$rc1"
+    lines() { grep -o 'rank [0-9]* of [0-9]* done ([a-z]*)' "$1" | sort; } # ranks' prints may interleave
+    check "$name: stdout as untraced (ranks print in any order)" ok "$(cmp -s <(lines "$d/plain.out") <(lines "$d/traced.out") && echo ok || diff <(lines "$d/plain.out") <(lines "$d/traced.out") | head -3 | tr '\n' ' ')"
+    check "$name: one trace per rank, none for the launcher" "$NGPU" "$(ls "$d"/traced/memtrace.rank*.mtrace 2>/dev/null | wc -l)"
+    mode=default; [ -n "$opts" ] && mode=tensors
+    for ((r = 0; r < NGPU; r++)); do
+      "$MT" report --json "$d/traced/memtrace.rank$r.mtrace" > "$d/rank$r.json" 2>> "$LOG"
+      check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
+    done
+    "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; sed -n 1,12p "$d/ranks.txt" >> "$LOG"
+    if [[ $name == ddp_t ]]; then # tensors: the last rank trains on the largest batch
+      check "$name: the rank table names the last rank as the largest" "$((NGPU - 1))" "$("$MT" report --json "$d/traced" | $PY -c 'import json,sys; t=json.load(sys.stdin)["rank_table"]; print(t["rows"][t["imbalance"]["max"]]["rank"])')"
+    fi
+    # the rank table's largest rank is the one whose own peaks are: tensors (or segments) plus what
+    # every rank has alike (context, NCCL); PyTorch says which rank's allocator peaked highest
+    key=max_reserved; [ "$mode" = tensors ] && key=max_allocated
+    want=$($PY -c 'import json,sys; k=sys.argv[1]; v=[json.load(open(p))["devices"][str(r)][k] for r,p in enumerate(sys.argv[2:])]; print(v.index(max(v)))' "$key" $(for ((r = 0; r < NGPU; r++)); do echo "$d/traced.$r.json"; done) 2>/dev/null)
+    check "$name: the rank table's largest rank is PyTorch's ($key)" "$want" "$("$MT" report --json "$d/traced" | $PY -c 'import json,sys; t=json.load(sys.stdin)["rank_table"]; print(t["rows"][t["imbalance"]["max"]]["rank"])')"
+  done
+  mkdir -p "$W/ranks"; cp "$W/ddp_t/traced/memtrace.rank0.mtrace" "$W/ddp_rank0.mtrace" 2>/dev/null; cp "$W/ddp_t/traced/memtrace.rank1.mtrace" "$W/ddp_rank1.mtrace" 2>/dev/null
+  cp "$W/ddp_t/traced.0.json" "$W/ddp_rank0.stats.json" 2>/dev/null; cp "$W/ddp_t/traced.1.json" "$W/ddp_rank1.stats.json" 2>/dev/null
+  (cd "$W" && tar -czf "$OUT/ranks.tar.gz" ddp_rank*.mtrace ddp_rank*.stats.json 2>/dev/null)
+else
+  say "== multigpu: skipped (one GPU here; run on a machine with two)"
+fi
+fi
+
 ls -la "$W" >> "$LOG"
 say "== $FAILS failed"
 [ "$FAILS" -eq 0 ]

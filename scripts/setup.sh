@@ -10,5 +10,10 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config zlib1g-dev libdwarf-dev libelf-dev libcriterion-dev \
     python3 > /dev/null
+# speedscope's own importer for the export tests (tests/js/package.json pins it; the npm registry)
+if ! command -v npm > /dev/null; then
+    $SUDO apt-get install -y -qq --no-install-recommends npm > /dev/null
+fi
+npm ci --prefix tests/js --no-audit --no-fund --loglevel=error > /dev/null
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 cmake --build build -j"$(nproc)"

@@ -106,16 +106,6 @@ static int json_fn(mt_out *o, mt_analysis *a, void *ctx)
     return mt_report_json(o, &a, 1, &((text_opts *)ctx)->ro);
 }
 
-typedef struct folded_opts {
-    mt_folded_metric m;
-    mt_frame_filter filter;
-} folded_opts;
-
-static int folded_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    folded_opts *fo = ctx;
-    return mt_export_folded_ex(o, &a, 1, fo->m, fo->filter);
-}
 
 static int chrome_fn(mt_out *o, mt_analysis *a, void *ctx)
 {
@@ -148,42 +138,48 @@ Test(analysis, python_frames_and_filters)
     mt_analysis *a = fx_analyze(f.path);
     const char *names[16];
     uint8_t flags[16];
-    size_t n = mt_frames_path_ex(a->frames, 6, MT_NAME_REPORT, MT_FRAMES_ALL, names, flags, 16);
+    size_t n = mt_frames_path_ex(a->frames, 6, MT_NAME_LONG, MT_FRAMES_ALL, names, flags, 16);
     cr_assert_eq(n, 6);
-    cr_expect_str_eq(names[1], CIFAR ":23 in Net.forward", "report style keeps the full path");
+    cr_expect_str_eq(names[1], "Net.forward (" CIFAR ":23)", "long names keep the full path");
     cr_expect_eq(flags[2], MT_FF_PYTHON | MT_FF_PYLIB);
     cr_expect_eq(flags[5], MT_FF_NATIVE | MT_FF_CUDA);
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_TEXT, MT_FRAMES_PYTHON, names, NULL, 16);
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
     cr_assert_eq(n, 3);
-    cr_expect_str_eq(names[0], "proj/cifar.py:30 in <module>");
-    cr_expect_str_eq(names[2], "torch/nn/modules/linear.py:116 in Linear.forward");
+    cr_expect_str_eq(names[0], "<module> (proj/cifar.py:30)");
+    cr_expect_str_eq(names[2], "Linear.forward (torch/nn/modules/linear.py:116)");
     mt_frames_set_base_dir(a->frames, "/home/u");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_TEXT, MT_FRAMES_PYTHON, names, NULL, 16);
-    cr_expect_str_eq(names[0], "proj/cifar.py:30 in <module>");
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
+    cr_expect_str_eq(names[0], "<module> (proj/cifar.py:30)");
     mt_frames_set_base_dir(a->frames, "/home/u/proj");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_TEXT, MT_FRAMES_PYTHON, names, NULL, 16);
-    cr_expect_str_eq(names[0], "cifar.py:30 in <module>", "relative to the base dir");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_FOLDED, MT_FRAMES_NATIVE, names, NULL, 16);
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
+    cr_expect_str_eq(names[0], "<module> (cifar.py:30)", "relative to the base dir");
+    mt_frames_set_base_dir(a->frames, NULL);
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_LONG, MT_FRAMES_NATIVE, names, NULL, 16);
     cr_assert_eq(n, 3);
     cr_expect_str_eq(names[0], "at::linear(at::Tensor const&)");
     cr_expect_str_eq(names[2], "cuMemAlloc_v2");
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_NATIVE, names, NULL, 16);
+    cr_expect_str_eq(names[0], "at::linear");
+    /* the user view (the default: the trace has Python frames) */
+    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_AUTO, names, NULL, 16);
+    cr_assert_eq(n, 4);
+    cr_expect_str_eq(names[2], "Linear.forward (torch/nn/modules/linear.py:116)");
+    cr_expect_str_eq(names[3], MT_OWNER_CACHING_ALLOCATOR, "the allocating library");
     /* folded with every filter: lines of each device still sum to its peak */
     mt_frame_filter filters[3] = {MT_FRAMES_ALL, MT_FRAMES_PYTHON, MT_FRAMES_NATIVE};
     for (int i = 0; i < 3; i++) {
-        folded_opts fo = {MT_METRIC_PEAK, filters[i]};
-        char *text = fx_capture(a, folded_fn, &fo, "folded.txt");
-        for (size_t d = 0; d < a->n_devices; d++) {
-            char root[32];
-            mt_device_root_name(&a->devices[d], root, sizeof root);
-            cr_expect_eq(fx_folded_sum(text, root), a->devices[d].u.peak, "%s filter %d", root, i);
-        }
+        char *text = fx_folded_of(a, fx_dev(a, 0), MT_METRIC_PEAK, filters[i]);
+        cr_expect_eq(fx_folded_sum(text, "cuda:0"), fx_dev(a, 0)->u.peak, "filter %d", i);
         if (filters[i] == MT_FRAMES_PYTHON) {
-            cr_expect(strstr(text, "cuda:0;" CIFAR ":<module>:30;" CIFAR ":Net.forward:23;" LINEAR
-                                   ":Linear.forward:116 4194304\n"), "%s", text);
+            cr_expect(strstr(text, "cuda:0;<module> (proj/cifar.py:30);Net.forward (proj/cifar.py:23);"
+                                   "Linear.forward (torch/nn/modules/linear.py:116) 4194304\n"),
+                      "%s", text);
             cr_expect(!strstr(text, "cuMemAlloc"), "no native frames with --frames python");
             cr_expect(strstr(text, "cuda:0;[driver internal] 524288\n"), "pseudo frames kept");
         }
         if (filters[i] == MT_FRAMES_NATIVE) cr_expect(!strstr(text, ".py"), "%s", text);
+        if (filters[i] == MT_FRAMES_ALL)
+            cr_expect(!strstr(text, "cuMemAlloc"), "the CUDA stack's own leaf frames are left out");
         free(text);
     }
     fx_check_invariants(a);
@@ -257,8 +253,9 @@ Test(analysis, reconciliation_numbers)
     cr_assert(b->valid);
     cr_expect_eq(b->time_ns, 4 * MS);
     cr_expect(b->process_known);
-    cr_expect_eq(b->process_bytes, 200 * MiB, "the sample in effect at the peak");
+    cr_expect_eq(b->process_bytes, 200 * MiB, "read while the trace had the peak's API bytes live");
     cr_expect_eq(b->process_sample_ns, 3 * MS);
+    cr_expect(b->process_sample_same);
     cr_expect_eq(b->caching_bytes, 4 * MiB);
     cr_expect_eq(b->reserved_bytes, 4 * MiB);
     cr_expect_not(b->allocated_known, "default mode: tensors unknown");
@@ -267,7 +264,7 @@ Test(analysis, reconciliation_numbers)
     cr_expect_eq(b->context_bytes, (int64_t)(193 * MiB));
     cr_expect_eq((uint64_t)b->context_bytes + b->reserved_bytes + b->other_bytes, b->process_bytes);
     cr_assert_eq(b->n_owners, 2);
-    cr_expect_str_eq(b->owners[0].owner, CIFAR ":25 in Net.forward");
+    cr_expect_str_eq(b->owners[0].owner, "Net.forward (proj/cifar.py:25)");
     cr_expect_eq(b->owners[0].bytes, 2 * MiB);
     cr_expect_str_eq(b->owners[1].owner, "cuBLAS");
     cr_expect_eq(b->owners[1].bytes, 1 * MiB);
@@ -295,7 +292,7 @@ Test(analysis, reconciliation_numbers)
     /* text and JSON say the same */
     text_opts to = {0};
     char *text = fx_capture(a, text_fn, &to, "recon.txt");
-    cr_expect(strstr(text, "      process total (nvidia-smi)  200.00 MiB   NVML sample at +0.003000 s\n"), "%s", text);
+    cr_expect(strstr(text, "      process total (nvidia-smi)  200.00 MiB   NVML sample at +0.003000 s (same bytes live in the trace)\n"), "%s", text);
     cr_expect(strstr(text, "    = CUDA context & driver       193.00 MiB"), "%s", text);
     cr_expect(strstr(text, "        tensors allocated           unknown"), "%s", text);
     cr_expect(strstr(text, "      process total (nvidia-smi)     unknown   no NVML samples"), "%s", text);
@@ -316,19 +313,95 @@ Test(analysis, reconciliation_numbers)
     mt_analysis_free(a);
 }
 
+/* The issue's negative line: an NVML sample read before a burst is below what the trace has live
+ * at the peak. The next sample is used when it saw the burst; when neither did, the total is
+ * unknown and the report says why; never a negative remainder. */
+Test(analysis, nvml_sample_paired_with_the_moment)
+{
+    fx f;
+    fx_open(&f, "lag.mtrace");
+    fx_sample(&f, 0, 0, 50 * MiB);                                 /* before both bursts */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 200 * MiB, 1, 0); /* burst 1: peak of cuda:0 */
+    fx_sample(&f, 0, 3, 300 * MiB);                                /* saw it */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 1, A, 400 * MiB, 4, 0); /* burst 2 on cuda:1 ... */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 1, A, 0, 5, 0);          /* ... gone before a sample */
+    fx_sample(&f, 1, 0, 60 * MiB);
+    fx_sample(&f, 1, 9, 70 * MiB);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A, 0, 10, 0);
+    fx_end(&f, 12, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_breakdown *b = &fx_dev(a, 0)->at_peak;
+    cr_assert(b->process_known);
+    cr_expect_eq(b->process_bytes, 300 * MiB);
+    cr_expect(b->process_sample_after);
+    cr_expect(b->process_sample_same, "nothing changed between the peak and the sample");
+    cr_expect_eq(b->context_bytes, (int64_t)(100 * MiB));
+    b = &fx_dev(a, 1)->at_peak;
+    cr_expect_not(b->process_known, "both samples read less than the 400 MiB live");
+    cr_expect_eq(b->process_unknown, MT_PROCESS_LAGGED);
+    cr_expect_eq(b->before_bytes, 60 * MiB);
+    cr_expect_eq(b->after_bytes, 70 * MiB);
+    text_opts to = {0};
+    char *text = fx_capture(a, text_fn, &to, "lag.txt");
+    cr_expect(strstr(text, "process total (nvidia-smi)     unknown   the NVML samples around it read "
+                           "less than the 400.00 MiB the trace had live (60.00 MiB at +0.000000 s, "
+                           "70.00 MiB at +0.009000 s): they missed this burst\n"), "%s", text);
+    cr_expect(!strstr(text, " -"), "no negative number: %s", text);
+    free(text);
+    char *json = fx_capture(a, json_fn, &to, "lag.json");
+    int st = python_on_json(json, "lag.json",
+             "import json,sys; d=json.load(open(sys.argv[1]))[\"devices\"]; "
+             "p=d[1][\"breakdown\"][\"at_peak\"]; "
+             "assert p[\"process_bytes\"]==\"unknown\" and \"missed\" not in p[\"process_unknown_reason\"] "
+             "and \"less than\" in p[\"process_unknown_reason\"], p; "
+             "assert all(x[\"breakdown\"][k][\"context_driver_bytes\"]==\"unknown\" or "
+             "x[\"breakdown\"][k][\"context_driver_bytes\"]>=0 for x in d for k in (\"at_peak\",\"at_end\"))");
+    cr_expect_eq(st, 0, "%s", json);
+    free(json);
+    mt_analysis_free(a);
+}
+
+/* A sample is written by the sampler thread before the events of the same moments that other
+ * threads' rings hold: what the trace had live when it was read is counted by event time. */
+Test(analysis, nvml_sample_before_its_events_in_the_file)
+{
+    fx f;
+    fx_open(&f, "order.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 100 * MiB, 1, 0);
+    fx_sample(&f, 0, 5, 400 * MiB);                                /* read at 5 ms ... */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x10000000, 50 * MiB, 3, 0); /* ... written late */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x20000000, 1 * MiB, 7, 0);  /* after it: peak */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x20000000, 0, 8, 0);
+    fx_end(&f, 12, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert_eq(d->n_nvml, 1);
+    cr_expect_eq(d->nvml[0].api_visible, 150 * MiB, "both allocations before 5 ms, in event time");
+    const mt_breakdown *b = &d->at_end;
+    cr_assert(b->process_known);
+    cr_expect(b->process_sample_same, "150 MiB live at the end, as when the sample was read");
+    cr_expect_eq(b->context_bytes, (int64_t)(250 * MiB));
+    b = &d->at_peak;
+    cr_assert(b->process_known);
+    cr_expect_not(b->process_sample_same, "the peak's 1 MiB came after the sample");
+    mt_analysis_free(a);
+}
+
 Test(analysis, readable_trees)
 {
     fx f;
     python_trace(&f);
     mt_analysis *a = fx_analyze(f.path);
-    text_opts to = {0};
+    text_opts to = {.ro = {.frames = MT_FRAMES_ALL}};
     char *text = fx_capture(a, text_fn, &to, "tree.txt");
     cr_expect(strstr(text, "... 58 frames ...\n"), "60 deep frames: first, marker, last\n%s", text);
     cr_expect(strstr(text, "deep_fn_0 (deep.c:100)\n") && strstr(text, "deep_fn_59 (deep.c:159)\n"));
     cr_expect(!strstr(text, "deep_fn_30 "), "middle of the chain elided");
     cr_expect(!strstr(text, "cuMemAlloc_v2"), "the CUDA stack's own frames are hidden");
-    cr_expect(strstr(text, "torch/nn/modules/linear.py:116 in Linear.forward\n"), "first user frame kept\n%s", text);
-    cr_expect(strstr(text, "proj/cifar.py:23 in Net.forward\n"), "user Python code kept");
+    cr_expect(strstr(text, "Linear.forward (torch/nn/modules/linear.py:116)\n"), "first user frame kept\n%s", text);
+    cr_expect(strstr(text, "Net.forward (proj/cifar.py:23)\n"), "user Python code kept");
     free(text);
     to.ro.full_stacks = 1;
     text = fx_capture(a, text_fn, &to, "full.txt");
@@ -339,6 +412,14 @@ Test(analysis, readable_trees)
     to.ro.frames = MT_FRAMES_PYTHON;
     text = fx_capture(a, text_fn, &to, "py.txt");
     cr_expect(!strstr(text, "at::linear") && !strstr(text, "deep_fn_"), "%s", text);
+    free(text);
+    /* the default for a Python program: the user view; a stack without Python or operator is
+     * named by its first user frame */
+    to.ro.frames = MT_FRAMES_AUTO;
+    text = fx_capture(a, text_fn, &to, "user.txt");
+    cr_expect(!strstr(text, "at::linear") && !strstr(text, "deep_fn_30"), "%s", text);
+    cr_expect(strstr(text, "deep_fn_59 (deep.c:159)\n"), "%s", text);
+    cr_expect(strstr(text, MT_OWNER_CACHING_ALLOCATOR "\n"), "%s", text);
     free(text);
     mt_analysis_free(a);
 }
@@ -356,7 +437,7 @@ Test(analysis, chrome_counter_tracks)
              "for e in ev:\n"
              "  if e[\"ph\"]==\"C\": assert all(type(v) is int for v in e[\"args\"].values()), e; c.setdefault(e[\"name\"],[]).append(e[\"args\"][\"bytes\"] if \"bytes\" in e[\"args\"] else 0)\n"
              "M=2**20\n"
-             "assert c[\"cuda:0 nvidia-smi (process)\"]==[100*M,200*M,300*M], c\n"
+             "assert c[\"cuda:0 nvidia-smi (process)\"]==[100*M,200*M,300*M,300*M], c\n"
              "assert c[\"cuda:0 allocator reserved\"][-1]==6*M and max(c[\"cuda:0 allocator reserved\"])==6*M, c\n"
              "assert max(c[\"cuda:0 other libraries\"])==3*M and c[\"cuda:0 other libraries\"][-1]==1*M, c\n"
              "assert max(c[\"cuda:0 driver-internal\"])==M//2, c\n"
@@ -398,26 +479,15 @@ Test(analysis, cifar_fixture)
     cr_expect_eq(run_status(cmd), 0, "by-line on the fixture");
     /* (b) folded stacks hold cifar.py frames and sum to each device's peak */
     mt_analysis *a = fx_analyze(trace);
-    folded_opts fo = {MT_METRIC_PEAK, MT_FRAMES_ALL};
-    char *text = fx_capture(a, folded_fn, &fo, "cifar.folded");
+    const mt_device_report *d0 = mt_select_device(a, MT_DEVICE_AUTO);
+    cr_assert(d0);
+    char *text = fx_folded_of(a, d0, MT_METRIC_PEAK, MT_FRAMES_ALL);
     cr_expect(strstr(text, "cifar.py"), "folded stacks name cifar.py");
-    /* tensor mode takes cudaMallocAsync from libc10_cuda's import slot (async_hooks.c): the stack
-     * must still end in the API function, as it did through CUPTI */
-    cr_expect(strstr(text, "mallocAsync") && strstr(text, ";cudaMallocAsync "),
-              "tensor stacks end in c10's mallocAsync -> cudaMallocAsync");
-    for (size_t d = 0; d < a->n_devices; d++) {
-        char root[32];
-        mt_device_root_name(&a->devices[d], root, sizeof root);
-        cr_expect_eq(fx_folded_sum(text, root), a->devices[d].u.peak, "%s", root);
-    }
+    /* tensor mode takes each block from the caching allocator's report (tensor_hooks.c): the
+     * stack ends inside the allocator, memtrace's own frames left out */
+    cr_expect(strstr(text, "DeviceCachingAllocator::"), "tensor stacks end in the allocator");
+    cr_expect(!strstr(text, "memtrace"), "no frame of memtrace's own");
     free(text);
-    fo.filter = MT_FRAMES_PYTHON;
-    text = fx_capture(a, folded_fn, &fo, "cifar-py.folded");
-    for (size_t d = 0; d < a->n_devices; d++) {
-        char root[32];
-        mt_device_root_name(&a->devices[d], root, sizeof root);
-        cr_expect_eq(fx_folded_sum(text, root), a->devices[d].u.peak, "%s --frames python", root);
-    }
-    free(text);
+    fx_check_invariants(a);
     mt_analysis_free(a);
 }

@@ -75,16 +75,27 @@ Test(cli_record, preloads_the_recorder_and_names_it_for_the_driver)
     free(env);
 }
 
-Test(cli_record, tensor_mode_merges_into_the_users_allocator_settings)
+Test(cli_record, tensor_mode_leaves_the_allocator_alone)
+{
+    need_recorder();
+    char *env = output_of("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True " MEMTRACE
+                          " record -q --tensors -- sh -c 'echo $PYTORCH_CUDA_ALLOC_CONF "
+                          "$MEMTRACE_TENSORS'");
+    cr_expect_str_eq(env, "expandable_segments:True 1\n");
+    free(env);
+}
+
+Test(cli_record, async_tensor_mode_merges_into_the_users_allocator_settings)
 {
     need_recorder();
     char *conf = output_of("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,backend:native " MEMTRACE
-                           " record -q --tensors -- sh -c 'echo $PYTORCH_CUDA_ALLOC_CONF'");
+                           " record -q --tensors=async -- sh -c 'echo $PYTORCH_CUDA_ALLOC_CONF'");
     cr_expect_str_eq(conf, "max_split_size_mb:128,backend:cudaMallocAsync\n");
     free(conf);
     conf = output_of("env -u PYTORCH_CUDA_ALLOC_CONF " MEMTRACE
-                     " record -q --tensors -- sh -c 'echo $PYTORCH_CUDA_ALLOC_CONF'");
-    cr_expect_str_eq(conf, "backend:cudaMallocAsync\n");
+                     " record -q --tensors=async -- sh -c 'echo $PYTORCH_CUDA_ALLOC_CONF "
+                     "${MEMTRACE_TENSORS:-none}'");
+    cr_expect_str_eq(conf, "backend:cudaMallocAsync none\n");
     free(conf);
 }
 
@@ -141,13 +152,14 @@ static double now_s(void)
 }
 
 /* A command that leaves behind a process holding TRACE open for SECONDS, listed in the manifest
- * as a recorder would list itself (after opening its trace); the process' pid goes to PIDFILE.
+ * as a recorder lists itself ("PID trace PATH", once its trace is open); the process' pid goes to
+ * PIDFILE.
  * Its output goes nowhere, so that nothing but `record` is waited for. */
 static void outliving_command(char *cmd, size_t len, const char *trace, int seconds,
                               const char *pidfile)
 {
     snprintf(cmd, len,
-             "sh -c 'sh -c \"exec 3>>%s; echo \\$\\$ %s >> \\$MEMTRACE_MANIFEST; "
+             "sh -c 'sh -c \"exec 3>>%s; echo \\$\\$ trace %s >> \\$MEMTRACE_MANIFEST; "
              "echo \\$\\$ > %s; exec sleep %d\" < /dev/null > /dev/null 2>&1 & "
              "while [ ! -s %s ]; do sleep 0.05; done'",
              trace, trace, pidfile, seconds, pidfile);

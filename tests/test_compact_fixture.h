@@ -136,12 +136,39 @@ static inline char *fx_capture(mt_analysis *a, fx_export_fn fn, void *ctx, const
     return s;
 }
 
+/* ctx: mt_folded_options */
 static inline int fx_folded_fn(mt_out *o, mt_analysis *a, void *ctx)
 {
-    return mt_export_folded(o, &a, 1, *(mt_folded_metric *)ctx);
+    return mt_export_folded_opt(o, &a, 1, (const mt_folded_options *)ctx);
 }
 
-/* Sum of the folded lines whose root frame is `root` ("cuda:0;..."); checks the line syntax. */
+/* The device selector of device report d. */
+static inline int fx_device_of(const mt_device_report *d)
+{
+    return d->u.is_host ? MT_DEVICE_HOST : d->u.device;
+}
+
+/* One folded line as flamegraph.pl reads it (/^(.*)\s+?(\d+(?:\.\d*)?)$/, frames split at ';'):
+ * a count, a non-empty stack with no empty frame, no carriage return, and a stack that does not
+ * itself end in blanks and digits (flamegraph.pl would read a second, differential count). */
+static inline void fx_check_folded_line(const char *line, size_t len)
+{
+    const char *sp = line + len;
+    while (sp > line && sp[-1] >= '0' && sp[-1] <= '9') sp--;
+    cr_assert(sp < line + len && sp > line && sp[-1] == ' ', "no count: %.*s", (int)len, line);
+    size_t slen = (size_t)(sp - 1 - line);
+    cr_assert(slen > 0, "empty stack: %.*s", (int)len, line);
+    cr_assert(memchr(line, '\r', len) == NULL, "CR in: %.*s", (int)len, line);
+    cr_assert(line[0] != ';' && line[slen - 1] != ';', "empty frame: %.*s", (int)len, line);
+    for (size_t k = 0; k + 1 < slen; k++)
+        cr_assert(!(line[k] == ';' && line[k + 1] == ';'), "empty frame: %.*s", (int)len, line);
+    size_t d = slen;
+    while (d > 0 && line[d - 1] >= '0' && line[d - 1] <= '9') d--;
+    cr_assert(!(d < slen && d > 0 && (line[d - 1] == ' ' || line[d - 1] == '\t')),
+              "stack ends in a number (read as a differential count): %.*s", (int)len, line);
+}
+
+/* Sum of the folded lines whose root frame is `root` ("cuda:0;..."); checks every line's syntax. */
 static inline uint64_t fx_folded_sum(const char *text, const char *root)
 {
     uint64_t sum = 0;
@@ -149,9 +176,9 @@ static inline uint64_t fx_folded_sum(const char *text, const char *root)
     for (const char *line = text; *line;) {
         const char *nl = strchr(line, '\n');
         cr_assert(nl, "folded output must end lines with \\n");
+        fx_check_folded_line(line, (size_t)(nl - line));
         const char *sp = nl;
         while (sp > line && sp[-1] != ' ') sp--;
-        cr_assert(sp > line + 1, "folded line without a count: %.*s", (int)(nl - line), line);
         char *end;
         unsigned long long v = strtoull(sp, &end, 10);
         cr_assert_eq(end, nl, "bad count in: %.*s", (int)(nl - line), line);
@@ -161,23 +188,52 @@ static inline uint64_t fx_folded_sum(const char *text, const char *root)
     return sum;
 }
 
-/* Checks every invariant that must hold for any trace: folded peak lines sum to each device's
- * peak, alloc lines to its allocated bytes, leak lines to its leaked bytes. */
+/* Folded lines of device d with the given metric and frame filter (malloc'd). */
+static inline char *fx_folded_of(mt_analysis *a, const mt_device_report *d, mt_folded_metric m,
+                                 mt_frame_filter frames)
+{
+    mt_folded_options fo = {.metric = m, .device = fx_device_of(d), .frames = frames};
+    return fx_capture(a, fx_folded_fn, &fo, "folded.txt");
+}
+
+/* Checks every invariant that must hold for any trace, for every device and frame filter:
+ * folded peak lines sum to the device's peak, alloc lines to its allocated bytes, end lines to
+ * what is live at the end, leak lines to the program's share of it; no device's lines hold
+ * another device's root; what is live at the end adds up by holder. */
 static inline void fx_check_invariants(mt_analysis *a)
 {
-    mt_folded_metric ms[3] = {MT_METRIC_PEAK, MT_METRIC_ALLOC, MT_METRIC_LEAK};
-    char *out[3];
-    for (int i = 0; i < 3; i++) out[i] = fx_capture(a, fx_folded_fn, &ms[i], "folded.txt");
+    mt_frame_filter filters[] = {MT_FRAMES_AUTO, MT_FRAMES_ALL, MT_FRAMES_USER, MT_FRAMES_PYTHON,
+                                 MT_FRAMES_NATIVE};
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         char root[32];
         mt_device_root_name(d, root, sizeof root);
-        cr_expect_eq(fx_folded_sum(out[0], root), d->u.peak, "%s: folded peak lines != peak", root);
-        cr_expect_eq(fx_folded_sum(out[1], root), d->u.alloc_bytes, "%s: alloc lines", root);
-        cr_expect_eq(fx_folded_sum(out[2], root), d->leak_bytes, "%s: leak lines", root);
-        cr_expect_eq(d->leak_bytes, d->u.in_use, "%s: leaks != in use at end", root);
+        uint64_t end_bytes = 0, holder_bytes = 0, program = 0;
+        for (size_t k = 0; k < d->live_end.n; k++) end_bytes += d->live_end.v[k].bytes;
+        for (size_t k = 0; k < d->n_end_holders; k++) {
+            holder_bytes += d->end_holders[k].bytes;
+            if (d->end_holders[k].kind == MT_HOLD_PROGRAM) program += d->end_holders[k].bytes;
+        }
+        cr_expect_eq(end_bytes, d->u.in_use, "%s: live at the end != in use at the end", root);
+        cr_expect_eq(holder_bytes, end_bytes, "%s: holders do not add up", root);
+        cr_expect_eq(program, d->leak_bytes, "%s: leaks are the program's share", root);
         cr_expect(d->u.api_peak <= d->u.peak);
+        for (size_t fi = 0; fi < sizeof filters / sizeof *filters; fi++) {
+            const uint64_t want[MT_METRICS_] = {d->u.peak, d->u.alloc_bytes, d->leak_bytes, end_bytes};
+            for (int m = 0; m < MT_METRICS_; m++) {
+                char *text = fx_folded_of(a, d, (mt_folded_metric)m, filters[fi]);
+                cr_expect_eq(fx_folded_sum(text, root), want[m], "%s: metric %d, filter %d", root, m,
+                             (int)filters[fi]);
+                /* one device per graph: every line starts at this root */
+                size_t lines = 0, here = 0;
+                for (const char *p = text; *p; p = strchr(p, '\n') + 1) {
+                    lines++;
+                    here += strncmp(p, root, strlen(root)) == 0;
+                }
+                cr_expect_eq(lines, here, "%s: lines of another device", root);
+                free(text);
+            }
+        }
     }
-    for (int i = 0; i < 3; i++) free(out[i]);
 }
 #endif

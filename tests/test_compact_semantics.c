@@ -226,8 +226,7 @@ Test(compact, driver_internal_bytes)
     cr_assert_eq(d->peak_stacks.n, 2);
     cr_expect_eq(d->peak_stacks.v[0].driver, 1);
     cr_expect_eq(d->peak_stacks.v[0].bytes, 400);
-    mt_folded_metric m = MT_METRIC_PEAK;
-    char *folded = fx_capture(a, fx_folded_fn, &m, "drv.folded");
+    char *folded = fx_folded_of(a, d, MT_METRIC_PEAK, MT_FRAMES_AUTO);
     cr_expect(strstr(folded, "cuda:0;[driver internal] 400\n"), "%s", folded);
     cr_expect(strstr(folded, "cuda:0;[no stack] 150\n"), "%s", folded);
     free(folded);
@@ -284,4 +283,28 @@ Test(compact, corrupt_file_fails_with_reason)
     cr_expect(err[0], "a one-line reason is given");
     cr_expect_null(strchr(err, '\n'));
     cr_expect_eq(mt_analyze("/nonexistent/x.mtrace", NULL, &a, err, sizeof err), -1);
+}
+
+/* NCCL's way with VMM handles: it takes a handle back from a mapped address (a new reference) and
+ * releases it, and imports its peers' handles over IPC. Neither is a double free nor new memory. */
+Test(compact, vmm_handles_are_reference_counted_and_imports_are_not_ours)
+{
+    fx f;
+    fx_open(&f, "vmm_refs.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, 0x5000, 2 << 20, 1, 1);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, 0x5000, 0, 2, 1, 1, MT_EF_RETAIN);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, -1, 0x5000, 0, 3, 1, 1, MT_EF_RETAIN);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, 0x6000, 0, 4, 1, 1, MT_EF_IMPORTED);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, 0x5000, 0, 5, 0);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, 0x5000, 0, 6, 0);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, 0x6000, 0, 7, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 2 << 20, "the imported handle is not this process's memory");
+    cr_expect_eq(d->u.in_use, 2 << 20, "two releases of three references: still live");
+    cr_expect_eq(a->anomalies.double_frees + a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->anomalies.retained, 2);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
 }

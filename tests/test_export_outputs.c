@@ -55,12 +55,13 @@ Test(export, golden_text_report)
              "  at the peak      device 1.75 MiB\n"
              "  allocations      3 (1.75 MiB), 1 frees, 1 failed, 0 zero-byte\n"
              "  live at the end  1.25 MiB in 2 allocations\n"
+             "        1.25 MiB       2  held by the program: leaks, or memory still in use at exit\n"
              "  live at the peak, by stack (share of the peak):\n"
              "    100.0%%    1.75 MiB       3  cuda:0\n"
              "    100.0%%    1.75 MiB       3  main (app.c:10)\n"
              "     71.4%%    1.25 MiB       2    load_weights (model.c:20)\n"
              "     28.6%%  512.00 KiB       1    alloc_scratch (model.c:30)\n"
-             "  leaked (live at the end), by stack:\n"
+             "  not freed at the end, held by the program (leaks, or memory still in use at exit), by stack:\n"
              "    100.0%%    1.25 MiB       2  cuda:0\n"
              "    100.0%%    1.25 MiB       2  main (app.c:10)\n"
              "    100.0%%    1.25 MiB       2  load_weights (model.c:20)\n"
@@ -91,57 +92,23 @@ static int run_status(const char *cmd)
     return WEXITSTATUS(st);
 }
 
-static const char *checker_path(void)
-{
-    static char path[512];
-    if (path[0]) return path;
-    mt_test_tmpname(path, sizeof path, "check_chrome.py");
-    static const char script[] =
-        "import gzip, json, sys\n"
-        "p = sys.argv[1]\n"
-        "d = json.load(gzip.open(p, 'rt') if p.endswith('.gz') else open(p))\n"
-        "assert isinstance(d, dict) and d.get('displayTimeUnit') == 'ns', 'top level'\n"
-        "ev = d['traceEvents']; assert isinstance(ev, list)\n"
-        "n = {}; open_ = {}; sizes = []\n"
-        "for e in ev:\n"
-        "    ph = e['ph']; n[ph] = n.get(ph, 0) + 1\n"
-        "    assert isinstance(e['pid'], int), e\n"
-        "    if ph != 'M': assert isinstance(e['ts'], (int, float)) and e['ts'] >= 0, e\n"
-        "    if ph == 'C':\n"
-        "        assert e['args'] and all(type(v) in (int, float) for v in e['args'].values()), e\n"
-        "    elif ph == 'X': assert e['dur'] >= 0, e\n"
-        "    elif ph == 'b':\n"
-        "        k = (e['cat'], e['id']); assert k not in open_, e; open_[k] = e['ts']\n"
-        "        a = e['args']; assert isinstance(a['stack'], list) and a['address'].startswith('0x')\n"
-        "        assert isinstance(a['kind'], str) and 'stream' in a; sizes.append(a['bytes'])\n"
-        "    elif ph == 'e':\n"
-        "        k = (e['cat'], e['id']); assert k in open_, e; assert e['ts'] >= open_.pop(k), e\n"
-        "    elif ph == 'i': assert e['s'] in ('g', 'p', 't'), e\n"
-        "    elif ph == 'M': assert e['name'] in ('process_name', 'thread_name'), e\n"
-        "    else: raise AssertionError('unexpected phase ' + ph)\n"
-        "assert not open_, 'unterminated slices'\n"
-        "print(n.get('b', 0), n.get('C', 0), n.get('i', 0), min(sizes or [0]), max(sizes or [0]),\n"
-        "      d['otherData']['slices_kept'])\n";
-    cr_assert_eq(mt_test_spit(path, script, sizeof script - 1), 0);
-    return path;
-}
-
 typedef struct chrome_summary {
-    unsigned long long slices, counters, instants, min_bytes, max_bytes, kept;
+    unsigned long long slices, counters, instants, min_bytes, max_bytes, kept, tracks;
 } chrome_summary;
 
-/* Validates a Chrome trace file with the checker; fills the summary. */
+/* Validates a Chrome trace file with tests/py/check_chrome.py (the rules of Perfetto's JSON
+ * importer and of catapult's); fills the summary. */
 static void check_chrome(const char *path, chrome_summary *s)
 {
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "python3 %s %s", checker_path(), path);
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/py/check_chrome.py %s", MT_SOURCE_DIR, path);
     FILE *p = popen(cmd, "r");
     cr_assert(p);
-    int got = fscanf(p, "%llu %llu %llu %llu %llu %llu", &s->slices, &s->counters, &s->instants,
-                     &s->min_bytes, &s->max_bytes, &s->kept);
+    int got = fscanf(p, "%llu %llu %llu %llu %llu %llu %llu", &s->slices, &s->counters,
+                     &s->instants, &s->min_bytes, &s->max_bytes, &s->kept, &s->tracks);
     int st = pclose(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "chrome checker failed on %s", path);
-    cr_assert_eq(got, 6);
+    cr_assert_eq(got, 7);
 }
 
 /* Runs `memtrace export --format chrome ARGS -o OUT TRACE` and validates OUT. */
@@ -163,14 +130,73 @@ Test(export, chrome_format_and_filters)
     cr_expect_eq(s.slices, 3);
     cr_expect_eq(s.kept, 3);
     cr_expect_eq(s.instants, 2, "one peak, one failed request");
-    /* in use, by kind, allocator reserved, other libraries, driver-internal; 4 changes */
-    cr_expect_eq(s.counters, 5 * 4, "five counter tracks per change, 4 changes");
+    cr_expect_eq(s.tracks, 1, "one track: cuda:0 device");
+    /* five counter tracks (in use, by kind, allocator reserved, other libraries, driver-internal)
+     * written where they change: all five at the first event, in use, by kind and other libraries
+     * at the 3 later ones, all five again at the trace end */
+    cr_expect_eq(s.counters, 5 + 3 * 3 + 5);
     export_chrome(f.path, "--top-allocs 1", "top.json.gz", &s);
     cr_expect_eq(s.slices, 1);
     cr_expect_eq(s.max_bytes, 1048576);
     export_chrome(f.path, "--min-bytes 300k", "min.json", &s);
     cr_expect_eq(s.slices, 2);
     cr_expect_eq(s.min_bytes, 524288);
+}
+
+/* Tracks are device x kind (x stream when a kind used several), never per size or name; driver
+ * slices only on request; the viewers' rules hold (check_chrome.py). */
+Test(export, chrome_tracks_by_kind_and_stream)
+{
+    fx f;
+    fx_open(&f, "tracks.mtrace");
+    fx_process(&f, "app", "app");
+    mt_record r = {.type = MT_REC_EVENT};
+    for (int i = 0; i < 6; i++) { /* async on streams 0x10 and 0x20, device, driver */
+        r.u.event = (mt_event){.time_ns = FX_T0 + (uint64_t)(i + 1) * MS, .address = A + (uint64_t)i * 0x100000,
+                               .bytes = 4096u << i, .stream = i % 2 ? 0x20 : 0x10, .tid = 7,
+                               .context = 1, .device = 0, .op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC};
+        fx_put(&f, &r);
+    }
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x1000000, 1 << 20, 8, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x2000000, 4, 9, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x2000100, 8, 9, 0, 1, MT_EF_ACTIVITY);
+    fx_end(&f, 12, 9, 0);
+    fx_close(&f);
+    chrome_summary s;
+    export_chrome(f.path, "", "tracks.json", &s);
+    cr_expect_eq(s.slices, 7, "no driver slices by default");
+    cr_expect_eq(s.tracks, 3, "cuda:0 async stream 1, cuda:0 async stream 2, cuda:0 device");
+    export_chrome(f.path, "--driver-slices", "tracks-drv.json", &s);
+    cr_expect_eq(s.slices, 9);
+    cr_expect_eq(s.tracks, 4, "and cuda:0 driver");
+    char out[512], cmd[4096];
+    mt_test_tmpname(out, sizeof out, "tracks2.json");
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s && grep -q '\"name\":\"cuda:0 async "
+                              "stream 2\"' %s && grep -q '\"driver_internal_slices_left_out\":2' %s",
+             out, f.path, out, out);
+    cr_expect_eq(run_status(cmd), 0, "%s", cmd);
+}
+
+/* Frame names flamegraph.pl would misread: a ';' splits a frame, a stack ending in " 42" reads as
+ * a second (differential) count. */
+Test(export, folded_lines_flamegraph_reads)
+{
+    fx f;
+    fx_open(&f, "weird.mtrace");
+    fx_module(&f, 1, "/usr/bin/app", 0x400000, 0x410000);
+    fx_node(&f, 1, 0, 0x401000, MT_FRAME_NATIVE);
+    fx_node(&f, 2, 1, 0x402000, MT_FRAME_NATIVE);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 4096, 1, 2);
+    fx_symbol(&f, 0x401000, 0, "a;b", "", 0);
+    fx_symbol(&f, 0x402000, 0, "step 42", "", 0);
+    fx_end(&f, 2, 1, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    char *text = fx_folded_of(a, fx_dev(a, 0), MT_METRIC_PEAK, MT_FRAMES_ALL);
+    cr_expect_str_eq(text, "cuda:0;a,b;step_42 4096\n");
+    cr_expect_eq(fx_folded_sum(text, "cuda:0"), 4096);
+    free(text);
+    mt_analysis_free(a);
 }
 
 Test(export, json_report_via_cli)
@@ -203,7 +229,10 @@ Test(export, cli_errors_exit_2)
     const char *bad[] = {"report", "report --bogus %s", "report --top x %s", "report /nonexistent.mtrace",
                          "report " "%s" "x", "export %s", "export --format xml %s",
                          "export --format folded --metric nope %s", "export --format folded --min-bytes 5 %s",
-                         "export --format chrome --top-allocs 0 %s", "export --format folded"};
+                         "export --format chrome --top-allocs 0 %s", "export --format folded",
+                         "export --format folded --device 7 %s", "export --format folded --device x %s",
+                         "export --format chrome --device 0 %s", "export --format folded --frames some %s",
+                         "export --format speedscope --driver-slices %s"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char args[600];
         snprintf(args, sizeof args, bad[i], f.path);
@@ -220,7 +249,7 @@ Test(export, cli_errors_exit_2)
     cr_expect_eq(run_status(MEMTRACE " report --help >/dev/null"), 0);
     cr_expect_eq(run_status(MEMTRACE " export --help >/dev/null"), 0);
     snprintf(cmd, sizeof cmd, MEMTRACE " export --format folded --metric leak -o - %s | grep -qx "
-                              "'cuda:0;main;load_weights 1310720'", f.path);
+                              "'cuda:0;main (app.c:10);load_weights (model.c:20) 1310720'", f.path);
     cr_expect_eq(run_status(cmd), 0, "folded leak line");
 }
 

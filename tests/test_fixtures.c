@@ -48,7 +48,7 @@ static uint64_t printed(const char *name, const char *key)
 static int stack_has(mt_analysis *a, uint32_t leaf, const char *needle)
 {
     const char *names[256];
-    size_t n = mt_frames_path(a->frames, leaf, MT_NAME_REPORT, names, 256);
+    size_t n = mt_frames_path(a->frames, leaf, MT_NAME_LONG, names, 256);
     for (size_t i = 0; i < n && i < 256; i++)
         if (strstr(names[i], needle)) return 1;
     return 0;
@@ -98,13 +98,16 @@ Test(fixtures, cifar_default_allocator_segments_equal_max_memory_reserved)
 {
     mt_analysis *a = analyze("cifar_default.mtrace");
     const mt_device_report *d = device0(a);
-    /* segments reserved through c10's CUDACachingAllocator, at the peak = what torch reported */
-    cr_expect_eq(d->at_peak.caching_bytes, printed("cifar_default", "max_memory_reserved"));
+    /* the recorder flags the caching allocator's segments: their peak is what torch reported */
+    uint64_t want = printed("cifar_default", "max_memory_reserved");
+    cr_expect_eq(d->u.segment_peak, want);
+    cr_expect_eq(d->at_peak.caching_bytes, want);
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], 0, "no tensors without --tensors");
     /* demangled libtorch/c10 names, no raw mangled symbols */
     int c10 = 0, mangled = 0;
     for (size_t i = 0; i < d->peak_stacks.n; i++) {
         const char *names[256];
-        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[i].stack, MT_NAME_REPORT, names, 256);
+        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[i].stack, MT_NAME_LONG, names, 256);
         for (size_t k = 0; k < n && k < 256; k++) {
             c10 |= strstr(names[k], "c10::cuda::CUDACachingAllocator") != NULL;
             mangled |= strncmp(names[k], "_Z", 2) == 0;
@@ -115,18 +118,89 @@ Test(fixtures, cifar_default_allocator_segments_equal_max_memory_reserved)
     mt_analysis_free(a);
 }
 
-Test(fixtures, cifar_tensor_mode_peak_equals_max_memory_allocated)
+/* record --tensors: the allocator unchanged, its tensors reported; both of PyTorch's peaks exact */
+Test(fixtures, cifar_tensor_mode_peaks_equal_torchs_own)
 {
-    mt_analysis *a = analyze("cifar_tensors.mtrace");
+    const char *runs[] = {"cifar_tensors", "cifar_tensors_b512"};
+    for (size_t i = 0; i < 2; i++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s.mtrace", runs[i]);
+        mt_analysis *a = analyze(file);
+        const mt_device_report *d = device0(a);
+        uint64_t allocated = printed(runs[i], "max_memory_allocated");
+        cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], allocated, "%s: tensor peak", runs[i]);
+        cr_expect_eq(d->u.tensor_counter_peak, allocated, "%s: the allocator's own counter",
+                     runs[i]);
+        cr_expect_eq(d->u.segment_peak, printed(runs[i], "max_memory_reserved"), "%s: segments",
+                     runs[i]);
+        cr_expect(d->at_peak.allocated_known, "tensors inside the reservation are known");
+        cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees +
+                         a->anomalies.replaced + a->anomalies.unknown_device, 0, "%s", runs[i]);
+        mt_analysis_free(a);
+    }
+}
+
+/* record --tensors=async (backend:cudaMallocAsync), as recorded by an earlier release */
+Test(fixtures, cifar_async_tensor_mode_peak_equals_max_memory_allocated)
+{
+    mt_analysis *a = analyze("cifar_tensors_async.mtrace");
     const mt_device_report *d = device0(a);
-    uint64_t want = printed("cifar_tensors", "max_memory_allocated");
-    uint64_t got = d->u.by_kind_peak[MT_KIND_ASYNC];
-    cr_expect(got >= want - want / 100 && got <= want + want / 100,
-              "live tensor peak %llu vs max_memory_allocated %llu (1%%)", (unsigned long long)got,
-              (unsigned long long)want);
+    uint64_t want = printed("cifar_tensors_async", "max_memory_allocated");
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ASYNC], want);
     cr_expect(d->u.has_pool_info, "pool reservations recorded");
-    cr_expect_eq(d->u.pool_reserved_peak, printed("cifar_tensors", "max_memory_reserved"));
+    cr_expect_eq(d->u.pool_reserved_peak, printed("cifar_tensors_async", "max_memory_reserved"));
     mt_analysis_free(a);
+}
+
+/* A DDP job recorded with --tensors on 2 H200s (samples/ddp.py under torchrun): each rank's trace
+ * against that rank's own PyTorch numbers, and the rank table over both. */
+static uint64_t stat_of(const char *json_name, int device, const char *key)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"]"
+             "[sys.argv[2]][sys.argv[3]])' %s/%s %d %s",
+             MT_TEST_DATA_DIR, json_name, device, key);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    unsigned long long v = 0;
+    cr_assert_eq(fscanf(p, "%llu", &v), 1, "%s", cmd);
+    pclose(p);
+    return v;
+}
+
+Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
+{
+    mt_rank_summary sums[2];
+    for (int r = 0; r < 2; r++) {
+        char name[64], stats[64];
+        snprintf(name, sizeof name, "ddp_rank%d.mtrace", r);
+        snprintf(stats, sizeof stats, "ddp_rank%d.stats.json", r);
+        mt_analysis *a = analyze(name);
+        cr_assert(a->header.flags & MT_HDR_RANK);
+        cr_expect_eq(a->header.rank, r);
+        cr_expect_eq(a->header.world_size, 2);
+        const mt_device_report *d = NULL;
+        for (size_t i = 0; i < a->n_devices; i++)
+            if (a->devices[i].u.device == r) d = &a->devices[i];
+        cr_assert(d, "rank %d's GPU is cuda:%d", r, r);
+        cr_expect_eq(d->u.by_kind_peak[MT_KIND_TENSOR], stat_of(stats, r, "max_allocated"),
+                     "rank %d tensor peak", r);
+        cr_expect_eq(d->u.segment_peak, stat_of(stats, r, "max_reserved"), "rank %d segments", r);
+        cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees +
+                         a->anomalies.replaced + a->anomalies.unknown_device, 0,
+                     "rank %d: NCCL's retained and imported VMM handles are no anomaly", r);
+        cr_expect_gt(a->anomalies.retained, 0, "NCCL retains handles");
+        cr_assert_eq(mt_rank_summarize(a, &sums[r]), 0);
+        mt_analysis_free(a);
+    }
+    mt_imbalance im;
+    cr_assert_eq(mt_rank_imbalance(sums, 2, &im), 0);
+    /* rank 1 trains on a larger batch: PyTorch's own peak says it is the larger */
+    int want = stat_of("ddp_rank1.stats.json", 1, "max_allocated") >
+               stat_of("ddp_rank0.stats.json", 0, "max_allocated");
+    cr_expect_eq(sums[im.max].rank, want, "the rank table's largest rank");
+    for (int r = 0; r < 2; r++) mt_rank_summary_free(&sums[r]);
 }
 
 /* dump and report read every fixture, and refuse or partially read cut copies without crashing */

@@ -3,6 +3,8 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,24 +142,126 @@ Test(record_sink, threads_events_nodes_and_notes_all_arrive)
     unlink(path);
 }
 
-Test(record_sink, full_rings_drop_and_count_but_never_lose_nodes)
+Test(record_sink, full_rings_make_the_thread_wait_never_drop)
 {
     char path[256];
-    mt_test_tmpname(path, sizeof path, "sink-drop.mtrace");
-    /* 64-slot rings and a writer that wakes every 2 s: a fast producer must overflow */
+    mt_test_tmpname(path, sizeof path, "sink-wait.mtrace");
+    /* 64-slot rings and a writer whose timer fires every 2 s: the producer overtakes it at once */
     mt_sink *s = start(path, 64, 2000);
     producer p = {.sink = s, .tid = 1, .events = 50000, .node_base = 0};
     produce(&p);
     mt_sink_stats st;
     mt_sink_stop(s, &st);
-    cr_assert_gt(st.dropped, 0, "the test needs the ring to overflow");
+    cr_assert_eq(st.dropped, 0, "a full ring waits for the writer, it does not drop");
+    cr_assert_gt(st.waits, 0, "the test needs the ring to fill up");
+    cr_assert_leq(st.max_wait_ns, 1000000000ull, "a wait is one drain, not the 2 s timer");
     readback rb;
     read_all(path, &rb);
-    cr_assert_eq(rb.events + rb.dropped_total, 50000, "every event is written or counted");
-    cr_assert_eq(rb.dropped_total, st.dropped);
-    cr_assert_eq(rb.end.dropped, st.dropped);
+    cr_assert_eq(rb.events, 50000);
+    cr_assert_eq(rb.dropped_total, 0);
     cr_assert_eq(rb.nodes, 500, "stack nodes are never dropped");
     cr_assert(rb.order_ok);
+    unlink(path);
+}
+
+Test(record_sink, a_sink_that_cannot_write_drops_after_the_bounded_wait_and_counts)
+{
+    /* No file ever (fd -1, never opened): nothing drains, so once the 64 slots are used every
+     * event waits max_wait_ms and is then dropped and counted. */
+    mt_sink_config cfg = {.fd = -1, .ring_slots = 64, .flush_ms = 5, .max_wait_ms = 2};
+    mt_sink *s = mt_sink_start(&cfg);
+    cr_assert_not_null(s);
+    producer p = {.sink = s, .tid = 1, .events = 200, .node_base = 0};
+    produce(&p);
+    mt_sink_stats st;
+    mt_sink_stop(s, &st);
+    cr_assert_eq(st.opened, 0);
+    cr_assert_eq(st.events, 0);
+    /* the first node and 63 events fill the 64 slots; the second node goes the slow way */
+    cr_assert_eq(st.dropped, 200 - 63, "dropped %llu", (unsigned long long)st.dropped);
+    cr_assert_eq(st.waits, st.dropped);
+}
+
+typedef struct holder {
+    mt_sink *sink;
+    _Atomic int go;
+} holder;
+
+/* Thread 1 announces an event stamped now, then commits it 5 ms later; thread 2 makes events
+ * meanwhile, and the writer drains every millisecond. */
+static void *hold_then_commit(void *arg)
+{
+    holder *h = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    mt_sink_hold(h->sink, t0);
+    atomic_store(&h->go, 1);
+    usleep(5000);
+    mt_event e = {.time_ns = t0, .tid = 1, .op = MT_OP_FREE, .kind = MT_KIND_DEVICE,
+                  .address = 0x1000};
+    mt_sink_event(h->sink, &e);
+    return NULL;
+}
+
+Test(record_sink, events_are_written_in_time_order_across_threads_and_held_stamps)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-order.mtrace");
+    mt_sink *s = start(path, 1024, 1);
+    holder h = {.sink = s};
+    pthread_t th;
+    pthread_create(&th, NULL, hold_then_commit, &h);
+    while (!atomic_load(&h.go)) sched_yield();
+    producer p = {.sink = s, .tid = 2, .events = 3000, .node_base = 0};
+    produce(&p); /* stamps after thread 1's, committed before it */
+    pthread_join(th, NULL);
+    mt_sink_stats st;
+    mt_sink_stop(s, &st);
+    cr_assert_eq(st.late, 0, "no event may be written after a later-stamped one");
+    char err[256];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    uint64_t last = 0, n = 0;
+    while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type != MT_REC_EVENT) continue;
+        cr_assert_geq(rec.u.event.time_ns, last, "event %llu out of order", (unsigned long long)n);
+        last = rec.u.event.time_ns;
+        n++;
+    }
+    mt_reader_close(r);
+    cr_assert_eq(n, 3001);
+    unlink(path);
+}
+
+Test(record_sink, a_sink_opened_late_writes_what_came_before)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-late.mtrace");
+    mt_sink_config cfg = {.fd = -1, .ring_slots = 1024, .flush_ms = 1};
+    cfg.header.version = MT_TRACE_VERSION;
+    cfg.header.pid = 7;
+    mt_sink *s = mt_sink_start(&cfg);
+    cr_assert_not_null(s);
+    mt_record note = {.type = MT_REC_NOTE};
+    note.u.note = (mt_note){.time_ns = 5, .level = MT_NOTE_INFO, .text = "before the file"};
+    mt_sink_put_copy(s, &note);
+    producer p = {.sink = s, .tid = 3, .events = 500, .node_base = 0};
+    produce(&p);
+    usleep(20000); /* drains that find no file must keep everything */
+    cr_assert_eq(mt_sink_is_open(s), 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(mt_sink_open(s, fd), 0);
+    mt_sink_stats st;
+    mt_sink_stop(s, &st);
+    cr_assert_eq(st.opened, 1);
+    readback rb;
+    read_all(path, &rb);
+    cr_assert_eq(rb.events, 500);
+    cr_assert_eq(rb.notes, 1);
+    cr_assert_eq(rb.nodes, 5);
     unlink(path);
 }
 

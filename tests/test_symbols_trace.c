@@ -129,7 +129,7 @@ Test(symbols_trace, truncated_trace_is_cut_back_then_symbolized)
     uint64_t ip = mt_fix_call(&line);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     cr_assert(fd >= 0);
-    mt_file_header hdr = {MT_TRACE_VERSION, 1, 0, 0};
+    mt_file_header hdr = {.version = MT_TRACE_VERSION, .pid = 1};
     mt_writer *w = mt_writer_open_fd(fd, &hdr, 0);
     cr_assert_not_null(w);
     mt_record mod = mt_fix_module_record(&fix, 3);

@@ -193,3 +193,30 @@ Test(trace_roundtrip, unknown_record_type_refused)
     round_trip(&rec, 1, 0);
     unlink(path);
 }
+
+/* The rank fields of the header: written and read back with MT_HDR_RANK, -1 without it (files of
+ * earlier releases have zeros there). */
+Test(trace_roundtrip, header_rank_fields)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "rank.mtrace");
+    for (int with = 0; with < 2; with++) {
+        mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 7, .rank = 3, .local_rank = 1,
+                            .world_size = 64, .node_rank = 1, .flags = with ? MT_HDR_RANK : 0};
+        int fd = open_new(path);
+        mt_writer *w = mt_writer_open_fd(fd, &h, 0);
+        cr_assert_not_null(w);
+        cr_assert_eq(mt_writer_close(w, 1), 0);
+        char err[256];
+        mt_reader *r = mt_reader_open(path, err, sizeof err);
+        cr_assert_not_null(r, "%s", err);
+        const mt_file_header *g = mt_reader_header(r);
+        cr_expect_eq(g->flags & MT_HDR_RANK, with ? MT_HDR_RANK : 0u);
+        cr_expect_eq(g->rank, with ? 3 : -1);
+        cr_expect_eq(g->local_rank, with ? 1 : -1);
+        cr_expect_eq(g->world_size, with ? 64 : -1);
+        cr_expect_eq(g->node_rank, with ? 1 : -1);
+        mt_reader_close(r);
+        unlink(path);
+    }
+}

@@ -49,7 +49,8 @@ const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len);
 
 typedef struct mt_report_options {
     size_t top; /* stacks shown per list (peak, leaks, failed); 0 = 10 */
-    mt_frame_filter frames; /* --frames all|python|native */
+    mt_frame_filter frames; /* --frames user|all|python|native; 0 = user for Python programs */
+    mt_name_style names;    /* --long-names: MT_NAME_LONG */
     int full_stacks;        /* text: every frame (no chain elision, CUDA frames at the leaf kept) */
     int by_line;            /* the per-Python-line table (text: instead of the stack trees) */
     const char *by_line_file; /* by_line: attribute to the innermost frame in this file */
@@ -62,21 +63,61 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */
 int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_options *opt);
+/* One trace's object alone (no newline): for a caller that streams several traces, one analysis
+ * in memory at a time. */
+int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt);
 
-/* ---- Folded stacks ----------------------------------------------------------------------------- */
+/* The rank table (several traces of one job, mt_rank_summary in memtrace/compact.h): a row per
+ * trace (rank, host, pid, GPUs, peak, tensor peak, when on the wall clock, at exit, failed, the
+ * top stack), the imbalance (largest, median, smallest peak) and the stacks that make the largest
+ * rank larger than the median one. Text, and a JSON object {"rows", "imbalance"}. */
+int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+
+/* ---- Folded stacks and speedscope ------------------------------------------------------------ */
 
 typedef enum mt_folded_metric {
     MT_METRIC_PEAK = 0,  /* bytes live at each device's peak: a device's lines sum to peak_bytes */
     MT_METRIC_ALLOC = 1, /* bytes ever allocated */
-    MT_METRIC_LEAK = 2,  /* bytes live at the end of the trace */
+    MT_METRIC_LEAK = 2,  /* bytes live at the end of the trace and held by no allocator's cache
+                            and no library (possible leaks) */
+    MT_METRIC_END = 3,   /* bytes live at the end of the trace, whoever holds them */
+    MT_METRICS_ = 4,
 } mt_folded_metric;
 
-/* "cuda:0;main;train_step;cudaMalloc 1048576\n" per stack, root first; host memory under "host".
- * With n > 1 each line starts with a "comm[pid]" frame. Lines with 0 bytes are left out. */
+/* Which device a flame graph shows: a CUDA ordinal (-1 = "cuda:?"), or one of these. */
+#define MT_DEVICE_AUTO (-1000) /* folded: each trace's GPU with the largest peak (the host when
+                                  the trace has no GPU); speedscope: every device */
+#define MT_DEVICE_HOST (-1001) /* pinned/registered host memory */
+
+typedef struct mt_folded_options {
+    mt_folded_metric metric;
+    int all_metrics;        /* speedscope: one profile per metric (metric is ignored) */
+    int device;             /* MT_DEVICE_AUTO, MT_DEVICE_HOST or an ordinal */
+    mt_frame_filter frames; /* 0 = user for Python programs, else all */
+    mt_name_style names;
+    int trace_frame;        /* start every line with the trace's frame ("rank R", "comm[pid]")
+                               even for one trace: a caller streaming several sets it */
+} mt_folded_options;
+
+/* The device report of a that `device` selects (see MT_DEVICE_AUTO), or NULL when the trace has
+ * no such device. */
+const mt_device_report *mt_select_device(const mt_analysis *a, int device);
+/* A metric's name ("peak", "alloc", "leak", "end") and what its numbers are, for titles. */
+const char *mt_metric_name(mt_folded_metric m);
+const char *mt_metric_title(mt_folded_metric m); /* "live at the peak", ... */
+
+/* "cuda:0;main;train_step;cudaMalloc 1048576\n" per stack, root first: one device per trace (a
+ * device's graph never adds another device's or the host's bytes). With n > 1 each line starts
+ * with a "comm[pid]" frame. Lines with 0 bytes are left out. Every line is one flamegraph.pl
+ * reads: no empty frame, no ';' or newline inside a frame, the count an integer. */
+int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt);
+/* Defaults, the given metric. */
 int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric);
-/* The same keeping only the frames `filter` selects (lines of a device still sum the same). */
-int mt_export_folded_ex(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric,
-                        mt_frame_filter filter);
+
+/* speedscope's file format (https://www.speedscope.app/file-format-schema.json): one "sampled"
+ * profile per trace, device and metric, weights in bytes, frames shared. */
+int mt_export_speedscope(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt);
 
 /* ---- Chrome Trace Event JSON ------------------------------------------------------------------- */
 
@@ -88,15 +129,26 @@ typedef struct mt_chrome_options {
                             (MT_CHROME_DEFAULT_MAX_SLICES, said in otherData when it applies) */
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
-    mt_frame_filter frames; /* frames kept in slice stacks */
+    mt_frame_filter frames; /* frames kept in slice stacks (0 = user for Python programs) */
+    mt_name_style names;
+    int driver_slices;      /* slices for driver-internal allocations too (their bytes are in the
+                               counters either way) */
 } mt_chrome_options;
 
-/* {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}. Per device, besides the
- * usage counters, the reconciliation tracks "<root> nvidia-smi (process)", "allocator reserved",
- * "tensors allocated" (tensor mode), "other libraries", "driver-internal" (bytes). Re-reads each trace (the
- * analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
+/* {"traceEvents": [...], "otherData": {...}}: per process (the traced pid) its counters, one async
+ * track per device and allocation kind ("cuda:0 async", split by stream when a kind uses several),
+ * peaks and failed requests as instants; exporters/chrome.c draws the layout. Re-reads each trace
+ * (the analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
+/* The same, one analysis at a time (a job's 64 ranks need the memory of the largest one): begin
+ * with the earliest start_realtime_ns of all the traces (their timelines are put on that clock),
+ * add each, end writes otherData and frees the stream. */
+typedef struct mt_chrome_stream mt_chrome_stream;
+mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
+                                  uint64_t base_realtime_ns);
+int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
+int mt_chrome_end(mt_chrome_stream *s);
 
 #ifdef __cplusplus
 }

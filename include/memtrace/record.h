@@ -13,6 +13,7 @@
 #ifndef MEMTRACE_RECORD_H
 #define MEMTRACE_RECORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "memtrace/trace.h"
@@ -26,32 +27,58 @@ extern "C" {
 typedef struct mt_sink mt_sink;
 
 typedef struct mt_sink_config {
-    int fd;                 /* trace file, already opened (O_EXCL|O_NOFOLLOW); the sink owns it */
+    int fd;                 /* trace file, already opened (O_EXCL|O_NOFOLLOW); the sink owns it.
+                               -1: no file yet; records wait in memory until mt_sink_open */
     mt_file_header header;  /* written first */
     uint32_t ring_slots;    /* per-thread ring capacity in records; 0 = default (16384) */
     uint32_t flush_ms;      /* writer wakes at least this often and flushes; 0 = default (200) */
     uint32_t chunk_bytes;   /* raw bytes per chunk; 0 = MT_CHUNK_RAW_DEFAULT */
+    uint32_t max_wait_ms;   /* longest a thread waits for room in its full ring before the event
+                               is dropped (and counted); 0 = default (MT_SINK_MAX_WAIT_MS) */
 } mt_sink_config;
+
+#define MT_SINK_MAX_WAIT_MS 2000
 
 typedef struct mt_sink_stats {
     uint64_t events;        /* MT_REC_EVENT records written */
-    uint64_t dropped;       /* events lost because a ring was full */
+    uint64_t dropped;       /* events lost because a ring stayed full for max_wait_ms */
     uint64_t records;       /* all records written */
     uint64_t bytes;         /* file size */
     int write_failed;       /* a write(2) failed (disk full...): the trace ends early */
+    int write_errno;        /* ... with this errno */
+    int opened;             /* the file was written (mt_sink_open was called, or fd >= 0) */
     uint64_t rings_freed;   /* per-thread rings freed after their thread exited */
+    uint64_t waits;         /* times a thread found its ring full and waited for the writer */
+    uint64_t wait_ns;       /* ... for this long in all */
+    uint64_t max_wait_ns;   /* ... the longest single wait */
+    uint64_t late;          /* events written after a later-stamped one (out of time order) */
 } mt_sink_stats;
 
 /* Starts the writer thread. NULL on failure (then nothing was started). */
 mt_sink *mt_sink_start(const mt_sink_config *cfg);
 
-/* Hot path, any thread, never blocks: copies an event or a stack node into the calling thread's
- * ring. When the ring is full an event is dropped and counted (the trace says how many); a stack
- * node is never dropped — it takes the slow path below instead. A NULL sink is accepted and
- * ignored (here and in mt_sink_put_copy): emitters racing with shutdown lose their record, never
- * the program. */
+/* A sink started with fd -1 gets its file now: the header is written and everything recorded so
+ * far follows at the next drain. 0 ok; -1 when the header cannot be written (the sink then drops
+ * what it holds and stays without a file). Any thread; once. */
+int mt_sink_open(mt_sink *s, int fd);
+int mt_sink_is_open(const mt_sink *s);
+/* The counters so far (exact right after mt_sink_flush), for the recorder's own notes. */
+void mt_sink_stats_now(mt_sink *s, mt_sink_stats *st);
+
+/* Hot path, any thread: copies an event or a stack node into the calling thread's ring. An event
+ * never gets lost silently: when the ring is full the calling thread wakes the writer and waits
+ * for room, at most max_wait_ms (then the event is dropped and counted, and the trace says how
+ * many). A stack node never waits and is never dropped: a full ring sends it the slow way below.
+ * A NULL sink is accepted and ignored (here and in mt_sink_put_copy): emitters racing with
+ * shutdown lose their record, never the program. */
 void mt_sink_event(mt_sink *s, const mt_event *ev);
 void mt_sink_node(mt_sink *s, const mt_stack_node *node);
+
+/* The calling thread is about to make an event stamped `time_ns` but will commit it only later
+ * (a free is stamped when the call starts and recorded when it returns): until this thread's next
+ * mt_sink_event, the writer holds back events stamped after time_ns, so the trace stays in time
+ * order. time_ns = 0 withdraws it (the event will not come). */
+void mt_sink_hold(mt_sink *s, uint64_t time_ns);
 
 /* Slow path for rare records with strings (process, module, thread, note, device, pycode, symbol,
  * sample): deep-copied under a mutex into a side queue. */
@@ -60,14 +87,16 @@ void mt_sink_put_copy(mt_sink *s, const mt_record *r);
 /* Asks the writer to drain everything now and waits until it has been written. */
 void mt_sink_flush(mt_sink *s);
 
-/* Writer-thread hook, called once per drain before the batch is written (module map refresh,
- * CUPTI activity flush...). Runs on the writer thread; may call mt_sink_put_copy.
+/* Writer-thread hook, called once per timed drain (at most every flush_ms) before the batch is
+ * written (module map refresh, CUPTI activity flush...). Runs on the writer thread; may call
+ * mt_sink_put_copy. Drains that a full ring asked for run without it (a thread may be waiting).
  * To take it away for good: mt_sink_set_tick(s, NULL, NULL) then mt_sink_flush(s); when the flush
  * returns, no tick is running and none will run again. */
 typedef void (*mt_sink_tick_fn)(void *ctx, mt_sink *s);
 void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx);
 
-/* Drains, writes MT_REC_END, closes the file, joins the thread, frees. Stats may be NULL. */
+/* Drains, writes MT_REC_END, closes the file, joins the thread, frees. Stats may be NULL. A sink
+ * that never got its file discards what it held. */
 void mt_sink_stop(mt_sink *s, mt_sink_stats *stats);
 
 /* In a fork()ed child (no writer thread there): forget the sink without touching it further. */
@@ -170,6 +199,13 @@ mt_modules *mt_modules_new(void);
  * nothing was loaded since the last call). Returns the number of new modules. */
 int mt_modules_refresh(mt_modules *mods, mt_module_fn fn, void *ctx);
 void mt_modules_free(mt_modules *mods);
+
+/* ---- Rank ---------------------------------------------------------------------------------------- */
+
+/* Fills h's rank fields and MT_HDR_RANK from the launcher's environment (rank_env.c lists the
+ * variables). Returns 1 when the process has a rank; source (may be NULL) receives the name of the
+ * variable it came from, "" when none. */
+int mt_rank_from_env(mt_file_header *h, char *source, size_t len);
 
 /* ---- Control from inside the traced program ---------------------------------------------------- */
 

@@ -28,7 +28,14 @@ typedef struct mt_file_header {
     uint32_t pid;                /* process that recorded */
     uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC at recorder start; event times share this clock */
     uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment, to print wall-clock dates */
+    uint32_t flags;              /* MT_HDR_* */
+    /* Where the process sat in a distributed job, read from the launcher's environment at start
+     * (RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK from torchrun; SLURM_*, OMPI_COMM_WORLD_*, PMI_*);
+     * valid with MT_HDR_RANK, each -1 when not given. */
+    int32_t rank, local_rank, world_size, node_rank;
 } mt_file_header;
+
+#define MT_HDR_RANK 1u /* the rank fields are valid */
 
 /* ---- Memory events --------------------------------------------------------------------------- */
 
@@ -58,7 +65,11 @@ typedef enum mt_kind {
     MT_KIND_POOL = 10,           /* memory pool bookkeeping (POOL_RESERVED, POOL_TRIM) */
     MT_KIND_DRIVER = 11,         /* driver-internal: seen only in activity records; aux = CUPTI
                                     memory kind (device, device static, ...) */
-    MT_KIND_MAX_ = 12
+    MT_KIND_TENSOR = 12,         /* a block PyTorch's caching allocator handed to a tensor (record
+                                    --tensors): lives inside a segment (MT_EF_SEGMENT); bytes =
+                                    the block's size, what torch.cuda.memory_allocated() counts;
+                                    aux = that counter for the device right after this event */
+    MT_KIND_MAX_ = 13
 } mt_kind;
 
 /* Event flags. */
@@ -68,6 +79,19 @@ enum {
     MT_EF_PARTIAL_UNMAP = 1u << 2,   /* UNMAP of part of a mapped range (set by the recorder
                                         when it knows; the compactor checks anyway) */
     MT_EF_FROM_POOL = 1u << 3,       /* cuMemAllocFromPoolAsync: aux = pool handle */
+    MT_EF_SEGMENT = 1u << 4,         /* made by PyTorch's caching allocator for its cache (a
+                                        segment: cudaMalloc / cuMemCreate from libc10_cuda) */
+    MT_EF_TENSORS_TRACKED = 1u << 5, /* with SEGMENT: the blocks handed out of it are in the trace
+                                        as MT_KIND_TENSOR events, so it is the allocator's
+                                        reservation, not an allocation of its own */
+    MT_EF_CAPTURED = 1u << 6,        /* made while its thread was capturing a CUDA graph (stream
+                                        capture, or an explicit graph memory node) */
+    MT_EF_RETAIN = 1u << 7,          /* VMM_PHYSICAL ALLOC: one more reference to a live handle
+                                        (cuMemRetainAllocationHandle), not new memory: the handle
+                                        is freed by its last cuMemRelease */
+    MT_EF_IMPORTED = 1u << 8,        /* VMM_PHYSICAL ALLOC: a handle to another process's memory
+                                        (cuMemImportFromShareableHandle, e.g. NCCL's peer buffers):
+                                        not this process's bytes */
 };
 
 typedef struct mt_event {

@@ -3,6 +3,7 @@
 #define MT_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Each returns the process exit status: 0 ok, 2 bad arguments or bad input files, record: the
@@ -20,6 +21,13 @@ void mt_tensor_mode_conf(const char *user, char *out, size_t len);
 /* True when argv[i] is -h or --help. */
 int mt_cli_is_help(const char *arg);
 
+/* traces.c: the traces named by args (files, or directories: every *.mtrace in them), ordered by
+ * rank (trace header) then by name. *out (n_out paths) is freed with mt_cli_free_traces.
+ * 0, or 2 after printing why. */
+int mt_cli_collect_traces(char **args, int n, char ***out, int *n_out);
+void mt_cli_free_traces(char **paths, int n);
+/* 1 when the trace at path has a rank (then *rank is it), 0 otherwise. */
+int mt_cli_trace_rank(const char *path, int32_t *rank);
 struct mt_analysis;
 /* One "memtrace: warning: ..." line on stderr per way the trace is incomplete (damaged chunks
  * stepped over, truncated), for outputs that cannot say it themselves (folded, a file). */

@@ -61,6 +61,11 @@ static void print_event(FILE *out, const mt_file_header *h, const mt_event *e)
     if (e->flags & MT_EF_ACTIVITY) fputs(" activity", out);
     if (e->flags & MT_EF_STACK_TRUNCATED) fputs(" truncated-stack", out);
     if (e->flags & MT_EF_FROM_POOL) fputs(" from-pool", out);
+    if (e->flags & MT_EF_SEGMENT) fputs(" segment", out);
+    if (e->flags & MT_EF_TENSORS_TRACKED) fputs(" tensors-tracked", out);
+    if (e->flags & MT_EF_CAPTURED) fputs(" captured", out);
+    if (e->flags & MT_EF_RETAIN) fputs(" retain", out);
+    if (e->flags & MT_EF_IMPORTED) fputs(" imported", out);
     fputc('\n', out);
 }
 

@@ -1,10 +1,12 @@
-/* `memtrace export --format chrome|folded ...`: Perfetto/Chrome trace JSON (gzip when OUT ends in
- * .gz) or folded stacks for flame graphs. Exit 0, or 2 on bad arguments, unreadable traces, damaged
- * ones with --strict, an output refused by the rules of mt_out_create, or a failed write.
+/* `memtrace export --format chrome|folded|speedscope ...`: Perfetto/Chrome trace JSON (gzip when
+ * OUT ends in .gz), folded stacks for flame graphs (one device), or a speedscope file (every
+ * device and metric). Exit 0, or 2 on bad arguments, unreadable traces, damaged ones with
+ * --strict, an output refused by the rules of mt_out_create, or a failed write.
  * `-f` is refused here: it meant --format once, and means --force in record and report. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -12,20 +14,35 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace export --format chrome|folded [options] [-o OUT|-] TRACE...\n"
-          "  chrome  Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
-          "          counters per device and kind, one slice per allocation, peaks and failed\n"
-          "          requests as instants. OUT ending in .gz is gzip-compressed.\n"
-          "  folded  'frame;frame;... bytes' lines for flamegraph.pl / speedscope; the root\n"
-          "          frame is the device (cuda:N, host).\n"
+    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE|DIR...\n"
+          "  a directory stands for every *.mtrace in it (a job's ranks, in rank order); with\n"
+          "  several traces chrome has a process per trace (\"rank R (host)\"), timelines on one\n"
+          "  wall clock, and folded lines start with a \"rank R\" frame\n"
+          "  chrome      Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
+          "              counters per device and kind, one track of allocations per device and\n"
+          "              kind, peaks and failed requests as instants. OUT.gz: gzip-compressed.\n"
+          "  folded      'frame;frame;... bytes' lines of ONE device for flamegraph.pl, e.g.\n"
+          "              | flamegraph.pl --title 'cuda:0 live at the peak' --countname bytes\n"
+          "                --colors mem > peak.svg\n"
+          "  speedscope  one file for speedscope.app: a profile per device and metric, in bytes\n"
           "options:\n"
-          "  --metric peak|alloc|leak  folded: bytes live at each device's peak (default),\n"
-          "                            bytes ever allocated, or bytes live at the end\n"
+          "  --device N|host           folded: which device (default: the GPU with the largest\n"
+          "                            peak); speedscope: only that one (default: all)\n"
+          "  --metric peak|alloc|end|leak  bytes live at the device's peak (folded default),\n"
+          "                            bytes ever allocated, bytes live at the end, or those of\n"
+          "                            them held by the program (possible leaks); speedscope: one\n"
+          "                            metric instead of all\n"
+          "  --frames user|all|python|native  frames kept in stacks: user (default for Python\n"
+          "                            programs: Python frames, ATen operators, autograd nodes,\n"
+          "                            the allocating library), all (default otherwise), python,\n"
+          "                            native; sums are unchanged\n"
+          "  --long-names              whole C++ signatures and Python paths\n"
           "  --min-bytes B             chrome: slices only for allocations >= B (k/m/g suffix)\n"
           "  --top-allocs N            chrome: slices only for the N largest allocations\n"
           "                            (default: the largest 500000, about 200 MB)\n"
-          "  --frames all|python|native  frames kept in stacks (default all); python keeps\n"
-          "                            only Python frames (folded sums are unchanged)\n"
+          "  --driver-slices           chrome: slices for driver-internal allocations too\n"
+          "                            (their bytes are in the counters either way)\n"
+          "  --rank R                  only the traces of rank R\n"
           "  -o OUT                    output file, '-' = stdout (default); written under a\n"
           "                            temporary name and renamed when complete, so a failure\n"
           "                            leaves no partial file\n"
@@ -61,11 +78,12 @@ int mt_cli_parse_count(const char *s, uint64_t *out)
     return 0;
 }
 
-/* --frames: all | python | native. -1 if something else. */
+/* --frames: user | all | python | native. -1 if something else. */
 int mt_cli_parse_frames(const char *s, mt_frame_filter *out);
 int mt_cli_parse_frames(const char *s, mt_frame_filter *out)
 {
-    if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
+    if (strcmp(s, "user") == 0) *out = MT_FRAMES_USER;
+    else if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
     else if (strcmp(s, "python") == 0) *out = MT_FRAMES_PYTHON;
     else if (strcmp(s, "native") == 0) *out = MT_FRAMES_NATIVE;
     else return -1;
@@ -84,23 +102,164 @@ static void progress2(void *ctx, int pass, double fraction)
     fflush(stderr);
 }
 
+/* --device: N, cuda:N or host. -1 if something else. */
+static int parse_device(const char *s, int *out)
+{
+    if (strcmp(s, "host") == 0) {
+        *out = MT_DEVICE_HOST;
+        return 0;
+    }
+    if (strncmp(s, "cuda:", 5) == 0) s += 5;
+    if (strcmp(s, "?") == 0) {
+        *out = -1;
+        return 0;
+    }
+    uint64_t v;
+    if (mt_cli_parse_count(s, &v) < 0 || v > 255 || strpbrk(s, "kmgtKMGT")) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Says on stderr which GPU a folded export shows when none was asked for and the trace has
+ * several (the output itself must stay pure folded lines; host memory is never the default when
+ * there is a GPU, so it needs no note). */
+static void say_device(mt_analysis *const *as, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const mt_device_report *d = mt_select_device(as[i], MT_DEVICE_AUTO);
+        if (!d || as[i]->n_devices < 2) continue;
+        char root[32];
+        fprintf(stderr, "memtrace: export: %s: %s (the largest peak); the trace has %zu other "
+                        "GPU%s: choose with --device N\n",
+                as[i]->path, mt_device_root_name(d, root, sizeof root), as[i]->n_devices - 1,
+                as[i]->n_devices == 2 ? "" : "s");
+    }
+}
+
+static int analyze_one(const char *path, mt_analysis **a, int strict)
+{
+    char err[512], cwd_buf[4096];
+    int tty = isatty(2);
+    mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path,
+                            .strict = strict};
+    int rc = mt_analyze(path, &o, a, err, sizeof err);
+    if (tty) fputs("\r\033[K", stderr);
+    if (rc < 0) return mt_cli_fail("export: %s", err);
+    mt_cli_warn_incomplete("export", *a); /* folded and speedscope have no place to say it */
+    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
+    if (cwd) mt_frames_set_base_dir((*a)->frames, cwd); /* short Python paths */
+    return 0;
+}
+
+/* The earliest start on the wall clock among the traces (headers only): the chrome timelines of a
+ * job's ranks are put on it. Only regular files are looked at (a pipe is read once, by its
+ * analysis); ~0 when none is, and each trace then starts at 0. */
+static uint64_t earliest_start(char **paths, int n)
+{
+    uint64_t base = ~0ull;
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        mt_reader *r = mt_reader_open(paths[i], err, sizeof err);
+        if (!r) continue;
+        if (mt_reader_header(r)->start_realtime_ns < base)
+            base = mt_reader_header(r)->start_realtime_ns;
+        mt_reader_close(r);
+    }
+    return base;
+}
+
+/* Chrome and folded stream: one analysis in memory at a time (a job's ranks). speedscope shares
+ * one frame table among its profiles, so its traces are analysed together. */
+static int export_traces(char **paths, int n, const char *format, const char *out_path,
+                         mt_folded_options *fo, int have_device, uint64_t min_bytes,
+                         uint64_t top_allocs, mt_frame_filter frames, int driver_slices,
+                         int force, int strict)
+{
+    int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
+    int tty = isatty(2), status = 0;
+    char err[512];
+    mt_analysis **as = calloc((size_t)n, sizeof *as);
+    if (!as) return mt_cli_fail("export: out of memory");
+    if (speedscope || (!chrome && have_device)) { /* all first: a device that no trace has */
+        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], &as[i], strict);
+        if (!status && have_device) {
+            int found = 0;
+            for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
+            if (!found) status = mt_cli_fail("export: no trace has that device");
+        }
+    } else if (!chrome) {
+        status = analyze_one(paths[0], &as[0], strict); /* which device each graph shows */
+        if (!status) say_device(as, 1);
+    }
+    mt_out_options oo = {.force = force, .inputs = (const char *const *)paths, .n_inputs = (size_t)n};
+    mt_out *out = status ? NULL : mt_out_create(out_path, &oo, err, sizeof err);
+    if (!status && !out) status = mt_cli_fail("export: %s", err);
+    if (out) {
+        int rc = 0;
+        err[0] = 0;
+        if (chrome) {
+            mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
+                                    .progress = tty ? progress : NULL,
+                                    .progress_ctx = (void *)"chrome export", .frames = frames,
+                                    .names = fo->names, .driver_slices = driver_slices};
+            mt_chrome_stream *cs = mt_chrome_begin(out, &co, earliest_start(paths, n));
+            if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
+            for (int i = 0; i < n && cs && rc == 0; i++) {
+                mt_analysis *a = NULL;
+                if ((status = analyze_one(paths[i], &a, strict)) != 0) break;
+                rc = mt_chrome_add(cs, a, err, sizeof err);
+                if (tty) fputs("\r\033[K", stderr);
+                mt_analysis_free(a);
+            }
+            if (cs && !status && rc == 0) rc = mt_chrome_end(cs);
+        } else if (speedscope) {
+            rc = mt_export_speedscope(out, as, (size_t)n, fo);
+            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+        } else {
+            fo->trace_frame = n > 1;
+            for (int i = 0; i < n && rc == 0 && !status; i++) {
+                if (!as[i] && (status = analyze_one(paths[i], &as[i], strict)) != 0) break;
+                rc = mt_export_folded_opt(out, &as[i], 1, fo);
+                mt_analysis_free(as[i]);
+                as[i] = NULL;
+            }
+            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+        }
+        if (status || rc < 0) { /* nothing half written is left under OUT's name */
+            mt_out_discard(out);
+            if (!status)
+                status = mt_cli_fail("export: %s (%s not written)", err, mt_cli_out_name(out_path));
+        } else if (mt_out_close(out) < 0) {
+            status = mt_cli_fail("export: writing %s failed: %s", mt_cli_out_name(out_path),
+                                 strerror(errno));
+        }
+    }
+    for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
+    free(as);
+    return status;
+}
+
 static int run(int argc, char **argv, char **traces)
 {
     const char *format = NULL, *metric = NULL, *out_path = "-";
     uint64_t min_bytes = 0, top_allocs = 0;
-    int have_min = 0, have_top = 0, n = 0, force = 0, strict = 0;
-    mt_frame_filter frames = MT_FRAMES_ALL;
+    int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
+    int device = MT_DEVICE_AUTO, want_rank = -1, force = 0, strict = 0;
+    uint64_t rank_arg = 0;
+    mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (mt_cli_is_help(a)) {
             usage(stdout);
             return 0;
         } else if (strcmp(a, "--format") == 0) {
-            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome or folded");
+            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome, folded or speedscope");
             format = argv[++i];
         } else if (strcmp(a, "-f") == 0) {
-            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded, or --force "
-                               "to replace an existing output");
+            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded|speedscope, "
+                               "or --force to replace an existing output");
         } else if (strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--strict") == 0) {
@@ -108,8 +267,12 @@ static int run(int argc, char **argv, char **traces)
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
         } else if (strcmp(a, "--metric") == 0) {
-            if (i + 1 >= argc) return mt_cli_fail("export: --metric needs peak, alloc or leak");
+            if (i + 1 >= argc) return mt_cli_fail("export: --metric needs peak, alloc, end or leak");
             metric = argv[++i];
+        } else if (strcmp(a, "--device") == 0) {
+            if (i + 1 >= argc || parse_device(argv[++i], &device) < 0)
+                return mt_cli_fail("export: --device needs a CUDA ordinal (0, cuda:1) or host");
+            have_device = 1;
         } else if (strcmp(a, "--min-bytes") == 0) {
             if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &min_bytes) < 0)
                 return mt_cli_fail("export: --min-bytes needs a size (e.g. 1048576 or 1m)");
@@ -120,7 +283,16 @@ static int run(int argc, char **argv, char **traces)
             have_top = 1;
         } else if (strcmp(a, "--frames") == 0) {
             if (i + 1 >= argc || mt_cli_parse_frames(argv[++i], &frames) < 0)
-                return mt_cli_fail("export: --frames needs all, python or native");
+                return mt_cli_fail("export: --frames needs user, all, python or native");
+        } else if (strcmp(a, "--long-names") == 0) {
+            long_names = 1;
+        } else if (strcmp(a, "--driver-slices") == 0) {
+            driver_slices = 1;
+        } else if (strcmp(a, "--rank") == 0) {
+            if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &rank_arg) < 0 ||
+                rank_arg > 0x7fffffff)
+                return mt_cli_fail("export: --rank needs a rank number");
+            want_rank = (int)rank_arg;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: -o needs a file name or -");
             out_path = argv[++i];
@@ -132,61 +304,47 @@ static int run(int argc, char **argv, char **traces)
             traces[n++] = argv[i];
         }
     }
-    if (!format) return mt_cli_fail("export: --format chrome|folded is required");
-    int chrome = strcmp(format, "chrome") == 0;
-    if (!chrome && strcmp(format, "folded") != 0)
-        return mt_cli_fail("export: unknown format '%s' (chrome or folded)", format);
-    mt_folded_metric m = MT_METRIC_PEAK;
+    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope is required");
+    int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
+    if (!chrome && !speedscope && strcmp(format, "folded") != 0)
+        return mt_cli_fail("export: unknown format '%s' (chrome, folded or speedscope)", format);
+    mt_folded_options fo = {.metric = MT_METRIC_PEAK, .all_metrics = speedscope && !metric,
+                            .device = device, .frames = frames,
+                            .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT};
     if (metric) {
-        if (chrome) return mt_cli_fail("export: --metric applies to --format folded");
-        if (strcmp(metric, "peak") == 0) m = MT_METRIC_PEAK;
-        else if (strcmp(metric, "alloc") == 0) m = MT_METRIC_ALLOC;
-        else if (strcmp(metric, "leak") == 0) m = MT_METRIC_LEAK;
-        else return mt_cli_fail("export: unknown metric '%s' (peak, alloc or leak)", metric);
+        if (chrome) return mt_cli_fail("export: --metric applies to --format folded and speedscope");
+        int m = -1;
+        for (int k = 0; k < MT_METRICS_; k++)
+            if (strcmp(metric, mt_metric_name((mt_folded_metric)k)) == 0) m = k;
+        if (m < 0) return mt_cli_fail("export: unknown metric '%s' (peak, alloc, end or leak)", metric);
+        fo.metric = (mt_folded_metric)m;
     }
-    if (!chrome && (have_min || have_top))
-        return mt_cli_fail("export: --min-bytes and --top-allocs apply to --format chrome");
+    if (!chrome && (have_min || have_top || driver_slices))
+        return mt_cli_fail("export: --min-bytes, --top-allocs and --driver-slices apply to --format chrome");
+    if (chrome && have_device)
+        return mt_cli_fail("export: --device applies to --format folded and speedscope");
     if (n <= 0) return mt_cli_fail("export: no trace given (see memtrace export --help)");
 
-    mt_analysis **as = calloc((size_t)n, sizeof *as);
-    if (!as) return mt_cli_fail("export: out of memory");
-    int status = 0, tty = isatty(2);
-    char err[512];
-    for (int i = 0; i < n && !status; i++) {
-        mt_analyze_options o = {.progress = tty ? progress2 : NULL,
-                                .progress_ctx = traces[i], .strict = strict};
-        int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
-        if (tty) fputs("\r\033[K", stderr);
-        if (rc < 0) status = mt_cli_fail("export: %s", err);
-        else mt_cli_warn_incomplete("export", as[i]);
-    }
-    mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
-                         .n_inputs = (size_t)n};
-    mt_out *out = status ? NULL : mt_out_create(out_path, &oo, err, sizeof err);
-    if (!status && !out) status = mt_cli_fail("export: %s", err);
-    if (out) {
-        int rc;
-        err[0] = 0;
-        if (chrome) {
-            mt_chrome_options co = {.min_bytes = min_bytes, .top_allocs = top_allocs,
-                                    .progress = tty ? progress : NULL,
-                                    .progress_ctx = (void *)"chrome export", .frames = frames};
-            rc = mt_export_chrome(out, as, (size_t)n, &co, err, sizeof err);
-            if (tty) fputs("\r\033[K", stderr);
-        } else {
-            rc = mt_export_folded_ex(out, as, (size_t)n, m, frames);
-            if (rc < 0) snprintf(err, sizeof err, "out of memory");
+    char **paths;
+    int np;
+    if (mt_cli_collect_traces(traces, n, &paths, &np) != 0) return 2;
+    if (want_rank >= 0) { /* --rank R: the traces of that rank only */
+        int k = 0;
+        for (int i = 0; i < np; i++) {
+            int32_t r;
+            if (mt_cli_trace_rank(paths[i], &r) && r == want_rank) paths[k++] = paths[i];
+            else free(paths[i]);
         }
-        if (rc < 0) {
-            mt_out_discard(out);
-            status = mt_cli_fail("export: %s (%s not written)", err, mt_cli_out_name(out_path));
-        } else if (mt_out_close(out) < 0) {
-            status = mt_cli_fail("export: writing %s failed: %s", mt_cli_out_name(out_path),
-                                 strerror(errno));
-        }
+        np = k;
     }
-    for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
-    free(as);
+    if (np <= 0) {
+        mt_cli_free_traces(paths, np);
+        return mt_cli_fail(want_rank >= 0 ? "export: no trace of that rank"
+                                          : "export: no trace found in what was given");
+    }
+    int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
+                               top_allocs, frames, driver_slices, force, strict);
+    mt_cli_free_traces(paths, np);
     return status;
 }
 

@@ -1,15 +1,17 @@
 /* memtrace record: run a program with the recorder injected, then symbolize and summarize.
  *
- *   memtrace record [-o PATTERN] [-f] [--stacks native|none] [--no-symbolize] -- CMD [ARGS...]
+ *   memtrace record [options] -- CMD [ARGS...]       (options: see usage() below)
  *
  * The recorder (libmemtrace_inject.so) is named by CUDA_INJECTION64_PATH, so every process of the
- * command that initializes CUDA — the command itself, torchrun ranks, multiprocessing spawn
- * workers — records into its own file. `record` itself only prepares the environment, waits, and
- * reports; it returns the command's exit status (a death by signal N as 128+N).
+ * command that makes a CUDA context — the command itself, torchrun ranks, multiprocessing spawn
+ * workers — records into its own file (one that only initializes CUDA, like torchrun's launcher,
+ * writes none and is listed as skipped). `record` itself only prepares the environment, waits,
+ * and reports; it returns the command's exit status (a death by signal N as 128+N).
  *
- * Before the command starts: the output pattern always names the pid (record_output.c) and its
- * directory must exist and be writable (exit 2 otherwise). After it exits: `record` waits for
- * every traced process that outlived it to close its trace (record_wait.c), then symbolizes.
+ * Before the command starts: the output pattern always names the process (%p, or %r with %h: a
+ * rank on its host; record_output.c) and its directory must exist and be writable (exit 2
+ * otherwise). After it exits: `record` waits for every traced process that outlived it to close
+ * its trace (record_wait.c), then symbolizes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,17 +45,21 @@ static void usage(FILE *out)
         "  --stacks MODE     both (default: native frames, with Python frames in place of the\n"
         "                    interpreter's when the program is Python), python (Python frames\n"
         "                    only: cheapest), native, or none\n"
-        "  --tensors         PyTorch: make every tensor allocation visible by running the\n"
-        "                    caching allocator in its cudaMallocAsync mode (merged into\n"
-        "                    PYTORCH_CUDA_ALLOC_CONF; see docs/tensor-mode.md for what changes);\n"
-        "                    its cudaMallocAsync/cudaFreeAsync calls are taken where libraries\n"
-        "                    call them, not through CUPTI (cheaper)\n"
+        "  --tensors         PyTorch: record every tensor (each block the caching allocator\n"
+        "                    hands out, with its stack), from the allocator's own reports;\n"
+        "                    the allocator and its settings stay as they are (CUDA graphs,\n"
+        "                    torch.compile mode=\"reduce-overhead\", expandable segments all\n"
+        "                    work). The peak is then the tensors' (max_memory_allocated) plus\n"
+        "                    other libraries; PyTorch's segments are its reservation.\n"
+        "  --tensors=async   the older way: switch PyTorch to backend:cudaMallocAsync (merged\n"
+        "                    into PYTORCH_CUDA_ALLOC_CONF), every tensor a driver allocation.\n"
+        "                    CUDA graph trees refuse to run under it; see docs/tensor-mode.md\n"
         "  --activity on|off CUPTI activity records: driver-internal allocations nobody asked\n"
-        "                    for (default on; with --tensors off: there they cost more than the\n"
-        "                    rest of the recording, measured on cifar.py)\n"
-        "  --no-preload      do not preload the recorder (LD_PRELOAD): a profiler the program\n"
-        "                    starts (torch.profiler) then cannot get CUPTI while memtrace holds\n"
-        "                    it; with the preload (default) memtrace pauses and lets it\n"
+        "                    for (default on; with --tensors=async off: there they cost more\n"
+        "                    than the rest of the recording, measured on cifar.py)\n"
+        "  --no-preload      do not preload the recorder (LD_PRELOAD): a CUPTI client the\n"
+        "                    program starts (torch.profiler) then cannot get CUPTI while\n"
+        "                    memtrace holds it; with the preload (default) both share it\n"
         "  --no-symbolize    skip resolving native frames at the end (do it later with\n"
         "                    `memtrace symbolize`, on this machine)\n"
         "  -q, --quiet       print nothing but errors\n"
@@ -255,8 +261,10 @@ int mt_cmd_record(int argc, char **argv)
                 strcmp(stacks, "python") != 0 && strcmp(stacks, "both") != 0)
                 return mt_cli_fail("record: --stacks takes both, python, native or none, not '%s'",
                                    stacks);
-        } else if (strcmp(a, "--tensors") == 0) {
+        } else if (strcmp(a, "--tensors") == 0 || strcmp(a, "--tensors=reports") == 0) {
             tensors = 1;
+        } else if (strcmp(a, "--tensors=async") == 0) {
+            tensors = 2;
         } else if (strcmp(a, "--activity") == 0) {
             if (++i >= argc || (strcmp(argv[i], "on") != 0 && strcmp(argv[i], "off") != 0))
                 return mt_cli_fail("record: --activity takes on or off");
@@ -312,6 +320,10 @@ int mt_cmd_record(int argc, char **argv)
         fprintf(stderr, "memtrace: replacing CUDA_INJECTION64_PATH=%s\n", old);
     if (!quiet)
         fprintf(stderr, "memtrace: recording into %s (one file per CUDA process)\n", abs_pattern);
+    if (!quiet && tensors == 2)
+        fprintf(stderr, "memtrace: --tensors=async switches PyTorch to backend:cudaMallocAsync; "
+                        "CUDA graph trees (torch.compile mode=\"reduce-overhead\") and "
+                        "expandable_segments do not work under it: use --tensors for those\n");
 
     fflush(NULL);
     child_pid = fork();
@@ -336,14 +348,15 @@ int mt_cmd_record(int argc, char **argv)
         setenv("MEMTRACE_STACKS", stacks, 1);
         if (force) setenv("MEMTRACE_FORCE", "1", 1);
         if (cupti[0]) setenv("MEMTRACE_CUPTI", cupti, 1);
-        if (activity == 0 || (activity < 0 && tensors)) setenv("MEMTRACE_ACTIVITY", "0", 1);
-        if (tensors) {
+        if (activity == 0 || (activity < 0 && tensors == 2)) setenv("MEMTRACE_ACTIVITY", "0", 1);
+        /* cudaMallocAsync/cudaFreeAsync taken where libraries call them, not through CUPTI
+         * (MEMTRACE_ASYNC_HOOKS=0 in the environment keeps CUPTI: a diagnostic) */
+        if (tensors) setenv("MEMTRACE_ASYNC_HOOKS", "1", 0);
+        if (tensors == 1) setenv("MEMTRACE_TENSORS", "1", 1);
+        if (tensors == 2) {
             char conf[4096];
             mt_tensor_mode_conf(getenv("PYTORCH_CUDA_ALLOC_CONF"), conf, sizeof conf);
             setenv("PYTORCH_CUDA_ALLOC_CONF", conf, 1);
-            /* the allocator's calls straight from libc10_cuda, not through CUPTI (MEMTRACE_
-             * ASYNC_HOOKS=0 in the environment keeps CUPTI: a diagnostic) */
-            setenv("MEMTRACE_ASYNC_HOOKS", "1", 0);
         }
         execvp(cmd[0], cmd);
         fprintf(stderr, "memtrace: cannot run %s: %s\n", cmd[0], strerror(errno));

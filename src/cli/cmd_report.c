@@ -1,9 +1,16 @@
-/* `memtrace report [--json] [--top N] [--frames all|python|native] [--full-stacks]
- *  [--by-line [--file PATH]] [-o OUT [--force]] [--strict] TRACE...`: per device the peak, what
- * was live then and who allocated it, leaks, failed requests with forensics. Exit 0, or 2 on bad
- * arguments, unreadable traces, a refused output or a failed write (a truncated or damaged trace is
- * analysed and flagged, not an error, unless --strict). */
+/* `memtrace report [--json] [--top N] [--frames user|all|python|native] [--long-names] [--full-stacks]
+ *  [--by-line [--file PATH]] [--rank R] [-o OUT [--force]] [--strict] TRACE|DIR...`: per device
+ * the peak, what was live then and who allocated it, leaks, failed requests with forensics. With
+ * several traces (a job's ranks) a rank table comes first. Exit 0, or 2 on bad arguments,
+ * unreadable traces, a refused output or a failed write (a truncated or damaged trace is analysed
+ * and flagged, not an error, unless --strict). OUT follows mt_out_create's rules: no file is
+ * replaced without --force, never an input, and a failed report leaves no file.
+ *
+ * Traces are analysed one at a time and freed: what the rank table needs of each is kept small
+ * (mt_rank_summary), and the per-trace sections are written to a temporary file meanwhile, so 64
+ * ranks take the memory of the largest one. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,16 +20,25 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace report [options] TRACE...\n"
+    fputs("usage: memtrace report [options] TRACE|DIR...\n"
+          "  a directory stands for every *.mtrace in it; several traces (a job's ranks) are\n"
+          "  ordered by rank and open with a rank table: each rank's peak, when, its top\n"
+          "  stack, and what makes the largest rank larger than the median one.\n"
           "  per GPU: peak bytes and when, where the memory is (nvidia-smi total = context &\n"
           "  driver + allocator reserved + other libraries), what was live at the peak by\n"
-          "  stack, leaks (live at the end), failed requests with what was live then.\n"
+          "  stack, what is live at the end and who holds it (an allocator's cache or a\n"
+          "  library's workspace is not a leak), failed requests with what was live then.\n"
           "  --json              machine-readable (several traces: {\"traces\": [...]})\n"
           "  --top N             stacks (or lines) shown per list (default 10)\n"
-          "  --frames W          all (default), python (Python frames only) or native\n"
+          "  --frames W          user (default for Python programs: Python frames, ATen\n"
+          "                      operators, autograd nodes, the allocating library), all\n"
+          "                      (default otherwise), python or native\n"
+          "  --long-names        whole C++ signatures and Python paths\n"
           "  --full-stacks       every frame, CUDA's own included (default: long chains elided)\n"
           "  --by-line           bytes per Python source line (allocated, live at the peak)\n"
           "  --file PATH         with --by-line: attribute to the innermost frame in PATH\n"
+          "  --rank R            several traces: the details of rank R only (the rank table\n"
+          "                      shows every trace)\n"
           "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip); written under a\n"
           "                      temporary name and renamed when complete\n"
           "  -f, --force         replace OUT if it exists (never a trace being read, never\n"
@@ -42,11 +58,22 @@ static void progress(void *ctx, int pass, double fraction)
 int mt_cli_parse_count(const char *s, uint64_t *out); /* defined in cmd_export.c */
 int mt_cli_parse_frames(const char *s, mt_frame_filter *out); /* defined in cmd_export.c */
 
-static int run(int argc, char **argv, char **traces)
+/* Copies what was written to tmp after out's current contents. */
+static int append_file(mt_out *out, FILE *tmp)
 {
-    int json = 0, full = 0, by_line = 0, force = 0, strict = 0;
-    uint64_t top = 10;
-    mt_frame_filter frames = MT_FRAMES_ALL;
+    char buf[65536];
+    size_t n;
+    rewind(tmp);
+    while ((n = fread(buf, 1, sizeof buf, tmp)) > 0) mt_out_write(out, buf, n);
+    return ferror(tmp) ? -1 : 0;
+}
+
+static int run(int argc, char **argv, char **args)
+{
+    int json = 0, full = 0, by_line = 0, want_rank = -1, force = 0, strict = 0;
+    uint64_t top = 10, rank_arg = 0;
+    mt_frame_filter frames = MT_FRAMES_AUTO;
+    int long_names = 0;
     const char *file = NULL;
     const char *out_path = "-";
     int n = 0;
@@ -61,7 +88,9 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("report: --top needs a positive number");
         } else if (strcmp(argv[i], "--frames") == 0) {
             if (i + 1 >= argc || mt_cli_parse_frames(argv[++i], &frames) < 0)
-                return mt_cli_fail("report: --frames needs all, python or native");
+                return mt_cli_fail("report: --frames needs user, all, python or native");
+        } else if (strcmp(argv[i], "--long-names") == 0) {
+            long_names = 1;
         } else if (strcmp(argv[i], "--full-stacks") == 0) {
             full = 1;
         } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--force") == 0) {
@@ -73,68 +102,103 @@ static int run(int argc, char **argv, char **traces)
         } else if (strcmp(argv[i], "--file") == 0) {
             if (i + 1 >= argc || !argv[i + 1][0]) return mt_cli_fail("report: --file needs a path");
             file = argv[++i];
+        } else if (strcmp(argv[i], "--rank") == 0) {
+            if (i + 1 >= argc || mt_cli_parse_count(argv[++i], &rank_arg) < 0 ||
+                rank_arg > INT32_MAX)
+                return mt_cli_fail("report: --rank needs a rank number");
+            want_rank = (int)rank_arg;
         } else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("report: -o needs a file name");
             out_path = argv[++i];
         } else if (strcmp(argv[i], "--") == 0) {
-            while (++i < argc) traces[n++] = argv[i];
+            while (++i < argc) args[n++] = argv[i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return mt_cli_fail("report: unknown option '%s' (see memtrace report --help)", argv[i]);
         } else {
-            traces[n++] = argv[i];
+            args[n++] = argv[i];
         }
     }
     if (n <= 0) return mt_cli_fail("report: no trace given (see memtrace report --help)");
     if (file && !by_line) return mt_cli_fail("report: --file applies to --by-line");
-    mt_analysis **as = calloc((size_t)n, sizeof *as);
-    if (!as) return mt_cli_fail("report: out of memory");
-    int status = 0;
+    char **traces;
+    int nt;
+    if (mt_cli_collect_traces(args, n, &traces, &nt) != 0) return 2;
+    if (nt == 0) {
+        mt_cli_free_traces(traces, nt);
+        return mt_cli_fail("report: no trace found in what was given");
+    }
+    int multi = nt > 1, found_rank = 0;
+    mt_rank_summary *sums = multi ? calloc((size_t)nt, sizeof *sums) : NULL;
+    FILE *tmp = multi ? tmpfile() : NULL;
     char err[512];
-    int tty = isatty(2);
+    mt_out *out = NULL, *details = NULL;
+    int status = 0;
+    if (multi && (!sums || !tmp)) status = mt_cli_fail("report: out of memory or no temporary file");
+    mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
+                         .n_inputs = (size_t)nt};
+    if (!status && !(out = mt_out_create(out_path, &oo, err, sizeof err)))
+        status = mt_cli_fail("report: %s", err);
+    if (!status) details = multi ? mt_out_from_file(tmp) : out;
+    mt_report_options ro = {.top = (size_t)top, .frames = frames,
+                            .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT,
+                            .full_stacks = full, .by_line = by_line, .by_line_file = file};
+    int tty = isatty(2), shown = 0, rc = 0;
     char cwd_buf[4096];
     const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
-    for (int i = 0; i < n && !status; i++) {
+    for (int i = 0; i < nt && !status && rc == 0; i++) {
+        mt_analysis *a = NULL;
         mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i],
                                 .strict = strict};
-        int rc = mt_analyze(traces[i], &o, &as[i], err, sizeof err);
+        int arc = mt_analyze(traces[i], &o, &a, err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
-        if (rc < 0) {
+        if (arc < 0) {
             status = mt_cli_fail("report: %s", err);
-        } else {
-            if (json || strcmp(out_path, "-") != 0) mt_cli_warn_incomplete("report", as[i]);
-            if (cwd) mt_frames_set_base_dir(as[i]->frames, cwd); /* short Python paths */
+            break;
         }
-    }
-    if (!status) {
-        mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
-                             .n_inputs = (size_t)n};
-        mt_out *out = mt_out_create(out_path, &oo, err, sizeof err);
-        if (!out) {
-            status = mt_cli_fail("report: %s", err);
-        } else {
-            mt_report_options ro = {.top = (size_t)top, .frames = frames, .full_stacks = full,
-                                    .by_line = by_line, .by_line_file = file};
-            int rc = 0;
-            if (json) {
-                rc = mt_report_json(out, as, (size_t)n, &ro);
-            } else {
-                for (int i = 0; i < n && rc == 0; i++) {
-                    if (i) mt_out_puts(out, "\n");
-                    rc = mt_report_text(out, as[i], &ro);
-                }
-            }
-            if (rc < 0) {
-                mt_out_discard(out);
-                status = mt_cli_fail("report: out of memory (%s not written)",
-                                     mt_cli_out_name(out_path));
-            } else if (mt_out_close(out) < 0) {
-                status = mt_cli_fail("report: writing %s failed: %s", mt_cli_out_name(out_path),
-                                     strerror(errno));
-            }
+        /* a text report on the terminal says it in its WARNING lines; elsewhere, stderr too */
+        if (json || multi || strcmp(out_path, "-") != 0) mt_cli_warn_incomplete("report", a);
+        if (cwd) mt_frames_set_base_dir(a->frames, cwd); /* short Python paths */
+        if (multi && mt_rank_summarize(a, &sums[i]) < 0) rc = -1;
+        int is_wanted = want_rank < 0 || ((a->header.flags & MT_HDR_RANK) &&
+                                          a->header.rank == want_rank);
+        found_rank |= is_wanted;
+        if (is_wanted && rc == 0) {
+            if (shown++) mt_out_puts(details, json ? "," : "\n");
+            rc = json ? mt_report_json_trace(details, a, &ro) : mt_report_text(details, a, &ro);
         }
+        mt_analysis_free(a);
     }
-    for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
-    free(as);
+    if (!status && want_rank >= 0 && !found_rank)
+        status = mt_cli_fail("report: no trace of rank %d among the %d given", want_rank, nt);
+    if (!status && rc == 0 && multi) {
+        if (mt_out_close(details) < 0) rc = -1;
+        details = NULL;
+        if (json) {
+            mt_out_puts(out, "{\"rank_table\":");
+            if (mt_rank_table_json(out, sums, (size_t)nt, &ro) < 0) rc = -1;
+            mt_out_puts(out, ",\"traces\":[");
+        } else {
+            if (mt_rank_table_text(out, sums, (size_t)nt, &ro) < 0) rc = -1;
+            mt_out_puts(out, "\n");
+        }
+        if (rc == 0 && append_file(out, tmp) < 0) rc = -1;
+        if (json) mt_out_puts(out, "]}");
+    }
+    if (!status && json) mt_out_puts(out, "\n");
+    if (details && details != out) mt_out_close(details);
+    if (out && (status || rc < 0)) { /* nothing half written is left under OUT's name */
+        mt_out_discard(out);
+        if (!status)
+            status = mt_cli_fail("report: out of memory or no temporary space (%s not written)",
+                                 mt_cli_out_name(out_path));
+    } else if (out && mt_out_close(out) < 0) {
+        status = mt_cli_fail("report: writing %s failed: %s", mt_cli_out_name(out_path),
+                             strerror(errno));
+    }
+    for (int i = 0; sums && i < nt; i++) mt_rank_summary_free(&sums[i]);
+    free(sums);
+    if (tmp) fclose(tmp);
+    mt_cli_free_traces(traces, nt);
     return status;
 }
 

@@ -1,13 +1,14 @@
 /* Where `memtrace record` tells the recorders to write (MEMTRACE_OUTPUT), checked before the
  * command starts.
  *
- * Every process of the command that initializes CUDA writes its own trace from the same pattern,
- * and the recorder never overwrites an existing trace without --force: a pattern that cannot tell
- * processes apart would leave every process after the first untraced (or, forced, overwriting
- * each other's file). So the pattern the recorders get always holds the pid: a -o PATTERN without
- * %p gets ".%p" before its extension ("run.mtrace" -> "run.%p.mtrace"). The recorder creates no
- * directory, so the directory must exist and be writable, else `record` stops before starting
- * the command (exit 2) instead of every process discovering it alone.
+ * Every process of the command that makes a CUDA context writes its own trace from the same
+ * pattern, and the recorder never overwrites an existing trace without --force: a pattern that
+ * cannot tell processes apart would leave every process after the first untraced (or, forced,
+ * overwriting each other's file). So the pattern the recorders get always tells them apart: a
+ * -o PATTERN with neither %p (the pid) nor %r (the rank, else the pid) gets ".%p" before its
+ * extension ("run.mtrace" -> "run.%p.mtrace"). The recorder creates no directory, so the
+ * directory must exist and be writable, else `record` stops before starting the command (exit 2)
+ * instead of every process discovering it alone.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static int has_code(const char *pattern, char c)
 
 int mt_record_pattern_per_process(const char *pattern, char *out, size_t len)
 {
-    if (has_code(pattern, 'p')) {
+    if (has_code(pattern, 'p') || has_code(pattern, 'r')) {
         snprintf(out, len, "%s", pattern);
         return 0;
     }
@@ -44,7 +45,8 @@ int mt_record_pattern_per_process(const char *pattern, char *out, size_t len)
 
 int mt_record_check_dir(const char *abs_pattern, char *err, size_t errlen)
 {
-    /* the directory part, with what is known here expanded: %h (this host) and %% */
+    /* the directory part, with what is known here expanded: %h (this host) and %%; a directory
+     * named after the command or the rank (%c, %r) may exist already: the part before it must */
     char host[256] = "", dir[8192];
     gethostname(host, sizeof host - 1);
     const char *slash = strrchr(abs_pattern, '/');
@@ -68,7 +70,7 @@ int mt_record_check_dir(const char *abs_pattern, char *err, size_t errlen)
                          "no directory, and no directory can exist for pids not yet given");
                 return -1;
             }
-            if (code == 'c' && variable_at == (size_t)-1) variable_at = o;
+            if ((code == 'c' || code == 'r') && variable_at == (size_t)-1) variable_at = o;
             dir[o++] = '%';
             dir[o++] = code;
             continue;
@@ -77,7 +79,7 @@ int mt_record_check_dir(const char *abs_pattern, char *err, size_t errlen)
     }
     dir[o] = 0;
     if (!n) snprintf(dir, sizeof dir, "/");
-    if (variable_at != (size_t)-1) { /* %c: only the part before that component can be checked */
+    if (variable_at != (size_t)-1) { /* only the part before that component can be checked */
         dir[variable_at] = 0;
         char *cut = strrchr(dir, '/');
         if (cut) cut[cut == dir ? 1 : 0] = 0;

@@ -41,7 +41,12 @@ static void summarize_one(const char *path, int symbolize, int quiet)
     struct stat sb;
     stat(path, &sb);
     char h1[32], h2[32];
-    fprintf(stderr, "memtrace: %s: %" PRIu64 " events, %s on disk\n", path, a->events,
+    char who[300] = "";
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0) { /* one line per rank */
+        mt_trace_label(a, who, sizeof who - 2);
+        strcat(who, ": ");
+    }
+    fprintf(stderr, "memtrace: %s%s: %" PRIu64 " events, %s on disk\n", who, path, a->events,
             human((uint64_t)sb.st_size, h1, sizeof h1));
     for (size_t i = 0; i < a->n_devices; i++) {
         const mt_device_report *d = &a->devices[i];
@@ -56,37 +61,62 @@ static void summarize_one(const char *path, int symbolize, int quiet)
                 human(a->host->u.peak, h1, sizeof h1));
     fprintf(stderr, "  failed requests: %" PRIu64 ", dropped events: %" PRIu64 "%s\n",
             a->failed_total, a->dropped, a->truncated ? " (file truncated)" : "");
+    /* the flame graph of the GPU with the largest peak (what `export --format folded` picks) */
+    const mt_device_report *big = NULL;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (!big || a->devices[i].u.peak > big->u.peak) big = &a->devices[i];
+    char root[32] = "host";
+    if (big) mt_device_root_name(big, root, sizeof root);
     mt_analysis_free(a);
     /* the suggested output is named after the trace: a fixed name would exist the second time */
     size_t stem = strlen(path);
     if (stem > 7 && strcmp(path + stem - 7, ".mtrace") == 0) stem -= 7;
     fprintf(stderr, "  next: memtrace report %s\n", path);
-    fprintf(stderr, "        memtrace export --format chrome -o %.*s.json.gz %s   (Perfetto UI)\n",
-            (int)stem, path, path);
-    fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl > peak.svg\n",
+    fprintf(stderr, "        memtrace export --format chrome -o %.*s.json.gz %s   (ui.perfetto.dev)\n",
+            (int)stem, path,
             path);
+    fprintf(stderr, "        memtrace export --format speedscope -o %.*s.speedscope.json %s   "
+                    "(speedscope.app)\n", (int)stem, path, path);
+    fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl --title '%s live at "
+                    "the peak' --countname bytes --colors mem > peak.svg\n", path, root);
 }
 
+/* Reads the manifest the recorders appended to: "<pid> trace <path>" per trace written,
+ * "<pid> skipped <comm>" per process that initialized CUDA but made no context. */
 void mt_record_summarize(const char *manifest, int symbolize, int quiet)
 {
     FILE *f = fopen(manifest, "re");
     if (!f) return;
-    char line[4200];
-    int files = 0;
+    char line[4200], skipped[1024] = "";
+    int files = 0, n_skipped = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
-        char *path = strchr(line, ' ');
-        if (!path || !path[1]) continue;
-        files++;
-        if (mt_trace_held_open(atoi(line), path + 1) == 1) {
-            fprintf(stderr, "memtrace: %s is still being written by pid %d: not symbolized (run "
-                            "`memtrace symbolize %s` once that process is done)\n",
-                    path + 1, atoi(line), path + 1);
-            continue;
+        char *what = strchr(line, ' ');
+        char *arg = what ? strchr(what + 1, ' ') : NULL;
+        if (!arg || !arg[1]) continue;
+        *what++ = 0;
+        *arg++ = 0;
+        if (strcmp(what, "trace") == 0) {
+            files++;
+            if (mt_trace_held_open(atoi(line), arg) == 1) {
+                fprintf(stderr, "memtrace: %s is still being written by pid %s: not symbolized "
+                                "(run `memtrace symbolize %s` once that process is done)\n",
+                        arg, line, arg);
+                continue;
+            }
+            summarize_one(arg, symbolize, quiet);
+        } else if (strcmp(what, "skipped") == 0) {
+            size_t o = strlen(skipped);
+            if (n_skipped++ < 8 && o < sizeof skipped - 96)
+                snprintf(skipped + o, sizeof skipped - o, "%s%.40s (pid %.12s)", o ? ", " : "",
+                         arg, line);
         }
-        summarize_one(path + 1, symbolize, quiet);
     }
     fclose(f);
-    if (!files && !quiet)
+    if (n_skipped && !quiet)
+        fprintf(stderr, "memtrace: no trace for %d process%s that initialized CUDA but made no "
+                "context: %s%s\n", n_skipped, n_skipped == 1 ? "" : "es", skipped,
+                n_skipped > 8 ? ", ..." : "");
+    if (!files && !n_skipped && !quiet)
         fprintf(stderr, "memtrace: no process of the command initialized CUDA: no trace written\n");
 }

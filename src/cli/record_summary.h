@@ -8,11 +8,11 @@
 #include <signal.h>
 #include <stddef.h>
 
-/* The pattern the recorders get: pattern itself when it holds %p, else with ".%p" inserted
+/* The pattern the recorders get: pattern itself when it holds %p or %r, else with ".%p" inserted
  * before the extension of its last component. Returns 1 when it added the pid. */
 int mt_record_pattern_per_process(const char *pattern, char *out, size_t len);
 /* 0 when the directory of abs_pattern exists and files can be created in it (%h expanded; with
- * %c in it, the part before that component); else -1 with a one-line reason in err. */
+ * %c or %r in it, the part before that component); else -1 with a one-line reason in err. */
 int mt_record_check_dir(const char *abs_pattern, char *err, size_t errlen);
 
 /* 1 when process pid holds the file at path open, 0 when not (or gone), -1 when it is alive but

@@ -54,12 +54,12 @@ static int count_writers(const char *manifest, char *pids, size_t len)
     int held = 0;
     size_t o = 0;
     pids[0] = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (fgets(line, sizeof line, f)) { /* "<pid> trace <path>" (and "<pid> skipped <comm>") */
         line[strcspn(line, "\n")] = 0;
-        char *path = strchr(line, ' ');
-        if (!path || !path[1]) continue;
+        char *what = strchr(line, ' ');
+        if (!what || strncmp(what + 1, "trace ", 6) != 0 || !what[7]) continue;
         int pid = atoi(line);
-        if (mt_trace_held_open(pid, path + 1) == 0) continue;
+        if (mt_trace_held_open(pid, what + 7) == 0) continue;
         held++;
         if (o + 16 < len)
             o += (size_t)snprintf(pids + o, len - o, "%s%d", held > 1 ? ", " : "", pid);

@@ -3,17 +3,20 @@
  *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
  *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
  *           timeline, failed requests with what was live on their device at that moment, bytes
- *           allocated by stack, and what is still live at the end (leaks).
- *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
- *           device reaches the event number of its peak, its live set is aggregated by stack.
+ *           allocated by stack, and what is still live at the end (by stack, and by holder:
+ *           an allocator's cache, a library, the driver, or the program).
+ *   pass 2  events only, through a fresh tracker, until the last device's peak event: what was
+ *           live at each device's peak is aggregated by stack (see pass 2 below).
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  *
  * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,
  * and the exporters' later reads, go through that descriptor, so a FIFO works and a file replaced
  * between the passes is not mixed with the old one. Damaged chunks are stepped over and counted
- * (a->damaged_*) unless opt->strict. Per-device work is bounded by the device count, which the
- * tracker keeps to MT_MAX_DEVICE_ORDINAL + 2 slots; records that accumulate (threads, warnings,
- * devices) grow geometrically and DEVICE records are kept once per ordinal.
+ * (a->damaged_*) unless opt->strict. Every step is linear in the trace whatever it holds: the
+ * tracker keeps at most MT_MAX_DEVICE_ORDINAL + 2 device slots, and what is done per device (the
+ * live set at its peak and at the end, its stack lists, its NVML samples) is done for all devices
+ * in one walk; records that accumulate (threads, warnings, devices) grow geometrically and DEVICE
+ * records are kept once per ordinal; the NVML pairing's look at recent changes is bounded (below).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,18 +37,19 @@ static inline uint64_t slot_key(int32_t device, int is_host)
     return is_host ? 0 : ((uint64_t)(uint32_t)(device + 2) & 0xffffff);
 }
 
-static inline size_t slot_of_lifetime(const mt_lifetime *l)
-{
-    return (size_t)slot_key(l->device, mt_kind_is_host(l->kind));
-}
-
 static inline uint64_t agg_key(const mt_lifetime *l)
 {
     return slot_key(l->device, mt_kind_is_host(l->kind)) << 40 |
            mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER);
 }
 
+static inline size_t slot_of_lifetime(const mt_lifetime *l)
+{
+    return (size_t)slot_key(l->device, mt_kind_is_host(l->kind));
+}
+
 typedef struct timeline {
+    uint64_t api_visible; /* the slot's NVML-visible bytes less driver-internal (see sample_seen) */
     uint64_t width; /* ns per bucket; doubles when the trace outgrows MT_TIMELINE_POINTS buckets */
     uint64_t n;     /* buckets in use (highest index + 1) */
     mt_timeline_point p[MT_TIMELINE_POINTS];
@@ -62,9 +66,45 @@ typedef struct nvml_sample {
     mt_sample_point p;
 } nvml_sample;
 
+/* What the trace had live when an NVML sample was read, by event time: a sample is written by the
+ * sampler thread while other threads' events of the same moments may sit in their rings for a
+ * while, so the file order of a sample and the events around it is not their time order. Each
+ * sample starts from the live bytes of its place in the file, less the changes of the last
+ * HISTORY events that happened after its time, and takes every change of an event from before its
+ * time that comes later in the file, for SAMPLE_WINDOW_NS of event time after it. */
+#define HISTORY 65536
+#define SAMPLE_WINDOW_NS 2000000000ull
+/* Bounds that keep this linear on any trace (samples are cheap to write: a file of samples with
+ * odd times could otherwise make every change visit every sample, or every sample the whole
+ * history). The last PENDING_PER_DEVICE samples of a device take its later changes (the sampler
+ * writes one per device every 50 ms: 40 in the window); a sample's look back at the history stops at a change
+ * more than SAMPLE_WINDOW_NS before it (files keep events within a drain's reach of time order),
+ * and the look-backs of all samples together take at most HISTORY_BUDGET_PER_EVENT steps per
+ * event read (plus HISTORY): past that, samples start from their place in the file alone. */
+#define PENDING_PER_DEVICE 64
+
+/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml), a ring. */
+typedef struct pending_ring {
+    uint32_t ix[PENDING_PER_DEVICE];
+    uint32_t n, head;
+} pending_ring;
+#define HISTORY_BUDGET_PER_EVENT 64
+
+typedef struct change {
+    uint64_t t; /* since trace start */
+    int32_t device;
+    int64_t delta;
+} change;
+
 typedef struct pass1 {
     nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
     size_t n_nvml, cap_nvml;
+    int64_t *nvml_live;  /* parallel to nvml: the trace's live bytes at the sample, so far */
+    pending_ring *pending[MT_MAX_DEVICE_ORDINAL + 3]; /* by device + 2; made on a first sample */
+    uint64_t latest_change; /* the latest event time of a change so far: closes windows */
+    change *hist;        /* the last HISTORY changes, a ring */
+    size_t hist_n, hist_head;
+    uint64_t hist_budget; /* look-back steps still allowed (HISTORY_BUDGET_PER_EVENT a change) */
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
@@ -137,7 +177,42 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         p->cap_tl = cap;
         p->n_tl = n;
     }
-    timeline_note(&p->tl[i], u, rel(time_ns, p->start));
+    uint64_t t = rel(time_ns, p->start);
+    timeline_note(&p->tl[i], u, t);
+    p->hist_budget += HISTORY_BUDGET_PER_EVENT;
+    if (u->is_host) return;
+    uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
+    int64_t delta = (int64_t)(v - p->tl[i].api_visible);
+    p->tl[i].api_visible = v;
+    if (!delta) return;
+    if (!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) {
+        p->oom = 1;
+        return;
+    }
+    p->hist[p->hist_head] = (change){t, u->device, delta};
+    p->hist_head = (p->hist_head + 1) % HISTORY;
+    if (p->hist_n < HISTORY) p->hist_n++;
+    if (t > p->latest_change) p->latest_change = t;
+    const pending_ring *ring = p->pending[slot_key(u->device, 0)];
+    for (uint32_t j = 0; ring && j < ring->n; j++) {
+        uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
+        /* a change from before the sample, read while the sample's window is open */
+        if (t <= st && st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
+    }
+}
+
+/* A new sample: the live bytes of its place in the file, less the changes already read that
+ * happened after it (newest first, within the bounds above). */
+static int64_t sample_seen(pass1 *p, int32_t device, uint64_t t)
+{
+    const mt_usage *u = mt_tracker_usage(p->t, device, 0);
+    int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
+    for (size_t k = 0; k < p->hist_n && p->hist_budget; k++, p->hist_budget--) {
+        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
+        if (c->t + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
+        if (c->device == device && c->t > t) live -= c->delta;
+    }
+    return live;
 }
 
 /* ---- snapshots of the live set ----------------------------------------------------------------- */
@@ -145,7 +220,6 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 typedef struct snap {
     mt_u64map *map;
     uint64_t only_slot; /* slot key to keep */
-    int leaks;          /* 1: everything counted; 0: a device snapshot */
     uint64_t bytes, count;
     int oom;
 } snap;
@@ -153,9 +227,9 @@ typedef struct snap {
 static void snap_one(void *ctx, const mt_lifetime *l)
 {
     snap *s = ctx;
-    if (!mt_kind_counts(l->kind)) return;
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
     uint64_t key = agg_key(l);
-    if (!s->leaks && (key >> 40) != s->only_slot) return;
+    if ((key >> 40) != s->only_slot) return;
     mt_u64map_slot *m = mt_u64map_upsert(s->map, key);
     if (!m) {
         s->oom = 1;
@@ -194,18 +268,103 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
     return rc;
 }
 
+/* ---- what is live at the end, by stack and by holder -------------------------------------------- */
+
+/* Holders of one device slot: a handful (static owner names, "program", "driver-internal"). */
+typedef struct holder_list {
+    mt_end_holder *v;
+    size_t n;
+} holder_list;
+
+/* The end of the trace for every device in one walk over the live set: what is live by stack and
+ * by holder, what the program itself holds (leaks), and each GPU device's reconciliation. */
+typedef struct end_snap {
+    mt_frames *f;
+    mt_u64map live, program; /* agg key -> bytes, count */
+    holder_list holders[N_SLOTS];
+    mt_breakdown_acc at_end[N_SLOTS];
+    int oom;
+} end_snap;
+
+static void add_to(mt_u64map *m, uint64_t key, uint64_t bytes, int *oom)
+{
+    mt_u64map_slot *s = mt_u64map_upsert(m, key);
+    if (!s) {
+        *oom = 1;
+        return;
+    }
+    s->a += bytes;
+    s->b++;
+}
+
+static void end_one(void *ctx, const mt_lifetime *l)
+{
+    end_snap *e = ctx;
+    size_t slot = slot_of_lifetime(l);
+    if (slot >= N_SLOTS) return;
+    mt_breakdown_add(&e->at_end[slot], l); /* a segment counts there though not in use */
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    uint64_t key = agg_key(l);
+    add_to(&e->live, key, l->bytes, &e->oom);
+    const char *holder;
+    mt_holder_kind kind = mt_frames_holder(e->f, l, &holder);
+    if (kind == MT_HOLD_PROGRAM) add_to(&e->program, key, l->bytes, &e->oom);
+    holder_list *hl = &e->holders[slot];
+    size_t i = 0;
+    while (i < hl->n && hl->v[i].holder != holder) i++;
+    if (i == hl->n) {
+        mt_end_holder *nv = realloc(hl->v, (hl->n + 1) * sizeof *nv);
+        if (!nv) {
+            e->oom = 1;
+            return;
+        }
+        hl->v = nv;
+        hl->v[hl->n++] = (mt_end_holder){.holder = holder, .kind = kind};
+    }
+    hl->v[i].bytes += l->bytes;
+    hl->v[i].count++;
+}
+
+static int cmp_holder(const void *pa, const void *pb)
+{
+    const mt_end_holder *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    return strcmp(a->holder, b->holder);
+}
+
+/* The holders of a device, largest first; past MT_MAX_END_HOLDERS the smallest are added to the
+ * last kept entry of their kind, or dropped from the list (never from the totals). */
+static void holders_of(holder_list *hl, mt_device_report *d)
+{
+    if (hl->n) qsort(hl->v, hl->n, sizeof *hl->v, cmp_holder);
+    for (size_t i = 0; i < hl->n; i++) {
+        if (d->n_end_holders < MT_MAX_END_HOLDERS) {
+            d->end_holders[d->n_end_holders++] = hl->v[i];
+            continue;
+        }
+        for (size_t k = d->n_end_holders; k-- > 0;)
+            if (d->end_holders[k].kind == hl->v[i].kind) {
+                d->end_holders[k].bytes += hl->v[i].bytes;
+                d->end_holders[k].count += hl->v[i].count;
+                break;
+            }
+    }
+}
+
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
 
 /* What was live at each device's peak, for every device in one replay: a lifetime was live at its
  * device's peak when it started at or before the peak event and ended after it. Pass 2 replays up
  * to the last peak; lifetimes that end after their device's peak are counted as they end
  * (on_release), those still live when the replay stops are counted then. Each lifetime is looked
- * at once, however many devices there are. */
+ * at once, however many devices there are (a walk over the live set per device's peak made 8 KB
+ * of trace take 15 s). */
 typedef struct pass2 {
     mt_tracker *t;
     mt_analysis *a;
     mt_device_report *by_slot[N_SLOTS];
     uint8_t reached[N_SLOTS];          /* the device's peak event was replayed */
+    uint64_t visible[N_SLOTS], driver[N_SLOTS]; /* at the peak, for the NVML pairing */
     mt_breakdown_acc at_peak[N_SLOTS]; /* GPU devices */
     mt_u64map peak_map;                /* agg_key -> bytes, count, for every device */
     size_t pending;                    /* devices whose peak is not reached yet */
@@ -222,7 +381,11 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     p->reached[k] = 1;
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
-    if (!u->is_host) mt_breakdown_begin(&p->at_peak[k], &d->at_peak, p->a->frames, u, d->peak_time_ns);
+    if (!u->is_host) {
+        mt_breakdown_begin(&p->at_peak[k], &d->at_peak, p->a->frames, u, d->peak_time_ns);
+        p->visible[k] = mt_breakdown_visible(u);
+        p->driver[k] = u->by_kind[MT_KIND_DRIVER];
+    }
     if (p->pending) p->pending--;
 }
 
@@ -230,9 +393,9 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 static void count_at_peak(pass2 *p, const mt_lifetime *l)
 {
     size_t k = slot_of_lifetime(l);
-    if (k >= N_SLOTS || !p->reached[k] || l->start_seq > p->by_slot[k]->u.peak_seq ||
-        !mt_kind_counts(l->kind))
-        return;
+    if (k >= N_SLOTS || !p->reached[k] || l->start_seq > p->by_slot[k]->u.peak_seq) return;
+    mt_breakdown_add(&p->at_peak[k], l);
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
     mt_u64map_slot *m = mt_u64map_upsert(&p->peak_map, agg_key(l));
     if (!m) {
         p->oom = 1;
@@ -240,14 +403,14 @@ static void count_at_peak(pass2 *p, const mt_lifetime *l)
     }
     m->a += l->bytes;
     m->b++;
-    mt_breakdown_add(&p->at_peak[k], l);
 }
 
 static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
 {
     (void)end_ns;
     (void)why;
-    count_at_peak(ctx, l); /* ends after the peak event: reached is set only once it was applied */
+    count_at_peak(ctx, l); /* it ends after its device's peak: reached is set only once the peak
+                              event was applied */
 }
 
 static void pass2_still_live(void *ctx, const mt_lifetime *l)
@@ -257,7 +420,7 @@ static void pass2_still_live(void *ctx, const mt_lifetime *l)
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    pass2 *p = calloc(1, sizeof *p); /* ~17 KiB: per-slot state for every possible device */
+    pass2 *p = calloc(1, sizeof *p); /* ~30 KiB: per-slot state for every possible device */
     if (!p) {
         fail(err, errlen, "%s: out of memory in pass 2", a->path);
         return -1;
@@ -305,7 +468,7 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (!p->at_peak[k].b) continue;
         mt_device_report *d = p->by_slot[k];
         if (mt_breakdown_end(&p->at_peak[k]) < 0) p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml);
+        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, p->visible[k], p->driver[k]);
     }
     if (p->oom) rc = -1;
     if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
@@ -333,11 +496,22 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
             nvml_sample *nv = realloc(p->nvml, ncap * sizeof *nv);
             if (!nv) return -1;
             p->nvml = nv;
+            int64_t *nl = realloc(p->nvml_live, ncap * sizeof *nl);
+            if (!nl) return -1;
+            p->nvml_live = nl;
             p->cap_nvml = ncap;
         }
-        p->nvml[p->n_nvml++] = (nvml_sample){
-            rec->u.sample.device,
-            {rel(rec->u.sample.time_ns, a->header.start_monotonic_ns), rec->u.sample.value}};
+        uint64_t t = rel(rec->u.sample.time_ns, a->header.start_monotonic_ns);
+        p->nvml_live[p->n_nvml] = sample_seen(p, rec->u.sample.device, t);
+        int32_t dev = rec->u.sample.device;
+        if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && p->n_nvml < UINT32_MAX) {
+            pending_ring **ring = &p->pending[dev + 2];
+            if (!*ring && !(*ring = calloc(1, sizeof **ring))) return -1;
+            (*ring)->ix[(*ring)->head] = (uint32_t)p->n_nvml;
+            (*ring)->head = ((*ring)->head + 1) % PENDING_PER_DEVICE;
+            if ((*ring)->n < PENDING_PER_DEVICE) (*ring)->n++;
+        }
+        p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
     }
     case MT_REC_PROCESS:
@@ -416,6 +590,7 @@ static int group_samples(pass1 *p, mt_device_report **by_slot)
         int32_t dev = p->nvml[k].device;
         if (dev < -1 || dev > MT_MAX_DEVICE_ORDINAL || !by_slot[dev + 2]) continue;
         mt_device_report *d = by_slot[dev + 2];
+        p->nvml[k].p.api_visible = p->nvml_live[k] > 0 ? (uint64_t)p->nvml_live[k] : 0;
         const mt_sample_point *sp = &p->nvml[k].p;
         if (!d->n_nvml || sp->value > d->nvml_max) {
             d->nvml_max = sp->value;
@@ -426,65 +601,46 @@ static int group_samples(pass1 *p, mt_device_report **by_slot)
     return 0;
 }
 
-/* The end of the trace for every device in one walk over the live set: what is still live, by
- * stack (leaks), and each GPU device's reconciliation at the end. */
-typedef struct end_walk {
-    mt_u64map leaks;
-    mt_breakdown_acc at_end[N_SLOTS];
-    int oom;
-} end_walk;
-
-static void end_one(void *ctx, const mt_lifetime *l)
-{
-    end_walk *w = ctx;
-    if (!mt_kind_counts(l->kind)) return;
-    mt_u64map_slot *m = mt_u64map_upsert(&w->leaks, agg_key(l));
-    if (!m) {
-        w->oom = 1;
-        return;
-    }
-    m->a += l->bytes;
-    m->b++;
-    size_t k = slot_of_lifetime(l);
-    if (k < N_SLOTS) mt_breakdown_add(&w->at_end[k], l);
-}
-
 static int finish_devices(mt_analysis *a, pass1 *p, mt_u64map *allocs, mt_device_report **by_slot,
-                          end_walk *w)
+                          end_snap *e)
 {
     if (group_samples(p, by_slot) < 0) return -1;
     for (size_t k = 1; k < N_SLOTS; k++) /* slot 0 is host memory: no reconciliation */
         if (by_slot[k])
-            mt_breakdown_begin(&w->at_end[k], &by_slot[k]->at_end, a->frames, &by_slot[k]->u,
+            mt_breakdown_begin(&e->at_end[k], &by_slot[k]->at_end, a->frames, &by_slot[k]->u,
                                a->duration_ns);
-    mt_tracker_foreach_live(p->t, end_one, w);
-    int rc = w->oom ? -1 : 0;
+    mt_tracker_foreach_live(p->t, end_one, e);
+    int rc = e->oom ? -1 : 0;
     for (size_t k = 1; k < N_SLOTS; k++) {
-        if (!by_slot[k]) continue;
-        if (mt_breakdown_end(&w->at_end[k]) < 0) rc = -1;
-        mt_breakdown_set_process(&by_slot[k]->at_end, by_slot[k]->nvml, by_slot[k]->n_nvml);
-    }
-    mt_stack_list leaks[N_SLOTS], alloc_lists[N_SLOTS];
-    if (rc < 0 || mt_stack_lists_by_prefix(&w->leaks, leaks, N_SLOTS) < 0) return -1;
-    if (mt_stack_lists_by_prefix(allocs, alloc_lists, N_SLOTS) < 0) {
-        for (size_t k = 0; k < N_SLOTS; k++) free(leaks[k].v);
-        return -1;
-    }
-    for (size_t k = 0; k < N_SLOTS; k++) {
         mt_device_report *d = by_slot[k];
+        if (!d) continue;
+        if (mt_breakdown_end(&e->at_end[k]) < 0) rc = -1;
+        mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(&d->u),
+                                 d->u.by_kind[MT_KIND_DRIVER]);
+    }
+    mt_stack_list live[N_SLOTS], program[N_SLOTS], alloc_lists[N_SLOTS];
+    int have = 0; /* lists made so far */
+    if (rc == 0 && mt_stack_lists_by_prefix(&e->live, live, N_SLOTS) == 0) have = 1;
+    if (have == 1 && mt_stack_lists_by_prefix(&e->program, program, N_SLOTS) == 0) have = 2;
+    if (have == 2 && mt_stack_lists_by_prefix(allocs, alloc_lists, N_SLOTS) == 0) have = 3;
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_device_report *d = have == 3 ? by_slot[k] : NULL;
         if (!d) {
-            free(leaks[k].v);
-            free(alloc_lists[k].v);
+            if (have >= 1) free(live[k].v);
+            if (have >= 2) free(program[k].v);
+            if (have >= 3) free(alloc_lists[k].v);
             continue;
         }
-        d->leaks = leaks[k];
+        d->live_end = live[k];
+        d->leaks = program[k];
         d->allocs = alloc_lists[k];
+        holders_of(&e->holders[k], d);
         for (size_t j = 0; j < d->leaks.n; j++) {
             d->leak_bytes += d->leaks.v[j].bytes;
             d->leak_count += d->leaks.v[j].count;
         }
     }
-    return 0;
+    return have == 3 ? rc : -1;
 }
 
 static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *devs,
@@ -531,12 +687,18 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 }
         }
     }
-    end_walk *w = calloc(1, sizeof *w);
-    int rc = w ? finish_devices(a, p, allocs, by_slot, w) : -1;
-    if (w) {
-        mt_u64map_destroy(&w->leaks);
-        for (size_t k = 0; k < N_SLOTS; k++) mt_u64map_destroy(&w->at_end[k].owners);
-        free(w);
+    end_snap *e = calloc(1, sizeof *e); /* ~20 KiB: per-slot state for every possible device */
+    int rc = -1;
+    if (e) {
+        e->f = a->frames;
+        rc = finish_devices(a, p, allocs, by_slot, e);
+        mt_u64map_destroy(&e->live);
+        mt_u64map_destroy(&e->program);
+        for (size_t k = 0; k < N_SLOTS; k++) {
+            free(e->holders[k].v);
+            mt_u64map_destroy(&e->at_end[k].owners);
+        }
+        free(e);
     }
     if (rc < 0) return -1;
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
@@ -553,7 +715,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     mt_reader_set_strict(r, strict);
     a->header = *mt_reader_header(r);
     a->pid = a->header.pid;
-    pass1 p = {.start = a->header.start_monotonic_ns};
+    pass1 p = {.start = a->header.start_monotonic_ns, .hist_budget = HISTORY};
     mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage};
     p.t = mt_tracker_new(&hooks);
     mt_u64map allocs = {0};
@@ -580,7 +742,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (e->op == MT_OP_FAILED) {
             a->failed_total++;
             if (a->n_failed < MT_MAX_FAILED_KEPT && snapshot_failed(a, p.t, e) < 0) rc = -1;
-        } else if (e->op == MT_OP_ALLOC && mt_kind_counts(e->kind)) {
+        } else if (e->op == MT_OP_ALLOC && mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
             mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
             mt_u64map_slot *s = mt_u64map_upsert(&allocs, agg_key(&l));
             if (!s) rc = -1;
@@ -616,6 +778,9 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(devs);
     free(p.tl);
     free(p.nvml);
+    free(p.nvml_live);
+    free(p.hist);
+    for (size_t k = 0; k < N_SLOTS; k++) free(p.pending[k]);
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);
@@ -654,6 +819,7 @@ static void free_device(mt_device_report *d)
     free((char *)d->name);
     free(d->peak_stacks.v);
     free(d->leaks.v);
+    free(d->live_end.v);
     free(d->allocs.v);
     free(d->timeline);
     free(d->nvml);

@@ -1,15 +1,19 @@
 /* Frame naming: the stack trie, loaded modules, symbols and Python code objects of a trace, turned
- * into the names a person reads.
+ * into the names a person reads. One name per frame and style serves every output (text and JSON
+ * reports, folded stacks, Chrome and speedscope files):
  *
- *   native, symbolized     report: "function (file:line)"   folded: "function"
- *                          (one ip with inlined callees expands to several frames, outer first)
+ *   native, symbolized     "function (file:line)", "function" without a file; short style:
+ *                          the function without return type, template arguments and parameters
+ *                          (mt_cxx_short_name); one ip with inlined callees expands to several
+ *                          frames, outer first
  *   native, no symbol      "libfoo.so+0x1a2b" (offset = ip - load bias, what addr2line wants)
  *   native, no module      "0x7f12345678"
- *   Python                 report: "/full/path/file.py:LINE in qualname"
- *                          text:   "short/file.py:LINE in qualname" (see short_path)
- *                          folded: "file.py:qualname:line" (unchanged: flame graph tools key on it)
+ *   Python                 "qualname (path:LINE)": short style "Module._call_impl
+ *                          (torch/nn/modules/module.py:1790)" (see short_path), long style with
+ *                          the path as recorded
  *   pseudo                 mt_pseudo_name(ip), e.g. "[driver internal]"
- * Names never contain ';' or newlines (folded output and text reports rely on it).
+ * Names never contain ';' or newlines (folded output and text reports rely on it). What a frame
+ * means to a user (ATen operator, autograd node, allocating library) is frame_names.c's job.
  *
  * Records may come in any order (symbols are appended to a trace after recording), so lookups
  * are built lazily at the first naming call after new records arrived, and names are cached per
@@ -20,7 +24,7 @@
  * allocate 3 GiB), a node whose parent id is not below its own id is cut from its parent (the
  * recorder hands out ids in order, so a parent always has the smaller id; the rule makes parent
  * cycles impossible), and a path is cut after MAX_DEPTH frames (the recorder writes at most
- * MT_MAX_FRAMES = 128). Whether a node's own names name an owner is decided once per node.
+ * MT_MAX_FRAMES = 128).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,9 +42,9 @@ typedef struct node {
     uint32_t parent_ix;  /* index of the parent; NO_NODE = none (root, unknown, or not below id);
                             resolved by link_nodes */
     uint8_t kind;
-    int8_t owner_rule; /* -2 = not decided yet, -1 = its names name no owner, else a rule */
     uint64_t ip;
     uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
+    uint8_t is_vendor;                   /* native frame inside an NVIDIA library (cuBLAS...) */
     uint32_t name_first[MT_NAME_STYLES_], name_count[MT_NAME_STYLES_]; /* cached names in f->names,
                                                                   per style; count 0 = not yet */
 } node;
@@ -49,7 +53,7 @@ typedef struct module {
     uint32_t id;
     uint64_t bias, start, end;
     char *base; /* basename of path */
-    int is_cuda;
+    int is_cuda, is_vendor;
 } module;
 
 typedef struct symbol {
@@ -82,9 +86,8 @@ struct mt_frames {
     size_t n_names, cap_names;
     uint32_t *scratch; /* node ids of one path */
     size_t cap_scratch;
-    char *base_dir;      /* MT_NAME_TEXT shows Python files under it relative to it; NULL = none */
-    mt_u64map owner_index; /* leaf -> a: owner name (a pointer to a static or an f->names string,
-                              which live as long as f), b: is the caching allocator */
+    char *base_dir;      /* MT_NAME_SHORT shows Python files under it relative to it; NULL = none */
+    mt_view_cache *view;   /* roles of names, user-view names, owners per leaf (frame_names.c) */
 };
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -116,7 +119,7 @@ void mt_frames_free(mt_frames *f)
         free(f->codes[i].qualname);
     }
     for (size_t i = 0; i < f->n_names; i++) free(f->names[i]);
-    mt_u64map_destroy(&f->owner_index);
+    mt_view_cache_free(f->view);
     free(f->base_dir);
     mt_u64map_destroy(&f->sym_index);
     mt_u64map_destroy(&f->code_index);
@@ -130,12 +133,27 @@ void mt_frames_free(mt_frames *f)
     free(f);
 }
 
+static int has_prefix(const char *base, const char *const *prefixes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(base, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+    return 0;
+}
+
+/* The CUDA stack itself: driver, runtime, CUPTI, the recorder (MT_FF_CUDA). */
 static int is_cuda_module(const char *base)
 {
     static const char *const prefixes[] = {"libcuda", "libcupti", "libmemtrace_inject"};
-    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
-        if (strncmp(base, prefixes[i], strlen(prefixes[i])) == 0) return 1;
-    return 0;
+    return has_prefix(base, prefixes, sizeof prefixes / sizeof *prefixes);
+}
+
+/* NVIDIA's libraries that allocate on their own behalf (MT_FF_LIB): never a user's frame. */
+static int is_vendor_module(const char *base)
+{
+    static const char *const prefixes[] = {"libcublas", "libcudnn", "libnccl", "libcufft",
+                                           "libcurand", "libcusparse", "libcusolver", "libnvrtc",
+                                           "libnvJitLink", "libnvidia-"};
+    return has_prefix(base, prefixes, sizeof prefixes / sizeof *prefixes);
 }
 
 int mt_frames_add(mt_frames *f, const mt_record *r)
@@ -155,7 +173,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
             f->bad_nodes += f->nodes[s->a].parent >= f->nodes[s->a].id;
         }
         f->nodes[s->a] = (node){.id = n->id, .parent = n->parent, .parent_ix = NO_NODE,
-                                .kind = n->frame_kind, .owner_rule = -2, .ip = n->ip};
+                                .kind = n->frame_kind, .ip = n->ip};
         if (n->parent >= n->id) f->bad_nodes++;
         f->nodes_linked = 0;
         return 1;
@@ -170,6 +188,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
                       .base = dup(slash ? slash + 1 : path)};
         if (!m->base) return -1;
         m->is_cuda = is_cuda_module(m->base);
+        m->is_vendor = is_vendor_module(m->base);
         f->n_mods++;
         f->mods_sorted = 0;
         return 1;
@@ -217,11 +236,9 @@ static int cmp_sym(const void *pa, const void *pb)
 
 static void forget_names(mt_frames *f)
 {
-    for (size_t i = 0; i < f->n_nodes; i++) {
+    for (size_t i = 0; i < f->n_nodes; i++)
         memset(f->nodes[i].name_count, 0, sizeof f->nodes[i].name_count);
-        f->nodes[i].owner_rule = -2;
-    }
-    mt_u64map_clear(&f->owner_index); /* owners are named from frame names: redo them too */
+    mt_view_cache_forget(f->view); /* owners are named from frame names: redo them too */
 }
 
 /* Index of node id, NO_NODE when the trace has none. */
@@ -316,14 +333,25 @@ static char *fmt(const char *format, ...)
 
 static char *symbol_name(const symbol *s, mt_name_style style)
 {
-    if (style == MT_NAME_FOLDED || !s->file[0]) return dup(s->function);
+    char *shortn = NULL;
+    const char *fn = s->function;
+    if (style == MT_NAME_SHORT) {
+        size_t cap = strlen(fn) + 1;
+        if (!(shortn = malloc(cap))) return NULL;
+        mt_cxx_short_name(fn, shortn, cap);
+        fn = shortn;
+    }
+    char *name;
     const char *slash = strrchr(s->file, '/');
     const char *file = slash ? slash + 1 : s->file; /* basenames keep the report narrow */
-    if (s->line) return fmt("%s (%s:%u)", s->function, file, s->line);
-    return fmt("%s (%s)", s->function, file);
+    if (!s->file[0]) name = dup(fn);
+    else if (s->line) name = fmt("%s (%s:%u)", fn, file, s->line);
+    else name = fmt("%s (%s)", fn, file);
+    free(shortn);
+    return name;
 }
 
-/* A Python file name that fits a text report: below a site-packages/dist-packages directory the
+/* A Python file name that fits a flame graph label: below a site-packages/dist-packages directory the
  * package path ("torch/nn/modules/linear.py"); under base_dir the path relative to it; else the
  * last two components ("proj/cifar.py"). Returns a pointer into path. */
 static const char *short_path(const mt_frames *f, const char *path)
@@ -358,13 +386,9 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
         const mt_u64map_slot *s = mt_u64map_find(&f->code_index, code);
         if (s) {
             const pycode *c = &f->codes[s->a];
-            if (style == MT_NAME_FOLDED)
-                rc = push_name(f, fmt("%s:%s:%u", c->filename, c->qualname, line));
-            else
-                rc = push_name(f, fmt("%s:%u in %s",
-                                      style == MT_NAME_TEXT ? short_path(f, c->filename)
-                                                            : c->filename,
-                                      line, c->qualname));
+            rc = push_name(f, fmt("%s (%s:%u)", c->qualname,
+                                  style == MT_NAME_SHORT ? short_path(f, c->filename) : c->filename,
+                                  line));
         } else {
             rc = push_name(f, fmt("[python code %u]:%u", code, line));
         }
@@ -379,6 +403,7 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
         }
         const module *m = module_of(f, n->ip);
         n->is_cuda = m && m->is_cuda;
+        n->is_vendor = m && m->is_vendor;
         if (!named && rc == 0) {
             if (m) rc = push_name(f, fmt("%s+0x%llx", m->base, (unsigned long long)(n->ip - m->bias)));
             else rc = push_name(f, fmt("0x%llx", (unsigned long long)n->ip));
@@ -408,7 +433,7 @@ static int keep_frame(const node *n, mt_frame_filter filter)
     switch (filter) {
     case MT_FRAMES_PYTHON: return n->kind != MT_FRAME_NATIVE;
     case MT_FRAMES_NATIVE: return n->kind != MT_FRAME_PYTHON;
-    default: return 1;
+    default: return 1; /* MT_FRAMES_ALL */
     }
 }
 
@@ -423,7 +448,8 @@ static int is_library_python(const char *path)
 static uint8_t frame_flags(mt_frames *f, const node *n)
 {
     if (n->kind == MT_FRAME_PSEUDO) return MT_FF_PSEUDO;
-    if (n->kind == MT_FRAME_NATIVE) return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0);
+    if (n->kind == MT_FRAME_NATIVE)
+        return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0) | (n->is_vendor ? MT_FF_LIB : 0);
     const char *file = NULL;
     mt_frames_pycode(f, (uint32_t)(n->ip >> 32), &file, NULL);
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
@@ -432,6 +458,8 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
 size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
                          const char **out, uint8_t *flags, size_t cap)
 {
+    if (filter == MT_FRAMES_AUTO) filter = mt_frames_resolve(f, filter);
+    if (filter == MT_FRAMES_USER) return mt_frames_user_path(f, leaf, style, out, flags, cap);
     if (leaf == 0) {
         if (cap) out[0] = mt_pseudo_name(MT_PSEUDO_NO_STACK);
         if (cap && flags) flags[0] = MT_FF_PSEUDO;
@@ -468,7 +496,22 @@ void mt_frames_set_base_dir(mt_frames *f, const char *dir)
 {
     free(f->base_dir);
     f->base_dir = dir ? strdup(dir) : NULL;
-    for (size_t i = 0; i < f->n_nodes; i++) f->nodes[i].name_count[MT_NAME_TEXT] = 0;
+    for (size_t i = 0; i < f->n_nodes; i++) f->nodes[i].name_count[MT_NAME_SHORT] = 0;
+    mt_view_cache_forget(f->view); /* first user frames and owners may be short Python names */
+}
+
+int mt_frames_has_python(const mt_frames *f) { return f->n_codes > 0; }
+
+mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter)
+{
+    if (filter != MT_FRAMES_AUTO) return filter;
+    return mt_frames_has_python(f) ? MT_FRAMES_USER : MT_FRAMES_ALL;
+}
+
+mt_view_cache **mt_frames_view_cache(mt_frames *f)
+{
+    prepare(f); /* records added since the last call rebuild names: per-leaf answers go first */
+    return &f->view;
 }
 
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname)
@@ -513,92 +556,6 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
         return 1;
     }
     return 0;
-}
-
-const char *mt_frames_first_user(mt_frames *f, uint32_t leaf)
-{
-    if (leaf == 0) return mt_pseudo_name(MT_PSEUDO_NO_STACK);
-    uint32_t leaf_ix = index_of(f, leaf);
-    if (prepare(f) < 0 || leaf_ix == NO_NODE) return "[unknown stack]";
-    size_t depth = collect(f, leaf_ix);
-    uint32_t pick = NO_NODE;
-    for (size_t k = 0; k < depth && pick == NO_NODE; k++) /* innermost Python frame */
-        if (f->nodes[f->scratch[k]].kind == MT_FRAME_PYTHON) pick = f->scratch[k];
-    for (size_t k = 0; k < depth && pick == NO_NODE; k++) { /* innermost native outside CUDA */
-        const node *n = &f->nodes[f->scratch[k]];
-        if (n->kind != MT_FRAME_NATIVE) continue;
-        const module *m = module_of(f, n->ip);
-        if (!m || !m->is_cuda) pick = f->scratch[k];
-    }
-    if (pick == NO_NODE && depth) pick = f->scratch[0];
-    if (pick == NO_NODE) return "[unknown stack]";
-    const node *n = &f->nodes[pick];
-    if (!n->name_count[MT_NAME_REPORT] && build_node_names(f, pick, MT_NAME_REPORT) < 0)
-        return "[unknown stack]";
-    n = &f->nodes[pick];
-    /* The innermost of an inlined expansion is the code that actually made the call. */
-    return f->names[n->name_first[MT_NAME_REPORT] + n->name_count[MT_NAME_REPORT] - 1];
-}
-
-/* Who made an allocation, by the names of its native frames, innermost first: the first frame that
- * names the PyTorch caching allocator or a library that allocates on its own wins. Python frames
- * are not looked at (a script called "nccl_test.py" is not NCCL). */
-static const struct {
-    const char *needle, *owner;
-} owner_rules[] = {
-    {"CUDACachingAllocator", MT_OWNER_CACHING_ALLOCATOR},
-    {"cublas", "cuBLAS"}, /* cublasCreate_v2, cublasLt..., libcublas*.so+0x... */
-    {"cudnn", "cuDNN"},
-    {"nccl", "NCCL"},
-};
-
-/* The first owner rule the names of native node ix match (innermost name first), -1 for none;
- * decided once per node. */
-static int node_owner_rule(mt_frames *f, uint32_t ix)
-{
-    if (f->nodes[ix].owner_rule != -2) return f->nodes[ix].owner_rule;
-    if (f->nodes[ix].kind != MT_FRAME_NATIVE) return f->nodes[ix].owner_rule = -1;
-    if (!f->nodes[ix].name_count[MT_NAME_FOLDED] && build_node_names(f, ix, MT_NAME_FOLDED) < 0)
-        return -1; /* out of memory: undecided, asked again next time */
-    const node *n = &f->nodes[ix];
-    int rule = -1;
-    for (uint32_t i = 0; i < n->name_count[MT_NAME_FOLDED] && rule < 0; i++) {
-        const char *name = f->names[n->name_first[MT_NAME_FOLDED] + i];
-        for (size_t r = 0; r < sizeof owner_rules / sizeof *owner_rules && rule < 0; r++)
-            if (strstr(name, owner_rules[r].needle)) rule = (int)r;
-    }
-    return f->nodes[ix].owner_rule = (int8_t)rule;
-}
-
-const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator)
-{
-    int ready = prepare(f) == 0; /* first: new symbols clear the cache */
-    mt_u64map_slot *c = mt_u64map_find(&f->owner_index, leaf);
-    if (c && c->a) {
-        if (is_allocator) *is_allocator = (int)c->b;
-        return (const char *)(uintptr_t)c->a;
-    }
-    const char *owner = NULL;
-    int alloc = 0;
-    uint32_t leaf_ix = index_of(f, leaf);
-    if (ready && leaf_ix != NO_NODE) {
-        size_t depth = collect(f, leaf_ix);
-        for (size_t k = 0; k < depth && !owner; k++) {
-            int rule = node_owner_rule(f, f->scratch[k]);
-            if (rule >= 0) {
-                owner = owner_rules[rule].owner;
-                alloc = rule == 0;
-            }
-        }
-    }
-    if (!owner) owner = mt_frames_first_user(f, leaf); /* collect() is reused: call it last */
-    c = mt_u64map_upsert(&f->owner_index, leaf);
-    if (c) { /* no cache when out of memory: the answer is still right */
-        c->a = (uint64_t)(uintptr_t)owner;
-        c->b = (uint64_t)alloc;
-    }
-    if (is_allocator) *is_allocator = alloc;
-    return owner;
 }
 
 uint64_t mt_frames_bad_nodes(const mt_frames *f)

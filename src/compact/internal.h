@@ -108,11 +108,32 @@ static inline int mt_kind_counts(unsigned kind)
     switch (kind) {
     case MT_KIND_DEVICE: case MT_KIND_PITCH: case MT_KIND_ASYNC: case MT_KIND_MANAGED:
     case MT_KIND_VMM_PHYSICAL: case MT_KIND_DRIVER: case MT_KIND_HOST_PINNED:
-    case MT_KIND_HOST_REGISTERED:
+    case MT_KIND_HOST_REGISTERED: case MT_KIND_TENSOR:
         return 1;
     default:
         return 0;
     }
+}
+
+/* How an allocation's bytes count on its device, from its kind and flags:
+ *   IN_USE    device (or host) bytes in use: what the peak is the maximum of;
+ *   RESERVED  a PyTorch segment whose tensors are in the trace (record --tensors): the tensors
+ *             are what is in use, the segment is the allocator's reservation around them;
+ *   NONE      address space, mappings, pool bookkeeping, graph memory nodes: tracked, never
+ *             counted. */
+enum { MT_COUNT_NONE = 0, MT_COUNT_IN_USE = 1, MT_COUNT_RESERVED = 2 };
+
+static inline int mt_counting(unsigned kind, unsigned flags)
+{
+    if ((flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED)) ==
+        (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED))
+        return MT_COUNT_RESERVED;
+    /* a graph memory node: an address fixed at capture, backed from the graph memory pool only
+     * while the graph runs (the pool's reservation is what is counted, as POOL_RESERVED) */
+    if (kind == MT_KIND_ASYNC && (flags & MT_EF_CAPTURED)) return MT_COUNT_NONE;
+    /* a handle to a peer process's memory (IPC) or an extra reference: not new bytes here */
+    if (flags & (MT_EF_IMPORTED | MT_EF_RETAIN)) return MT_COUNT_NONE;
+    return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
 }
 
 static inline int mt_kind_is_host(unsigned kind)
@@ -133,6 +154,38 @@ int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *o
  * (k < n; entries with a larger prefix are left out). -1 when out of memory. */
 int mt_stack_lists_by_prefix(const mt_u64map *m, mt_stack_list *lists, size_t n);
 
+/* ---- frame names (frame_names.c) ------------------------------------------------------------ */
+/* The short name of a demangled C++ function (see frame_names.c) into out (always terminated;
+ * cut at cap). Returns its length. */
+size_t mt_cxx_short_name(const char *in, char *out, size_t cap);
+
+typedef enum mt_frame_role {
+    MT_ROLE_PLAIN = 0,
+    MT_ROLE_ATEN = 1,          /* at::_ops::<op>::call -> "aten::<op>" */
+    MT_ROLE_AUTOGRAD_NODE = 2, /* torch::autograd::generated::<Node>::apply -> "<Node>" */
+    MT_ROLE_LIBRARY = 3,       /* cuBLAS, cuDNN, NCCL */
+    MT_ROLE_ALLOCATOR = 4,     /* an allocator that caches: PyTorch's, XLA's, CuPy's pool */
+} mt_frame_role;
+
+/* What native frame name fn (a demangled function, or "libfoo.so+0x12") is to a user; the user's
+ * name for it in user (empty for MT_ROLE_PLAIN). */
+mt_frame_role mt_frame_role_of(const char *fn, char *user, size_t cap);
+/* The owner named by a native frame name (a static string), or NULL; *is_allocator set. */
+const char *mt_owner_of_name(const char *fn, int *is_allocator);
+
+/* Per-mt_frames caches of frame_names.c: roles of names, first user frames and owners per leaf. */
+typedef struct mt_view_cache mt_view_cache;
+void mt_view_cache_free(mt_view_cache *v);
+void mt_view_cache_forget(mt_view_cache *v); /* names were rebuilt: per-leaf answers are stale */
+/* f's view cache (NULL until frame_names.c makes it), after bringing f's indexes up to date. */
+mt_view_cache **mt_frames_view_cache(mt_frames *f);
+/* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
+ * string or owned by f. */
+mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char **holder);
+/* mt_frames_path_ex for MT_FRAMES_USER. */
+size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
+                           uint8_t *flags, size_t cap);
+
 /* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
 /* b is filled from usage slot u (a GPU device) at time_rel (since start) and from the live
  * lifetimes given to mt_breakdown_add (those of other devices are passed over); mt_breakdown_end
@@ -141,13 +194,21 @@ typedef struct mt_breakdown_acc {
     mt_breakdown *b; /* NULL: not begun, or ended */
     mt_frames *f;
     int32_t device;
-    uint64_t pool_reserved;
+    int tensors;                  /* the device has TENSOR blocks (record --tensors) */
+    uint64_t pool_reserved, tensor_bytes; /* of u at the moment */
     mt_u64map owners; /* owner name pointer -> a: bytes, b: count */
 } mt_breakdown_acc;
 void mt_breakdown_begin(mt_breakdown_acc *acc, mt_breakdown *b, mt_frames *f, const mt_usage *u,
                         uint64_t time_rel);
 void mt_breakdown_add(mt_breakdown_acc *acc, const mt_lifetime *l);
 int mt_breakdown_end(mt_breakdown_acc *acc);
-/* Sets the process total from the last sample at or before b->time_ns and the remainder. */
-void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n);
+/* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
+ * (driver-internal included), with the async allocations of a pool replaced by the pool's
+ * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
+uint64_t mt_breakdown_visible(const mt_usage *u);
+/* Pairs b's moment with an NVML sample consistent with it (see breakdown.c); then the remainder.
+ * visible: mt_breakdown_visible at the moment, driver: its driver-internal bytes. None: the total
+ * is unknown, and b says why. */
+void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
+                              uint64_t driver);
 #endif

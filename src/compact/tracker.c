@@ -5,7 +5,14 @@
  *  - A FREE matches the live ALLOC with the same (device, family, address); mt_family groups kinds
  *    that free each other (cuMemFree frees DEVICE, PITCH, MANAGED and ASYNC memory alike). Host
  *    kinds use device -1. A FREE whose device is -1 but whose family is a device family is looked
- *    up on every device seen so far (the recorder may not know which device a pointer is on).
+ *    up on every device seen so far (the recorder may not know which device a pointer is on). A
+ *    device ALLOC whose device is -1 is tracked (so its FREE matches) but counted on no device:
+ *    the analysis never makes up a device (anomaly unknown_device).
+ *  - TENSOR (record --tensors) is a block PyTorch's caching allocator handed out of a segment:
+ *    its own family, so a tensor at the start of a segment is not the segment. A segment flagged
+ *    SEGMENT|TENSORS_TRACKED is the allocator's reservation around tensors that are in the trace:
+ *    it counts in segment_bytes, not in_use (the tensors do); without TENSORS_TRACKED (default
+ *    mode) it is an allocation like any other, and also counts in segment_bytes.
  *  - Device bytes in use = live DEVICE + PITCH + ASYNC + MANAGED + VMM_PHYSICAL + DRIVER; "API
  *    bytes" the same without DRIVER. VMM_RESERVE is address space (vmm_reserved), VMM_MAP ranges
  *    are tracked (vmm_mapped) but their bytes are already counted by their VMM_PHYSICAL handle.
@@ -18,6 +25,10 @@
  *    bounded), else an unmatched free; an ALLOC at a live key closes the old lifetime as
  *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
  *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id.
+ *  - VMM handles are reference-counted: a VMM_PHYSICAL ALLOC flagged RETAIN adds a reference to
+ *    the live handle (NCCL takes handles back from mapped addresses), and a FREE (cuMemRelease)
+ *    drops one; the last one ends the lifetime. A handle flagged IMPORTED is a peer process's
+ *    memory: tracked so its release matches, counted on nobody here.
  *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
  *  - An event naming a device ordinal outside -1..MT_MAX_DEVICE_ORDINAL is counted (bad_devices)
  *    and ignored: no machine has that many GPUs, and a bounded number of devices keeps every
@@ -67,14 +78,13 @@ static const uint8_t family_of_kind[MT_KIND_MAX_] = {
     [MT_KIND_HOST_REGISTERED] = MT_FAM_REGISTERED, [MT_KIND_VMM_RESERVE] = MT_FAM_VMM_RESERVE,
     [MT_KIND_VMM_PHYSICAL] = MT_FAM_VMM_PHYSICAL, [MT_KIND_VMM_MAP] = MT_FAM_OTHER,
     [MT_KIND_POOL] = MT_FAM_OTHER,             [MT_KIND_DRIVER] = MT_FAM_DRIVER,
+    [MT_KIND_TENSOR] = MT_FAM_TENSOR,
 };
 
 static inline int is_host_family(unsigned fam)
 {
     return fam == MT_FAM_PINNED || fam == MT_FAM_REGISTERED;
 }
-
-#define counts_in_use mt_kind_counts
 
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks)
 {
@@ -168,14 +178,22 @@ static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
     if (u->pool_reserved > u->pool_reserved_peak) u->pool_reserved_peak = u->pool_reserved;
 }
 
-/* Adds (sign > 0) or removes the bytes of a lifetime of `kind` from its slot. */
-static inline void account(mt_usage *u, unsigned kind, uint64_t bytes, int sign)
+/* Adds (sign > 0) or removes the bytes of a lifetime of `kind` with event flags `flags` from its
+ * slot. */
+static inline void account(mt_usage *u, unsigned kind, unsigned flags, uint64_t bytes, int sign)
 {
     uint64_t d = sign > 0 ? bytes : -bytes; /* unsigned wrap-around adds or subtracts */
+    if (flags & MT_EF_SEGMENT) {
+        u->segment_bytes += d;
+        if (u->segment_bytes > u->segment_peak) u->segment_peak = u->segment_bytes;
+    }
+    int how = mt_counting(kind, flags);
+    if (how == MT_COUNT_RESERVED) return; /* its tensors are counted instead */
+    if (how == MT_COUNT_NONE && mt_kind_counts(kind)) return; /* a graph memory node */
     u->by_kind[kind] += d;
-    /* per-kind high-water: in tensor mode the async peak is the peak of live tensor bytes */
+    /* per-kind high-water: the tensor peak (torch's max_memory_allocated) in tensor mode */
     if (sign > 0 && u->by_kind[kind] > u->by_kind_peak[kind]) u->by_kind_peak[kind] = u->by_kind[kind];
-    if (counts_in_use(kind)) {
+    if (how == MT_COUNT_IN_USE) {
         u->in_use += d;
         if (kind != MT_KIND_DRIVER) u->api_in_use += d;
     } else if (kind == MT_KIND_VMM_RESERVE) {
@@ -231,8 +249,9 @@ static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)
 static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
 {
     if (t->hooks.on_release) t->hooks.on_release(t->hooks.ctx, p, now, why);
-    long s = slot_index(t, p->device, is_host_family(p->family), now);
-    if (s >= 0) account(&t->usages[s], p->kind, p->bytes, -1);
+    int host = is_host_family(p->family);
+    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
+    if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     mt_ctx_leave(&t->ctx_lifetimes, p->context);
     mt_live_remove(&t->live, p);
 }
@@ -307,8 +326,9 @@ static int do_unmap(mt_tracker *t, const mt_event *e, uint64_t now)
 
 /* ---- Events ------------------------------------------------------------------------------------ */
 
+/* slot < 0: a device allocation on an unknown device (counted as an anomaly, on no device). */
 static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fam, int32_t dev,
-                    size_t slot)
+                    long slot)
 {
     uint64_t now = e->time_ns;
     mt_lifetime *old = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
@@ -330,19 +350,43 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
         if (p) mt_live_remove(&t->live, p);
         return -1;
     }
+    if (slot < 0) {
+        t->an.unknown_device++;
+        return 0;
+    }
     mt_usage *u = &t->usages[slot];
-    account(u, kind, e->bytes, +1);
-    if (counts_in_use(kind)) {
+    account(u, kind, e->flags, e->bytes, +1);
+    if (mt_counting(kind, e->flags) == MT_COUNT_IN_USE) {
         u->alloc_bytes += e->bytes;
         u->alloc_count++;
         if (e->bytes == 0) u->zero_byte_allocs++;
     }
+    if (e->flags & MT_EF_CAPTURED) {
+        u->captured_count++;
+        u->captured_bytes += e->bytes;
+    }
+    if (kind == MT_KIND_TENSOR && e->aux > u->tensor_counter_peak) u->tensor_counter_peak = e->aux;
     return 0;
+}
+
+/* A live VMM handle, on whichever device (handles are unique in the process). */
+static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
+{
+    mt_lifetime *p = mt_live_find(&t->live, dev, MT_FAM_VMM_PHYSICAL, handle);
+    for (size_t i = 0; i < t->n_usages && !p; i++)
+        if (!t->usages[i].is_host && t->usages[i].device != dev)
+            p = mt_live_find(&t->live, t->usages[i].device, MT_FAM_VMM_PHYSICAL, handle);
+    return p ? p : mt_live_find(&t->live, -1, MT_FAM_VMM_PHYSICAL, handle);
 }
 
 static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
 {
     mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
+    if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
+        p->extra_refs--;
+        return;
+    }
     if (!p && dev < 0 && !is_host_family(fam))
         for (size_t i = 0; i < t->n_usages && !p; i++)
             if (!t->usages[i].is_host && t->usages[i].device != dev)
@@ -355,7 +399,8 @@ static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev,
         return;
     }
     *fc = h;
-    long s = slot_index(t, p->device, is_host_family(fam), now);
+    int host = is_host_family(fam);
+    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) {
         t->usages[s].free_count++;
         release(t, p, now, MT_END_FREE);
@@ -436,11 +481,22 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
     }
     switch (e->op) {
     case MT_OP_ALLOC: {
-        long s = slot_index(t, dev, host, now);
-        if (s < 0) return -1;
+        /* The recorder names every device allocation's device; one it could not (an older
+         * recorder, a thread with no context) is tracked but put on no device. */
+        long s = host || dev >= 0 || kind == MT_KIND_VMM_MAP ? slot_index(t, dev, host, now) : -1;
+        if (s < 0 && (host || dev >= 0 || kind == MT_KIND_VMM_MAP)) return -1;
+        if (kind == MT_KIND_VMM_PHYSICAL && (e->flags & MT_EF_RETAIN)) {
+            mt_lifetime *p = find_handle(t, dev, e->address);
+            if (p) { /* one more reference to memory already counted */
+                p->extra_refs++;
+                t->an.retained++;
+                return 0;
+            } /* else a handle made before the trace: tracked uncounted, so its release matches */
+        }
         int rc = kind == MT_KIND_VMM_MAP ? do_map(t, e, (size_t)s)
-                                         : do_alloc(t, e, kind, fam, dev, (size_t)s);
+                                         : do_alloc(t, e, kind, fam, dev, s);
         if (rc < 0) return -1;
+        if (s < 0) return 0;
         note_peaks(&t->usages[s], now, t->seq);
         usage_hook(t, (size_t)s, now);
         return 0;
@@ -450,6 +506,7 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
         do_free(t, e, fam, dev, now);
         return 0;
     case MT_OP_FAILED: {
+        if (!host && dev < 0) return 0; /* no device to count it on; the analysis lists it */
         long s = slot_index(t, dev, host, now);
         if (s < 0) return -1;
         t->usages[s].failed_count++;

@@ -6,21 +6,33 @@
  *
  * Why per-thread single-producer rings: the hot path (a CUDA allocation in someone else's process)
  * must never block on a lock another thread may hold, and must never allocate. Each thread writes
- * only its own ring; the writer thread is the only consumer. A full ring drops the event and counts
- * it: memory stays bounded (ring_slots * sizeof(slot) per thread that ever allocated) and the trace
- * says how much is missing (MT_REC_DROPPED). Stack nodes are never dropped: a lost node would leave
- * every event that names it without a stack, so a full ring sends them the slow way.
+ * only its own ring; the writer thread is the only consumer.
+ *
+ * Why a full ring makes its thread wait: an event lost is a peak that is wrong from then on (a
+ * free that never arrives keeps its bytes "live" forever). So, like heaptrack and memray, the
+ * producer waits for room instead of dropping: it wakes the writer and yields until the drain has
+ * made room. The wait is bounded (max_wait_ms): a writer stuck on a dead disk must not hang the
+ * program; then, and only then, an event is dropped, counted, and the trace says so. To make waits
+ * rare, a producer whose ring passes half full wakes the writer early (once per drain), instead of
+ * leaving it asleep until its timer. Stack nodes never wait: a full ring sends them the slow way.
  *
  * Why a writer thread that wakes on a timer: the file is written at least every flush_ms, so a
  * process killed by SIGKILL or the OOM killer loses at most that much; each wake-up ends with a
  * whole chunk on disk (mt_writer_flush), which is what makes a cut file readable.
  *
- * Ordering: events from different threads are merged by timestamp within each drain. An event
- * stamped just before a drain but committed just after it lands in the next drain, slightly out of
- * order; the compactor tolerates that (it is documented in docs/trace-format.md).
+ * Ordering: events from all threads are written in time order. A drain sorts what it collected by
+ * timestamp; an event stamped before the drain but committed just after it would land behind later
+ * ones, so the drain holds back what was stamped in its last HOLDBACK_NS, and anything after the
+ * oldest stamp a thread announced with mt_sink_hold (a free, stamped when the call starts and
+ * committed when it returns), for the next drain to merge. PyTorch's allocator reports tensors in
+ * the order of its lock; written in that order, the running sum of live bytes is exactly its own.
+ * What slips through anyway (a thread preempted for over HOLDBACK_NS between stamping and
+ * committing) is counted as "late". CUPTI activity records (driver-internal allocations) arrive in
+ * buffers up to a flush period late by nature: they are written when they come.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,6 +43,13 @@
 #include "memtrace/record.h"
 
 enum { SLOT_EVENT = 1, SLOT_NODE = 2 };
+
+#define DEFAULT_RING_SLOTS 16384
+#define DEFAULT_FLUSH_MS 200
+#define HOLDBACK_NS 1000000ull  /* 1 ms: far longer than stamping-to-committing takes */
+#define HOLD_MAX 65536          /* held-back events at most; older ones are then written */
+#define WAIT_SPINS 64           /* a waiting producer yields this often, then sleeps */
+#define WAIT_SLEEP_NS 50000     /* ... 50 us at a time */
 
 typedef struct mt_slot {
     uint8_t type;
@@ -45,6 +64,8 @@ typedef struct mt_ring {
     _Atomic uint64_t head;    /* next slot the producer writes */
     _Atomic uint64_t tail;    /* next slot the consumer reads */
     _Atomic uint64_t dropped; /* events lost to a full ring, not yet reported */
+    _Atomic uint64_t pending; /* mt_sink_hold's stamp: an event that old is still to come; 0 none */
+    _Atomic uint64_t waits, wait_ns, max_wait_ns; /* producer only; read by the writer */
     uint64_t tail_cache;      /* producer's last view of tail (avoids a shared read per event) */
     uint64_t drain_head;      /* consumer only: head as seen by the drain in progress */
     _Atomic int retired;      /* its thread exited: freed once drained */
@@ -60,11 +81,22 @@ typedef struct mt_side {
     char strings[];
 } mt_side;
 
+/* An event a drain collected: where it is (a ring slot or the held-back copies), and its sort key. */
+typedef struct pick {
+    uint64_t time;
+    uint64_t order; /* collection order: ties keep each thread's own order */
+    const mt_event *ev;
+} pick;
+
 struct mt_sink {
-    mt_writer *writer;
+    mt_writer *writer; /* NULL until the file is opened (mt_sink_open) */
     int fd;
-    uint32_t ring_slots, flush_ms;
+    mt_file_header header;
+    uint32_t ring_slots, flush_ms, chunk_bytes;
+    uint64_t max_wait_ns;
     uint64_t generation; /* tells a thread's cached ring pointer from a previous sink's */
+    _Atomic int urgent;  /* a producer asked for a drain now (its ring is half full) */
+    _Atomic int open;    /* the writer exists */
 
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t wake, flushed;
@@ -80,10 +112,21 @@ struct mt_sink {
     pthread_key_t thread_exit; /* its destructor retires the exiting thread's ring */
     int has_key;
     mt_sink_stats stats; /* written by the writer thread only */
-    /* drain scratch space, writer thread only */
-    mt_slot **batch;
+    /* drain state, writer thread only */
+    pick *batch;
     size_t batch_cap;
+    mt_event *held, *held_next; /* events held back by the last drain / being held by this one */
+    size_t n_held, n_held_next;
+    uint64_t last_written; /* time of the last event written, to count late ones */
+    uint64_t last_tick_ns;
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* The calling thread's ring for the sink of the given generation. A thread that outlives a sink
  * (tests start several) finds a stale generation and registers a new ring. When a thread exits,
@@ -119,7 +162,8 @@ static mt_ring *ring_for_this_thread(mt_sink *s)
     return r;
 }
 
-/* Frees the rings of exited threads that the drain emptied. Writer thread only. */
+/* Frees the rings of exited threads that the drain emptied, after adding up their waits. Writer
+ * thread only. */
 static void free_retired(mt_sink *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -130,6 +174,10 @@ static void free_retired(mt_sink *s)
             atomic_load_explicit(&r->head, memory_order_acquire) == r->drain_head &&
             atomic_load_explicit(&r->dropped, memory_order_relaxed) == 0) {
             *pp = r->next;
+            s->stats.waits += atomic_load_explicit(&r->waits, memory_order_relaxed);
+            s->stats.wait_ns += atomic_load_explicit(&r->wait_ns, memory_order_relaxed);
+            uint64_t m = atomic_load_explicit(&r->max_wait_ns, memory_order_relaxed);
+            if (m > s->stats.max_wait_ns) s->stats.max_wait_ns = m;
             free(r);
             s->stats.rings_freed++;
         } else {
@@ -139,15 +187,58 @@ static void free_retired(mt_sink *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Claims a slot, or NULL when the ring is full. */
-static mt_slot *ring_claim(mt_ring *r)
+/* Asks the writer for a drain now; one request per drain, so a busy producer costs one lock. */
+static void wake_writer(mt_sink *s)
+{
+    /* read first: while one request is pending, other producers must not bounce its line */
+    if (atomic_load_explicit(&s->urgent, memory_order_relaxed) ||
+        atomic_exchange_explicit(&s->urgent, 1, memory_order_acq_rel))
+        return;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Claims a slot, or NULL when the ring is full. Past half full it looks at the real tail (the
+ * cached one may be a drain old) and, if the ring really is that full, wakes the writer. */
+static mt_slot *ring_claim(mt_sink *s, mt_ring *r)
 {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (head - r->tail_cache > r->mask) {
+    if (head - r->tail_cache > r->mask / 2) {
         r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+        if (head - r->tail_cache > r->mask / 2) wake_writer(s);
         if (head - r->tail_cache > r->mask) return NULL;
     }
     return &r->slots[head & r->mask];
+}
+
+/* The ring is full: wait (bounded) for the writer to make room. NULL when it did not in time. */
+static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
+{
+    uint64_t t0 = mono_ns(), now = t0;
+    mt_slot *slot = NULL;
+    for (int spin = 0; !slot; spin++) {
+        wake_writer(s);
+        if (spin < WAIT_SPINS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, WAIT_SLEEP_NS};
+            nanosleep(&ts, NULL);
+        }
+        slot = ring_claim(s, r);
+        now = mono_ns();
+        if (now - t0 > s->max_wait_ns) break;
+    }
+    if (!slot) slot = ring_claim(s, r);
+    uint64_t waited = now - t0;
+    atomic_store_explicit(&r->waits, atomic_load_explicit(&r->waits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->wait_ns,
+                          atomic_load_explicit(&r->wait_ns, memory_order_relaxed) + waited,
+                          memory_order_relaxed);
+    if (waited > atomic_load_explicit(&r->max_wait_ns, memory_order_relaxed))
+        atomic_store_explicit(&r->max_wait_ns, waited, memory_order_relaxed);
+    return slot;
 }
 
 static void ring_commit(mt_ring *r)
@@ -160,21 +251,38 @@ void mt_sink_event(mt_sink *s, const mt_event *ev)
     if (!s) return; /* the recorder is shutting down (or never started): nothing to record into */
     mt_ring *r = ring_for_this_thread(s);
     if (!r) return; /* out of memory: nothing sensible to count into */
-    mt_slot *slot = ring_claim(r);
+    mt_slot *slot = ring_claim(s, r);
+    if (!slot) {
+        /* While this thread waits, drains hold back what others stamp after this event. */
+        if (!atomic_load_explicit(&r->pending, memory_order_relaxed))
+            atomic_store_explicit(&r->pending, ev->time_ns, memory_order_release);
+        slot = ring_claim_waiting(s, r);
+    }
     if (!slot) {
         atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
-        return;
+    } else {
+        slot->type = SLOT_EVENT;
+        slot->u.ev = *ev;
+        ring_commit(r);
     }
-    slot->type = SLOT_EVENT;
-    slot->u.ev = *ev;
-    ring_commit(r);
+    /* release: the writer that sees no pending stamp also sees the event (it reads pending first) */
+    if (atomic_load_explicit(&r->pending, memory_order_relaxed))
+        atomic_store_explicit(&r->pending, 0, memory_order_release);
+}
+
+void mt_sink_hold(mt_sink *s, uint64_t time_ns)
+{
+    if (!s) return;
+    if (!time_ns && tls_ring.generation != s->generation) return; /* nothing held here */
+    mt_ring *r = ring_for_this_thread(s);
+    if (r) atomic_store_explicit(&r->pending, time_ns, memory_order_release);
 }
 
 void mt_sink_node(mt_sink *s, const mt_stack_node *node)
 {
     if (!s) return;
     mt_ring *r = ring_for_this_thread(s);
-    mt_slot *slot = r ? ring_claim(r) : NULL;
+    mt_slot *slot = r ? ring_claim(s, r) : NULL;
     if (!slot) {
         mt_record rec = {.type = MT_REC_STACK_NODE, .u.node = *node};
         mt_sink_put_copy(s, &rec);
@@ -252,21 +360,49 @@ void mt_sink_put_copy(mt_sink *s, const mt_record *r)
 
 static void put(mt_sink *s, const mt_record *r)
 {
-    if (mt_writer_put(s->writer, r) != 0) s->stats.write_failed = 1;
+    if (mt_writer_put(s->writer, r) != 0 && !s->stats.write_failed) {
+        s->stats.write_failed = 1;
+        s->stats.write_errno = errno;
+    }
     s->stats.records++;
     if (r->type == MT_REC_EVENT) s->stats.events++;
 }
 
 static int by_time(const void *a, const void *b)
 {
-    const mt_slot *x = *(mt_slot *const *)a, *y = *(mt_slot *const *)b;
-    if (x->u.ev.time_ns != y->u.ev.time_ns) return x->u.ev.time_ns < y->u.ev.time_ns ? -1 : 1;
-    return x < y ? -1 : (x > y); /* stable within a ring (slots of one ring are contiguous) */
+    const pick *x = a, *y = b;
+    if (x->time != y->time) return x->time < y->time ? -1 : 1;
+    return x->order < y->order ? -1 : (x->order > y->order);
 }
 
-/* Writes everything that is queued now: side records, then stack nodes, then events by time. */
-static void drain(mt_sink *s)
+static int reserve_batch(mt_sink *s, size_t n)
 {
+    if (n <= s->batch_cap) return 0;
+    size_t cap = n * 2;
+    pick *nb = realloc(s->batch, cap * sizeof *nb);
+    if (!nb) return -1;
+    s->batch = nb;
+    s->batch_cap = cap;
+    return 0;
+}
+
+static void write_event(mt_sink *s, const mt_event *ev)
+{
+    /* CUPTI's activity records come in buffers, up to a flush period after the fact: only the
+     * recorder's own events are expected in order */
+    if (!(ev->flags & MT_EF_ACTIVITY)) {
+        if (ev->time_ns < s->last_written) s->stats.late++;
+        else s->last_written = ev->time_ns;
+    }
+    mt_record rec = {.type = MT_REC_EVENT, .u.event = *ev};
+    put(s, &rec);
+}
+
+/* Writes everything that is queued now: side records, then stack nodes, then events by time,
+ * except (all = 0) the events that a later drain may still have to put before (see the top). */
+static void drain(mt_sink *s, int all)
+{
+    uint64_t cut = all ? UINT64_MAX : mono_ns() - HOLDBACK_NS;
     pthread_mutex_lock(&s->lock);
     mt_side *side = s->side_head;
     s->side_head = NULL;
@@ -280,24 +416,20 @@ static void drain(mt_sink *s)
         free(e);
     }
 
-    /* Snapshot each ring's head, then write nodes and collect events. Slots stay owned by the
-     * consumer until tail moves, so pointers into the rings are stable during this drain. */
+    /* What the last drain held back comes first; then each ring's new slots. Slots stay owned by
+     * the consumer until tail moves, so pointers into the rings are stable during this drain. */
     size_t n = 0;
-    uint64_t dropped = 0;
+    uint64_t dropped = 0, order = 0;
+    for (size_t i = 0; i < s->n_held; i++, n++) /* batch_cap >= HOLD_MAX, from the start */
+        s->batch[n] = (pick){s->held[i].time_ns, order++, &s->held[i]};
     for (mt_ring *r = rings; r; r = r->next) {
+        /* pending before head: a stamp withdrawn after its commit is seen with the commit */
+        uint64_t pending = atomic_load_explicit(&r->pending, memory_order_acquire);
+        if (!all && pending && pending < cut) cut = pending;
         uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
         dropped += atomic_exchange_explicit(&r->dropped, 0, memory_order_relaxed);
-        if (n + (head - tail) > s->batch_cap) {
-            size_t cap = (n + (head - tail)) * 2;
-            mt_slot **nb = realloc(s->batch, cap * sizeof *nb);
-            if (!nb) { /* out of memory: leave this ring for the next drain */
-                head = tail;
-            } else {
-                s->batch = nb;
-                s->batch_cap = cap;
-            }
-        }
+        if (reserve_batch(s, n + (head - tail)) != 0) head = tail; /* OOM: the next drain */
         r->drain_head = head;
         for (uint64_t i = tail; i < head; i++) {
             mt_slot *slot = &r->slots[i & r->mask];
@@ -305,15 +437,22 @@ static void drain(mt_sink *s)
                 mt_record rec = {.type = MT_REC_STACK_NODE, .u.node = slot->u.node};
                 put(s, &rec);
             } else {
-                s->batch[n++] = slot;
+                s->batch[n++] = (pick){slot->u.ev.time_ns, order++, &slot->u.ev};
             }
         }
     }
     if (n) qsort(s->batch, n, sizeof *s->batch, by_time);
-    for (size_t i = 0; i < n; i++) {
-        mt_record rec = {.type = MT_REC_EVENT, .u.event = s->batch[i]->u.ev};
-        put(s, &rec);
-    }
+    /* Hold back from the cut on (at most HOLD_MAX: the oldest of the rest go out now). */
+    size_t keep_from = n;
+    while (keep_from > 0 && s->batch[keep_from - 1].time >= cut) keep_from--;
+    if (n - keep_from > HOLD_MAX) keep_from = n - HOLD_MAX;
+    for (size_t i = 0; i < keep_from; i++) write_event(s, s->batch[i].ev);
+    s->n_held_next = 0;
+    for (size_t i = keep_from; i < n; i++) s->held_next[s->n_held_next++] = *s->batch[i].ev;
+    mt_event *t = s->held;
+    s->held = s->held_next;
+    s->held_next = t;
+    s->n_held = s->n_held_next;
     /* Only now give the slots back to the producers. */
     for (mt_ring *r = rings; r; r = r->next)
         atomic_store_explicit(&r->tail, r->drain_head, memory_order_release);
@@ -322,7 +461,10 @@ static void drain(mt_sink *s)
         put(s, &rec);
         s->stats.dropped += dropped;
     }
-    if (mt_writer_flush(s->writer) != 0) s->stats.write_failed = 1;
+    if (mt_writer_flush(s->writer) != 0 && !s->stats.write_failed) {
+        s->stats.write_failed = 1;
+        s->stats.write_errno = errno;
+    }
     free_retired(s);
 }
 
@@ -333,7 +475,7 @@ static void *writer_main(void *arg)
     for (;;) {
         int stopping = s->stopping;
         uint64_t want = s->flush_requested;
-        if (!stopping && want == s->flush_done) {
+        if (!stopping && want == s->flush_done && !atomic_load(&s->urgent)) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += (long)(s->flush_ms % 1000) * 1000000L;
@@ -347,9 +489,17 @@ static void *writer_main(void *arg)
          * cycle that serves any later flush request runs no tick (see record.h). */
         mt_sink_tick_fn tick = s->tick;
         void *tick_ctx = s->tick_ctx;
+        int asked = want != s->flush_done || stopping;
         pthread_mutex_unlock(&s->lock);
-        if (tick) tick(tick_ctx, s);
-        drain(s);
+        atomic_store(&s->urgent, 0);
+        /* The tick (pool polls, module refresh) runs on the timer and on explicit flushes, not
+         * when a full ring asked: a thread may be waiting, maybe holding a lock the tick needs. */
+        uint64_t now = mono_ns();
+        if (tick && (asked || now - s->last_tick_ns >= (uint64_t)s->flush_ms * 1000000ull)) {
+            tick(tick_ctx, s);
+            s->last_tick_ns = now;
+        }
+        if (atomic_load(&s->open)) drain(s, asked);
         pthread_mutex_lock(&s->lock);
         s->flush_done = want;
         pthread_cond_broadcast(&s->flushed);
@@ -373,14 +523,21 @@ mt_sink *mt_sink_start(const mt_sink_config *cfg)
     mt_sink *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->fd = cfg->fd;
-    s->ring_slots = round_pow2(cfg->ring_slots ? cfg->ring_slots : 16384);
-    s->flush_ms = cfg->flush_ms ? cfg->flush_ms : 200;
+    s->header = cfg->header;
+    s->chunk_bytes = cfg->chunk_bytes;
+    s->ring_slots = round_pow2(cfg->ring_slots ? cfg->ring_slots : DEFAULT_RING_SLOTS);
+    s->flush_ms = cfg->flush_ms ? cfg->flush_ms : DEFAULT_FLUSH_MS;
+    s->max_wait_ns = (uint64_t)(cfg->max_wait_ms ? cfg->max_wait_ms : MT_SINK_MAX_WAIT_MS) * 1000000ull;
     s->generation = atomic_fetch_add(&next_generation, 1);
     s->side_tail = &s->side_head;
-    s->writer = mt_writer_open_fd(cfg->fd, &cfg->header, cfg->chunk_bytes);
-    if (!s->writer) {
-        free(s);
-        return NULL;
+    s->held = malloc(HOLD_MAX * sizeof *s->held);
+    s->held_next = malloc(HOLD_MAX * sizeof *s->held_next);
+    /* room for what is held back, so that it can always be put in front of the next batch */
+    if (!s->held || !s->held_next || reserve_batch(s, HOLD_MAX) != 0) goto fail;
+    if (cfg->fd >= 0) {
+        s->writer = mt_writer_open_fd(cfg->fd, &cfg->header, cfg->chunk_bytes);
+        if (!s->writer) goto fail;
+        atomic_store(&s->open, 1);
     }
     pthread_mutex_init(&s->lock, NULL);
     s->has_key = pthread_key_create(&s->thread_exit, retire_ring) == 0;
@@ -394,12 +551,50 @@ mt_sink *mt_sink_start(const mt_sink_config *cfg)
     int rc = pthread_create(&s->thread, NULL, writer_main, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        mt_writer_close(s->writer, 0);
-        free(s);
-        return NULL;
+        if (s->writer) mt_writer_close(s->writer, 0);
+        goto fail;
     }
     pthread_setname_np(s->thread, "memtrace-writer");
     return s;
+fail:
+    free(s->batch);
+    free(s->held);
+    free(s->held_next);
+    free(s);
+    return NULL;
+}
+
+int mt_sink_open(mt_sink *s, int fd)
+{
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    if (!atomic_load(&s->open)) {
+        /* The writer thread touches s->writer only once `open` says so (after this store). */
+        s->writer = mt_writer_open_fd(fd, &s->header, s->chunk_bytes);
+        if (s->writer) {
+            s->fd = fd;
+            atomic_store(&s->open, 1);
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int mt_sink_is_open(const mt_sink *s) { return s && atomic_load(&s->open); }
+
+void mt_sink_stats_now(mt_sink *s, mt_sink_stats *st)
+{
+    pthread_mutex_lock(&s->lock);
+    *st = s->stats; /* the writer's counters: exact right after a mt_sink_flush */
+    for (mt_ring *r = s->rings; r; r = r->next) {
+        st->waits += atomic_load_explicit(&r->waits, memory_order_relaxed);
+        st->wait_ns += atomic_load_explicit(&r->wait_ns, memory_order_relaxed);
+        uint64_t m = atomic_load_explicit(&r->max_wait_ns, memory_order_relaxed);
+        if (m > st->max_wait_ns) st->max_wait_ns = m;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx)
@@ -429,16 +624,35 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
     pthread_join(s->thread, NULL);
     if (s->has_key) pthread_key_delete(s->thread_exit); /* no destructor may touch freed rings */
 
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    mt_record end = {.type = MT_REC_END};
-    end.u.end.time_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-    end.u.end.events = s->stats.events;
-    end.u.end.dropped = s->stats.dropped;
-    put(s, &end);
-    if (mt_writer_flush(s->writer) != 0) s->stats.write_failed = 1;
-    s->stats.bytes = mt_writer_bytes_written(s->writer);
-    if (mt_writer_close(s->writer, 1) != 0) s->stats.write_failed = 1;
+    for (mt_ring *r = s->rings; r; r = r->next) {
+        s->stats.dropped += atomic_exchange(&r->dropped, 0); /* a sink that never drained */
+        s->stats.waits += atomic_load(&r->waits);
+        s->stats.wait_ns += atomic_load(&r->wait_ns);
+        if (atomic_load(&r->max_wait_ns) > s->stats.max_wait_ns)
+            s->stats.max_wait_ns = atomic_load(&r->max_wait_ns);
+    }
+    if (atomic_load(&s->open)) {
+        mt_record end = {.type = MT_REC_END};
+        end.u.end.time_ns = mono_ns();
+        end.u.end.events = s->stats.events;
+        end.u.end.dropped = s->stats.dropped;
+        put(s, &end);
+        if (mt_writer_flush(s->writer) != 0 && !s->stats.write_failed) {
+            s->stats.write_failed = 1;
+            s->stats.write_errno = errno;
+        }
+        s->stats.bytes = mt_writer_bytes_written(s->writer);
+        if (mt_writer_close(s->writer, 1) != 0 && !s->stats.write_failed) {
+            s->stats.write_failed = 1;
+            s->stats.write_errno = errno;
+        }
+        s->stats.opened = 1;
+    } else {
+        for (mt_side *e = s->side_head, *next; e; e = next) {
+            next = e->next;
+            free(e);
+        }
+    }
     if (stats) *stats = s->stats;
 
     for (mt_ring *r = s->rings, *next; r; r = next) {
@@ -446,6 +660,8 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
         free(r);
     }
     free(s->batch);
+    free(s->held);
+    free(s->held_next);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->flushed);
@@ -458,5 +674,5 @@ void mt_sink_abandon_in_child(mt_sink *s)
      * fork time: touching either could hang. Leak the memory (it is copy-on-write anyway) and
      * close the child's copy of the file descriptor so the child never writes to the parent's
      * trace. */
-    if (s) close(s->fd);
+    if (s && s->fd >= 0) close(s->fd);
 }

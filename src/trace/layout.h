@@ -3,15 +3,23 @@
  *
  * File header, 64 bytes, little-endian:
  *
- *   0        8        10       12       16                 24                 32            64
- *   +--------+--------+--------+--------+------------------+------------------+-------------+
- *   | magic  | version| hdr    | pid    | start_monotonic  | start_realtime   | reserved    |
- *   | 8 B    | u16    | size   | u32    | _ns u64          | _ns u64          | zeros, 32 B |
- *   |        |        | u16    |        |                  |                  |             |
- *   +--------+--------+--------+--------+------------------+------------------+-------------+
+ *   0        8        10       12       16                 24                 32
+ *   +--------+--------+--------+--------+------------------+------------------+
+ *   | magic  | version| hdr    | pid    | start_monotonic  | start_realtime   |
+ *   | 8 B    | u16    | size   | u32    | _ns u64          | _ns u64          |
+ *   |        |        | u16    |        |                  |                  |
+ *   +--------+--------+--------+--------+------------------+------------------+
+ *   32       36       40       44       48       52                          64
+ *   +--------+--------+--------+--------+--------+----------------------------+
+ *   | flags  | rank   | local  | world  | node   | reserved, zeros, 12 B      |
+ *   | u32    | i32    | _rank  | _size  | _rank  |                            |
+ *   |        |        | i32    | i32    | i32    |                            |
+ *   +--------+--------+--------+--------+--------+----------------------------+
  *   magic = MT_TRACE_MAGIC "\x89MTRACE\n". version = major format version: a reader refuses a
  *   larger one. hdr size = 64 today; a reader skips the bytes of a larger header (a future minor
- *   addition) and refuses a smaller one. Readers ignore the reserved bytes.
+ *   addition) and refuses a smaller one. Readers ignore the reserved bytes. flags bit 0
+ *   (MT_HDR_RANK): the four rank fields are valid (each may still be -1: not given); without it
+ *   (files of earlier releases: zeros) the process had no rank.
  *
  * Then chunks, back to back, until end of file. Chunk header, 16 bytes, little-endian:
  *
@@ -35,6 +43,11 @@
 #define MT_HDR_OFF_PID 12
 #define MT_HDR_OFF_MONO 16
 #define MT_HDR_OFF_REAL 24
+#define MT_HDR_OFF_FLAGS 32
+#define MT_HDR_OFF_RANK 36
+#define MT_HDR_OFF_LOCAL_RANK 40
+#define MT_HDR_OFF_WORLD_SIZE 44
+#define MT_HDR_OFF_NODE_RANK 48
 #define MT_HDR_MAX_SIZE 4096 /* a header claiming more is not ours */
 
 #define MT_CHUNK_MAGIC "MTCK"

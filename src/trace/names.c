@@ -34,6 +34,7 @@ const char *mt_kind_name(unsigned kind)
         [MT_KIND_VMM_MAP] = "vmm_map",
         [MT_KIND_POOL] = "pool",
         [MT_KIND_DRIVER] = "driver",
+        [MT_KIND_TENSOR] = "tensor",
     };
     return kind < MT_KIND_MAX_ && names[kind] ? names[kind] : "?";
 }
@@ -86,6 +87,8 @@ static const struct {
     {550, "cuMemRelease"},
     {551, "cuMemMap"},
     {552, "cuMemUnmap"},
+    {555, "cuMemImportFromShareableHandle"},
+    {565, "cuMemRetainAllocationHandle"},
     {598, "cuMemAllocAsync"},
     {599, "cuMemAllocAsync_ptsz"},
     {600, "cuMemFreeAsync"},
@@ -95,6 +98,8 @@ static const struct {
     {608, "cuMemPoolDestroy"},
     {611, "cuMemAllocFromPoolAsync"},
     {612, "cuMemAllocFromPoolAsync_ptsz"},
+    {638, "cuGraphAddMemAllocNode"},
+    {639, "cuGraphAddMemFreeNode"},
 };
 
 const char *mt_api_name(unsigned cbid)

@@ -189,6 +189,14 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
     r->header.pid = mt_get_le32(h + MT_HDR_OFF_PID);
     r->header.start_monotonic_ns = mt_get_le64(h + MT_HDR_OFF_MONO);
     r->header.start_realtime_ns = mt_get_le64(h + MT_HDR_OFF_REAL);
+    r->header.flags = mt_get_le32(h + MT_HDR_OFF_FLAGS);
+    r->header.rank = r->header.local_rank = r->header.world_size = r->header.node_rank = -1;
+    if (r->header.flags & MT_HDR_RANK) {
+        r->header.rank = (int32_t)mt_get_le32(h + MT_HDR_OFF_RANK);
+        r->header.local_rank = (int32_t)mt_get_le32(h + MT_HDR_OFF_LOCAL_RANK);
+        r->header.world_size = (int32_t)mt_get_le32(h + MT_HDR_OFF_WORLD_SIZE);
+        r->header.node_rank = (int32_t)mt_get_le32(h + MT_HDR_OFF_NODE_RANK);
+    }
     r->file_size = (uint64_t)st.st_size;
     r->pos = r->chunk_off = r->chunk_end = hsize;
     r->budget = 2 * r->file_size + RESYNC_SLACK;

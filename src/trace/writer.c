@@ -73,6 +73,12 @@ static void put_file_header(uint8_t h[MT_FILE_HEADER_SIZE], const mt_file_header
     mt_put_le32(h + MT_HDR_OFF_PID, hdr->pid);
     mt_put_le64(h + MT_HDR_OFF_MONO, hdr->start_monotonic_ns);
     mt_put_le64(h + MT_HDR_OFF_REAL, hdr->start_realtime_ns);
+    mt_put_le32(h + MT_HDR_OFF_FLAGS, hdr->flags);
+    int has_rank = (hdr->flags & MT_HDR_RANK) != 0;
+    mt_put_le32(h + MT_HDR_OFF_RANK, (uint32_t)(has_rank ? hdr->rank : 0));
+    mt_put_le32(h + MT_HDR_OFF_LOCAL_RANK, (uint32_t)(has_rank ? hdr->local_rank : 0));
+    mt_put_le32(h + MT_HDR_OFF_WORLD_SIZE, (uint32_t)(has_rank ? hdr->world_size : 0));
+    mt_put_le32(h + MT_HDR_OFF_NODE_RANK, (uint32_t)(has_rank ? hdr->node_rank : 0));
 }
 
 mt_writer *mt_writer_open_fd(int fd, const mt_file_header *hdr, size_t chunk_raw_bytes)

@@ -77,7 +77,8 @@ int mt_fix_write_trace(const char *path, const mt_record *recs, size_t nrecs, co
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
-    mt_file_header hdr = {MT_TRACE_VERSION, (uint32_t)getpid(), 1000, 2000};
+    mt_file_header hdr = {.version = MT_TRACE_VERSION, .pid = (uint32_t)getpid(),
+                          .start_monotonic_ns = 1000, .start_realtime_ns = 2000};
     mt_writer *w = mt_writer_open_fd(fd, &hdr, chunk_bytes);
     if (!w) {
         close(fd);

@@ -9,8 +9,12 @@
  *
  * The activity API is process-global: torch.profiler (Kineto) registers its own buffer callbacks
  * and ours stop being called. The core record does not depend on activity, so the trace stays
- * correct for everything the callbacks see; the writer tick notices the silence and notes once that
- * enrichment stopped.
+ * correct for everything the callbacks see. Through memtrace's preload the registration is seen
+ * (cupti_mux.c): memtrace stops its MEMORY2 records and flushes its own buffers first (so the
+ * other client never gets a buffer or a record it did not ask for), then lets it have the API for
+ * good, and the trace notes when. (Taking the API back when that client seems done once lost
+ * torch.profiler's records: it flushes after it unsubscribes.) Without the preload the writer
+ * tick notices the silence and notes once that enrichment stopped.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +99,24 @@ int mt_activity_start(mt_recorder *r)
     if (r->cupti.ActivityFlushPeriod) r->cupti.ActivityFlushPeriod(500);
     r->activity_on = 1;
     return 0;
+}
+
+void mt_activity_yield(mt_recorder *r)
+{
+    /* Before the other client's buffers replace ours: no more MEMORY2 records into its buffers
+     * (it did not ask for them), and ours still in flight delivered to us, not to it. */
+    r->cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_MEMORY2);
+    r->cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+void mt_activity_taken(mt_recorder *r)
+{
+    if (atomic_exchange(&r->activity_stopped, 1)) return;
+    mt_trace_note(MT_NOTE_WARNING, "activity enrichment stopped: %s registered its own CUPTI "
+                  "activity buffers (the activity API is one per process); driver-internal "
+                  "allocations from here to the end are not in the trace, everything the API "
+                  "callbacks and hooks see still is", r->mux.guest_name[0] ? r->mux.guest_name
+                                                                         : "another CUPTI client");
 }
 
 void mt_activity_flush(mt_recorder *r)

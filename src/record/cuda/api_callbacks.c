@@ -21,110 +21,107 @@
 
 #include "recorder.h"
 
-/* Which calls produce a MEMORY2 activity record (so the record is a duplicate, not a driver-
- * internal allocation). */
-static int makes_memory2_record(CUpti_CallbackId cbid)
-{
-    switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:   /* mapped ranges show up as device memory records */
-    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: return 1;
-    default: return 0;
-    }
-}
-
-static const CUpti_CallbackId traced[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
-    CUPTI_DRIVER_TRACE_CBID_cuMemCreate,
-    CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
-    CUPTI_DRIVER_TRACE_CBID_cuMemMap,
-    CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
-    CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
+/* Every driver call the recorder listens to, and what it is to the recorder. One table: the
+ * enabling, the activity-record bookkeeping and the hooks' takeover all read it. */
+enum {
+    CALL_MEMORY2 = 1 << 0,        /* makes a MEMORY2 activity record (a duplicate of ours, not a
+                                     driver-internal allocation) */
+    CALL_STREAM_ORDERED = 1 << 1, /* async_hooks.c records it while its stand-ins are active */
+    CALL_RELEASE = 1 << 2,        /* gives memory back: stamped when the call starts */
+    CALL_CAPTURE = 1 << 3,        /* begins or ends a CUDA graph capture (capture.c) */
 };
 
-/* The stream-ordered calls, which the hooks take over in tensor mode (async_hooks.c). */
-static int is_stream_ordered(CUpti_CallbackId cbid)
+static const struct traced_call {
+    CUpti_CallbackId cbid;
+    unsigned what;
+} traced[] = {
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CALL_MEMORY2 | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CALL_MEMORY2 | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, CALL_MEMORY2 | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemCreate, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemRetainAllocationHandle, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemImportFromShareableHandle, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemRelease, CALL_RELEASE},
+    /* mapped ranges show up as device memory records */
+    {CUPTI_DRIVER_TRACE_CBID_cuMemMap, CALL_MEMORY2},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, CALL_MEMORY2 | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, CALL_MEMORY2 | CALL_STREAM_ORDERED},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+     CALL_MEMORY2 | CALL_STREAM_ORDERED | CALL_RELEASE},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CALL_MEMORY2 | CALL_STREAM_ORDERED},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode, 0},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, CALL_CAPTURE},
+    {CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz, CALL_CAPTURE},
+};
+
+#define N_TRACED (sizeof traced / sizeof *traced)
+
+static unsigned what_is(CUpti_CallbackId cbid)
 {
-    switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: return 1;
-    default: return 0;
-    }
+    for (size_t i = 0; i < N_TRACED; i++)
+        if (traced[i].cbid == cbid) return traced[i].what;
+    return 0;
 }
 
-/* Enables the traced callbacks: all of them (which = 0), all but the stream-ordered ones while the
- * hooks record those (which = 1), or only the stream-ordered ones (which = 2). */
-static int enable(mt_recorder *r, int which)
+/* Which of the traced calls to enable. */
+typedef enum calls_wanted {
+    ALL_CALLS,             /* everything */
+    ALL_BUT_STREAM_ORDERED, /* the hooks record the stream-ordered ones */
+    ONLY_STREAM_ORDERED,   /* the hooks stopped: CUPTI takes the stream-ordered ones back */
+} calls_wanted;
+
+static int enable(mt_recorder *r, calls_wanted which)
 {
-    for (size_t i = 0; i < sizeof traced / sizeof *traced; i++) {
-        int so = is_stream_ordered(traced[i]);
-        if ((which == 1 && so) || (which == 2 && !so)) continue;
-        CUptiResult rc =
-            r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, traced[i]);
+    for (size_t i = 0; i < N_TRACED; i++) {
+        int so = (traced[i].what & CALL_STREAM_ORDERED) != 0;
+        if ((which == ALL_BUT_STREAM_ORDERED && so) || (which == ONLY_STREAM_ORDERED && !so))
+            continue;
+        CUptiResult rc = mt_mux_enable(r, 1, CUPTI_CB_DOMAIN_DRIVER_API, traced[i].cbid);
         if (rc != CUPTI_SUCCESS) {
             const char *msg = "?";
             r->cupti.GetResultString(rc, &msg);
             mt_warn_once("enable", "cannot enable CUPTI callback %u (%s); the program runs "
-                         "untraced", (unsigned)traced[i], msg);
+                         "untraced", (unsigned)traced[i].cbid, msg);
             return -1;
         }
     }
-    if (which == 2) return 0;
+    if (which == ONLY_STREAM_ORDERED) return 0;
     /* Context creation/destruction: device names, and releasing what a dying context held. */
-    r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
-    r->cupti.EnableCallback(1, r->subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                            CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+    mt_mux_enable(r, 1, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    mt_mux_enable(r, 1, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     return 0;
 }
 
 int mt_callbacks_enable(mt_recorder *r)
 {
-    return enable(r, atomic_load(&r->hooks.active) ? 1 : 0);
+    return enable(r, atomic_load(&r->hooks.active) ? ALL_BUT_STREAM_ORDERED : ALL_CALLS);
 }
 
 int mt_callbacks_enable_async(mt_recorder *r)
 {
-    return enable(r, 2);
+    return enable(r, ONLY_STREAM_ORDERED);
 }
 
 /* Device ordinal of a context; the last answer is cached per thread (one context per thread is
@@ -167,6 +164,7 @@ static void name_thread(mt_recorder *r, uint32_t tid)
 static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
 {
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+        if (mt_trace_open(r) != 0) return;
         int32_t dev = mt_device_of(r, rd->context);
         char name[256] = "";
         size_t total = 0;
@@ -277,6 +275,22 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         if (ok) ev->address = (uint64_t)*p->handle;
         return 1;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRetainAllocationHandle: {
+        /* a handle is reference-counted: NCCL takes one back from a mapped address, then
+         * releases it; only the last release frees the memory */
+        const cuMemRetainAllocationHandle_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->flags |= MT_EF_RETAIN;
+        if (ok && p->handle) ev->address = (uint64_t)*p->handle;
+        return ok; /* a failed retain is not a failed allocation */
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemImportFromShareableHandle: {
+        /* another process's memory (a peer's buffers, over IPC): tracked so that its release
+         * matches, counted as nobody's here */
+        const cuMemImportFromShareableHandle_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->flags |= MT_EF_IMPORTED;
+        if (ok && p->handle) ev->address = (uint64_t)*p->handle;
+        return ok;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
         const cuMemRelease_params *p = params;
         ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_PHYSICAL, ev->address = (uint64_t)p->handle;
@@ -318,6 +332,25 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         ev->stream = (uint64_t)(uintptr_t)p->hStream;
         return 1;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode: {
+        /* a graph memory node: memory the graph allocates each time it runs, at a virtual
+         * address fixed now; its physical pages come from the device's graph memory pool */
+        const cuGraphAddMemAllocNode_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+        if (p->nodeParams) {
+            ev->bytes = p->nodeParams->bytesize;
+            if (p->nodeParams->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+                ev->device = p->nodeParams->poolProps.location.id;
+            if (ok) ev->address = p->nodeParams->dptr;
+        }
+        return 1;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode: {
+        const cuGraphAddMemFreeNode_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+        ev->address = p->dptr;
+        return 1;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo: {
         const cuMemPoolTrimTo_params *p = params;
         ev->op = MT_OP_POOL_TRIM, ev->kind = MT_KIND_POOL;
@@ -327,6 +360,16 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
     default: return 0;
     }
 }
+
+/* The stream a capture call names (all of them take it first). */
+static uint64_t capture_stream(const void *params)
+{
+    return (uint64_t)(uintptr_t)((const cuStreamEndCapture_params *)params)->hStream;
+}
+
+/* When the memory call in progress on this thread started: stamped at API entry, read at exit.
+ * Per thread, not in CUPTI's correlationData, which the guest client (cupti_mux.c) shares. */
+static __thread uint64_t tls_entry_ns;
 
 void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *cbdata)
@@ -342,10 +385,14 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = cbdata;
+    unsigned what = what_is(cbid);
 
     if (cb->callbackSite == CUPTI_API_ENTER) {
-        *cb->correlationData = mt_now_ns();
-        if (makes_memory2_record(cbid) && r->activity_on &&
+        tls_entry_ns = mt_now_ns();
+        /* A release is written with its entry stamp: until its event commits, later events wait
+         * in the writer (the trace stays in time order while the call runs). */
+        if (what & CALL_RELEASE) mt_sink_hold(r->sink, tls_entry_ns);
+        if ((what & CALL_MEMORY2) && r->activity_on &&
             !atomic_load_explicit(&r->activity_stopped, memory_order_relaxed)) {
             mt_corr_insert(&r->corr, cb->correlationId);
             atomic_fetch_add_explicit(&r->memory_api_calls, 1, memory_order_relaxed);
@@ -356,6 +403,14 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     CUresult res = cb->functionReturnValue ? *(const CUresult *)cb->functionReturnValue
                                            : CUDA_SUCCESS;
     int ok = res == CUDA_SUCCESS;
+    if (what & CALL_CAPTURE) {
+        if (cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture ||
+            cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz)
+            mt_capture_end(r, capture_stream(cb->functionParams)); /* ended even when it failed */
+        else if (ok)
+            mt_capture_begin(r, capture_stream(cb->functionParams));
+        return;
+    }
     if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy) {
         if (ok) mt_pool_forget(r, (uint64_t)(uintptr_t)((const cuMemPoolDestroy_params *)
                                                             cb->functionParams)->pool);
@@ -366,8 +421,11 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     ev.correlation = cb->correlationId;
     ev.api = (uint16_t)cbid;
     ev.device = mt_device_of(r, cb->context);
-    if (!describe(cbid, cb->functionParams, ok, &ev)) return;
-    mt_record_call(r, &ev, res, *cb->correlationData, 0);
+    if (!describe(cbid, cb->functionParams, ok, &ev)) {
+        if (what & CALL_RELEASE) mt_sink_hold(r->sink, 0);
+        return;
+    }
+    mt_record_call(r, &ev, res, tls_entry_ns, 0);
 }
 
 void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_ns,
@@ -375,19 +433,39 @@ void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_n
 {
     int ok = res == CUDA_SUCCESS;
     /* cudaFree(0) / cuMemFree(0) is the classic "make sure a context exists" call: no event. */
-    if (ev->op == MT_OP_FREE && ev->address == 0) return;
+    if ((ev->op == MT_OP_FREE && ev->address == 0) || mt_trace_open(r) != 0) {
+        if (ev->op == MT_OP_FREE) mt_sink_hold(r->sink, 0);
+        return;
+    }
     ev->tid = mt_gettid();
     name_thread(r, ev->tid);
+    if (mt_capture_this_thread(r, ev->tid)) ev->flags |= MT_EF_CAPTURED;
 
-    if (ev->kind == MT_KIND_ASYNC && ev->op == MT_OP_ALLOC)
-        mt_pool_note_use(r, ev->device, (ev->flags & MT_EF_FROM_POOL) ? ev->aux : 0);
+    if (ev->kind == MT_KIND_ASYNC && ev->op == MT_OP_ALLOC) {
+        if ((ev->flags & MT_EF_CAPTURED) && ev->device >= 0 && ev->device < 64)
+            atomic_fetch_or(&r->graph_devices, 1ull << ev->device); /* its pages: graph pool */
+        else
+            mt_pool_note_use(r, ev->device, (ev->flags & MT_EF_FROM_POOL) ? ev->aux : 0);
+    }
     if (!ok) {
         /* A failed release changes nothing; a failed request is an event of its own. */
-        if (ev->op != MT_OP_ALLOC) return;
+        if (ev->op != MT_OP_ALLOC) {
+            mt_sink_hold(r->sink, 0);
+            return;
+        }
         if (ev->kind == MT_KIND_ASYNC) mt_pool_poll(r); /* the reservation at that moment */
         ev->op = MT_OP_FAILED;
         ev->result = (uint16_t)res;
         ev->address = 0;
+    }
+    /* PyTorch's segments: its cache, around the tensors (tensor_hooks.c). Rare calls, so the
+     * extra walk up the stack costs nothing that shows. */
+    if ((ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED) &&
+        (ev->kind == MT_KIND_DEVICE || ev->kind == MT_KIND_VMM_PHYSICAL) &&
+        !(ev->flags & (MT_EF_RETAIN | MT_EF_IMPORTED)) && mt_called_from_c10(r)) {
+        ev->flags |= MT_EF_SEGMENT;
+        if (atomic_load_explicit(&r->tensors.active, memory_order_relaxed))
+            ev->flags |= MT_EF_TENSORS_TRACKED;
     }
     if (ev->op == MT_OP_FREE) {
         ev->time_ns = entry_ns; /* stamped at entry, see the top of this file */

@@ -19,8 +19,8 @@ static struct {
 
 int mt_census_enable(mt_recorder *r)
 {
-    if (r->cupti.EnableDomain(1, r->subscriber, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS ||
-        r->cupti.EnableDomain(1, r->subscriber, CUPTI_CB_DOMAIN_RUNTIME_API) != CUPTI_SUCCESS)
+    if (mt_mux_enable_domain(r, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS ||
+        mt_mux_enable_domain(r, CUPTI_CB_DOMAIN_RUNTIME_API) != CUPTI_SUCCESS)
         return -1;
     return 0;
 }

@@ -27,7 +27,8 @@
  * The event is what CUPTI's callbacks would have made of the driver call underneath (api =
  * cuMemAllocAsync..., the stack ending in the runtime function), without a correlation id.
  * Device and context are those current on the calling thread, where the pool cudaMallocAsync
- * draws from lives (PyTorch sets the device around every call).
+ * draws from lives (PyTorch sets the device around every call); on a thread with no current
+ * context, the pointer's own device.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -40,24 +41,6 @@ typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 typedef cudaError_t (*malloc_pool_fn)(void **, size_t, cudaMemPool_t, cudaStream_t);
 
 #define ORIGINAL(h) (mt_rec.hooks.table[h].original)
-
-/* Entered like a CUPTI callback (guarded_callback in inject.c): counted in flight first, so that
- * at_exit can wait for it, then checked. 0: pass the call through untouched. */
-static inline int hook_enter(void)
-{
-    atomic_fetch_add_explicit(&mt_rec.inflight, 1, memory_order_acq_rel);
-    if (atomic_load_explicit(&mt_rec.enabled, memory_order_acquire) &&
-        atomic_load_explicit(&mt_rec.hooks.active, memory_order_relaxed) &&
-        !atomic_load_explicit(&mt_rec.paused, memory_order_relaxed))
-        return 1;
-    atomic_fetch_sub_explicit(&mt_rec.inflight, 1, memory_order_release);
-    return 0;
-}
-
-static inline void hook_leave(void)
-{
-    atomic_fetch_sub_explicit(&mt_rec.inflight, 1, memory_order_release);
-}
 
 /* The runtime's error as the driver's CUresult the event field holds. The codes that can come
  * back from these calls share their numbers (1 invalid value, 2 out of memory, 3 not
@@ -73,14 +56,22 @@ static CUresult as_curesult(cudaError_t e)
     }
 }
 
-/* Device and context id of the calling thread's current context, cached for the last context. */
+/* Device and context id of the calling thread's current context, cached for the last context.
+ * A thread PyTorch never made a context current on (a Python thread that only ran the runtime's
+ * implicit initialization) has none: the device is then the pointer's own (cuPointerGetAttribute),
+ * never "unknown" for memory that exists. */
 static void current_context(mt_event *ev)
 {
     static __thread CUcontext last;
     static __thread uint32_t last_id;
     CUcontext ctx = NULL;
     if (mt_rec.cuda.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+        int ordinal = -1;
         ev->device = -1;
+        if (ev->address && mt_rec.cuda.PointerGetAttribute &&
+            mt_rec.cuda.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                            (CUdeviceptr)ev->address) == CUDA_SUCCESS)
+            ev->device = ordinal;
         return;
     }
     if (ctx != last) {
@@ -95,7 +86,7 @@ static void current_context(mt_event *ev)
 
 static void record(mt_event *ev, cudaError_t rc, uint64_t entry_ns, int h, uint64_t t_timed)
 {
-    current_context(ev);
+    if (ev->op != MT_OP_FREE) current_context(ev);
     uint64_t api_ip = (uint64_t)(uintptr_t)ORIGINAL(h);
     mt_record_call(&mt_rec, ev, as_curesult(rc), entry_ns, api_ip);
     if (t_timed) {
@@ -109,7 +100,7 @@ static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t 
                                 cudaStream_t stream)
 {
     malloc_async_fn orig = (malloc_async_fn)ORIGINAL(h);
-    if (!hook_enter()) return orig(ptr, size, stream);
+    if (!mt_hook_enter(&mt_rec, &mt_rec.hooks.active)) return orig(ptr, size, stream);
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     cudaError_t rc = orig(ptr, size, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
@@ -117,7 +108,7 @@ static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t 
                    .stream = (uint64_t)(uintptr_t)stream};
     if (rc == cudaSuccess && ptr) ev.address = (uint64_t)(uintptr_t)*ptr;
     record(&ev, rc, 0, h, t);
-    hook_leave();
+    mt_hook_leave(&mt_rec);
     return rc;
 }
 
@@ -125,7 +116,7 @@ static cudaError_t malloc_from_pool(int h, CUpti_CallbackId api, void **ptr, siz
                                     cudaMemPool_t pool, cudaStream_t stream)
 {
     malloc_pool_fn orig = (malloc_pool_fn)ORIGINAL(h);
-    if (!hook_enter()) return orig(ptr, size, pool, stream);
+    if (!mt_hook_enter(&mt_rec, &mt_rec.hooks.active)) return orig(ptr, size, pool, stream);
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     cudaError_t rc = orig(ptr, size, pool, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
@@ -134,21 +125,23 @@ static cudaError_t malloc_from_pool(int h, CUpti_CallbackId api, void **ptr, siz
                    .flags = MT_EF_FROM_POOL};
     if (rc == cudaSuccess && ptr) ev.address = (uint64_t)(uintptr_t)*ptr;
     record(&ev, rc, 0, h, t);
-    hook_leave();
+    mt_hook_leave(&mt_rec);
     return rc;
 }
 
 static cudaError_t free_async(int h, CUpti_CallbackId api, void *ptr, cudaStream_t stream)
 {
     free_async_fn orig = (free_async_fn)ORIGINAL(h);
-    if (!hook_enter()) return orig(ptr, stream);
+    if (!mt_hook_enter(&mt_rec, &mt_rec.hooks.active)) return orig(ptr, stream);
     uint64_t entry = mt_now_ns(); /* a free is stamped at entry (see api_callbacks.c) */
-    cudaError_t rc = orig(ptr, stream);
-    uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     mt_event ev = {.op = MT_OP_FREE, .kind = MT_KIND_ASYNC, .api = (uint16_t)api,
                    .address = (uint64_t)(uintptr_t)ptr, .stream = (uint64_t)(uintptr_t)stream};
+    current_context(&ev); /* before the call: the pointer is still valid */
+    mt_sink_hold(mt_rec.sink, entry);
+    cudaError_t rc = orig(ptr, stream);
+    uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     record(&ev, rc, entry, h, t);
-    hook_leave();
+    mt_hook_leave(&mt_rec);
     return rc;
 }
 
@@ -186,7 +179,7 @@ static cudaError_t hook_malloc_from_pool_ptsz(void **p, size_t n, cudaMemPool_t 
 static void fall_back(mt_recorder *r, const char *why)
 {
     if (!atomic_exchange(&r->hooks.active, 0)) return;
-    if (atomic_load(&r->subscribed)) mt_callbacks_enable_async(r);
+    if (atomic_load(&r->mux.subscribed)) mt_callbacks_enable_async(r);
     mt_warn_once("hooks", "%s: stream-ordered allocations are recorded through CUPTI from here on "
                  "(slower)", why);
 }

@@ -79,6 +79,8 @@ int mt_cuda_load(mt_cuda *d, const char **why)
         {(void **)&d->CtxGetCurrent, "cuCtxGetCurrent"},
         {(void **)&d->DeviceGetMemPool, "cuDeviceGetMemPool"},
         {(void **)&d->MemPoolGetAttribute, "cuMemPoolGetAttribute"},
+        {(void **)&d->PointerGetAttribute, "cuPointerGetAttribute"},
+        {(void **)&d->DeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
         *fns[i].slot = dlsym(h, fns[i].name);

@@ -10,7 +10,12 @@
  *   - on the allocating thread, after a stream-ordered allocation, at most once per millisecond
  *     (a try-lock: a thread never waits for another's poll), so the reservation at a peak is at
  *     most ~1 ms old;
- *   - right after a failed request, so OOM forensics see the reservation of that moment.
+ *   - right after a failed request, so OOM forensics see the reservation of that moment;
+ *   - never while a CUDA graph is being captured (capture.c).
+ * Graph memory nodes (allocations captured into a CUDA graph under backend:cudaMallocAsync) get
+ * their pages from the device's graph memory pool when the graph runs: its reservation
+ * (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT/_HIGH) is written the same way, under a handle of its
+ * own per device (GRAPH_POOL).
  * A change is written as MT_OP_POOL_RESERVED (address = pool handle, bytes = current,
  * aux = high-water). This does not depend on CUPTI activity records, which another profiler may
  * take away.
@@ -18,6 +23,8 @@
 #include <cuda.h>
 
 #include "recorder.h"
+
+#define POLL_EVERY_NS 1000000ull /* allocating threads poll at most once a millisecond */
 
 void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
 {
@@ -41,14 +48,9 @@ void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
     }
 }
 
-/* Reads one pool; writes an event when its reservation changed. */
-static void poll_pool(mt_recorder *r, CUmemoryPool pool, int32_t device)
+/* Writes an event when a pool's reservation changed since the last one written. */
+static void record_pool(mt_recorder *r, uint64_t key, uint64_t cur, uint64_t high, int32_t device)
 {
-    cuuint64_t cur = 0, high = 0;
-    if (r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur) != CUDA_SUCCESS ||
-        r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
-        return;
-    uint64_t key = (uint64_t)(uintptr_t)pool;
     int i = 0;
     while (i < r->npools && r->pools[i].pool != key) i++;
     if (i < r->npools && r->pools[i].size == cur && r->pools[i].high == high) return;
@@ -65,10 +67,30 @@ static void poll_pool(mt_recorder *r, CUmemoryPool pool, int32_t device)
     mt_sink_event(r->sink, &ev);
 }
 
+/* Reads one pool. */
+static void poll_pool(mt_recorder *r, CUmemoryPool pool, int32_t device)
+{
+    cuuint64_t cur = 0, high = 0;
+    if (r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur) != CUDA_SUCCESS ||
+        r->cuda.MemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high) != CUDA_SUCCESS)
+        return;
+    record_pool(r, (uint64_t)(uintptr_t)pool, cur, high, device);
+}
+
 static void poll_locked(mt_recorder *r);
+
+/* No CUDA call while a graph is being captured anywhere: it could invalidate the capture
+ * (capture.c). The next poll after it ends reads the same counters. */
+static int capturing(mt_recorder *r)
+{
+    if (!mt_capture_any(r)) return 0;
+    atomic_fetch_add_explicit(&r->capture.skipped_polls, 1, memory_order_relaxed);
+    return 1;
+}
 
 void mt_pool_poll(mt_recorder *r)
 {
+    if (capturing(r)) return;
     pthread_mutex_lock(&r->pool_lock);
     poll_locked(r);
     pthread_mutex_unlock(&r->pool_lock);
@@ -76,10 +98,27 @@ void mt_pool_poll(mt_recorder *r)
 
 void mt_pool_poll_if_due(mt_recorder *r, uint64_t now)
 {
-    if (now - atomic_load_explicit(&r->pool_polled_ns, memory_order_relaxed) < 1000000) return;
-    if (pthread_mutex_trylock(&r->pool_lock) != 0) return;
+    if (now - atomic_load_explicit(&r->pool_polled_ns, memory_order_relaxed) < POLL_EVERY_NS) return;
+    if (capturing(r) || pthread_mutex_trylock(&r->pool_lock) != 0) return;
     poll_locked(r);
     pthread_mutex_unlock(&r->pool_lock);
+}
+
+/* A graph memory pool's handle in POOL_RESERVED events: none exists, so one per device. */
+#define GRAPH_POOL(d) (0x8000000000000000ull | (uint64_t)(d))
+
+/* The device's graph memory pool (graph memory nodes: allocations made while capturing a CUDA
+ * graph under backend:cudaMallocAsync get their pages from it when the graph runs). */
+static void poll_graph_pool(mt_recorder *r, int device)
+{
+    cuuint64_t cur = 0, high = 0;
+    if (!r->cuda.DeviceGetGraphMemAttribute ||
+        r->cuda.DeviceGetGraphMemAttribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &cur) !=
+            CUDA_SUCCESS ||
+        r->cuda.DeviceGetGraphMemAttribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &high) !=
+            CUDA_SUCCESS)
+        return;
+    record_pool(r, GRAPH_POOL(device), cur, high, device);
 }
 
 static void poll_locked(mt_recorder *r)
@@ -90,6 +129,9 @@ static void poll_locked(mt_recorder *r)
         CUmemoryPool pool;
         if ((devs & 1) && r->cuda.DeviceGetMemPool(&pool, d) == CUDA_SUCCESS) poll_pool(r, pool, d);
     }
+    uint64_t graphs = atomic_load_explicit(&r->graph_devices, memory_order_relaxed);
+    for (int d = 0; graphs; d++, graphs >>= 1)
+        if (graphs & 1) poll_graph_pool(r, d);
     for (int i = 0; i < MT_MAX_POOLS; i++) {
         uint64_t p = atomic_load_explicit(&r->named_pools[i].pool, memory_order_relaxed);
         if (!p) break;

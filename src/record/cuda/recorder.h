@@ -5,12 +5,21 @@
  *   api_callbacks.c                 CUPTI driver-API callbacks -> memory events (the core record)
  *   activity.c                      CUPTI MEMORY2 / MEMORY_POOL records -> driver-internal
  *                                   allocations and pool sizes (enrichment)
- *   async_hooks.c                   tensor mode: cudaMallocAsync/cudaFreeAsync called directly
- *                                   through the callers' GOT slots instead of through CUPTI
+ *   async_hooks.c                   cudaMallocAsync/cudaFreeAsync (backend:cudaMallocAsync) called
+ *                                   directly through the callers' GOT slots instead of CUPTI
+ *   tensor_hooks.c                  record --tensors: every block PyTorch's caching allocator hands
+ *                                   to a tensor, from its reports to the profiler (GOT slots)
+ *   capture.c                       which threads are capturing a CUDA graph (and the recorder
+ *                                   then makes no CUDA call that could break the capture)
+ *   cupti_mux.c                     one CUPTI subscription shared with the program's own CUPTI
+ *                                   client (torch.profiler): both get their callbacks
  *   stacks.c                        the caller's stack -> a trie leaf id
  *
  * All state lives in one struct, `mt_rec` (defined in inject.c): a reader looking for global state
- * finds it there and nowhere else (the sink, unwinder and trie keep theirs behind their handles).
+ * finds it there (the sink, unwinder and trie keep theirs behind their handles), with three
+ * exceptions kept beside the only code that touches them: cupti_mux.c's mutex (it may be needed
+ * before InitializeInjection runs), stacks.c's table of Python code ids and its per-thread memos,
+ * and the per-thread caches of api_callbacks.c and async_hooks.c (__thread).
  */
 #ifndef MT_RECORDER_H
 #define MT_RECORDER_H
@@ -73,6 +82,8 @@ typedef struct mt_cuda {
     __typeof__(&cuCtxGetCurrent) CtxGetCurrent;
     __typeof__(&cuDeviceGetMemPool) DeviceGetMemPool;
     __typeof__(&cuMemPoolGetAttribute) MemPoolGetAttribute;
+    __typeof__(&cuPointerGetAttribute) PointerGetAttribute;
+    __typeof__(&cuDeviceGetGraphMemAttribute) DeviceGetGraphMemAttribute;
 } mt_cuda;
 
 typedef struct mt_recorder_config {
@@ -80,7 +91,8 @@ typedef struct mt_recorder_config {
     int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
     int activity;      /* enable CUPTI activity enrichment (default 1) */
     int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
-    int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1 (record --tensors): see async_hooks.c */
+    int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1: see async_hooks.c */
+    int tensors;       /* MEMTRACE_TENSORS=1 (record --tensors): see tensor_hooks.c */
     uint32_t flush_ms;
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
@@ -106,18 +118,37 @@ enum {
 #define MT_MAX_POOLS 64
 #define MT_POOL_DEAD 1ull
 
+/* The allocator reports that tensor_hooks.c stands in for (c10::reportMemoryUsageToProfiler and
+ * c10::reportOutOfMemoryToProfiler, imported by libc10_cuda). */
+enum { MT_TENSOR_HOOK_USAGE, MT_TENSOR_HOOK_OOM, MT_TENSOR_HOOK_COUNT };
+
+#define MT_CAPTURE_SLOTS 16 /* graph captures in progress whose thread is remembered */
+
+/* CUPTI callback ids, one bit each, per domain (cupti_mux.c) */
+#define MT_MUX_DOMAINS 8
+#define MT_MUX_WORDS 16 /* 1024 ids per domain; the driver API has 807 */
+typedef struct mt_cbid_set {
+    _Atomic uint64_t w[MT_MUX_DOMAINS][MT_MUX_WORDS];
+} mt_cbid_set;
+
+static inline int mt_cbid_has(mt_cbid_set *s, unsigned domain, unsigned cbid)
+{
+    return domain < MT_MUX_DOMAINS && cbid < 64 * MT_MUX_WORDS &&
+           (atomic_load_explicit(&s->w[domain][cbid / 64], memory_order_relaxed) >> (cbid % 64)) & 1;
+}
+
 typedef struct mt_recorder {
     _Atomic int enabled; /* callbacks do nothing unless 1: cleared on fork, on shutdown, on errors */
     pid_t pid;           /* the process that owns the trace; a fork()ed child differs */
     mt_recorder_config cfg;
     mt_cupti cupti;
     mt_cuda cuda;
-    CUpti_SubscriberHandle subscriber;
-    _Atomic int subscribed;             /* we hold CUPTI's one subscription */
-    _Atomic int yielded;                /* we gave it up to another client (interpose.c) */
     _Atomic int inflight; /* callbacks and hooked calls in progress: at_exit waits for them */
     _Atomic int paused;   /* the program asked for a pause (memtrace_set_paused) */
-    mt_sink *sink;
+    mt_sink *sink;        /* its file is created with the first CUDA context (or event) */
+    pthread_mutex_t open_lock; /* one thread creates the file */
+    char comm[64];
+    int32_t rank;                    /* from the launcher's environment; -1 none */
     mt_trie *trie;
     mt_modules *modules;
     mt_gpu_sampler *sampler;         /* NVML sampling thread; NULL when NVML is unavailable */
@@ -127,6 +158,20 @@ typedef struct mt_recorder {
     uintptr_t cupti_lo, cupti_hi;    /* libcupti's, likewise */
     uint32_t driver_internal_stack; /* trie leaf of the "[driver internal]" pseudo frame */
 
+    /* cupti_mux.c: CUPTI's one subscription, ours, shared with a guest client */
+    struct {
+        CUpti_SubscriberHandle handle;  /* NULL until subscribed (under mux_lock, cupti_mux.c:
+                                           a static mutex, as a guest may come before
+                                           InitializeInjection) */
+        _Atomic int subscribed;
+        _Atomic int guest;              /* a guest is registered (fn, userdata valid) */
+        CUpti_CallbackFunc guest_fn;
+        void *guest_userdata;
+        char guest_name[128];
+        mt_cbid_set ours, theirs;       /* callback ids each client enabled */
+        _Atomic int activity_taken;     /* the guest registered its own activity buffers */
+    } mux;
+
     /* activity enrichment */
     int activity_on;               /* MEMORY2 enabled by us */
     _Atomic int activity_stopped;  /* somebody else (torch.profiler) took the activity API */
@@ -134,8 +179,10 @@ typedef struct mt_recorder {
     uint64_t last_activity_records, last_memory_api_calls; /* writer tick's view */
     uint64_t quiet_since_ns;      /* memory API calls but no activity records since then; 0 = not */
     mt_corr_set corr;
+
     /* memory pools (pool_poll.c): which served allocations, and what was last reported */
     _Atomic uint64_t async_devices; /* bit d: device d's current pool served cuMemAllocAsync */
+    _Atomic uint64_t graph_devices; /* bit d: a graph memory node was made on device d */
     struct {
         _Atomic uint64_t pool; /* 0 = free slot, MT_POOL_DEAD = destroyed */
         int32_t device;
@@ -148,6 +195,16 @@ typedef struct mt_recorder {
     } pools[MT_MAX_POOLS];
     int npools;
 
+    /* capture.c: CUDA graph captures in progress */
+    struct {
+        _Atomic int active; /* begun and not ended, on any thread */
+        struct {
+            _Atomic uint64_t stream; /* 0 = free slot */
+            _Atomic uint32_t tid;
+        } who[MT_CAPTURE_SLOTS];
+        _Atomic uint64_t skipped_polls; /* pool polls left out while capturing */
+    } capture;
+
     /* async_hooks.c: the stand-ins, the originals they call, and whether they record */
     struct {
         mt_got_hook table[MT_HOOK_COUNT];
@@ -155,6 +212,15 @@ typedef struct mt_recorder {
         _Atomic int active; /* 1: the stand-ins record, CUPTI's stream-ordered callbacks are off */
         _Atomic uint64_t calls, ns; /* cost of the stand-ins' own work, for a note (sampled) */
     } hooks;
+
+    /* tensor_hooks.c: PyTorch's tensors (record --tensors) */
+    struct {
+        mt_got_hook table[MT_TENSOR_HOOK_COUNT];
+        mt_got_patcher *patcher;
+        _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
+        _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
+        _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
+    } tensors;
 
     _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* cost of stack capture, for a note */
     _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
@@ -176,17 +242,55 @@ static inline int mt_time_this_call(void)
     x ^= x << 13, x ^= x >> 17, x ^= x << 5;
     return (x & (MT_TIME_SAMPLE - 1)) == 0;
 }
-void mt_recorder_yield(const char *who); /* another CUPTI client subscribes: step aside */
-void mt_recorder_resume(void);           /* ... it unsubscribed: subscribe again */
+/* The trace file is created when the process makes its first CUDA context (or records its first
+ * event): a process that initializes CUDA and never uses it (a launcher such as torchrun) leaves
+ * no trace. 0 when the file is open; -1 when it cannot be (recording then stops, said once). */
+int mt_trace_open(mt_recorder *r);
 uint64_t mt_now_ns(void);
 uint32_t mt_gettid(void);
-/* 1 when it printed (and noted) the warning, 0 when `key` had been warned about already */
+/* notes.c: 1 when it printed (and noted) the warning, 0 when `key` had been warned about already */
 int mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mt_write_cost_notes(mt_recorder *r); /* at exit, after the last flush */
+
+/* output.c: creates r->cfg.output from MEMTRACE_OUTPUT; the fd, or -1 (warned) */
+int mt_output_open(mt_recorder *r);
+/* one line for `memtrace record`: what = "trace" (r->cfg.output written) or "skipped" */
+void mt_manifest_add(mt_recorder *r, const char *what);
 
 /* cupti_loader.c: 0 on success; on failure *why says what was missing */
 int mt_cupti_load(mt_cupti *c, const char *explicit_path, const char **why, char *where, size_t len);
 int mt_cuda_load(mt_cuda *d, const char **why); /* from the libcuda already loaded */
+
+/* cupti_mux.c */
+int mt_mux_subscribe(mt_recorder *r);          /* ours: 0 ok (or already subscribed) */
+void mt_mux_unsubscribe(mt_recorder *r);       /* at exit: leaves a guest its callbacks */
+/* enables (or disables, where the guest does not need it) one of our callback ids */
+CUptiResult mt_mux_enable(mt_recorder *r, uint32_t enable, CUpti_CallbackDomain domain,
+                          CUpti_CallbackId cbid);
+CUptiResult mt_mux_enable_domain(mt_recorder *r, CUpti_CallbackDomain domain);
+/* CUPTI's callback for the shared subscription: the guest's, then ours (inject.c) */
+void CUPTIAPI mt_mux_dispatch(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                              const void *cbdata);
+void CUPTIAPI mt_recorder_callback(void *userdata, CUpti_CallbackDomain domain,
+                                   CUpti_CallbackId cbid, const void *cbdata); /* inject.c */
+
+/* capture.c */
+void mt_capture_begin(mt_recorder *r, uint64_t stream);
+void mt_capture_end(mt_recorder *r, uint64_t stream);
+static inline int mt_capture_any(mt_recorder *r)
+{
+    return atomic_load_explicit(&r->capture.active, memory_order_relaxed) > 0;
+}
+int mt_capture_this_thread(mt_recorder *r, uint32_t tid); /* 1: tid is capturing a graph */
+
+/* tensor_hooks.c */
+int mt_tensor_hooks_install(mt_recorder *r); /* 1: active */
+void mt_tensor_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
+/* 1 when the calling thread's stack passes through PyTorch's caching allocator (libc10_cuda):
+ * the allocation being made is one of its segments. Unwinds: for rare calls only. */
+int mt_called_from_c10(mt_recorder *r);
+void mt_find_c10(mt_recorder *r); /* where libc10_cuda's code is, once it is loaded (any mode) */
 
 /* api_callbacks.c */
 int mt_callbacks_enable(mt_recorder *r); /* 0 ok */
@@ -204,6 +308,22 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
 /* async_hooks.c */
 int mt_async_hooks_install(mt_recorder *r); /* 1: active (call before mt_callbacks_enable) */
 void mt_async_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
+/* Entered like a CUPTI callback: counted in flight first (at_exit waits for it), then checked.
+ * 0: pass the call through untouched. Shared by the GOT stand-ins. */
+static inline int mt_hook_enter(mt_recorder *r, _Atomic int *active)
+{
+    atomic_fetch_add_explicit(&r->inflight, 1, memory_order_acq_rel);
+    if (atomic_load_explicit(&r->enabled, memory_order_acquire) &&
+        atomic_load_explicit(active, memory_order_relaxed) &&
+        !atomic_load_explicit(&r->paused, memory_order_relaxed))
+        return 1;
+    atomic_fetch_sub_explicit(&r->inflight, 1, memory_order_release);
+    return 0;
+}
+static inline void mt_hook_leave(mt_recorder *r)
+{
+    atomic_fetch_sub_explicit(&r->inflight, 1, memory_order_release);
+}
 
 /* api_census.c: the MEMTRACE_CALLBACKS=count diagnostic */
 int mt_census_enable(mt_recorder *r); /* 0 ok */
@@ -214,6 +334,8 @@ void mt_census_note(mt_recorder *r);
 int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks still record) */
 void mt_activity_flush(mt_recorder *r);
 void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activity API */
+void mt_activity_yield(mt_recorder *r);  /* a guest is about to register its own buffers */
+void mt_activity_taken(mt_recorder *r);  /* ... it did (cupti_mux.c) */
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
 int mt_corr_has(mt_corr_set *s, uint32_t id); /* 1 if id is a recent memory API call's */
 

@@ -1,0 +1,192 @@
+/* The rank table: several traces of one job side by side (report's first section when given more
+ * than one trace), and what makes the largest rank larger than the median one. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+/* Wall-clock time of day in UTC with microseconds: ranks of one job compare on it. */
+static const char *clock_of(uint64_t unix_ns, char *buf, size_t len)
+{
+    time_t s = (time_t)(unix_ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(buf, len, "%02d:%02d:%02d.%06llu", tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (unsigned long long)(unix_ns % 1000000000ull / 1000));
+    return buf;
+}
+
+static const char *rank_name(const mt_rank_summary *r, char *buf, size_t len)
+{
+    if (r->has_rank) snprintf(buf, len, "rank %d", (int)r->rank);
+    else snprintf(buf, len, "%s", r->label);
+    return buf;
+}
+
+/* The stack's names joined by " > " (root first), the innermost kept when it is too long. */
+static const char *tail_of(const char *joined, char *buf, size_t len)
+{
+    char wide[4096];
+    size_t o = 0;
+    for (const char *p = joined; *p && o + 4 < sizeof wide; p++) {
+        if (*p == ';') {
+            memcpy(wide + o, " > ", 3);
+            o += 3;
+        } else {
+            wide[o++] = *p;
+        }
+    }
+    wide[o] = 0;
+    const char *p = wide;
+    if (o + 1 > len) {
+        p = wide + o - (len - 6);
+        const char *cut = strstr(p, " > ");
+        if (cut) p = cut + 3;
+    }
+    snprintf(buf, len, "%s%s", p == wide ? "" : "... > ", p);
+    return buf;
+}
+
+int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt)
+{
+    size_t top = opt && opt->top ? opt->top : 10;
+    char b1[32], b2[32], b3[32], t[48], who[64];
+    int32_t world = -1;
+    for (size_t i = 0; i < n; i++)
+        if (s[i].world_size > world) world = s[i].world_size;
+    mt_out_printf(o, "ranks: %zu traces", n);
+    if (world > 0) mt_out_printf(o, " (world size %d)", (int)world);
+    mt_out_puts(o, "; peaks per rank on its GPU with the largest, times on one wall clock (UTC)\n");
+    mt_out_printf(o, "  %-10s %-16s %8s %-7s %11s %11s %-15s %11s %6s  %s\n", "rank", "host", "pid",
+                  "GPUs", "peak", "tensors", "peak at", "at exit", "failed",
+                  "top stack at the peak");
+    for (size_t i = 0; i < n; i++) {
+        const mt_rank_summary *r = &s[i];
+        char frame[96];
+        snprintf(frame, sizeof frame, "%s", r->top_frame ? r->top_frame : "-");
+        mt_out_printf(o, "  %-10s %-16.16s %8u %-7.7s %11s %11s %-15s %11s %6llu  %s",
+                      rank_name(r, who, sizeof who), r->host[0] ? r->host : "?", (unsigned)r->pid,
+                      r->devices[0] ? r->devices : "-", mt_format_bytes(r->peak, b1, sizeof b1),
+                      r->tensor_peak ? mt_format_bytes(r->tensor_peak, b2, sizeof b2) : "-",
+                      r->peak ? clock_of(r->peak_unix_ns, t, sizeof t) : "-",
+                      mt_format_bytes(r->live_at_exit, b3, sizeof b3),
+                      (unsigned long long)r->failed, frame);
+        if (r->top_bytes && r->peak)
+            mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
+        mt_out_puts(o, "\n");
+    }
+    mt_imbalance im;
+    if (n < 2 || mt_rank_imbalance(s, n, &im) < 0) return 0;
+    const mt_rank_summary *hi = &s[im.max], *med = &s[im.median], *lo = &s[im.min];
+    char w1[64], w2[64], w3[64];
+    mt_out_printf(o, "  imbalance: max %s (%s), median %s (%s), min %s (%s)",
+                  mt_format_bytes(hi->peak, b1, sizeof b1), rank_name(hi, w1, sizeof w1),
+                  mt_format_bytes(med->peak, b2, sizeof b2), rank_name(med, w2, sizeof w2),
+                  mt_format_bytes(lo->peak, b3, sizeof b3), rank_name(lo, w3, sizeof w3));
+    if (med->peak) mt_out_printf(o, "; max/median %.3f", (double)hi->peak / (double)med->peak);
+    mt_out_puts(o, "\n");
+    if (im.max == im.median || hi->peak == med->peak) return 0;
+    mt_named_diff *d;
+    size_t nd;
+    if (mt_rank_stack_diff(hi, med, &d, &nd) < 0) return -1;
+    mt_out_printf(o, "  %s against %s (the median), stacks at their peaks that differ most:\n",
+                  rank_name(hi, w1, sizeof w1), rank_name(med, w2, sizeof w2));
+    char line[200];
+    size_t shown = 0;
+    for (size_t i = 0; i < nd && shown < top; i++) {
+        if (d[i].delta <= 0) break;
+        char sign[40];
+        snprintf(sign, sizeof sign, "+%s", mt_format_bytes((uint64_t)d[i].delta, b1, sizeof b1));
+        mt_out_printf(o, "    %11s  %11s vs %-11s %s\n", sign, mt_format_bytes(d[i].a, b2, sizeof b2),
+                      mt_format_bytes(d[i].b, b3, sizeof b3), tail_of(d[i].name, line, sizeof line));
+        shown++;
+    }
+    if (!shown) mt_out_puts(o, "    (no stack is larger: the difference is spread thinly)\n");
+    free(d);
+    return 0;
+}
+
+static void jstr(mt_out *o, const char *k, const char *v, int comma)
+{
+    mt_out_printf(o, "\"%s\":", k);
+    mt_out_json_string(o, v ? v : "");
+    if (comma) mt_out_write(o, ",", 1);
+}
+
+static void jint(mt_out *o, const char *k, long long v, int comma)
+{
+    mt_out_printf(o, "\"%s\":%lld%s", k, v, comma ? "," : "");
+}
+
+static void jnames(mt_out *o, const char *joined) /* "a;b;c" -> ["a","b","c"] */
+{
+    mt_out_write(o, "[", 1);
+    const char *p = joined;
+    for (int first = 1; *p; first = 0) {
+        const char *semi = strchr(p, ';');
+        size_t n = semi ? (size_t)(semi - p) : strlen(p);
+        char *name = strndup(p, n);
+        if (!first) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, name ? name : "");
+        free(name);
+        p += n + (semi != NULL);
+    }
+    mt_out_write(o, "]", 1);
+}
+
+int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt)
+{
+    size_t top = opt && opt->top ? opt->top : 10;
+    mt_out_puts(o, "{\"rows\":[");
+    for (size_t i = 0; i < n; i++) {
+        const mt_rank_summary *r = &s[i];
+        if (i) mt_out_write(o, ",", 1);
+        mt_out_write(o, "{", 1);
+        jstr(o, "trace", r->path, 1);
+        jstr(o, "label", r->label, 1);
+        jint(o, "rank", r->has_rank ? r->rank : -1, 1);
+        jint(o, "local_rank", r->local_rank, 1);
+        jint(o, "world_size", r->world_size, 1);
+        jstr(o, "host", r->host, 1);
+        jint(o, "pid", r->pid, 1);
+        jstr(o, "devices", r->devices, 1);
+        jint(o, "peak_device", r->peak ? r->peak_device : -1, 1);
+        jint(o, "peak_bytes", (long long)r->peak, 1);
+        jint(o, "peak_time_unix_ns", (long long)r->peak_unix_ns, 1);
+        jint(o, "tensors_peak_bytes", (long long)r->tensor_peak, 1);
+        jint(o, "segments_peak_bytes", (long long)r->segment_peak, 1);
+        jint(o, "live_at_exit_bytes", (long long)r->live_at_exit, 1);
+        jint(o, "leak_bytes", (long long)r->leak_bytes, 1);
+        jint(o, "failed_requests", (long long)r->failed, 1);
+        jstr(o, "top_stack_first_user_frame", r->top_frame, 1);
+        jint(o, "top_stack_bytes", (long long)r->top_bytes, 0);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_write(o, "]", 1);
+    mt_imbalance im;
+    if (n && mt_rank_imbalance(s, n, &im) == 0) {
+        mt_out_printf(o, ",\"imbalance\":{\"max\":%zu,\"median\":%zu,\"min\":%zu", im.max,
+                      im.median, im.min);
+        if (s[im.median].peak)
+            mt_out_printf(o, ",\"max_over_median\":%.6f",
+                          (double)s[im.max].peak / (double)s[im.median].peak);
+        mt_out_puts(o, ",\"stacks\":[");
+        mt_named_diff *d = NULL;
+        size_t nd = 0;
+        if (im.max != im.median && mt_rank_stack_diff(&s[im.max], &s[im.median], &d, &nd) < 0)
+            return -1;
+        for (size_t i = 0, k = 0; i < nd && k < top && d[i].delta > 0; i++, k++) {
+            if (k) mt_out_write(o, ",", 1);
+            mt_out_printf(o, "{\"delta_bytes\":%lld,\"max_rank_bytes\":%llu,\"median_rank_bytes\":"
+                             "%llu,\"frames\":", (long long)d[i].delta,
+                          (unsigned long long)d[i].a, (unsigned long long)d[i].b);
+            jnames(o, d[i].name);
+            mt_out_write(o, "}", 1);
+        }
+        free(d);
+        mt_out_puts(o, "]}");
+    }
+    mt_out_write(o, "}", 1);
+    return 0;
+}

@@ -1,0 +1,68 @@
+"""DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
+(1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
+
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp]
+
+--fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
+GPT-2-like model of train.py, AdamW, every rank the same batch.
+
+stdout: one line per rank (ranks print in any order). PyTorch's numbers per rank go to
+$SAMPLE_STATS with "{rank}" in the path (mt_stats.py).
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+import mt_stats
+
+
+def ddp_model(dev):
+    return torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(),
+                               torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                               torch.nn.Linear(4096, 1024)).to(dev)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--fsdp", action="store_true")
+    args = ap.parse_args()
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)  # before the process group: no stray context on GPU 0
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    torch.manual_seed(rank)
+    if args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
+        model = GPT2LMHeadModel(cfg).to(dev)
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        ids = torch.randint(0, cfg.vocab_size, (8, 256), device=dev)
+        for _ in range(args.steps):
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(ddp_model(dev), device_ids=[local])
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        batch = 256 * (1 + rank)
+        for _ in range(args.steps):
+            x = torch.randn(batch, 2048, device=dev)
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    dist.barrier()
+    print(f"rank {rank} of {dist.get_world_size()} done ({'fsdp' if args.fsdp else 'ddp'})")
+    mt_stats.write(world_size=dist.get_world_size())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""What PyTorch itself says about memory, written where the GPU checks can read it.
+
+The samples print only what is the same in every run on stdout (so a traced run's output can be
+compared with an untraced run's, byte for byte); the numbers the checks compare with the trace go
+to the JSON file named by $SAMPLE_STATS ("{pid}" and "{rank}" in it are replaced), one object:
+    {"pid": ..., "rank": ..., "devices": {"0": {"max_allocated": ..., "max_reserved": ...}, ...},
+     ...extra keys a sample adds}
+"""
+import json
+import os
+
+import torch
+
+
+def write(**extra):
+    path = os.environ.get("SAMPLE_STATS")
+    if not path:
+        return
+    rank = os.environ.get("RANK", "")
+    path = path.replace("{pid}", str(os.getpid())).replace("{rank}", rank or str(os.getpid()))
+    devs = {}
+    for d in range(torch.cuda.device_count()):
+        if torch.cuda.memory_reserved(d) or torch.cuda.max_memory_reserved(d):
+            devs[str(d)] = {"max_allocated": torch.cuda.max_memory_allocated(d),
+                            "max_reserved": torch.cuda.max_memory_reserved(d),
+                            "allocated": torch.cuda.memory_allocated(d),
+                            "reserved": torch.cuda.memory_reserved(d)}
+    out = {"pid": os.getpid(), "rank": rank, "devices": devs}
+    out.update(extra)
+    with open(path, "w") as f:
+        json.dump(out, f)

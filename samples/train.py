@@ -1,0 +1,121 @@
+"""Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
+transformer built from a transformers config, with AdamW (or SGD with momentum).
+
+    python train.py --model resnet18|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd]
+                    [--amp] [--compile] [--ab K]
+
+resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default.
+gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
+          n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
+--amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
+torch.compile (default mode).
+
+stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
+(mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
+memory measured from the live objects at the end: parameter bytes (sum of numel*element_size),
+gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
+the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab)
+and adds ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs.
+"""
+import argparse
+import ctypes
+import statistics
+import time
+
+import torch
+
+import mt_stats
+
+
+def build(model, batch, dev):
+    if model == "resnet18":
+        import torchvision
+        net = torchvision.models.resnet18(num_classes=1000).to(dev)
+        x = torch.randn(batch, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (batch,), device=dev)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        return net, lambda m: loss_fn(m(x), y)
+    if model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
+        net = GPT2LMHeadModel(cfg).to(dev)
+        ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
+        return net, lambda m: m(input_ids=ids, labels=ids).loss
+    raise SystemExit(f"unknown model {model}")
+
+
+def tensor_bytes(t):
+    return t.numel() * t.element_size()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--optim", default="adamw")
+    ap.add_argument("--amp", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--ab", type=int, default=0)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    batch = args.batch or (32 if args.model == "resnet18" else 8)
+    net, loss_of = build(args.model, batch, dev)
+    model = torch.compile(net) if args.compile else net
+    if args.optim == "adamw":
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp):
+            loss = loss_of(model)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    extra = {}
+    if args.ab:
+        pause = ctypes.CDLL(None).memtrace_set_paused
+        pause.argtypes = [ctypes.c_int]
+        times = {0: [], 1: []}
+        ratios = []
+        for k in range(args.steps // args.ab):
+            on = k % 2
+            pause(0 if on else 1)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.ab):
+                step()
+            torch.cuda.synchronize()
+            times[on].append((time.perf_counter() - t0) * 1000.0 / args.ab)
+            if on:
+                ratios.append(times[1][-1] / times[0][-1] - 1.0)
+        pause(0)
+        extra = {"ab_off_ms": statistics.median(times[0]), "ab_on_ms": statistics.median(times[1]),
+                 "ab_overhead_pct": 100.0 * statistics.median(ratios), "ab_pairs": len(ratios)}
+    else:
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+        extra["step_ms"] = (time.perf_counter() - t0) * 1000.0 / max(args.steps, 1)
+    # the textbook quantities, measured on the live objects (issue 18's oracles)
+    params = list(net.parameters())
+    extra["param_bytes"] = sum(tensor_bytes(p) for p in params)
+    extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad)  # .grad: same shape/dtype
+    extra["optimizer_state_bytes"] = sum(tensor_bytes(v) for s in opt.state.values()
+                                         for v in s.values()
+                                         if torch.is_tensor(v) and v.is_cuda)
+    print(f"train model={args.model} batch={batch} steps={args.steps} optim={args.optim} "
+          f"amp={int(args.amp)} compile={int(args.compile)}")
+    mt_stats.write(**extra)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+/* Ranks: what one trace of a distributed job contributes to the view of all of them.
+ *
+ * A job of N ranks writes N traces; the rank table compares them. Each trace is analysed on its
+ * own and boiled down to an mt_rank_summary (the rank's identity, its peak, the stacks that made
+ * it, by name), then freed: comparing 64 ranks needs the memory of the largest one trace, not of
+ * all. Stacks are compared by their names in the user view (frame_names.c), never by addresses,
+ * which differ between processes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len)
+{
+    const char *host = a->hostname && a->hostname[0] ? a->hostname : NULL;
+    if (a->header.flags & MT_HDR_RANK && a->header.rank >= 0)
+        snprintf(buf, len, "rank %d%s%s%s", (int)a->header.rank, host ? " (" : "", host ? host : "",
+                 host ? ")" : "");
+    else
+        snprintf(buf, len, "%s[%u]%s%s", a->comm && a->comm[0] ? a->comm : "process",
+                 (unsigned)a->pid, host ? " on " : "", host ? host : "");
+    return buf;
+}
+
+/* "name;name;...": a stack's user-view names joined, the key stacks are matched by. */
+static char *stack_key(mt_frames *f, uint32_t stack, int driver)
+{
+    if (driver) return strdup("[driver internal]");
+    const char *names[512]; /* the longest stack the recorder writes, inlined frames expanded */
+    mt_frame_filter filter = mt_frames_resolve(f, MT_FRAMES_AUTO);
+    size_t n = mt_frames_path_ex(f, stack, MT_NAME_SHORT, filter, names, NULL,
+                                 sizeof names / sizeof *names);
+    if (n > sizeof names / sizeof *names) n = sizeof names / sizeof *names;
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++) len += strlen(names[i]) + 1;
+    char *key = malloc(len), *p = key;
+    if (!key) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = strlen(names[i]);
+        memcpy(p, names[i], k);
+        p += k;
+        if (i + 1 < n) *p++ = ';';
+    }
+    *p = 0;
+    return key;
+}
+
+static int cmp_named(const void *pa, const void *pb)
+{
+    const mt_named_bytes *a = pa, *b = pb;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* The device whose peak is the rank's: the largest GPU peak (the host only without GPUs). */
+static const mt_device_report *peak_device(const mt_analysis *a)
+{
+    const mt_device_report *best = NULL;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.device >= 0 && (!best || a->devices[i].u.peak > best->u.peak))
+            best = &a->devices[i];
+    return best;
+}
+
+int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    s->path = strdup(a->path ? a->path : "");
+    s->host = strdup(a->hostname ? a->hostname : "");
+    s->comm = strdup(a->comm ? a->comm : "");
+    char label[256];
+    s->label = strdup(mt_trace_label(a, label, sizeof label));
+    if (!s->path || !s->host || !s->comm || !s->label) return -1;
+    s->has_rank = (a->header.flags & MT_HDR_RANK) && a->header.rank >= 0;
+    s->rank = s->has_rank ? a->header.rank : -1;
+    s->world_size = a->header.world_size;
+    s->local_rank = a->header.local_rank;
+    s->pid = a->pid;
+    s->start_unix_ns = a->header.start_realtime_ns;
+    size_t o = 0;
+    for (size_t i = 0; i < a->n_devices && o + 16 < sizeof s->devices; i++) {
+        if (a->devices[i].u.device < 0) continue;
+        o += (size_t)snprintf(s->devices + o, sizeof s->devices - o, "%s%d", o ? "," : "",
+                              (int)a->devices[i].u.device);
+        s->n_devices++;
+    }
+    for (size_t i = 0; i < a->n_devices; i++) {
+        s->live_at_exit += a->devices[i].u.in_use;
+        s->leak_bytes += a->devices[i].leak_bytes;
+    }
+    s->failed = a->failed_total;
+    const mt_device_report *d = peak_device(a);
+    if (!d) return 0;
+    s->peak_device = d->u.device;
+    s->peak = d->u.peak;
+    s->peak_unix_ns = a->header.start_realtime_ns + d->peak_time_ns;
+    s->tensor_peak = d->u.by_kind_peak[MT_KIND_TENSOR];
+    s->segment_peak = d->u.segment_peak;
+    /* the peak's stacks, by name (the top MT_RANK_STACKS; the rest summed) */
+    size_t n = d->peak_stacks.n;
+    mt_named_bytes *v = n ? calloc(n, sizeof *v) : NULL;
+    if (n && !v) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mt_stack_stat *st = &d->peak_stacks.v[i];
+        char *key = stack_key(a->frames, st->stack, st->driver);
+        if (!key) break;
+        size_t j = 0; /* stacks equal in the user view are one */
+        while (j < k && strcmp(v[j].name, key) != 0) j++;
+        if (j < k) {
+            v[j].bytes += st->bytes;
+            v[j].count += st->count;
+            free(key);
+        } else {
+            v[k++] = (mt_named_bytes){.name = key, .bytes = st->bytes, .count = st->count};
+        }
+    }
+    if (k) qsort(v, k, sizeof *v, cmp_named);
+    while (k > MT_RANK_STACKS) {
+        free(v[--k].name);
+    }
+    s->stacks = v;
+    s->n_stacks = k;
+    if (k) {
+        const mt_stack_stat *top = &d->peak_stacks.v[0];
+        /* who, in a word: the first user frame, or the library that allocated (a stack of NCCL's
+         * own threads has no user frame to show: "NCCL" says more than a libc address) */
+        int is_allocator = 0;
+        const char *owner = top->driver ? "[driver internal]"
+                                        : mt_frames_owner(a->frames, top->stack, &is_allocator);
+        s->top_frame = strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack) : owner);
+        s->top_bytes = top->bytes;
+    }
+    return 0;
+}
+
+void mt_rank_summary_free(mt_rank_summary *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->n_stacks; i++) free(s->stacks[i].name);
+    free(s->stacks);
+    free(s->path);
+    free(s->host);
+    free(s->comm);
+    free(s->label);
+    free(s->top_frame);
+    memset(s, 0, sizeof *s);
+}
+
+static const mt_rank_summary *sorting_base;
+static int by_peak(const void *pa, const void *pb)
+{
+    const mt_rank_summary *x = &sorting_base[*(const size_t *)pa];
+    const mt_rank_summary *y = &sorting_base[*(const size_t *)pb];
+    if (x->peak != y->peak) return x->peak < y->peak ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int mt_rank_imbalance(const mt_rank_summary *s, size_t n, mt_imbalance *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!n) return -1;
+    size_t *idx = malloc(n * sizeof *idx);
+    if (!idx) return -1;
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    sorting_base = s;
+    qsort(idx, n, sizeof *idx, by_peak);
+    sorting_base = NULL;
+    out->min = idx[0];
+    out->max = idx[n - 1];
+    out->median = idx[(n - 1) / 2]; /* the lower median: a rank that exists */
+    free(idx);
+    return 0;
+}
+
+static int cmp_diff(const void *pa, const void *pb)
+{
+    const mt_named_diff *a = pa, *b = pb;
+    if (a->delta != b->delta) return a->delta > b->delta ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+int mt_rank_stack_diff(const mt_rank_summary *hi, const mt_rank_summary *lo, mt_named_diff **out,
+                       size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t cap = hi->n_stacks + lo->n_stacks;
+    if (!cap) return 0;
+    mt_named_diff *v = calloc(cap, sizeof *v);
+    if (!v) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < hi->n_stacks; i++)
+        v[n++] = (mt_named_diff){.name = hi->stacks[i].name, .a = hi->stacks[i].bytes};
+    for (size_t i = 0; i < lo->n_stacks; i++) {
+        size_t j = 0;
+        while (j < hi->n_stacks && strcmp(v[j].name, lo->stacks[i].name) != 0) j++;
+        if (j < hi->n_stacks) v[j].b = lo->stacks[i].bytes;
+        else v[n++] = (mt_named_diff){.name = lo->stacks[i].name, .b = lo->stacks[i].bytes};
+    }
+    for (size_t i = 0; i < n; i++) v[i].delta = (int64_t)v[i].a - (int64_t)v[i].b;
+    qsort(v, n, sizeof *v, cmp_diff);
+    *out = v;
+    *n_out = n;
+    return 0;
+}

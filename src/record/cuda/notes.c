@@ -1,0 +1,119 @@
+/* What the recorder says: one warning per problem on stderr (and in the trace), notes in the
+ * trace only, and at exit what recording cost the program, measured on itself. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "recorder.h"
+
+#define MAX_WARNINGS 64 /* distinct warning keys; each is a string literal */
+
+static void put_note(int level, const char *msg)
+{
+    mt_sink *sink = mt_rec.sink;
+    if (!sink) return;
+    mt_record rec = {.type = MT_REC_NOTE};
+    rec.u.note = (mt_note){.time_ns = mt_now_ns(), .level = (uint8_t)level, .text = msg};
+    mt_sink_put_copy(sink, &rec);
+}
+
+int mt_warn_once(const char *key, const char *fmt, ...)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *said[MAX_WARNINGS];
+    pthread_mutex_lock(&lock);
+    int seen = 0, n = 0;
+    for (; n < MAX_WARNINGS && said[n]; n++)
+        if (said[n] == key) seen = 1;
+    if (!seen && n < MAX_WARNINGS) said[n] = key;
+    pthread_mutex_unlock(&lock);
+    if (seen) return 0;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "memtrace: %s\n", msg);
+    put_note(MT_NOTE_WARNING, msg);
+    return 1;
+}
+
+void mt_trace_note(int level, const char *fmt, ...)
+{
+    if (!mt_rec.sink) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    put_note(level, msg);
+}
+
+static double per(uint64_t total, uint64_t n) { return n ? (double)total / (double)n : 0.0; }
+
+/* The cost budget is part of the product: what memtrace's own work took, per call, from its
+ * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
+void mt_write_cost_notes(mt_recorder *r)
+{
+    if (r->cfg.census) mt_census_note(r);
+    uint64_t cbs = atomic_load(&r->callbacks);
+    if (cbs)
+        mt_trace_note(MT_NOTE_INFO,
+                      "callbacks: about %" PRIu64 " (API entry and exit), %.0f ns each on average "
+                      "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed)",
+                      cbs, per(atomic_load(&r->callback_ns), cbs), MT_TIME_SAMPLE);
+    uint64_t hooked = atomic_load(&r->hooks.calls);
+    if (hooked)
+        mt_trace_note(MT_NOTE_INFO,
+                      "hooked calls: about %" PRIu64 " cudaMallocAsync/cudaFreeAsync, %.0f ns each on "
+                      "average inside memtrace after the call (1 in %d timed)",
+                      hooked, per(atomic_load(&r->hooks.ns), hooked), MT_TIME_SAMPLE);
+    uint64_t tensors = atomic_load(&r->tensors.calls);
+    if (tensors)
+        mt_trace_note(MT_NOTE_INFO,
+                      "tensor reports: about %" PRIu64 " allocations and frees reported by "
+                      "PyTorch's caching allocator, %.0f ns each on average inside memtrace "
+                      "(1 in %d timed)",
+                      tensors, per(atomic_load(&r->tensors.ns), tensors), MT_TIME_SAMPLE);
+    mt_unwind_totals u;
+    mt_unwind_stats(&u);
+    if (u.walks) {
+        double w = (double)u.walks;
+        mt_trace_note(MT_NOTE_INFO,
+                      "unwinder: %" PRIu64 " walks, %.1f%% ended on an earlier walk's frames "
+                      "(%.1f%% were one as a whole; %.2f remembered walks compared per walk), "
+                      "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses; "
+                      "%" PRIu64 " walks without a key (neither a Python frame nor a "
+                      "stand-in to name the call site), %.1f%% of them whole",
+                      u.walks, 100.0 * (double)u.memo_hits / w, 100.0 * (double)u.whole_hits / w,
+                      (double)u.ways_checked / w, (double)u.rule_steps / w, u.rule_misses,
+                      u.keyless, 100.0 * per(u.keyless_whole_hits, u.keyless));
+    }
+    uint64_t calls = atomic_load(&r->stack_calls);
+    uint64_t built = atomic_load(&r->stack_built);
+    if (calls)
+        mt_trace_note(MT_NOTE_INFO,
+                      "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
+                      "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
+                      "call site's last stack (leaf memo), the others %.1f frames long; 1 in %d "
+                      "timed; %u trie nodes",
+                      calls, per(atomic_load(&r->stack_ns), calls),
+                      per(atomic_load(&r->python_ns), calls), per(atomic_load(&r->unwind_ns), calls),
+                      100.0 * (1.0 - per(built, calls)), per(atomic_load(&r->stack_frames), built),
+                      MT_TIME_SAMPLE, mt_trie_size(r->trie));
+    uint64_t skipped = atomic_load(&r->capture.skipped_polls);
+    if (skipped)
+        mt_trace_note(MT_NOTE_INFO, "graph capture: %" PRIu64 " pool polls waited for a CUDA "
+                      "graph capture to end (no CUDA call is made while one is in progress)",
+                      skipped);
+    mt_sink_stats st;
+    mt_sink_stats_now(r->sink, &st);
+    if (st.waits || st.late)
+        mt_trace_note(st.late ? MT_NOTE_WARNING : MT_NOTE_INFO,
+                      "writer: threads found their buffer full %" PRIu64 " times and waited "
+                      "%.3f ms in all (longest %.3f ms) for it to be written; %" PRIu64
+                      " events reached the writer after later ones had been written (out of "
+                      "time order)", st.waits, (double)st.wait_ns / 1e6,
+                      (double)st.max_wait_ns / 1e6, st.late);
+}

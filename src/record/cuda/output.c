@@ -1,0 +1,74 @@
+/* Where the trace goes: the output pattern, the file, and the manifest `memtrace record` reads. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "recorder.h"
+
+/* Expands the output pattern (%p pid, %c command, %h host, %r rank or else pid, %%). Returns 0, or
+ * -1 if the result would not fit. */
+static int expand_pattern(const char *pattern, const char *comm, int32_t rank, char *out,
+                          size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t o = 0;
+    for (const char *p = pattern; *p; p++) {
+        char tmp[64];
+        const char *add = tmp;
+        if (*p == '%' && p[1]) {
+            switch (*++p) {
+            case 'p': snprintf(tmp, sizeof tmp, "%d", (int)getpid()); break;
+            case 'r': snprintf(tmp, sizeof tmp, "%d", rank >= 0 ? (int)rank : (int)getpid()); break;
+            case 'c': add = comm; break;
+            case 'h': add = host; break;
+            case '%': add = "%"; break;
+            default: snprintf(tmp, sizeof tmp, "%%%c", *p);
+            }
+        } else {
+            tmp[0] = *p;
+            tmp[1] = 0;
+        }
+        size_t n = strlen(add);
+        if (o + n + 1 > len) return -1;
+        memcpy(out + o, add, n);
+        o += n;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+int mt_output_open(mt_recorder *r)
+{
+    const char *pattern = getenv("MEMTRACE_OUTPUT");
+    if (!pattern || !*pattern) pattern = "memtrace.%c.%p.mtrace";
+    const char *comm = r->comm[0] ? r->comm : "process";
+    if (expand_pattern(pattern, comm, r->rank, r->cfg.output, sizeof r->cfg.output) != 0) {
+        mt_warn_once("path", "output path too long: not tracing this process");
+        return -1;
+    }
+    int force = getenv("MEMTRACE_FORCE") && atoi(getenv("MEMTRACE_FORCE")) > 0;
+    int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
+    int fd = open(r->cfg.output, flags, 0644);
+    if (fd < 0)
+        mt_warn_once("open", "cannot create %s: %s%s; not tracing this process", r->cfg.output,
+                     strerror(errno), errno == EEXIST ? " (use -f to replace it)" : "");
+    return fd;
+}
+
+void mt_manifest_add(mt_recorder *r, const char *what)
+{
+    const char *manifest = getenv("MEMTRACE_MANIFEST");
+    if (!manifest || !*manifest) return;
+    int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return;
+    char line[4200];
+    int n = snprintf(line, sizeof line, "%d %s %s\n", (int)getpid(), what,
+                     strcmp(what, "trace") == 0 ? r->cfg.output : r->comm);
+    if (n > 0 && write(fd, line, (size_t)n) < 0) { /* the CLI then reports no file: harmless */
+    }
+    close(fd);
+}

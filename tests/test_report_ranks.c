@@ -1,0 +1,157 @@
+/* Several ranks of one job: the rank table, its imbalance, and the stacks that make the largest
+ * rank larger, on synthetic traces whose headers carry ranks. */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "test_compact_fixture.h"
+
+#define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
+#define A ((uint64_t)0x7f0000000000)
+#define LIB 0x10000000ull
+
+/* One rank's trace in dir: a common stack (main > step > common) with `common` bytes, and rank 2
+ * alone has an extra 64 MiB from main > step > extra. */
+static void rank_trace(const char *dir, int rank, uint64_t common, int extra, uint64_t start_ms)
+{
+    char path[500];
+    snprintf(path, sizeof path, "%.400s/memtrace.python.r%d.mtrace", dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 100 + (uint32_t)rank,
+                        .start_monotonic_ns = FX_T0, .start_realtime_ns = FX_REAL0 + start_ms * MS,
+                        .flags = MT_HDR_RANK, .rank = rank, .local_rank = rank,
+                        .world_size = 3, .node_rank = 0};
+    fx f = {.fd = fd, .w = mt_writer_open_fd(fd, &h, 0)};
+    snprintf(f.path, sizeof f.path, "%s", path);
+    cr_assert(f.w);
+    mt_record pr = {.type = MT_REC_PROCESS};
+    pr.u.process = (mt_process){.pid = h.pid, .comm = "python", .cmdline = "python train.py",
+                                .hostname = "node0"};
+    fx_put(&f, &pr);
+    fx_module(&f, 1, "/usr/lib/libtrain.so", LIB, LIB + 0x10000);
+    fx_node(&f, 1, 0, LIB + 0x100, MT_FRAME_NATIVE); /* main */
+    fx_node(&f, 2, 1, LIB + 0x200, MT_FRAME_NATIVE); /* step */
+    fx_node(&f, 3, 2, LIB + 0x300, MT_FRAME_NATIVE); /* common */
+    fx_node(&f, 4, 2, LIB + 0x400, MT_FRAME_NATIVE); /* extra */
+    fx_symbol(&f, LIB + 0x100, 0, "main", "train.c", 1);
+    fx_symbol(&f, LIB + 0x200, 0, "step", "train.c", 2);
+    fx_symbol(&f, LIB + 0x300, 0, "common", "train.c", 3);
+    fx_symbol(&f, LIB + 0x400, 0, "extra", "train.c", 4);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, rank, A, common, 1, 3);
+    if (extra) fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, rank, A + (1ull << 32), 64ull << 20, 2, 4);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, rank, A, 0, 3, 0);
+    fx_end(&f, 10, extra ? 3 : 2, 0);
+    fx_close(&f);
+}
+
+static char *capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t k; (k = fread(buf + n, 1, cap - n - 1, p)) > 0;) {
+        n += k;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd, st);
+    return buf;
+}
+
+static void make_job(char *dir, size_t len)
+{
+    mt_test_tmpname(dir, len, "job");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    /* written out of order: the report orders by rank */
+    rank_trace(dir, 2, 100ull << 20, 1, 5);
+    rank_trace(dir, 0, 100ull << 20, 0, 0);
+    rank_trace(dir, 1, 90ull << 20, 0, 3);
+}
+
+Test(report_ranks, a_directory_gives_the_rank_table_in_rank_order)
+{
+    char dir[400], cmd[1024];
+    make_job(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --frames all %s", dir);
+    char *text = capture(cmd);
+    const char *r0 = strstr(text, "\n  rank 0 "), *r1 = strstr(text, "\n  rank 1 "),
+               *r2 = strstr(text, "\n  rank 2 ");
+    cr_assert(r0 && r1 && r2, "%s", text);
+    cr_expect(r0 < r1 && r1 < r2, "rows in rank order:\n%s", text);
+    cr_expect(strstr(text, "ranks: 3 traces (world size 3)"), "%s", text);
+    cr_expect(strstr(text, "max 164.00 MiB (rank 2), median 100.00 MiB (rank 0), min 90.00 MiB "
+                           "(rank 1)"), "%s", text);
+    cr_expect(strstr(text, "rank 2 against rank 0 (the median)"), "%s", text);
+    cr_expect(strstr(text, "+64.00 MiB") &&
+                  strstr(text, "main (train.c:1) > step (train.c:2) > extra (train.c:4)"),
+              "the extra stack makes the difference:\n%s", text);
+    /* the details of every rank follow, each naming its rank */
+    cr_expect(strstr(text, "rank 1 of 3 on node0"), "%s", text);
+    free(text);
+
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --rank 1 %s", dir);
+    text = capture(cmd);
+    cr_expect(strstr(text, "rank 1 of 3 on node0"), "%s", text);
+    cr_expect(!strstr(text, "rank 2 of 3 on node0"), "--rank 1: only rank 1's details");
+    cr_expect(strstr(text, "\n  rank 2 "), "... but the whole table");
+    free(text);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --rank 7 %s > /dev/null 2>&1", dir);
+    int st = system(cmd);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "no such rank: status 2");
+}
+
+Test(report_ranks, json_carries_the_same)
+{
+    char dir[400], cmd[2048], out[400];
+    make_job(dir, sizeof dir);
+    mt_test_tmpname(out, sizeof out, "ranks.json");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " report --json %s > %s && python3 -c 'import json,sys\n"
+             "d=json.load(open(sys.argv[1]))\n"
+             "rows=d[\"rank_table\"][\"rows\"]\n"
+             "assert [r[\"rank\"] for r in rows]==[0,1,2], rows\n"
+             "assert [r[\"peak_bytes\"] for r in rows]==[100<<20,90<<20,164<<20], rows\n"
+             "assert all(r[\"host\"]==\"node0\" and r[\"world_size\"]==3 for r in rows)\n"
+             "assert rows[2][\"peak_time_unix_ns\"]-rows[0][\"peak_time_unix_ns\"]==6000000, rows\n"
+             "im=d[\"rank_table\"][\"imbalance\"]\n"
+             "assert (im[\"max\"],im[\"median\"],im[\"min\"])==(2,0,1), im\n"
+             "assert im[\"stacks\"][0][\"delta_bytes\"]==64<<20, im\n"
+             "assert im[\"stacks\"][0][\"frames\"][-1].startswith(\"extra\"), im\n"
+             "assert [t[\"rank\"] for t in d[\"traces\"]]==[0,1,2]\n"
+             "' %s",
+             dir, out, out);
+    int st = system(cmd);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
+}
+
+Test(report_ranks, exports_put_ranks_side_by_side)
+{
+    char dir[300], cmd[4096], out[300];
+    make_job(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format folded %s", dir);
+    char *folded = capture(cmd);
+    cr_expect(strstr(folded, "rank 0;cuda:0;") && strstr(folded, "rank 2;cuda:2;"), "%s", folded);
+    cr_expect_eq(fx_folded_sum(folded, "rank 2;cuda:2"), 164ull << 20, "rank 2's lines: its peak");
+    free(folded);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format folded --rank 1 %s", dir);
+    folded = capture(cmd);
+    cr_expect(strncmp(folded, "cuda:1;", 7) == 0, "one rank: no rank frame\n%s", folded);
+    free(folded);
+    mt_test_tmpname(out, sizeof out, "job.json");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " export --format chrome -o %s %s && python3 %s/tests/py/check_chrome.py %s "
+             "> /dev/null && python3 -c 'import json,sys\n"
+             "ev=json.load(open(sys.argv[1]))[\"traceEvents\"]\n"
+             "names={e[\"pid\"]:e[\"args\"][\"name\"] for e in ev if e.get(\"name\")==\"process_name\"}\n"
+             "assert sorted(names.values())==[\"rank 0 (node0)\",\"rank 1 (node0)\",\"rank 2 (node0)\"], names\n"
+             "first={}\n"
+             "for e in ev:\n"
+             "  if e.get(\"ph\")==\"C\": first.setdefault(e[\"pid\"], float(e[\"ts\"]))\n"
+             "assert first[102]-first[100]>=5000, first  # rank 2 started 5 ms later, one clock\n"
+             "' %s",
+             out, dir, MT_SOURCE_DIR, out, out);
+    int st = system(cmd);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
+}
