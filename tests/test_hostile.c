@@ -294,3 +294,16 @@ Test(hostile, many_pools_descending_mappings_and_context_churn)
     mt_analysis_free(a);
     unlink(path);
 }
+
+Test(hostile, nvml_samples_from_the_future)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "samples.mtrace");
+    /* 281 KB: 100 k samples no event ever reaches, then 1 M events (was 119 s) */
+    cr_assert_eq(mt_hostile_future_samples(path, 100000, 1000000), 0);
+    mt_analysis *a = analyze_within(path, 5.0);
+    cr_expect_eq(a->devices[0].n_nvml, 100000 + 1000, "every sample is kept");
+    cr_expect_eq(a->devices[0].u.peak, 1000ull * 4096);
+    mt_analysis_free(a);
+    unlink(path);
+}

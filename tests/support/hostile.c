@@ -171,3 +171,28 @@ int mt_hostile_context_churn(const char *path, uint32_t live, uint32_t n)
     }
     return finish(w, rc);
 }
+
+int mt_hostile_future_samples(const char *path, uint32_t samples, uint32_t events)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    int rc = 0;
+    for (uint32_t i = 0; i < samples && rc == 0; i++) {
+        mt_record r = {.type = MT_REC_SAMPLE,
+                       .u.sample = {.time_ns = 4000000000000000000ull + i, .device = 0,
+                                    .counter = MT_COUNTER_NVML_PROCESS_BYTES, .value = 1u << 30}};
+        rc = mt_writer_put(w, &r);
+    }
+    for (uint32_t i = 0; i < events && rc == 0; i++) {
+        uint8_t op = (i / 1000) % 2 ? MT_OP_FREE : MT_OP_ALLOC;
+        rc = put_event(w, op, 0, 0x7f0000000000 + (uint64_t)(i % 1000) * 4096, 4096, 0, 1000 + i);
+        if (i % 1000 == 0 && rc == 0) {
+            mt_record r = {.type = MT_REC_SAMPLE,
+                           .u.sample = {.time_ns = 1000 + i, .device = 0,
+                                        .counter = MT_COUNTER_NVML_PROCESS_BYTES,
+                                        .value = 1u << 30}};
+            rc = mt_writer_put(w, &r);
+        }
+    }
+    return finish(w, rc);
+}

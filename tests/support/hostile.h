@@ -31,4 +31,8 @@ int mt_hostile_descending_maps(const char *path, uint32_t n);
 /* `live` allocations in context 1, then n times: an allocation in context 2 and its context's
  * destruction. */
 int mt_hostile_context_churn(const char *path, uint32_t live, uint32_t n);
+/* n NVML samples stamped far in the future, then `events` allocations and frees (a sample
+ * every 1000): every change was applied to every pending sample, and every sample looked at the
+ * whole history of changes. */
+int mt_hostile_future_samples(const char *path, uint32_t samples, uint32_t events);
 #endif
