@@ -711,6 +711,20 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     return rc;
 }
 
+void mt_chrome_abandon(mt_chrome_stream *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++) free(s->paths[i]);
+    for (size_t i = 0; i < s->n_damage; i++) {
+        free(s->damage[i].path);
+        free(s->damage[i].first);
+        free(s->damage[i].truncated);
+    }
+    free(s->damage);
+    free(s->paths);
+    free(s);
+}
+
 int mt_chrome_end(mt_chrome_stream *s)
 {
     mt_out *o = s->o;
@@ -768,9 +782,7 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
     }
     for (size_t i = 0; i < n; i++)
         if (mt_chrome_add(s, a[i], err, errlen) < 0) {
-            for (size_t k = 0; k < s->n; k++) free(s->paths[k]);
-            free(s->paths);
-            free(s);
+            mt_chrome_abandon(s);
             return -1;
         }
     return mt_chrome_end(s);

@@ -149,6 +149,8 @@ mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
                                   uint64_t base_realtime_ns);
 int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
 int mt_chrome_end(mt_chrome_stream *s);
+/* Frees a stream that will not be ended (a trace failed): nothing more is written. */
+void mt_chrome_abandon(mt_chrome_stream *s);
 
 #ifdef __cplusplus
 }

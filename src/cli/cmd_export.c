@@ -214,6 +214,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
                 mt_analysis_free(a);
             }
             if (cs && !status && rc == 0) rc = mt_chrome_end(cs);
+            else mt_chrome_abandon(cs);
         } else if (speedscope) {
             rc = mt_export_speedscope(out, as, (size_t)n, fo);
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
