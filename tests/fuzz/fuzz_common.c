@@ -44,11 +44,21 @@ void mt_fuzz_use_trace(const char *path)
         ro.by_line = 1;
         ro.frames = MT_FRAMES_PYTHON;
         mt_report_text(o, a, &ro);
-        ro.frames = MT_FRAMES_ALL;
+        ro.by_line = 0;
+        ro.frames = MT_FRAMES_USER;
+        ro.names = MT_NAME_LONG;
         mt_report_json(o, &a, 1, &ro);
-        for (int m = 0; m < 3; m++)
+        mt_rank_summary rs;
+        if (mt_rank_summarize(a, &rs) == 0) {
+            mt_rank_table_text(o, &rs, 1, &ro);
+            mt_rank_table_json(o, &rs, 1, &ro);
+            mt_rank_summary_free(&rs);
+        }
+        for (int m = 0; m < MT_METRICS_; m++)
             mt_export_folded(o, &a, 1, (mt_folded_metric)m);
-        mt_chrome_options co = {.top_allocs = 64};
+        mt_folded_options fo = {.all_metrics = 1, .device = MT_DEVICE_AUTO};
+        mt_export_speedscope(o, &a, 1, &fo);
+        mt_chrome_options co = {.top_allocs = 64, .driver_slices = 1};
         mt_export_chrome(o, &a, 1, &co, err, sizeof err);
         mt_out_close(o);
     }

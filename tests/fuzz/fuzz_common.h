@@ -1,7 +1,8 @@
 /* What both fuzzers do with a trace file: everything a user can ask of one, output discarded.
- * mt_analyze (two passes), the text and JSON reports, folded stacks in every metric, the Chrome
- * trace (three more reads), and a strict read to the end. Symbolization is left out: it opens
- * the module paths the trace names, files of the machine the fuzzer runs on. */
+ * mt_analyze (two passes), the text and JSON reports, the rank table, folded stacks in every
+ * metric, speedscope, the Chrome trace (three more reads), and a strict read to the end.
+ * Symbolization is left out: it opens the module paths the trace names, files of the machine the
+ * fuzzer runs on. */
 #ifndef MT_FUZZ_COMMON_H
 #define MT_FUZZ_COMMON_H
 
