@@ -8,7 +8,10 @@
  *             "<root> pool reserved" {bytes} (with pool information); the reconciliation
  *             (docs/analysis.md) "<root> allocator reserved", "<root> tensors allocated" (with pool
  *             information), "<root> other libraries", "<root> driver-internal", and
- *             "<root> nvidia-smi (process)" at each NVML sample; one last point of each at the end
+ *             "<root> nvidia-smi (process)" at each NVML sample; with tensors (record --tensors)
+ *             "<root> by category" {one key per category: parameters, gradients, ...}, each
+ *             tensor in its category at that moment (a backward tensor is a backward temporary
+ *             until its pass has ended, then a gradient); one last point of each at the end
  *             of the trace, where the slices end. Perfetto names a counter track "<name> <key>";
  *             catapult fixes a counter's series at its first event, so a name always carries the
  *             same keys. Above MAX_COUNTER_EVENTS events they are downsampled to time buckets,
@@ -72,6 +75,7 @@ typedef struct slot_info {
      * draw counters as steps, so a repeated value adds nothing */
     uint64_t last[COUNTERS_ + MT_KIND_MAX_];
     uint8_t written[COUNTERS_ + MT_KIND_MAX_];
+    uint64_t last_cat[MT_CAT_MAX]; /* by_category last written */
 } slot_info;
 
 typedef struct chrome {
@@ -227,6 +231,24 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         first = 0;
     }
     if (!first) mt_out_puts(o, "}}");
+    const mt_categorizer *cz = c->a->categories;
+    if (cz && !u->is_host &&
+        (!si || force || memcmp(si->last_cat, u->by_category, sizeof si->last_cat) != 0)) {
+        /* record --tensors: a stacked track of what the tensors are for, every category at every
+         * point (catapult keeps the keys of the first) */
+        if (si) memcpy(si->last_cat, u->by_category, sizeof si->last_cat);
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s by category\",",
+                      (unsigned long long)c->pid, root);
+        ts(o, rel_of(c, when));
+        mt_out_puts(o, ",\"args\":{");
+        for (unsigned k = MT_CAT_PARAMETERS; k < mt_category_count(cz) && k < MT_CAT_MAX; k++) {
+            if (k > MT_CAT_PARAMETERS) mt_out_write(o, ",", 1);
+            mt_out_json_string(o, mt_category_name(cz, k));
+            mt_out_printf(o, ":%llu", (unsigned long long)u->by_category[k]);
+        }
+        mt_out_puts(o, "}}");
+    }
     if (u->has_pool_info)
         counter_if(c, si, COUNTER_POOL, root, "pool reserved", when, u->pool_reserved, force);
     if (u->is_host) return;
@@ -387,6 +409,10 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
                   (unsigned long long)l->bytes, size, mt_kind_name(l->kind),
                   (unsigned long long)l->stream, (unsigned long long)l->address,
                   end_names[why & 3], l->tid);
+    if (l->category && c->a->categories) { /* final: it is ending */
+        mt_out_puts(o, ",\"category\":");
+        mt_out_json_string(o, mt_category_name(c->a->categories, l->category));
+    }
     const char *tn = thread_name(c->a, l->tid);
     if (tn) {
         mt_out_puts(o, ",\"thread\":");
@@ -597,6 +623,7 @@ static int one_trace(chrome *c, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (a->categories) mt_tracker_set_categorizer(c->t, a->categories);
     mt_record rec;
     uint64_t n = 0, last = a->header.start_monotonic_ns;
     char root[32];

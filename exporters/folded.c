@@ -4,7 +4,7 @@
  * host's (or another device's) happen at different moments, so adding them would draw a moment
  * that never was. The first frame is the device ("cuda:0", "host"); with several traces a
  * "rank R" frame (a job's ranks; "comm[pid]" for a process without a rank) comes before it so
- * processes do not merge.
+ * processes do not merge; with by_category the tensor's category comes next (record --tensors).
  *
  * flamegraph.pl reads a line as /^(.*)\s+?(\d+(?:\.\d*)?)$/ and splits the first part at ';'.
  * So every frame here is non-empty, holds no ';' and no newline, and the last one never ends in
@@ -99,6 +99,7 @@ int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
                      a[t]->pid);
         mt_frame_filter filter = mt_frames_resolve(a[t]->frames, opt->frames);
         const mt_stack_list *l = mt_metric_list(d, opt->metric);
+        int by_cat = opt->by_category && opt->metric == MT_METRIC_PEAK && a[t]->categories;
         mt_device_root_name(d, root, sizeof root);
         for (size_t k = 0; k < l->n; k++) {
             if (!l->v[k].bytes) continue;
@@ -110,6 +111,12 @@ int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
                 /* ours, never at the line's end: "rank 3" as it reads (put_frame would join a
                  * trailing number to the name, for frames that end a line) */
                 mt_out_puts(o, prefix);
+                mt_out_write(o, ";", 1);
+            }
+            if (by_cat) { /* a fixed name, never the line's last frame */
+                mt_out_puts(o, l->v[k].category ? mt_category_name(a[t]->categories,
+                                                                   l->v[k].category)
+                                                : "not a tensor");
                 mt_out_write(o, ";", 1);
             }
             mt_out_puts(o, root);

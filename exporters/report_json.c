@@ -29,6 +29,11 @@ static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64
         mt_out_puts(o, i ? ",{" : "{");
         u64f(o, "bytes", s->bytes, 1);
         u64f(o, "count", s->count, 1);
+        if (s->category && a->categories) { /* record --tensors: what these bytes are for */
+            key(o, "category");
+            mt_out_json_string(o, mt_category_name(a->categories, s->category));
+            mt_out_write(o, ",", 1);
+        }
         key(o, "share");
         mt_out_printf(o, "%.6f,", whole ? (double)s->bytes / (double)whole : 0.0);
         key(o, "first_user_frame");
@@ -105,6 +110,94 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
 
 /* [{"file" (full path), "line", "function", "alloc_bytes", "alloc_count", "peak_bytes",
  *   "peak_count", "source" (when readable here)}], sorted as mt_by_line sorts. */
+/* {"paired_bytes", ...}: mt_category_fit */
+static void fit_object(mt_out *o, const mt_category_fit *f)
+{
+    mt_out_write(o, "{", 1);
+    u64f(o, "paired_bytes", f->paired, 1);
+    u64f(o, "paired_count", f->n_paired, 1);
+    u64f(o, "larger_bytes", f->larger, 1);
+    u64f(o, "larger_count", f->n_larger, 1);
+    u64f(o, "unpaired_bytes", f->unpaired, 1);
+    u64f(o, "unpaired_count", f->n_unpaired, 1);
+    u64f(o, "parameters_left_bytes", f->params_left, 1);
+    u64f(o, "parameters_left_count", f->n_params_left, 0);
+    mt_out_write(o, "}", 1);
+}
+
+/* null without tensors, else {"optimizer", "optimizer_state_in_w", "w_bytes", "rows": [{"name",
+ * "outside", "bytes", "textbook_bytes" (or null), "difference_bytes", "why", "fit" (gradients and
+ * optimizer state: fit_object)}], "tensors_bytes", "total_bytes", "textbook_bytes", "process_known", "after_backward": null or {"time_ns",
+ * "by_category": [{"name", "bytes"}], "gradients_fit"}} */
+static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_report *d)
+{
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    if (!t.known) {
+        mt_out_puts(o, "null");
+        return;
+    }
+    mt_out_write(o, "{", 1);
+    key(o, "optimizer");
+    if (t.optimizer) mt_out_json_string(o, t.optimizer);
+    else mt_out_puts(o, "null");
+    mt_out_write(o, ",", 1);
+    u64f(o, "optimizer_state_in_w", t.state_in_w, 1);
+    u64f(o, "w_bytes", t.w, 1);
+    key(o, "rows");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < t.n; i++) {
+        const mt_cat_row *r = &t.rows[i];
+        mt_out_puts(o, i ? ",{" : "{");
+        key(o, "name");
+        mt_out_json_string(o, r->name);
+        mt_out_printf(o, ",\"outside\":%s,", r->outside ? "true" : "false");
+        u64f(o, "bytes", r->bytes, 1);
+        key(o, "textbook_bytes");
+        if (r->has_textbook) mt_out_printf(o, "%llu,", (unsigned long long)r->textbook);
+        else mt_out_puts(o, "null,");
+        key(o, "difference_bytes");
+        mt_out_printf(o, "%lld,", (long long)r->difference);
+        key(o, "why");
+        mt_out_json_string(o, r->why);
+        if (!r->outside && (r->category == MT_CAT_GRADIENTS || r->category == MT_CAT_OPTIMIZER_STATE)) {
+            mt_out_write(o, ",", 1);
+            key(o, "fit");
+            fit_object(o, &d->fit_at_peak[r->category == MT_CAT_OPTIMIZER_STATE]);
+        }
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
+    u64f(o, "tensors_bytes", t.tensors, 1);
+    u64f(o, "total_bytes", t.measured, 1);
+    u64f(o, "textbook_bytes", t.textbook, 1);
+    mt_out_printf(o, "\"process_known\":%s,", t.process_known ? "true" : "false");
+    key(o, "after_backward");
+    if (!d->after_backward_known) {
+        mt_out_puts(o, "null}");
+        return;
+    }
+    mt_out_write(o, "{", 1);
+    u64f(o, "time_ns", d->after_backward_time_ns, 1);
+    key(o, "by_category");
+    mt_out_write(o, "[", 1);
+    int first = 1;
+    for (unsigned c = MT_CAT_PARAMETERS; c < mt_category_count(a->categories) && c < MT_CAT_MAX; c++) {
+        if (!d->by_category_after_backward[c]) continue;
+        mt_out_puts(o, first ? "{" : ",{");
+        first = 0;
+        key(o, "name");
+        mt_out_json_string(o, mt_category_name(a->categories, c));
+        mt_out_write(o, ",", 1);
+        u64f(o, "bytes", d->by_category_after_backward[c], 0);
+        mt_out_write(o, "}", 1);
+    }
+    mt_out_puts(o, "],");
+    key(o, "gradients_fit");
+    fit_object(o, &d->fit_after_backward[0]);
+    mt_out_puts(o, "}}");
+}
+
 static int by_line_array(mt_out *o, mt_analysis *a, const mt_device_report *d, const char *file)
 {
     mt_line_stat *v;
@@ -234,6 +327,9 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
         key(o, "at_end");
         breakdown_object(o, &d->at_end);
         mt_out_puts(o, "},");
+        key(o, "categories_at_peak");
+        categories_object(o, a, d);
+        mt_out_write(o, ",", 1);
         if (ro->by_line) {
             key(o, "by_line");
             if (by_line_array(o, a, d, ro->by_line_file) < 0) return -1;
@@ -266,6 +362,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_namebuf nb = {0};
     int rc = 0;
     mt_out_write(o, "{", 1);
+    if (ro->json_schema) u64f(o, "schema", MT_JSON_SCHEMA, 1);
     key(o, "trace");
     mt_out_json_string(o, a->path);
     mt_out_write(o, ",", 1);
@@ -273,7 +370,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     key(o, "command");
     mt_out_json_string(o, a->comm);
     mt_out_write(o, ",", 1);
-    key(o, "host");
+    key(o, "hostname"); /* "host" is the pinned host memory's object below */
     mt_out_json_string(o, a->hostname);
     mt_out_write(o, ",", 1);
     char label[256];
@@ -303,11 +400,9 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     }
     u64f(o, "damaged_chunks", a->damaged_chunks, 1);
     u64f(o, "damaged_bytes", a->damaged_bytes, 1);
-    if (a->damaged_chunks) {
-        key(o, "damage_reason");
-        mt_out_json_string(o, a->damage_msg);
-        mt_out_write(o, ",", 1);
-    }
+    key(o, "damage_reason"); /* "" when no chunk was damaged */
+    mt_out_json_string(o, a->damage_msg ? a->damage_msg : "");
+    mt_out_write(o, ",", 1);
     key(o, "ended_cleanly");
     mt_out_puts(o, a->ended_cleanly ? "true," : "false,");
     key(o, "warnings");
@@ -426,9 +521,11 @@ int mt_report_json(mt_out *o, mt_analysis *const *a, size_t n, const mt_report_o
 {
     mt_report_options ro = opt ? *opt : (mt_report_options){0};
     if (!ro.top) ro.top = 10;
-    if (n != 1) mt_out_puts(o, "{\"traces\":[");
+    /* "schema" opens the top-level object: the trace's, or the one around several */
+    if (n != 1) mt_out_printf(o, "{\"schema\":%d,\"traces\":[", MT_JSON_SCHEMA);
     for (size_t i = 0; i < n; i++) {
         if (i) mt_out_write(o, ",", 1);
+        ro.json_schema = n == 1;
         if (trace_object(o, a[i], &ro) < 0) return -1;
     }
     mt_out_puts(o, n != 1 ? "]}\n" : "\n");

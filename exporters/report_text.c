@@ -231,6 +231,76 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
                       (unsigned long long)b->owners[i].count, b->owners[i].owner);
 }
 
+/* ---- by category ---------------------------------------------------------------------------------- */
+
+static void signed_bytes(int64_t v, char *buf, size_t len)
+{
+    char b[32];
+    if (v == 0) snprintf(buf, len, "0");
+    else snprintf(buf, len, "%c%s", v < 0 ? '-' : '+',
+                  mt_format_bytes(v < 0 ? (uint64_t)-v : (uint64_t)v, b, sizeof b));
+}
+
+static int is_unit(const char *s)
+{
+    return (s[0] == 'B' && (s[1] == ' ' || !s[1] || s[1] == ':' || s[1] == ',' || s[1] == ')')) ||
+           ((s[0] == 'K' || s[0] == 'M' || s[0] == 'G' || s[0] == 'T') && s[1] == 'i' && s[2] == 'B');
+}
+
+/* text, cut at blanks into lines of at most width characters, the later ones indented */
+static void wrapped(mt_out *o, const char *text, size_t width, size_t indent)
+{
+    size_t n = strlen(text), at = 0;
+    while (at < n) {
+        size_t len = n - at;
+        if (len > width) {
+            len = width;
+            /* at a blank, not between a number and its unit ("2.00 MiB") */
+            while (len > width / 2 && (text[at + len] != ' ' || is_unit(text + at + len + 1))) len--;
+            if (text[at + len] != ' ') len = width; /* one long word: cut it */
+        }
+        if (at) mt_out_printf(o, "\n%*s", (int)indent, "");
+        mt_out_write(o, text + at, len);
+        at += len;
+        while (at < n && text[at] == ' ') at++;
+    }
+    mt_out_puts(o, "\n");
+}
+
+static void print_categories(mt_out *o, const mt_analysis *a, const mt_device_report *d)
+{
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    if (!t.known) {
+        if (d->at_peak.reserved_bytes)
+            mt_out_puts(o, "  by category      needs `memtrace record --tensors`: this trace sees the "
+                           "allocator's segments, not the tensors in them (the allocator's share and "
+                           "the libraries' workspaces are above)\n");
+        return;
+    }
+    char b1[32], b2[32], b3[32];
+    mt_out_printf(o, "  by category at the peak, beside the textbook estimate (W = parameters; "
+                     "optimizer: %s):\n", t.optimizer ? t.optimizer : "none seen");
+    mt_out_printf(o, "    %-24s %11s %11s %11s  %s\n", "", "at the peak", "textbook", "difference",
+                  "why");
+    for (size_t i = 0; i < t.n; i++) {
+        const mt_cat_row *r = &t.rows[i];
+        if (i && r->outside && !t.rows[i - 1].outside)
+            mt_out_printf(o, "    %-24s %11s\n", "= tensors", mt_format_bytes(t.tensors, b1, sizeof b1));
+        signed_bytes(r->difference, b3, sizeof b3);
+        mt_out_printf(o, "    %s %-22s %11s %11s %11s  ", i == 0 ? " " : "+", r->name,
+                      mt_format_bytes(r->bytes, b1, sizeof b1),
+                      r->has_textbook ? mt_format_bytes(r->textbook, b2, sizeof b2) : "-", b3);
+        wrapped(o, r->why, 80, 66);
+    }
+    signed_bytes((int64_t)t.measured - (int64_t)t.textbook, b3, sizeof b3);
+    mt_out_printf(o, "    = %-22s %11s %11s %11s  %s\n",
+                  t.process_known ? "process total" : "total seen", mt_format_bytes(t.measured, b1, sizeof b1),
+                  mt_format_bytes(t.textbook, b2, sizeof b2), b3,
+                  t.process_known ? "nvidia-smi's number (the NVML sample above)"
+                                  : "without the context: no NVML sample fits the peak");
+}
+
 /* ---- by line ------------------------------------------------------------------------------------- */
 
 static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const char *file,
@@ -372,9 +442,12 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                       mt_format_bytes(u->vmm_reserved_peak, b1, sizeof b1),
                       mt_format_bytes(u->vmm_mapped_peak, b2, sizeof b2));
     print_end_holders(o, d);
-    if (!u->is_host && (d->n_nvml || d->at_peak.reserved_bytes || d->at_end.reserved_bytes)) {
+    int reconcile = !u->is_host && (d->n_nvml || d->at_peak.reserved_bytes || d->at_end.reserved_bytes);
+    if (!u->is_host && !reconcile && d->categories_known) print_categories(o, a, d);
+    if (reconcile) {
         /* only when there is something to reconcile: a plain CUDA program reads as before */
         print_breakdown(o, &d->at_peak, "at the peak");
+        print_categories(o, a, d);
         print_breakdown(o, &d->at_end, "at the end");
         if (d->n_nvml)
             mt_out_printf(o, "  nvidia-smi max   %s at %s\n",

@@ -96,11 +96,19 @@ static int profile(mt_out *o, mt_analysis *a, const mt_device_report *d, mt_fold
     mt_out_printf(o, ",\"unit\":\"bytes\",\"startValue\":0,\"endValue\":%llu,\"samples\":[",
                   (unsigned long long)total);
     mt_frame_filter filter = mt_frames_resolve(a->frames, opt->frames);
+    int by_cat = opt->by_category && m == MT_METRIC_PEAK && a->categories;
     size_t emitted = 0;
     for (size_t k = 0; k < l->n; k++) {
         if (!l->v[k].bytes) continue;
         if (mt_stat_frames(a->frames, &l->v[k], opt->names, filter, 0, nb) < 0) return -1;
         mt_out_puts(o, emitted++ ? ",[" : "[");
+        if (by_cat) { /* the category first (names live as long as the analysis) */
+            long ix = frame_index(t, l->v[k].category ? mt_category_name(a->categories,
+                                                                         l->v[k].category)
+                                                      : "not a tensor");
+            if (ix < 0) return -1;
+            mt_out_printf(o, "%ld%s", ix, nb->n ? "," : "");
+        }
         for (size_t f = 0; f < nb->n; f++) {
             long ix = frame_index(t, nb->v[f]);
             if (ix < 0) return -1;

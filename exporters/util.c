@@ -1,6 +1,7 @@
-/* Helpers shared by the exporters: stack-stat frame lists and time formatting. */
+/* Helpers shared by the exporters: stack-stat frame lists, one-line stacks and time formatting. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "util.h"
@@ -72,4 +73,75 @@ const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size
     strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
     snprintf(buf, len, "%s.%06llu UTC", day, (unsigned long long)(t % 1000000000ull / 1000ull));
     return buf;
+}
+
+/* What a one-line stack shows, innermost last: for stacks with Python frames or user-view roles,
+ * the program's own Python frames (not an installed package's), the innermost Python frame, the
+ * ATen operators, autograd nodes and allocating library, and pseudo frames; for native stacks the
+ * innermost 4 frames outside CUDA, NVIDIA's libraries and the C runtime's start-up that have a
+ * symbol. At most MT_CHAIN_MAX, the innermost. */
+/* Native frames a one-line stack leaves out: the C runtime's start-up, and frames without a symbol
+ * ("libc.so.6+0x2a1ca", "0x7f..."), which say nothing to a reader. */
+static int boilerplate(const char *name)
+{
+    static const char *const startup[] = {"_start", "__libc_start_main", "__libc_start_call_main"};
+    for (size_t i = 0; i < sizeof startup / sizeof *startup; i++)
+        if (strcmp(name, startup[i]) == 0) return 1;
+    const char *p = strstr(name, "+0x");
+    p = p ? p + 3 : strncmp(name, "0x", 2) == 0 ? name + 2 : NULL;
+    if (!p || !*p) return 0;
+    return strspn(p, "0123456789abcdefABCDEF") == strlen(p);
+}
+
+size_t mt_chain_pick(const char *const *names, const uint8_t *flags, size_t n, size_t *idx, int *cut)
+{
+    size_t inner_py = n, picked = 0, total = 0;
+    int user = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (flags[k] & MT_FF_PYTHON) inner_py = k;
+        if (flags[k] & (MT_FF_PYTHON | MT_FF_ROLE)) user = 1;
+    }
+    /* walk from the leaf, keep the innermost MT_CHAIN_MAX picks, then reverse */
+    size_t rev[MT_CHAIN_MAX];
+    for (size_t k = n; k-- > 0;) {
+        uint8_t f = flags[k];
+        int keep;
+        if (user)
+            keep = (f & (MT_FF_ROLE | MT_FF_PSEUDO)) || k == inner_py ||
+                   ((f & MT_FF_PYTHON) && !(f & MT_FF_PYLIB));
+        else
+            keep = (f & MT_FF_PSEUDO) || n == 1 ||
+                   (!(f & (MT_FF_CUDA | MT_FF_LIB)) && !boilerplate(names[k]));
+        if (!keep) continue;
+        total++;
+        if (picked < MT_CHAIN_MAX && (user || picked < 4 || (f & MT_FF_PSEUDO))) rev[picked++] = k;
+    }
+    if (!picked && n) rev[picked++] = n - 1;
+    for (size_t i = 0; i < picked; i++) idx[i] = rev[picked - 1 - i];
+    /* cut: frames outside the first one shown were left out for room, not by the rule */
+    *cut = total > picked;
+    return picked;
+}
+
+const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t n, char *buf,
+                          size_t len)
+{
+    size_t idx[MT_CHAIN_MAX], used = 0;
+    int cut;
+    size_t k = mt_chain_pick(names, flags, n, idx, &cut);
+    buf[0] = 0;
+    if (cut) used += (size_t)snprintf(buf, len, "… › ");
+    for (size_t i = 0; i < k && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? " › " : "", names[idx[i]]);
+    return buf;
+}
+
+int mt_copy_file(mt_out *o, FILE *f)
+{
+    char buf[65536];
+    size_t n;
+    if (fflush(f) != 0) return -1;
+    rewind(f);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) mt_out_write(o, buf, n);
+    return ferror(f) ? -1 : 0;
 }

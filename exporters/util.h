@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memtrace/compact.h"
 #include "memtrace/export.h"
@@ -40,4 +41,32 @@ const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric 
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);
 /* "2024-05-01 12:34:56.789012 UTC" for trace-relative ns. */
 const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len);
+
+/* Writes everything f holds (a temporary file of parts written earlier) to o. 0, -1 on error. */
+int mt_copy_file(mt_out *o, FILE *f);
+
+/* ---- one-line stacks (util.c) ---- */
+#define MT_CHAIN_MAX 6 /* frames a one-line stack shows */
+/* Indices (root first) of the frames a one-line stack shows, at most MT_CHAIN_MAX; *cut = 1 when
+ * frames the rule keeps were left out for room (the outermost ones). Returns the count. */
+size_t mt_chain_pick(const char *const *names, const uint8_t *flags, size_t n, size_t *idx,
+                     int *cut);
+/* Those frames joined by " › " ("… › " first when cut), in buf. Returns buf. */
+const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t n, char *buf,
+                          size_t len);
+
+/* ---- Markdown (markdown.c) ---- */
+/* s as a code span that is safe inside a GFM table cell. */
+void mt_md_code(mt_out *o, const char *s);
+/* s as a code span outside tables (headings, paragraphs). */
+void mt_md_code_span(mt_out *o, const char *s);
+/* s ("341.71 MiB", "+2.00 KiB") with no-break spaces, so a narrow table column does not split a
+ * number from its unit. Returns buf. */
+const char *mt_md_nbsp(const char *s, char *buf, size_t len);
+/* s inside an HTML element (<summary>): <, >, & escaped. */
+void mt_md_html(mt_out *o, const char *s);
+/* s as plain text, markup characters escaped, safe inside a table cell. */
+void mt_md_text(mt_out *o, const char *s);
+/* A one-line stack: code spans joined by " › ". */
+void mt_md_chain(mt_out *o, const char *const *names, const uint8_t *flags, size_t n);
 #endif

@@ -14,8 +14,9 @@ stdout is the same in every run. What the GPU checks compare with a trace goes t
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
 memory measured from the live objects at the end: parameter bytes (sum of numel*element_size),
 gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
-the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab)
-and adds ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs.
+the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab; with
+--ab-what history PyTorch's own _record_memory_history(stacks="python") instead) and adds
+ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs.
 """
 import argparse
 import ctypes
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--ab", type=int, default=0)
+    ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history"])
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -81,8 +83,13 @@ def main():
     torch.cuda.synchronize()
     extra = {}
     if args.ab:
-        pause = ctypes.CDLL(None).memtrace_set_paused
-        pause.argtypes = [ctypes.c_int]
+        if args.ab_what == "history":  # PyTorch's own recorder, switched the same way
+            def pause(p):
+                torch.cuda.memory._record_memory_history(enabled=None if p else "all",
+                                                         stacks="python")
+        else:
+            pause = ctypes.CDLL(None).memtrace_set_paused
+            pause.argtypes = [ctypes.c_int]
         times = {0: [], 1: []}
         ratios = []
         for k in range(args.steps // args.ab):

@@ -15,6 +15,13 @@
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
+#   training  ResNet-18 and a GPT-2-like model trained with AdamW (eager, bf16 autocast,
+#             torch.compile) recorded by scripts/gpu-training.sh: the categories (parameters,
+#             optimizer state, gradients) against PyTorch's own sums (scripts/categories_vs_torch.py),
+#             the fixtures for tests/data, and what recording costs (in-process A/B)
+#   hardening the recorder in a hostile process: 20 000 short-lived threads (memory kept per
+#             thread), a program that takes the trace's descriptor number over, a file-size limit
+#             (ulimit -f) the trace crosses; and check/diff/--markdown on fresh recordings
 #   multigpu  one process on two GPUs (model split across devices, a thread per device), and
 #             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
 #             against each rank's PyTorch numbers, the rank table's imbalance
@@ -25,7 +32,7 @@ set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu-check-out}
 STEPS=${CIFAR_STEPS:-300}
-SECTIONS=${SECTIONS:-basics programs cifar multigpu}
+SECTIONS=${SECTIONS:-basics programs cifar training hardening multigpu}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
 LOG=$OUT/gpu-check.log
@@ -340,6 +347,56 @@ cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer 
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
 for n in graphs_t threads_t resnet_t gpt2_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
+fi
+
+# ---- training: categories against PyTorch, fixtures, costs ------------------------------------------
+if want training; then
+  say "== training"
+  OUT="$OUT" bash scripts/gpu-training.sh "$BUILD" >> "$LOG" 2>&1
+  mkdir -p "$W/training" && tar -C "$W/training" -xzf "$OUT/training.tar.gz" 2>> "$LOG"
+  for n in resnet18_tensors gpt2_tensors gpt2_amp_tensors resnet18_compile_tensors; do
+    "$MT" report --json "$W/training/t/$n.mtrace" > "$W/training/$n.json" 2>> "$LOG"
+    res=$($PY scripts/categories_vs_torch.py "$W/training/$n.json" "$W/training/t/$n.stats.json" 2>&1)
+    echo "$n: $res" | head -1 >> "$SUM"
+    check "training $n: categories == PyTorch's parameters, state, gradients" ok "$(echo "$res" | tail -1)"
+  done
+  grep "^ab " "$OUT/training.log" >> "$SUM"
+fi
+
+# ---- hardening: the recorder inside a hostile process ---------------------------------------------
+if want hardening; then
+  say "== hardening"
+  # per-thread state: the growth of the process per short-lived thread, traced vs untraced
+  same_run churn "" "--tensors" $PY "$S/thread_churn.py" --threads 20000
+  if [ -f "$W/churn/traced.json" ]; then
+    g0=$($PY -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["rss_growth_per_thread_bytes"]))' "$W/churn/plain.json")
+    g1=$($PY -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["rss_growth_per_thread_bytes"]))' "$W/churn/traced.json")
+    say "  churn: resident growth per thread untraced $g0 B, traced $g1 B (17.5 KB kept per thread before)"
+    check "churn: the recorder keeps < 2 KB per exited thread" ok "$([ $((g1 - g0)) -lt 2048 ] && echo ok || echo "$((g1 - g0)) B")"
+    check "churn: trace == PyTorch, no anomaly" ok "$($PY scripts/trace_vs_torch.py tensors "$W/churn/t.json" "$W/churn/traced.json" 2>&1 | tail -1)"
+  fi
+  # the trace's descriptor number taken over by the program
+  same_run fdtake "" "--tensors" $PY "$S/fd_takeover.py" own.txt
+  check "fdtake: the program's file holds only its own line" "fd_takeover: FILE holds only its own line" "$(cat "$W/fdtake/traced.out")"
+  check "fdtake: memtrace says so" 1 "$(grep -c "closed memtrace's trace descriptor" "$W/fdtake/traced.err")"
+  "$MT" report "$W/fdtake/t.mtrace" > /dev/null 2>> "$LOG"; check "fdtake: the trace up to the takeover reads" 0 $?
+  # a file-size limit the trace crosses: the program runs on, its exit status and output its own
+  mkdir -p "$W/fsize"
+  (cd "$W/fsize" && bash -c 'ulimit -f 64; exec "$@"' _ $PY "$S/train.py" --model resnet18 --steps 30 --warmup 1) > "$W/fsize/plain.out" 2> "$W/fsize/plain.err"; rc0=$?
+  (cd "$W/fsize" && bash -c 'ulimit -f 64; exec "$@"' _ "$MT" record -q --tensors -o "$W/fsize/t.mtrace" -- $PY "$S/train.py" --model resnet18 --steps 30 --warmup 1) > "$W/fsize/traced.out" 2> "$W/fsize/traced.err"; rc1=$?
+  cat "$W/fsize/traced.err" >> "$LOG"
+  check "fsize: exit status as untraced under ulimit -f 64" "$rc0" "$rc1"
+  check "fsize: stdout as untraced" ok "$(cmp -s "$W/fsize/plain.out" "$W/fsize/traced.out" && echo ok || echo differs)"
+  check "fsize: memtrace says the trace ends early" 1 "$([ "$(grep -c 'File too large\|ends early\|file-size' "$W/fsize/traced.err")" -ge 1 ] && echo 1 || echo 0)"
+  # CI gates on fresh recordings (issue 15): budgets at PyTorch's own number, and a diff
+  for b in 256 512; do
+    (cd "$W" && "$MT" record -q -f --tensors -o "$W/gate$b.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5 --batch $b) > "$W/gate$b.out" 2>> "$LOG"
+  done
+  ma=$(sed -n 's/.*max_memory_allocated=\([0-9]*\).*/\1/p' "$W/gate256.out")
+  "$MT" check --max-allocated-peak "$ma" "$W/gate256.mtrace" >> "$LOG" 2>&1; check "check at max_memory_allocated passes" 0 $?
+  "$MT" check --max-allocated-peak "$((ma - 1))" "$W/gate256.mtrace" >> "$LOG" 2>&1; check "check at max_memory_allocated - 1 fails" 1 $?
+  "$MT" diff --fail-on-increase 10 "$W/gate256.mtrace" "$W/gate512.mtrace" >> "$LOG" 2>&1; check "diff batch 256 -> 512 fails a 10% gate" 1 $?
+  "$MT" report --markdown "$W/gate512.mtrace" > "$W/gate512.md" 2>> "$LOG"; check "report --markdown" 0 $?
 fi
 
 # ---- one process, two GPUs -------------------------------------------------------------------------

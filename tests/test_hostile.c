@@ -309,3 +309,20 @@ Test(hostile, nvml_samples_from_the_future)
     mt_analysis_free(a);
     unlink(path);
 }
+
+Test(hostile, optimizer_steps_ending_over_a_large_live_set)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "phases.mtrace");
+    cr_assert_eq(mt_hostile_phase_churn(path, 100000, 20000), 0);
+    mt_analysis *a = analyze_within(path, 5.0);
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_expect(d->categories_known);
+    /* every optimizer temporary outlived its step: optimizer state; the rest are activations */
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OPTIMIZER_STATE] +
+                     d->by_category_at_peak[MT_CAT_OPTIMIZER_TEMP], 20000ull * 512);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 120000ull * 512);
+    mt_analysis_free(a);
+    unlink(path);
+}

@@ -1,6 +1,9 @@
 /* The sink: a synthetic event stream pushed through the same path the recorder uses (per-thread
  * rings -> writer thread -> chunked file), read back with the reader. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -357,4 +360,132 @@ Test(record_sink, a_null_sink_is_ignored)
     mt_sink_event(NULL, &e);
     mt_sink_node(NULL, &n);
     mt_sink_put_copy(NULL, &r);
+}
+
+/* Issue 13: the trace descriptor is a number the program may close and reuse. Once the sink has
+ * opened its file, chunks go only to that file: a file the program puts on the same number gets
+ * nothing, is not closed by the sink, and the stop says the write failed (EBADF). */
+Test(record_sink, a_descriptor_taken_over_by_the_program_gets_no_chunk)
+{
+    char path[256], theirs[256];
+    mt_test_tmpname(path, sizeof path, "sink-fd.mtrace");
+    mt_test_tmpname(theirs, sizeof theirs, "program-file.txt");
+    mt_sink_config cfg = {.fd = -1, .ring_slots = 1024, .flush_ms = 1, .chunk_bytes = 16 * 1024};
+    cfg.header.version = MT_TRACE_VERSION;
+    mt_sink *s = mt_sink_start(&cfg);
+    cr_assert_not_null(s);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(mt_sink_open(s, fd), 0);
+    producer p = {.sink = s, .tid = 1, .events = 200, .node_base = 0};
+    produce(&p);
+    mt_sink_flush(s);
+    /* the program closes "its" descriptor and opens a file of its own: same number */
+    int other = open(theirs, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(other >= 0);
+    cr_assert_eq(dup2(other, fd), fd);
+    close(other);
+    p.events = 2000;
+    produce(&p);
+    mt_sink_stats st;
+    mt_sink_stop(s, &st);
+    cr_expect_eq(st.write_failed, 1);
+    cr_expect_eq(st.write_errno, EBADF);
+    size_t n = 0;
+    uint8_t *b = mt_test_slurp(theirs, &n);
+    cr_expect_eq(n, 0, "the program's file got %zu bytes of trace", n);
+    free(b);
+    cr_expect_eq(write(fd, "x", 1), 1, "the program's descriptor is still open");
+    close(fd);
+    unlink(path);
+    unlink(theirs);
+}
+
+/* Issue 13: a file-size limit (ulimit -f) crossed by a write the sink makes on the program's own
+ * thread (the file header when the first context opens the trace; the END record at stop) must not
+ * kill the program with SIGXFSZ. In a child: its exit status says whether it survived. */
+Test(record_sink, a_file_size_limit_does_not_kill_the_program)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-fsize.mtrace");
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {.rlim_cur = 16, .rlim_max = RLIM_INFINITY}; /* under the header */
+        setrlimit(RLIMIT_FSIZE, &lim);
+        mt_sink_config cfg = {.fd = -1, .ring_slots = 1024, .flush_ms = 1};
+        cfg.header.version = MT_TRACE_VERSION;
+        mt_sink *s = mt_sink_start(&cfg);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        int rc = s && fd >= 0 ? mt_sink_open(s, fd) : 0; /* the header: on this thread */
+        int e = errno;
+        if (s) mt_sink_stop(s, NULL);
+        _exit(rc == -1 && e == EFBIG ? 0 : 3);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status), "killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    cr_expect_eq(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0, "the open failed with EFBIG");
+    unlink(path);
+}
+
+/* Issue 13: the side queue holds at most MT_SINK_SIDE_MAX_BYTES; more is counted and said in a
+ * warning note, and what was kept is written. A sink with no file yet is where it fills up. */
+Test(record_sink, the_side_queue_is_bounded_and_says_what_it_refused)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-side.mtrace");
+    mt_sink_config cfg = {.fd = -1, .ring_slots = 1024, .flush_ms = 1};
+    cfg.header.version = MT_TRACE_VERSION;
+    mt_sink *s = mt_sink_start(&cfg);
+    cr_assert_not_null(s);
+    static char text[60000];
+    memset(text, 'n', sizeof text - 1);
+    mt_record note = {.type = MT_REC_NOTE};
+    note.u.note = (mt_note){.time_ns = 5, .level = MT_NOTE_INFO, .text = text};
+    int puts = (MT_SINK_SIDE_MAX_BYTES / (int)sizeof text) + 100;
+    for (int i = 0; i < puts; i++) mt_sink_put_copy(s, &note);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(mt_sink_open(s, fd), 0);
+    mt_sink_stop(s, NULL);
+    char err[256];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    int kept = 0, warned = 0;
+    while (mt_reader_next(r, &rec) == MT_READ_RECORD)
+        if (rec.type == MT_REC_NOTE) {
+            if (rec.u.note.level == MT_NOTE_WARNING && strstr(rec.u.note.text, "were not written"))
+                warned = 1;
+            else
+                kept++;
+        }
+    mt_reader_close(r);
+    cr_expect_lt(kept, puts, "some were refused");
+    cr_expect_gt(kept, puts - 200, "the queue held about %d MiB", MT_SINK_SIDE_MAX_BYTES >> 20);
+    cr_expect(warned, "the refusal is said");
+    unlink(path);
+}
+
+/* Issue 13: after stop, producers return at once (a thread still inside a CUDA call when the
+ * process exits must neither wait for a writer that is gone nor touch freed memory). */
+Test(record_sink, a_stopped_sink_kept_in_memory_refuses_producers_at_once)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-kept.mtrace");
+    mt_sink *s = start(path, 64, 1000);
+    mt_sink_stop_keeping_memory(s, NULL);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    producer p = {.sink = s, .tid = 1, .events = 1000, .node_base = 0}; /* 15 times the ring */
+    produce(&p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    cr_expect_lt(ms, 100.0, "producers waited %.0f ms for a writer that is gone", ms);
+    readback rb;
+    read_all(path, &rb);
+    cr_expect_eq(rb.ends, 1);
+    cr_expect_eq(rb.events, 0);
+    unlink(path);
 }

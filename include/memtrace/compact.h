@@ -96,6 +96,9 @@ mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter);
 /* Stack nodes whose parent id was not below their own id (corrupt input: the recorder numbers
  * nodes in order, parents first). Their path ends at them. */
 uint64_t mt_frames_bad_nodes(const mt_frames *f);
+/* A Python file as MT_NAME_SHORT names it (see frames.c): below site-packages the package path,
+ * under the base dir relative to it, else the last two components. Points into path. */
+const char *mt_frames_short_path(const mt_frames *f, const char *path);
 /* Filename and qualname of a Python code object; 0 if the trace has no PYCODE for it. */
 int mt_frames_pycode(mt_frames *f, uint32_t code, const char **filename, const char **qualname);
 /* The innermost Python frame of stack leaf (with file != NULL: the innermost whose file matches,
@@ -144,6 +147,11 @@ typedef struct mt_lifetime {
                             lifetime ends with the release that finds none left */
     uint16_t flags;
     uint8_t kind, family;
+    uint8_t category;    /* mt_category, for a tensor when the tracker has a categorizer */
+    uint8_t prior_category; /* the category before its promotion (valid if promoted_at) */
+    uint32_t promoted_at;   /* phase ends (backward + optimizer) counted when it was promoted;
+                               0 = never: the category it had at an earlier phase end is
+                               mt_category_at */
 } mt_lifetime;
 
 typedef enum mt_end_reason {
@@ -154,6 +162,22 @@ typedef enum mt_end_reason {
 } mt_end_reason;
 
 /* Counters of one device (or of host memory: is_host). All bytes. */
+/* What a tensor is for (record --tensors; categories.c, docs/analysis.md lists the rules). */
+typedef enum mt_category {
+    MT_CAT_NONE = 0, /* not a tensor */
+    MT_CAT_PARAMETERS,
+    MT_CAT_GRADIENTS,
+    MT_CAT_OPTIMIZER_STATE,
+    MT_CAT_OPTIMIZER_TEMP, /* optimizer step temporaries */
+    MT_CAT_ACTIVATIONS,
+    MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
+    MT_CAT_INPUTS,
+    MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */
+    MT_CAT_OTHER,
+    MT_CAT_BUILTIN_,       /* user categories (a rules file) follow */
+    MT_CAT_MAX = 32,
+} mt_category;
+
 typedef struct mt_usage {
     int32_t device; /* CUDA ordinal; -1 with is_host = 0: device memory of unknown device */
     int is_host;
@@ -175,6 +199,9 @@ typedef struct mt_usage {
                                      reported with a TENSOR event (aux): its max_memory_allocated(),
                                      to check by_kind_peak[MT_KIND_TENSOR] against */
     uint64_t captured_count, captured_bytes; /* allocations made during CUDA graph capture */
+    /* live tensor bytes by their category now (with a categorizer, mt_tracker_set_categorizer):
+     * a backward tensor counts as a backward temporary until its pass has ended */
+    uint64_t by_category[MT_CAT_MAX];
 } mt_usage;
 
 /* Highest device ordinal the compactor accepts (CUDA ordinals are dense from 0; no machine has
@@ -205,9 +232,51 @@ typedef struct mt_tracker_hooks {
     void (*on_release)(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why);
     /* A device's counters changed at time_ns (after the change). May be NULL. */
     void (*on_usage)(void *ctx, const mt_usage *u, uint64_t time_ns);
+    /* With a categorizer: a backward pass or optimizer step (MT_PHASE_*) has ended and the live
+     * tensors were promoted, before the event that told is applied. May be NULL. */
+    void (*on_phase_end)(void *ctx, int phase, uint64_t time_ns);
 } mt_tracker_hooks;
 
+/* ---- Categories: what a tensor is for (categories.c; docs/analysis.md lists the rules) --------- */
+
+
+typedef struct mt_categorizer mt_categorizer;
+
+enum { MT_PHASE_NONE = 0, MT_PHASE_FORWARD, MT_PHASE_BACKWARD, MT_PHASE_OPTIMIZER };
+
+mt_categorizer *mt_categorizer_new(mt_frames *f);
+void mt_categorizer_free(mt_categorizer *c);
+/* User rules, one per line: "CATEGORY <- PATTERN" (a substring of any frame name; a new
+ * CATEGORY name makes a category), '#' comments; tried first, in order. -1 with a reason. */
+int mt_categorizer_load_rules(mt_categorizer *c, const char *path, char *err, size_t errlen);
+const char *mt_category_name(const mt_categorizer *c, unsigned category);
+size_t mt_category_count(const mt_categorizer *c); /* built-in + user categories */
+/* The optimizer whose steps the trace saw ("AdamW", "SGD (momentum)", ...; NULL none) and the
+ * size of its textbook state in parameter sizes (Adam: 2). */
+const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w);
+
+/* How tensors of one category (gradients, optimizer state) compare with the parameters they
+ * mirror: each is paired with a parameter of its size, or failing that the largest parameter not
+ * larger and at most 2 MiB smaller (a caching-allocator block is often larger than the tensor in
+ * it). Every parameter may be paired `copies` times (Adam's state: 2). */
+typedef struct mt_category_fit {
+    uint64_t paired, n_paired;   /* the parameter bytes the paired tensors mirror, and how many */
+    uint64_t larger, n_larger;   /* bytes the paired tensors are larger than their parameters */
+    uint64_t unpaired, n_unpaired; /* tensors like no parameter */
+    uint64_t params_left, n_params_left; /* pairings left: parameters (times copies) unmirrored */
+} mt_category_fit;
+int mt_category_fit_compute(const uint64_t *params, size_t n_params, const uint64_t *sizes, size_t n,
+                            unsigned copies, mt_category_fit *out);
+
+/* Backward passes and optimizer steps ended so far (each a promotion of the live set). */
+void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
+                           uint64_t *optimizer_ends);
+
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks); /* hooks may be NULL */
+/* With a categorizer the tracker gives every tensor its category as it is allocated, and promotes
+ * live ones when a phase ends (backward temporaries that outlive the backward pass are gradients,
+ * optimizer temporaries that outlive the step are state). The categorizer must outlive it. */
+void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c);
 void mt_tracker_free(mt_tracker *t);
 /* Applies one event. Returns 0, or -1 when out of memory (the event is then lost). */
 int mt_tracker_event(mt_tracker *t, const mt_event *e);
@@ -232,6 +301,7 @@ const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
 typedef struct mt_stack_stat {
     uint32_t stack;
     uint8_t driver;
+    uint8_t category; /* mt_category of these bytes (peak lists of tensor traces), else 0 */
     uint64_t bytes, count;
 } mt_stack_stat;
 
@@ -351,6 +421,18 @@ typedef struct mt_device_report {
     mt_sample_point *nvml;         /* MT_COUNTER_NVML_PROCESS_BYTES samples, file order */
     size_t n_nvml;
     uint64_t nvml_max, nvml_max_time_ns; /* the largest sample (first time); valid if n_nvml */
+    /* --tensors: bytes live at the peak by mt_category (the tensors' final categories: a backward
+     * or optimizer tensor of the peak is categorized by whether it outlived its phase);
+     * categories_known = 0 for a trace without tensors */
+    int categories_known;
+    uint64_t by_category_at_peak[MT_CAT_MAX];
+    /* the tensors live when the first backward pass to end after the peak had ended (every
+     * gradient is then live; the peak is often in a forward pass, when none is), if one did */
+    int after_backward_known;
+    uint64_t after_backward_time_ns; /* since trace start */
+    uint64_t by_category_after_backward[MT_CAT_MAX];
+    /* gradients [0] and optimizer state [1] against the parameters live at the same moment */
+    mt_category_fit fit_at_peak[2], fit_after_backward[2];
 } mt_device_report;
 
 /* ---- By line: memory per Python source line --------------------------------------------------- */
@@ -414,9 +496,11 @@ typedef struct mt_analysis {
     size_t n_warnings;
     struct { uint32_t tid; char *name; } *threads;
     size_t n_threads;
+    mt_categorizer *categories; /* names of the categories and the optimizer; NULL without tensors */
 } mt_analysis;
 
 typedef struct mt_analyze_options {
+    const char *category_rules; /* a rules file for the categories (mt_categorizer_load_rules) */
     /* Called now and then with the fraction of the file read (0..1) and the pass (1 or 2). */
     void (*progress)(void *ctx, int pass, double fraction);
     void *progress_ctx;
@@ -432,6 +516,144 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
 void mt_analysis_free(mt_analysis *a);
 /* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
 const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
+
+/* ---- PyTorch's allocator numbers (allocator_peaks.c) ------------------------------------------- */
+
+/* A device's torch.cuda.max_memory_allocated() and max_memory_reserved(), from whichever records
+ * the trace has. "Allocated" is known only when the tensors are in the trace. */
+typedef struct mt_allocator_peaks {
+    int allocated_known;
+    uint64_t allocated_peak;  /* record --tensors: the peak of live tensors (MT_KIND_TENSOR);
+                                 --tensors=async (backend:cudaMallocAsync, its pools seen): the
+                                 peak of live cudaMallocAsync bytes (MT_KIND_ASYNC) */
+    uint8_t allocated_kind;   /* MT_KIND_TENSOR or MT_KIND_ASYNC (when known) */
+    uint64_t counter_peak;    /* tensor mode: PyTorch's own counter as it reported it
+                                 (u.tensor_counter_peak); equal to allocated_peak when memtrace
+                                 missed no report; 0 otherwise */
+    int reserved_known;
+    uint64_t reserved_peak;   /* PyTorch's segments (MT_EF_SEGMENT) when the trace has them, else
+                                 the pools' reservation (POOL_RESERVED) */
+    const char *reserved_source; /* "PyTorch segments", "pool reservations" or NULL */
+} mt_allocator_peaks;
+
+/* Fills p for device report d of analysis a. A trace recorded with --tensors has tensor events on
+ * some device: then a device without any has an allocated peak of 0 (known). Same for a
+ * backend:cudaMallocAsync trace. Host memory has neither. */
+void mt_allocator_peaks_of(const mt_analysis *a, const mt_device_report *d, mt_allocator_peaks *p);
+/* The kind that holds a's allocated bytes: MT_KIND_TENSOR (record --tensors), MT_KIND_ASYNC
+ * (backend:cudaMallocAsync with its pools seen), or -1 when the trace cannot tell them. */
+int mt_allocated_kind(const mt_analysis *a);
+
+/* What was live of one allocation kind on device d at the first moment that kind reached its own
+ * peak (d->u.by_kind_peak[kind]): the stacks of the tensors at the tensor peak. Re-reads the trace
+ * (one pass, stopping there). *time_ns (may be NULL) gets the moment, since the trace start. 0, or
+ * -1 with a one-line reason in err. */
+int mt_kind_peak_stacks(const mt_analysis *a, const mt_device_report *d, unsigned kind,
+                        mt_stack_list *out, uint64_t *time_ns, char *err, size_t errlen);
+
+/* ---- Budgets (budget.c): `memtrace check` ------------------------------------------------------ */
+
+typedef enum mt_budget_kind {
+    MT_BUDGET_PEAK = 0,           /* a GPU's peak of device bytes (peak_bytes) */
+    MT_BUDGET_ALLOCATED_PEAK = 1, /* max_memory_allocated (mt_allocator_peaks): refused on a trace
+                                     without tensors */
+    MT_BUDGET_LIVE_AT_EXIT = 2,   /* bytes held by the program at the end (leak_bytes): never an
+                                     allocator's cache, a library's workspace or the driver's */
+    MT_BUDGET_FAILED = 3,         /* failed allocation requests (a count) */
+    MT_BUDGETS_ = 4,
+} mt_budget_kind;
+
+#define MT_BUDGET_ALL_DEVICES (-1000) /* mt_budgets.device: every GPU of the trace */
+
+typedef struct mt_budgets {
+    int device;               /* an ordinal, or MT_BUDGET_ALL_DEVICES */
+    int set[MT_BUDGETS_];     /* which budgets apply */
+    uint64_t limit[MT_BUDGETS_]; /* bytes, or a count for MT_BUDGET_FAILED */
+} mt_budgets;
+
+/* One budget on one device (or, for failed requests without a device, the whole trace). */
+typedef struct mt_verdict {
+    mt_budget_kind kind;
+    const mt_device_report *d; /* NULL: the whole trace (failed requests), or a trace with no GPU */
+    uint64_t value, limit;
+    int exceeded;              /* value > limit */
+    uint64_t time_ns;          /* since the trace start: when a peak was first reached (the
+                                  allocated peak's moment comes from a re-read); live at exit:
+                                  the end of the trace; failed requests: 0 */
+    uint64_t counter;          /* allocated peak in tensor mode: PyTorch's own counter */
+    /* When exceeded, what makes value, largest first: the stacks live at the peak, the tensors live
+     * at the tensor peak (a re-read of the trace), what the program held at exit, or the stacks of
+     * the failed requests (bytes = bytes requested). Empty when the budget holds. */
+    mt_stack_list stacks;
+    uint64_t stacks_whole;     /* what the stacks' shares are of */
+} mt_verdict;
+
+/* The verdicts of every budget set in b on analysis a, in device order (per device: peak,
+ * allocated peak, live at exit; failed requests per device with b->device, else once for the
+ * trace after them). 0; -1 with a one-line reason in err when the budgets cannot be checked on
+ * this trace (no such device, no tensors for an allocated-peak budget) or out of memory. */
+int mt_check_budgets(const mt_analysis *a, const mt_budgets *b, mt_verdict **out, size_t *n,
+                     char *err, size_t errlen);
+void mt_verdicts_free(mt_verdict *v, size_t n);
+/* "peak", "allocated peak", "live at exit", "failed requests". */
+const char *mt_budget_name(mt_budget_kind k);
+
+/* ---- Comparing two runs (compare.c): `memtrace diff` ------------------------------------------ */
+
+/* One stack in both runs, matched by its frames' names (the user view for Python programs, short
+ * names; CUDA's own leaf frames and unsymbolized frames left out of the match, locations reduced to
+ * their file name), never by stack id or address: runs on other machines, pids and builds and in
+ * other directories compare. */
+typedef struct mt_stack_delta {
+    const char *const *frames; /* names, root first: NEW's when it has the stack, else BASE's */
+    const uint8_t *flags;      /* MT_FF_* of each name */
+    size_t n_frames;
+    uint64_t base_bytes, base_count, new_bytes, new_count; /* count 0: not in that run */
+    int moved;                 /* matched only once line numbers were ignored (the code moved) */
+} mt_stack_delta;
+
+/* One Python line at the peak in both runs, matched by (file name, function, line). */
+typedef struct mt_line_delta {
+    const char *file;          /* short path (mt_frames_short_path) */
+    const char *function;
+    uint32_t base_line, new_line; /* 0: not in that run */
+    uint64_t base_bytes, new_bytes;  /* live at the peak */
+    uint64_t base_alloc, new_alloc;  /* ever allocated */
+    int moved;                 /* matched by file and function once line numbers were ignored */
+} mt_line_delta;
+
+typedef struct mt_device_delta {
+    int32_t device;                       /* CUDA ordinal (-1: the unknown device) */
+    const mt_device_report *base, *new_;  /* NULL: the device is not in that run */
+    mt_allocator_peaks base_alloc, new_alloc;
+    mt_stack_delta *stacks;  /* live at either peak; change (new - base) descending */
+    size_t n_stacks;
+    mt_stack_delta *leaks;   /* held by the program at either end; the same order */
+    size_t n_leaks;
+    mt_line_delta *lines;    /* Python lines live at either peak; the same order */
+    size_t n_lines;
+} mt_device_delta;
+
+typedef struct mt_diff {
+    const mt_analysis *base, *new_;
+    mt_device_delta *devices; /* GPUs of either run, by ordinal */
+    size_t n_devices;
+    int modes_differ;         /* one run has tensors (or cudaMallocAsync pools), the other not:
+                                 their peaks count different things */
+    struct mt_diff_arena *arena; /* names and arrays the deltas point into */
+} mt_diff;
+
+/* Compares NEW with BASE. Frames are named in MT_NAME_SHORT (a base dir set on the analyses'
+ * frames shapes what is shown; matching uses file names only). 0, or -1 when out of memory. */
+int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff **out);
+void mt_diff_free(mt_diff *d);
+/* new - base as a signed number (saturating). */
+int64_t mt_delta(uint64_t base, uint64_t new_);
+/* NEW's peak over BASE's on dd's device in percent: (new - base) / base * 100; +infinity when only
+ * NEW has bytes there, 0 when neither has, -100 when the device is gone. */
+double mt_peak_change_pct(const mt_device_delta *dd);
+/* `diff --fail-on-increase PCT`: 1 when some device's peak grew by more than pct percent. */
+int mt_diff_exceeds(const mt_diff *d, double pct);
 
 /* ---- Ranks: several traces of one distributed job (ranks.c) ------------------------------------ */
 

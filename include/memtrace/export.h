@@ -1,5 +1,6 @@
-/* memtrace/export.h — what a person reads: text/JSON reports, folded stacks for flame graphs, and
- * Chrome Trace Event JSON for Perfetto, all built from mt_analysis (memtrace/compact.h).
+/* memtrace/export.h — what a person reads: text/JSON/Markdown reports, folded stacks for flame
+ * graphs, speedscope files, Chrome Trace Event JSON for Perfetto, and the outputs of `check` and
+ * `diff`, all built from analyses (memtrace/compact.h).
  * Every writer goes through mt_out, a buffered sink that is a FILE or a gzip stream. */
 #ifndef MEMTRACE_EXPORT_H
 #define MEMTRACE_EXPORT_H
@@ -54,11 +55,13 @@ typedef struct mt_report_options {
     int full_stacks;        /* text: every frame (no chain elision, CUDA frames at the leaf kept) */
     int by_line;            /* the per-Python-line table (text: instead of the stack trees) */
     const char *by_line_file; /* by_line: attribute to the innermost frame in this file */
+    int json_schema;        /* JSON: the trace's object starts with "schema" (it is the document) */
 } mt_report_options;
 
 /* Human report of one analysis (layout in docs/analysis.md). Returns 0, -1 on write error. */
 int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt);
-/* JSON report: with n == 1 the object of that trace; with n > 1 {"traces": [object, ...]}.
+/* JSON report: with n == 1 the object of that trace; with n > 1 {"schema", "traces": [object,
+ * ...]}; the top-level object starts with "schema": MT_JSON_SCHEMA (docs/json.md).
  * Each object: {"trace", "pid", "command", "devices": [{"device", "peak_bytes", "peak_time_ns",
  * "api_peak_bytes", ...}], "host", "failed_requests", "leaks", "totals", "anomalies", "dropped",
  * "truncated", ...}; docs/analysis.md lists every field. */
@@ -73,6 +76,35 @@ int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt
  * rank larger than the median one. Text, and a JSON object {"rows", "imbalance"}. */
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+
+/* ---- By category (record --tensors): the "by category at the peak" table ------------------------ */
+
+typedef struct mt_cat_row {
+    char name[48];
+    unsigned category;     /* mt_category of a tensor row; 0 for a row outside the tensors */
+    int outside;           /* allocator cache, other libraries, CUDA context & driver */
+    uint64_t bytes;        /* at the peak */
+    int has_textbook;      /* the textbook has this line: parameters, gradients, optimizer state,
+                              activations, the context */
+    uint64_t textbook;
+    int64_t difference;    /* bytes - textbook (bytes when the textbook has no such line) */
+    char why[512];         /* the difference explained */
+} mt_cat_row;
+
+typedef struct mt_cat_table {
+    int known;             /* the trace has categories (record --tensors) */
+    const char *optimizer; /* "Adam or AdamW", "SGD (momentum)", ...; NULL: none seen */
+    uint64_t state_in_w, w;
+    mt_cat_row rows[MT_CAT_MAX + 4];
+    size_t n;
+    uint64_t tensors;      /* sum of the tensor rows (= tensors allocated at the peak) */
+    uint64_t measured, textbook; /* sums of all rows; of the textbook column */
+    int process_known;     /* measured = the process total nvidia-smi read (else a lower bound) */
+    uint64_t process;
+} mt_cat_table;
+
+/* The table of device report d (category_table.c says how each line is made). */
+int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t);
 
 /* ---- Folded stacks and speedscope ------------------------------------------------------------ */
 
@@ -98,6 +130,9 @@ typedef struct mt_folded_options {
     mt_name_style names;
     int trace_frame;        /* start every line with the trace's frame ("rank R", "comm[pid]")
                                even for one trace: a caller streaming several sets it */
+    int by_category;        /* peak metric of a trace with categories (record --tensors): each
+                               line starts with its category ("parameters", ...; "not a tensor"
+                               for the allocations outside the allocator's tensors) */
 } mt_folded_options;
 
 /* The device report of a that `device` selects (see MT_DEVICE_AUTO), or NULL when the trace has
@@ -151,6 +186,63 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
 int mt_chrome_end(mt_chrome_stream *s);
 /* Frees a stream that will not be ended (a trace failed): nothing more is written. */
 void mt_chrome_abandon(mt_chrome_stream *s);
+
+/* ---- JSON schema, Markdown, check and diff ---------------------------------------------------- */
+
+/* "schema" of every JSON document memtrace writes (report, check, diff): raised whenever a field is
+ * removed, renamed or changes meaning; adding a field keeps it. docs/json.md lists the fields of
+ * each schema and tests/py/check_json_schema.py holds the outputs to it. */
+#define MT_JSON_SCHEMA 1
+
+/* `report --markdown`: a short summary for GitHub ($GITHUB_STEP_SUMMARY, pull-request comments).
+ * A table with a row per GPU of every trace (peak, allocated peak, reserved peak, live at exit,
+ * held by the program at exit, failed requests), then per GPU the top stacks and Python lines at
+ * the peak (opt->top each) and any failed requests. Built one analysis at a time, like the rank
+ * table: begin with the number of traces; add each analysis (its rows are kept, small; its
+ * sections are written to `sections` at once, none when NULL); end writes the heading, the table
+ * and its note to o (NULL: only frees) and frees r. The caller puts the sections after them.
+ * Each returns 0, -1 when out of memory. */
+typedef struct mt_md_report mt_md_report;
+mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt);
+int mt_md_report_add(mt_md_report *r, mt_out *sections, mt_analysis *a);
+int mt_md_report_end(mt_md_report *r, mt_out *o);
+
+typedef enum mt_doc_format {
+    MT_FORMAT_TEXT = 0,
+    MT_FORMAT_JSON = 1,
+    MT_FORMAT_MARKDOWN = 2,
+} mt_doc_format;
+
+typedef struct mt_check_options {
+    mt_doc_format format;
+    const mt_budgets *budgets;
+    size_t top; /* stacks shown for each budget exceeded; 0 = 5 */
+} mt_check_options;
+
+/* `memtrace check`'s output: every verdict (which budget, on which trace and GPU, the value, the
+ * limit, by how much it is exceeded or what is left), for each one exceeded the stacks that make
+ * the value, then the overall verdict (text: last; JSON and Markdown: first). Traces come one at a
+ * time (a job's ranks need the memory of the largest one): begin, add each trace's analysis and
+ * verdicts (mt_check_budgets; both may be freed after), end writes what remains to o (with
+ * finish; without, nothing more: a check that met bad input has no overall verdict) and frees
+ * the stream. add and end return 0, -1 when out of memory or a temporary file failed. */
+typedef struct mt_check_stream mt_check_stream;
+mt_check_stream *mt_check_begin(mt_out *o, const mt_check_options *opt);
+int mt_check_add(mt_check_stream *s, mt_analysis *a, const mt_verdict *v, size_t n);
+int mt_check_end(mt_check_stream *s, int finish);
+
+typedef struct mt_diff_options {
+    mt_doc_format format;
+    size_t top;      /* entries per list (grew, shrank, new, gone; lines); 0 = 10 */
+    int gate;        /* --fail-on-increase was given */
+    double fail_pct; /* its percentage */
+} mt_diff_options;
+
+/* `memtrace diff`'s output: per GPU the peak, allocated peak, reserved peak, live at exit, held by
+ * the program at exit, failed requests and bytes allocated in both runs and their change; the
+ * stacks and Python lines at the peak that grew and shrank most, new and gone; what the program
+ * held at exit that changed; with gate, the verdict. Returns 0, -1 when out of memory. */
+int mt_export_diff(mt_out *o, const mt_diff *d, const mt_diff_options *opt);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,10 @@ typedef struct mt_sink_stats {
     uint64_t late;          /* events written after a later-stamped one (out of time order) */
 } mt_sink_stats;
 
+/* Rare records (mt_sink_put_copy) wait on a side queue until the writer's next drain, or until
+ * the file is opened: at most this many bytes of them; more are counted and said at stop. */
+#define MT_SINK_SIDE_MAX_BYTES (64 << 20)
+
 /* Starts the writer thread. NULL on failure (then nothing was started). */
 mt_sink *mt_sink_start(const mt_sink_config *cfg);
 
@@ -96,8 +100,11 @@ typedef void (*mt_sink_tick_fn)(void *ctx, mt_sink *s);
 void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx);
 
 /* Drains, writes MT_REC_END, closes the file, joins the thread, frees. Stats may be NULL. A sink
- * that never got its file discards what it held. */
+ * that never got its file discards what it held. After it, every producer call returns at once. */
 void mt_sink_stop(mt_sink *s, mt_sink_stats *stats);
+/* The same without freeing anything: for a caller that cannot rule out a producer still inside a
+ * call (it then writes into memory nobody reads, instead of freed memory). */
+void mt_sink_stop_keeping_memory(mt_sink *s, mt_sink_stats *stats);
 
 /* In a fork()ed child (no writer thread there): forget the sink without touching it further. */
 void mt_sink_abandon_in_child(mt_sink *s);
@@ -186,6 +193,11 @@ mt_trie *mt_trie_new(mt_trie_new_node_fn on_new, void *ctx);
 /* frames: n frame words, innermost first. Returns the leaf id (0 when n == 0). Thread-safe. */
 uint32_t mt_trie_intern(mt_trie *t, mt_trie_cache *cache, const uint64_t *frames, int n);
 uint32_t mt_trie_size(const mt_trie *t); /* nodes created */
+/* The trie holds at most this many nodes (its table: 16 bytes a slot, at most half full, so at
+ * most 2 x 16 x MT_TRIE_MAX_NODES = 128 MiB); past it a new stack ends at the deepest frame the
+ * trie knows (mt_trie_full says it happened). */
+#define MT_TRIE_MAX_NODES (1u << 22)
+int mt_trie_full(const mt_trie *t);
 void mt_trie_free(mt_trie *t);
 
 /* ---- Module map ------------------------------------------------------------------------------- */

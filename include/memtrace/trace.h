@@ -267,6 +267,10 @@ int mt_writer_put(mt_writer *w, const mt_record *r); /* 0 ok, -1 write error (er
 int mt_writer_flush(mt_writer *w);                   /* finish the current chunk */
 /* Flush and free. Closes the fd only if close_fd. Returns -1 if any write ever failed. */
 int mt_writer_close(mt_writer *w, int close_fd);
+/* From now on each chunk is written only if the fd is still the file it is now (device and inode,
+ * one fstat per chunk); else the write fails with EBADF. For a writer inside someone else's
+ * process, which may close our fd and open a file of its own on the same number. */
+int mt_writer_guard_fd(mt_writer *w);
 uint64_t mt_writer_bytes_written(const mt_writer *w); /* file bytes so far, header included */
 
 /* ---- Reader ---------------------------------------------------------------------------------- */

@@ -13,6 +13,10 @@ int mt_cmd_dump(int argc, char **argv);
 int mt_cmd_report(int argc, char **argv);
 int mt_cmd_export(int argc, char **argv);
 int mt_cmd_symbolize(int argc, char **argv);
+/* check: 0 every budget holds, 1 one is exceeded, 2 bad input. diff: 0, 1 with --fail-on-increase
+ * exceeded, 2 bad input. */
+int mt_cmd_check(int argc, char **argv);
+int mt_cmd_diff(int argc, char **argv);
 
 /* "memtrace: <msg>\n" on stderr; returns 2 so callers can `return mt_cli_fail(...)`. */
 int mt_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -20,6 +24,26 @@ int mt_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void mt_tensor_mode_conf(const char *user, char *out, size_t len);
 /* True when argv[i] is -h or --help. */
 int mt_cli_is_help(const char *arg);
+
+
+/* ---- args.c: arguments and steps shared by check and diff ---- */
+#include <stdint.h>
+struct mt_analysis;
+struct mt_out;
+/* SIZE ("2GiB", "1500MB", "1.5G", plain bytes): see args.c. 0, or -1 when malformed. */
+int mt_cli_parse_size(const char *s, uint64_t *out);
+/* PCT ("10", "2.5%"). 0, or -1 when malformed. */
+int mt_cli_parse_percent(const char *s, double *out);
+/* A whole number (digits only). 0, or -1 when malformed. */
+int mt_cli_parse_uint(const char *s, uint64_t *out);
+/* A GPU: N or cuda:N. 0, or -1 when malformed. */
+int mt_cli_parse_gpu(const char *s, int *out);
+/* Analyses one trace (progress on a terminal's stderr); base_dir: Python files under the current
+ * directory named relative to it. 0, or 2 after saying why on stderr. One place for what every
+ * analysis of check and diff needs. */
+int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_analysis **out);
+/* Closes an output on standard output; 0, or 2 after saying why (EPIPE, ENOSPC) on stderr. */
+int mt_cli_close_stdout(const char *cmd, struct mt_out *o);
 
 /* traces.c: the traces named by args (files, or directories: every *.mtrace in them), ordered by
  * rank (trace header) then by name. *out (n_out paths) is freed with mt_cli_free_traces.

@@ -42,6 +42,10 @@ static void usage(FILE *f)
           "                            (default: the largest 500000, about 200 MB)\n"
           "  --driver-slices           chrome: slices for driver-internal allocations too\n"
           "                            (their bytes are in the counters either way)\n"
+          "  --by category             folded, speedscope: start each stack with what its bytes\n"
+          "                            are for (parameters, gradients, optimizer state,\n"
+          "                            activations, ...; record --tensors; peak metric)\n"
+          "  --categories FILE         your own category rules (docs/analysis.md)\n"
           "  --rank R                  only the traces of rank R\n"
           "  -o OUT                    output file, '-' = stdout (default); written under a\n"
           "                            temporary name and renamed when complete, so a failure\n"
@@ -136,12 +140,12 @@ static void say_device(mt_analysis *const *as, int n)
     }
 }
 
-static int analyze_one(const char *path, mt_analysis **a, int strict)
+static int analyze_one(const char *path, const char *rules, mt_analysis **a, int strict)
 {
     char err[512], cwd_buf[4096];
     int tty = isatty(2);
     mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path,
-                            .strict = strict};
+                            .category_rules = rules, .strict = strict};
     int rc = mt_analyze(path, &o, a, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("export: %s", err);
@@ -175,7 +179,7 @@ static uint64_t earliest_start(char **paths, int n)
 static int export_traces(char **paths, int n, const char *format, const char *out_path,
                          mt_folded_options *fo, int have_device, uint64_t min_bytes,
                          uint64_t top_allocs, mt_frame_filter frames, int driver_slices,
-                         int force, int strict)
+                         const char *rules, int force, int strict)
 {
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
     int tty = isatty(2), status = 0;
@@ -183,14 +187,14 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
     mt_analysis **as = calloc((size_t)n, sizeof *as);
     if (!as) return mt_cli_fail("export: out of memory");
     if (speedscope || (!chrome && have_device)) { /* all first: a device that no trace has */
-        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], &as[i], strict);
+        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], rules, &as[i], strict);
         if (!status && have_device) {
             int found = 0;
             for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
             if (!found) status = mt_cli_fail("export: no trace has that device");
         }
     } else if (!chrome) {
-        status = analyze_one(paths[0], &as[0], strict); /* which device each graph shows */
+        status = analyze_one(paths[0], rules, &as[0], strict); /* which device each graph shows */
         if (!status) say_device(as, 1);
     }
     mt_out_options oo = {.force = force, .inputs = (const char *const *)paths, .n_inputs = (size_t)n};
@@ -208,7 +212,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
             for (int i = 0; i < n && cs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], &a, strict)) != 0) break;
+                if ((status = analyze_one(paths[i], rules, &a, strict)) != 0) break;
                 rc = mt_chrome_add(cs, a, err, sizeof err);
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
@@ -221,7 +225,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
         } else {
             fo->trace_frame = n > 1;
             for (int i = 0; i < n && rc == 0 && !status; i++) {
-                if (!as[i] && (status = analyze_one(paths[i], &as[i], strict)) != 0) break;
+                if (!as[i] && (status = analyze_one(paths[i], rules, &as[i], strict)) != 0) break;
                 rc = mt_export_folded_opt(out, &as[i], 1, fo);
                 mt_analysis_free(as[i]);
                 as[i] = NULL;
@@ -244,10 +248,10 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
 
 static int run(int argc, char **argv, char **traces)
 {
-    const char *format = NULL, *metric = NULL, *out_path = "-";
+    const char *format = NULL, *metric = NULL, *out_path = "-", *rules = NULL;
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
-    int device = MT_DEVICE_AUTO, want_rank = -1, force = 0, strict = 0;
+    int device = MT_DEVICE_AUTO, want_rank = -1, by_category = 0, force = 0, strict = 0;
     uint64_t rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -287,6 +291,13 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("export: --frames needs user, all, python or native");
         } else if (strcmp(a, "--long-names") == 0) {
             long_names = 1;
+        } else if (strcmp(a, "--by") == 0) {
+            if (i + 1 >= argc || strcmp(argv[++i], "category") != 0)
+                return mt_cli_fail("export: --by needs 'category'");
+            by_category = 1;
+        } else if (strcmp(a, "--categories") == 0) {
+            if (i + 1 >= argc) return mt_cli_fail("export: --categories needs a rules file");
+            rules = argv[++i];
         } else if (strcmp(a, "--driver-slices") == 0) {
             driver_slices = 1;
         } else if (strcmp(a, "--rank") == 0) {
@@ -320,6 +331,10 @@ static int run(int argc, char **argv, char **traces)
         if (m < 0) return mt_cli_fail("export: unknown metric '%s' (peak, alloc, end or leak)", metric);
         fo.metric = (mt_folded_metric)m;
     }
+    fo.by_category = by_category;
+    if (by_category && (chrome || fo.metric != MT_METRIC_PEAK || fo.all_metrics))
+        return mt_cli_fail("export: --by category applies to folded and speedscope, metric peak "
+                           "(--metric peak for speedscope)");
     if (!chrome && (have_min || have_top || driver_slices))
         return mt_cli_fail("export: --min-bytes, --top-allocs and --driver-slices apply to --format chrome");
     if (chrome && have_device)
@@ -344,7 +359,7 @@ static int run(int argc, char **argv, char **traces)
                                           : "export: no trace found in what was given");
     }
     int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
-                               top_allocs, frames, driver_slices, force, strict);
+                               top_allocs, frames, driver_slices, rules, force, strict);
     mt_cli_free_traces(paths, np);
     return status;
 }

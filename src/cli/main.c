@@ -14,6 +14,8 @@ static const struct {
     {"record", mt_cmd_record, "run a program and trace every GPU memory event it makes"},
     {"report", mt_cmd_report, "peaks, what was live at them and who allocated it, leaks, OOMs"},
     {"export", mt_cmd_export, "Perfetto/Chrome trace JSON or folded stacks for flame graphs"},
+    {"check", mt_cmd_check, "memory budgets for CI: exit 1 when a peak or a leak is too large"},
+    {"diff", mt_cmd_diff, "what changed between two runs: peaks, stacks and lines that grew"},
     {"dump", mt_cmd_dump, "every record of a trace as text, one per line"},
     {"symbolize", mt_cmd_symbolize, "resolve a trace's native frames (record does this itself)"},
 };
@@ -27,7 +29,8 @@ static void usage(FILE *out)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`memtrace <command> --help` describes each one. Typical use:\n"
                  "  memtrace record -- python train.py\n"
-                 "  memtrace report memtrace.python.gpu1.1234.mtrace\n");
+                 "  memtrace report memtrace.python.gpu1.1234.mtrace\n"
+                 "  memtrace check --max-peak 20GiB memtrace.python.gpu1.1234.mtrace   # in CI\n");
 }
 
 int mt_cli_fail(const char *fmt, ...)

@@ -6,7 +6,9 @@
  *           allocated by stack, and what is still live at the end (by stack, and by holder:
  *           an allocator's cache, a library, the driver, or the program).
  *   pass 2  events only, through a fresh tracker, until the last device's peak event: what was
- *           live at each device's peak is aggregated by stack (see pass 2 below).
+ *           live at each device's peak is aggregated by stack (see pass 2 below). With tensors
+ *           the tracker also gives each tensor its category (categories.c), and the replay goes on
+ *           past the peak until the phase of the peak has ended.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  *
  * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,
@@ -358,45 +360,132 @@ static void holders_of(holder_list *hl, mt_device_report *d)
  * to the last peak; lifetimes that end after their device's peak are counted as they end
  * (on_release), those still live when the replay stops are counted then. Each lifetime is looked
  * at once, however many devices there are (a walk over the live set per device's peak made 8 KB
- * of trace take 15 s). */
+ * of trace take 15 s).
+ *
+ * With tensors (record --tensors) a tensor's category may only be final after its peak: a backward
+ * tensor still live when the next optimizer step begins is a gradient, an optimizer temporary then
+ * is state (categories.c). So the replay goes on until the first phase end after each device's
+ * peak (or the trace's end), and a tensor live at the peak counts with the category it had when it
+ * ended, if before that phase end, else right after it (mt_category_at: the tracker says when a
+ * tensor was promoted). The replay also waits for the end of a backward pass after the peak: the
+ * device's tensors live then, by their categories then, are by_category_after_backward. Both are
+ * counted per tensor as above, never by a walk per device. */
+typedef struct slot2 {
+    mt_device_report *d;
+    int reached;              /* the peak event was replayed */
+    int categorize;           /* tensors by category (a GPU device of a tensor trace) */
+    int waiting;              /* the first phase end after the peak is still to come */
+    int waiting_backward;     /* the first backward end after the peak is still to come */
+    uint32_t end_phase;       /* phase ends counted once the one after the peak happened */
+    uint32_t backward_phase;  /* ... once the backward end after the peak happened */
+    uint64_t backward_seq;    /* the event at which it happened */
+    uint64_t bwd_at_peak, opt_at_peak; /* phases ended when the peak was reached */
+    uint64_t visible, driver; /* at the peak, for the NVML pairing */
+    mt_breakdown_acc at_peak; /* GPU devices */
+} slot2;
+
+/* Sizes of the parameters [0], gradients [1] and optimizer state [2] at one moment. */
+typedef struct size_lists {
+    uint64_t *v[3];
+    size_t n[3], cap[3];
+    int oom;
+} size_lists;
+
 typedef struct pass2 {
     mt_tracker *t;
     mt_analysis *a;
-    mt_device_report *by_slot[N_SLOTS];
-    uint8_t reached[N_SLOTS];          /* the device's peak event was replayed */
-    uint64_t visible[N_SLOTS], driver[N_SLOTS]; /* at the peak, for the NVML pairing */
-    mt_breakdown_acc at_peak[N_SLOTS]; /* GPU devices */
-    mt_u64map peak_map;                /* agg_key -> bytes, count, for every device */
-    size_t pending;                    /* devices whose peak is not reached yet */
+    slot2 s[N_SLOTS];
+    size_lists at_peak_sizes[N_SLOTS], after_bwd_sizes[N_SLOTS];
+    mt_u64map peak_map; /* agg_key (| category << CAT_SHIFT) -> bytes, count, for every device */
+    size_t pending;     /* devices whose peak is not reached yet, or whose categories wait */
     int oom;
 } pass2;
+
+#define CAT_SHIFT 33
+#define CAT_MASK 0x3full
+
+static void sizes_add(size_lists *s, unsigned cat, uint64_t bytes)
+{
+    int k = cat == MT_CAT_PARAMETERS ? 0 : cat == MT_CAT_GRADIENTS ? 1
+          : cat == MT_CAT_OPTIMIZER_STATE ? 2 : -1;
+    if (k < 0 || s->oom) return;
+    if (s->n[k] == s->cap[k]) {
+        size_t ncap = s->cap[k] ? 2 * s->cap[k] : 256;
+        uint64_t *nv = realloc(s->v[k], ncap * sizeof *nv);
+        if (!nv) {
+            s->oom = 1;
+            return;
+        }
+        s->v[k] = nv;
+        s->cap[k] = ncap;
+    }
+    s->v[k][s->n[k]++] = bytes;
+}
+
+/* Gradients and optimizer state against the parameters (mt_category_fit); frees the lists. */
+static int sizes_fit(size_lists *s, const mt_categorizer *c, mt_category_fit fit[2])
+{
+    uint64_t copies = 0;
+    mt_categorizer_optimizer(c, &copies);
+    int rc = s->oom ? -1 : 0;
+    if (rc == 0) rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[1], s->n[1], 1, &fit[0]);
+    if (rc == 0)
+        rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[2], s->n[2], copies ? (unsigned)copies : 2,
+                                     &fit[1]);
+    for (int k = 0; k < 3; k++) free(s->v[k]);
+    memset(s, 0, sizeof *s);
+    return rc;
+}
+
+/* A device is done when its peak was replayed and nothing about it waits any more. */
+static void maybe_done(pass2 *p, slot2 *x)
+{
+    if (x->reached && !x->waiting && !x->waiting_backward && p->pending) p->pending--;
+}
 
 static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     (void)time_ns;
     pass2 *p = ctx;
     size_t k = (size_t)slot_key(u->device, u->is_host);
-    mt_device_report *d = k < N_SLOTS ? p->by_slot[k] : NULL;
-    if (!d || p->reached[k] || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
-    p->reached[k] = 1;
+    slot2 *x = k < N_SLOTS ? &p->s[k] : NULL;
+    mt_device_report *d = x ? x->d : NULL;
+    if (!d || x->reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    x->reached = 1;
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
     if (!u->is_host) {
-        mt_breakdown_begin(&p->at_peak[k], &d->at_peak, p->a->frames, u, d->peak_time_ns);
-        p->visible[k] = mt_breakdown_visible(u);
-        p->driver[k] = u->by_kind[MT_KIND_DRIVER];
+        mt_breakdown_begin(&x->at_peak, &d->at_peak, p->a->frames, u, d->peak_time_ns);
+        x->visible = mt_breakdown_visible(u);
+        x->driver = u->by_kind[MT_KIND_DRIVER];
     }
-    if (p->pending) p->pending--;
+    if (p->a->categories && !u->is_host) {
+        x->categorize = x->waiting = x->waiting_backward = 1;
+        mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
+    }
+    maybe_done(p, x);
 }
 
-/* l was live at its device's peak (if the device has one and reached it): count it. */
-static void count_at_peak(pass2 *p, const mt_lifetime *l)
+/* l was live at its device's peak (if the device has one and reached it): count it, `ended` when
+ * it ends now (else the replay stopped with it live). */
+static void count_at_peak(pass2 *p, const mt_lifetime *l, int ended)
 {
     size_t k = slot_of_lifetime(l);
-    if (k >= N_SLOTS || !p->reached[k] || l->start_seq > p->by_slot[k]->u.peak_seq) return;
-    mt_breakdown_add(&p->at_peak[k], l);
+    if (k >= N_SLOTS || !p->s[k].reached || l->start_seq > p->s[k].d->u.peak_seq) return;
+    slot2 *x = &p->s[k];
+    mt_breakdown_add(&x->at_peak, l);
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
-    mt_u64map_slot *m = mt_u64map_upsert(&p->peak_map, agg_key(l));
+    uint64_t key = agg_key(l);
+    if (x->categorize && l->kind == MT_KIND_TENSOR) {
+        /* its category when it ended, if before the phase end after the peak; else then */
+        unsigned cat = x->waiting ? l->category : mt_category_at(l, x->end_phase);
+        if (cat >= MT_CAT_MAX) cat = MT_CAT_OTHER;
+        (void)ended;
+        x->d->by_category_at_peak[cat] += l->bytes;
+        sizes_add(&p->at_peak_sizes[k], cat, l->bytes);
+        key |= (uint64_t)cat << CAT_SHIFT;
+    }
+    mt_u64map_slot *m = mt_u64map_upsert(&p->peak_map, key);
     if (!m) {
         p->oom = 1;
         return;
@@ -405,22 +494,62 @@ static void count_at_peak(pass2 *p, const mt_lifetime *l)
     m->b++;
 }
 
+/* l was live when the backward pass after its device's peak ended: count it there. */
+static void count_after_backward(pass2 *p, const mt_lifetime *l)
+{
+    size_t k = slot_of_lifetime(l);
+    if (k >= N_SLOTS || l->kind != MT_KIND_TENSOR || !p->s[k].categorize || p->s[k].waiting_backward ||
+        l->start_seq >= p->s[k].backward_seq || mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE)
+        return;
+    unsigned cat = mt_category_at(l, p->s[k].backward_phase);
+    if (cat >= MT_CAT_MAX) return;
+    p->s[k].d->by_category_after_backward[cat] += l->bytes;
+    sizes_add(&p->after_bwd_sizes[k], cat, l->bytes);
+}
+
 static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
 {
     (void)end_ns;
     (void)why;
-    count_at_peak(ctx, l); /* it ends after its device's peak: reached is set only once the peak
-                              event was applied */
+    /* it ends after its device's peak: reached is set only once the peak event was applied */
+    count_at_peak(ctx, l, 1);
+    count_after_backward(ctx, l);
 }
 
 static void pass2_still_live(void *ctx, const mt_lifetime *l)
 {
-    count_at_peak(ctx, l);
+    count_at_peak(ctx, l, 0);
+    count_after_backward(ctx, l);
+}
+
+/* A phase has ended (before the event that told is applied): devices waiting for it take note. */
+static void pass2_phase_end(void *ctx, int phase, uint64_t now)
+{
+    (void)phase;
+    pass2 *p = ctx;
+    uint64_t bwd, opt;
+    mt_categorizer_phases(p->a->categories, &bwd, &opt);
+    for (size_t k = 1; k < N_SLOTS; k++) {
+        slot2 *x = &p->s[k];
+        if (!x->waiting && !x->waiting_backward) continue;
+        if (x->waiting_backward && bwd > x->bwd_at_peak) {
+            x->waiting_backward = 0;
+            x->backward_phase = mt_tracker_phase_ends(p->t);
+            x->backward_seq = mt_tracker_seq(p->t);
+            x->d->after_backward_known = 1;
+            x->d->after_backward_time_ns = rel(now, p->a->header.start_monotonic_ns);
+        }
+        if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) {
+            x->waiting = 0;
+            x->end_phase = mt_tracker_phase_ends(p->t);
+        }
+        maybe_done(p, x);
+    }
 }
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    pass2 *p = calloc(1, sizeof *p); /* ~30 KiB: per-slot state for every possible device */
+    pass2 *p = calloc(1, sizeof *p); /* ~60 KiB: per-slot state for every possible device */
     if (!p) {
         fail(err, errlen, "%s: out of memory in pass 2", a->path);
         return -1;
@@ -430,7 +559,7 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         size_t k = (size_t)slot_key(d->u.device, d->u.is_host);
-        if (k < N_SLOTS) p->by_slot[k] = d;
+        if (k < N_SLOTS) p->s[k].d = d;
         if (d->u.peak == 0) continue;
         p->pending++;
         if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
@@ -442,12 +571,15 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         rc = -1;
         goto out;
     }
-    mt_tracker_hooks hooks = {.ctx = p, .on_usage = pass2_usage, .on_release = pass2_release};
+    mt_tracker_hooks hooks = {.ctx = p, .on_usage = pass2_usage, .on_release = pass2_release,
+                              .on_phase_end = pass2_phase_end};
     p->t = mt_tracker_new(&hooks);
     rc = p->t ? 0 : -1;
+    if (p->t && a->categories) mt_tracker_set_categorizer(p->t, a->categories);
     mt_record rec;
     uint64_t n = 0;
-    while (rc == 0 && p->pending && !p->oom && mt_tracker_seq(p->t) < last_seq &&
+    /* without categories the replay ends at the last peak; with them, when nothing waits */
+    while (rc == 0 && p->pending && !p->oom && (a->categories || mt_tracker_seq(p->t) < last_seq) &&
            mt_reader_next(r, &rec) == MT_READ_RECORD) {
         if (rec.type == MT_REC_EVENT && mt_tracker_event(p->t, &rec.u.event) < 0) rc = -1;
         if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
@@ -458,24 +590,38 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     mt_stack_list lists[N_SLOTS];
     if (rc == 0 && !p->oom && mt_stack_lists_by_prefix(&p->peak_map, lists, N_SLOTS) == 0) {
         for (size_t k = 0; k < N_SLOTS; k++) {
-            if (p->by_slot[k] && p->reached[k]) p->by_slot[k]->peak_stacks = lists[k];
+            if (p->s[k].d && p->s[k].reached) p->s[k].d->peak_stacks = lists[k];
             else free(lists[k].v);
         }
     } else {
         p->oom = 1;
     }
     for (size_t k = 0; k < N_SLOTS; k++) {
-        if (!p->at_peak[k].b) continue;
-        mt_device_report *d = p->by_slot[k];
-        if (mt_breakdown_end(&p->at_peak[k]) < 0) p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, p->visible[k], p->driver[k]);
+        slot2 *x = &p->s[k];
+        mt_device_report *d = x->d;
+        if (x->at_peak.b) {
+            if (mt_breakdown_end(&x->at_peak) < 0) p->oom = 1;
+            mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, x->visible, x->driver);
+        }
+        if (!x->categorize) continue;
+        d->categories_known = 1;
+        if (sizes_fit(&p->at_peak_sizes[k], a->categories, d->fit_at_peak) < 0) p->oom = 1;
+        if (d->after_backward_known &&
+            sizes_fit(&p->after_bwd_sizes[k], a->categories, d->fit_after_backward) < 0)
+            p->oom = 1;
     }
     if (p->oom) rc = -1;
     if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
 out:
     mt_tracker_free(p->t);
     mt_u64map_destroy(&p->peak_map);
-    for (size_t k = 0; k < N_SLOTS; k++) mt_u64map_destroy(&p->at_peak[k].owners);
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_u64map_destroy(&p->s[k].at_peak.owners);
+        for (int j = 0; j < 3; j++) {
+            free(p->at_peak_sizes[k].v[j]);
+            free(p->after_bwd_sizes[k].v[j]);
+        }
+    }
     mt_reader_close(r);
     free(p);
     return rc;
@@ -735,6 +881,12 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         }
         const mt_event *e = &rec.u.event;
         a->events++;
+        if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {
+            if (!(a->categories = mt_categorizer_new(a->frames))) rc = -1;
+            else if (opt && opt->category_rules &&
+                     mt_categorizer_load_rules(a->categories, opt->category_rules, err, errlen) < 0)
+                rc = -2;
+        }
         uint64_t t = rel(e->time_ns, a->header.start_monotonic_ns);
         if (!have_time || t < a->first_ns) a->first_ns = t;
         if (t > a->last_ns) a->last_ns = t;
@@ -758,8 +910,10 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     mt_reader_damage(r, &dmg);
     a->damaged_chunks = dmg.chunks;
     a->damaged_bytes = dmg.bytes;
-    if (dmg.chunks && !(a->damage_msg = dupstr(dmg.first))) rc = -1;
-    if (rc < 0) {
+    if (dmg.chunks && !(a->damage_msg = dupstr(dmg.first)) && rc == 0) rc = -1;
+    if (rc == -2) {
+        rc = -1; /* err says why */
+    } else if (rc < 0) {
         fail(err, errlen, "%s: out of memory", a->path);
     } else if (st == MT_READ_TRUNCATED && strict) {
         fail(err, errlen, "%s (--strict)", mt_reader_error(r));
@@ -838,6 +992,7 @@ void mt_analysis_free(mt_analysis *a)
     free(a->warnings);
     for (size_t i = 0; i < a->n_threads; i++) free(a->threads[i].name);
     free(a->threads);
+    mt_categorizer_free(a->categories);
     mt_frames_free(a->frames);
     if (a->fd >= 0) close(a->fd);
     free(a->damage_msg);

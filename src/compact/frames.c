@@ -562,3 +562,8 @@ uint64_t mt_frames_bad_nodes(const mt_frames *f)
 {
     return f->bad_nodes;
 }
+
+const char *mt_frames_short_path(const mt_frames *f, const char *path)
+{
+    return short_path(f, path);
+}

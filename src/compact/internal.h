@@ -142,7 +142,8 @@ static inline int mt_kind_is_host(unsigned kind)
 }
 
 /* ---- stack-stat lists ----------------------------------------------------------------------- */
-/* Key used for per-stack aggregates: the driver flag sits above the 32-bit stack id. */
+/* Key used for per-stack aggregates: the driver flag sits above the 32-bit stack id; a category
+ * (peak lists of tensor traces) in bits 33..38; the slot from bit 40. */
 static inline uint64_t mt_stack_key(uint32_t stack, int driver)
 {
     return (uint64_t)stack | ((uint64_t)(driver != 0) << 32);
@@ -185,6 +186,24 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
 /* mt_frames_path_ex for MT_FRAMES_USER. */
 size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                            uint8_t *flags, size_t cap);
+
+/* ---- categories (categories.c) ---------------------------------------------------------------- */
+/* The category of a new lifetime l (MT_CAT_NONE unless a tensor), from its stack (cached). */
+unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l);
+/* Called for each tensor event before it is applied (an allocation with its category; a free
+ * with MT_CAT_NONE, is_alloc 0): when it ends the backward pass or an optimizer step, returns the
+ * phase ended (MT_PHASE_*), else MT_PHASE_NONE. The caller then promotes the live tensors of
+ * that phase's temporary category (mt_categorizer_promote). */
+int mt_categorizer_phase(mt_categorizer *c, unsigned category, uint32_t tid, int is_alloc);
+/* The category live tensor l takes when `phase` ends (its own when it stays). */
+unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l);
+/* Forgets the phase a replay was in (a new replay starts). */
+void mt_categorizer_restart(mt_categorizer *c);
+/* Phase ends (backward passes and optimizer steps) the tracker has applied so far. */
+uint32_t mt_tracker_phase_ends(const mt_tracker *t);
+/* The category lifetime l had right after the phase end numbered phase_ends (it may have been
+ * promoted at a later one). */
+unsigned mt_category_at(const mt_lifetime *l, uint32_t phase_ends);
 
 /* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
 /* b is filled from usage slot u (a GPU device) at time_rel (since start) and from the live

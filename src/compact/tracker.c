@@ -66,9 +66,13 @@ struct mt_tracker {
     mt_u64map pool_index;   /* pool handle -> a: index in pools */
     mt_ctx_registry ctx_lifetimes; /* context -> live allocations (a: address, b: device, family) */
     mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
+    mt_ctx_registry temps;         /* with a categorizer: the live tensors of each temporary
+                                      category (keyed by category), promoted at a phase end */
+    uint32_t phase_ends;           /* backward passes and optimizer steps ended so far */
     uint64_t seq, serial;
     mt_anomalies an;
     uint64_t freed[1u << FREED_CACHE_BITS]; /* hashed keys of recently freed allocations */
+    mt_categorizer *categorizer; /* NULL: tensors keep category 0 (mt_tracker_set_categorizer) */
 };
 
 static const uint8_t family_of_kind[MT_KIND_MAX_] = {
@@ -109,6 +113,7 @@ void mt_tracker_free(mt_tracker *t)
     mt_u64map_destroy(&t->pool_index);
     mt_ctx_registry_destroy(&t->ctx_lifetimes);
     mt_ctx_registry_destroy(&t->ctx_maps);
+    mt_ctx_registry_destroy(&t->temps);
     free(t);
 }
 
@@ -121,6 +126,65 @@ const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_hos
     return ix ? &t->usages[ix - 1] : NULL;
 }
 
+void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
+{
+    t->categorizer = c;
+    if (c) mt_categorizer_restart(c); /* a new replay: no phase yet */
+}
+
+static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
+
+static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
+{
+    return t->categorizer && l->kind == MT_KIND_TENSOR &&
+           mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE && l->category < MT_CAT_MAX;
+}
+
+static int is_temp_category(unsigned cat)
+{
+    return cat == MT_CAT_BACKWARD_TEMP || cat == MT_CAT_OPTIMIZER_TEMP;
+}
+
+static mt_ctx_member lifetime_member(const mt_lifetime *l);
+static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m);
+static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m);
+
+/* A backward pass or optimizer step (`phase`) has ended: its temporaries still live take their
+ * final category, the slots' by_category follow. Only that category's tensors are visited, each
+ * once: a promoted tensor is no temporary any more. */
+static void promote(mt_tracker *t, int phase)
+{
+    unsigned temp = phase == MT_PHASE_BACKWARD    ? MT_CAT_BACKWARD_TEMP
+                  : phase == MT_PHASE_OPTIMIZER   ? MT_CAT_OPTIMIZER_TEMP
+                                                  : MT_CAT_MAX;
+    if (temp == MT_CAT_MAX) return;
+    t->phase_ends++;
+    size_t n;
+    mt_ctx_member *v = mt_ctx_take(&t->temps, temp, &n);
+    for (size_t i = 0; i < n; i++) {
+        mt_lifetime *l = member_lifetime(t, v[i]);
+        if (!l || l->category != temp) continue;
+        unsigned cat = mt_categorizer_promote(t->categorizer, phase, l);
+        if (cat == l->category) continue;
+        long s = counts_by_category(t, l) && l->device >= 0 ? slot_index(t, l->device, 0, 0) : -1;
+        if (s >= 0) t->usages[s].by_category[l->category] -= l->bytes;
+        l->prior_category = l->category;
+        l->category = (uint8_t)cat;
+        l->promoted_at = t->phase_ends;
+        if (s >= 0 && counts_by_category(t, l)) t->usages[s].by_category[l->category] += l->bytes;
+    }
+    free(v);
+}
+
+uint32_t mt_tracker_phase_ends(const mt_tracker *t)
+{
+    return t->phase_ends;
+}
+
+unsigned mt_category_at(const mt_lifetime *l, uint32_t phase_ends)
+{
+    return l->promoted_at && l->promoted_at > phase_ends ? l->prior_category : l->category;
+}
 uint64_t mt_tracker_seq(const mt_tracker *t) { return t->seq; }
 size_t mt_tracker_live_count(const mt_tracker *t) { return t->live.len; }
 const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t) { return &t->an; }
@@ -252,7 +316,9 @@ static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason w
     int host = is_host_family(p->family);
     long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
+    if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
     mt_ctx_leave(&t->ctx_lifetimes, p->context);
+    if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
     mt_live_remove(&t->live, p);
 }
 
@@ -344,7 +410,21 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
                      .start_seq = t->seq,
                      .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
                      .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
+    if (t->categorizer && kind == MT_KIND_TENSOR) {
+        /* categorized before it joins the live set: a phase that this tensor ends promotes what
+         * was live before it, not the tensor itself */
+        l.category = (uint8_t)mt_categorize(t->categorizer, &l);
+        int ended = mt_categorizer_phase(t->categorizer, l.category, e->tid, 1);
+        if (ended) promote(t, ended);
+        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
+    }
     if (mt_live_insert(&t->live, &l) < 0) return -1;
+    if (t->categorizer && is_temp_category(l.category) &&
+        mt_ctx_join(&t->temps, l.category, lifetime_member(&l), lifetime_still, t) < 0) {
+        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+        if (p) mt_live_remove(&t->live, p);
+        return -1;
+    }
     if (mt_ctx_join(&t->ctx_lifetimes, e->context, lifetime_member(&l), lifetime_still, t) < 0) {
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
         if (p) mt_live_remove(&t->live, p);
@@ -356,6 +436,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
     }
     mt_usage *u = &t->usages[slot];
     account(u, kind, e->flags, e->bytes, +1);
+    if (counts_by_category(t, &l)) u->by_category[l.category] += e->bytes;
     if (mt_counting(kind, e->flags) == MT_COUNT_IN_USE) {
         u->alloc_bytes += e->bytes;
         u->alloc_count++;
@@ -381,6 +462,11 @@ static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
 
 static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
 {
+    if (t->categorizer && fam == MT_FAM_TENSOR) { /* a free may end the backward pass */
+        int ended = mt_categorizer_phase(t->categorizer, MT_CAT_NONE, e->tid, 0);
+        if (ended) promote(t, ended);
+        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
+    }
     mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
     if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
     if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
@@ -544,3 +630,4 @@ void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt
     for (size_t i = 0; i < t->live.cap; i++)
         if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
 }
+

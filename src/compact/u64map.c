@@ -65,6 +65,7 @@ static int cmp_stat(const void *pa, const void *pb)
     if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
     if (a->count != b->count) return a->count > b->count ? -1 : 1;
     if (a->driver != b->driver) return a->driver > b->driver ? -1 : 1;
+    if (a->category != b->category) return a->category < b->category ? -1 : 1;
     return a->stack < b->stack ? -1 : a->stack > b->stack;
 }
 
@@ -83,6 +84,7 @@ int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *o
         if (!s->used || (prefix != ~0ull && (s->key >> 40) != prefix)) continue;
         out->v[out->n++] = (mt_stack_stat){.stack = (uint32_t)s->key,
                                            .driver = (uint8_t)((s->key >> 32) & 1),
+                                           .category = (uint8_t)((s->key >> 33) & 0x3f),
                                            .bytes = s->a,
                                            .count = s->b};
     }
@@ -106,6 +108,7 @@ int mt_stack_lists_by_prefix(const mt_u64map *m, mt_stack_list *lists, size_t n)
         mt_stack_list *l = &lists[s->key >> 40];
         l->v[l->n++] = (mt_stack_stat){.stack = (uint32_t)s->key,
                                        .driver = (uint8_t)((s->key >> 32) & 1),
+                                       .category = (uint8_t)((s->key >> 33) & 0x3f),
                                        .bytes = s->a,
                                        .count = s->b};
     }

@@ -35,6 +35,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -97,11 +98,14 @@ struct mt_sink {
     uint64_t generation; /* tells a thread's cached ring pointer from a previous sink's */
     _Atomic int urgent;  /* a producer asked for a drain now (its ring is half full) */
     _Atomic int open;    /* the writer exists */
+    _Atomic int closed;  /* stopped: producers return at once (a late one must not wait) */
 
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t wake, flushed;
     mt_ring *rings;
     mt_side *side_head, **side_tail;
+    size_t side_bytes;      /* held on the side queue now (at most MT_SINK_SIDE_MAX_BYTES) */
+    uint64_t side_dropped;  /* records refused because it was full */
     uint64_t flush_requested, flush_done;
     int stopping;
 
@@ -120,6 +124,39 @@ struct mt_sink {
     uint64_t last_written; /* time of the last event written, to count late ones */
     uint64_t last_tick_ns;
 };
+
+/* Writes made on a thread of the program (the file header at open, the END record at stop) must
+ * not get it killed by SIGXFSZ when they cross a file-size limit (ulimit -f): the signal is blocked
+ * around them, and one they raised is taken back before the program's mask returns; the write
+ * itself fails with EFBIG and the trace says it ended early. (The writer thread blocks every
+ * signal from its start.) */
+typedef struct xfsz_guard {
+    sigset_t old;
+    int was_pending;
+} xfsz_guard;
+
+static void xfsz_block(xfsz_guard *g)
+{
+    sigset_t x, pending;
+    sigemptyset(&x);
+    sigaddset(&x, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &x, &g->old);
+    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
+}
+
+static void xfsz_restore(xfsz_guard *g)
+{
+    int saved = errno; /* the write's, for the caller */
+    sigset_t x, pending;
+    sigemptyset(&x);
+    sigaddset(&x, SIGXFSZ);
+    if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ)) {
+        struct timespec now = {0, 0};
+        sigtimedwait(&x, NULL, &now); /* ours: taken back */
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+    errno = saved;
+}
 
 static uint64_t mono_ns(void)
 {
@@ -227,7 +264,8 @@ static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
         }
         slot = ring_claim(s, r);
         now = mono_ns();
-        if (now - t0 > s->max_wait_ns) break;
+        if (now - t0 > s->max_wait_ns || atomic_load_explicit(&s->closed, memory_order_acquire))
+            break; /* no writer will come: a straggler at exit */
     }
     if (!slot) slot = ring_claim(s, r);
     uint64_t waited = now - t0;
@@ -248,7 +286,8 @@ static void ring_commit(mt_ring *r)
 
 void mt_sink_event(mt_sink *s, const mt_event *ev)
 {
-    if (!s) return; /* the recorder is shutting down (or never started): nothing to record into */
+    /* the recorder is shutting down (or never started): nothing to record into */
+    if (!s || atomic_load_explicit(&s->closed, memory_order_acquire)) return;
     mt_ring *r = ring_for_this_thread(s);
     if (!r) return; /* out of memory: nothing sensible to count into */
     mt_slot *slot = ring_claim(s, r);
@@ -272,7 +311,7 @@ void mt_sink_event(mt_sink *s, const mt_event *ev)
 
 void mt_sink_hold(mt_sink *s, uint64_t time_ns)
 {
-    if (!s) return;
+    if (!s || atomic_load_explicit(&s->closed, memory_order_acquire)) return;
     if (!time_ns && tls_ring.generation != s->generation) return; /* nothing held here */
     mt_ring *r = ring_for_this_thread(s);
     if (r) atomic_store_explicit(&r->pending, time_ns, memory_order_release);
@@ -280,7 +319,7 @@ void mt_sink_hold(mt_sink *s, uint64_t time_ns)
 
 void mt_sink_node(mt_sink *s, const mt_stack_node *node)
 {
-    if (!s) return;
+    if (!s || atomic_load_explicit(&s->closed, memory_order_acquire)) return;
     mt_ring *r = ring_for_this_thread(s);
     mt_slot *slot = r ? ring_claim(s, r) : NULL;
     if (!slot) {
@@ -325,7 +364,7 @@ static int record_strings(mt_record *r, const char ***out)
 
 void mt_sink_put_copy(mt_sink *s, const mt_record *r)
 {
-    if (!s) return;
+    if (!s || atomic_load_explicit(&s->closed, memory_order_acquire)) return;
     mt_record tmp = *r;
     const char **fields[4];
     int nf = record_strings(&tmp, fields);
@@ -350,7 +389,16 @@ void mt_sink_put_copy(mt_sink *s, const mt_record *r)
         memcpy(p, tmp.u.module.build_id, blen);
         e->rec.u.module.build_id = (const uint8_t *)p;
     }
+    size_t bytes = sizeof *e + len + blen;
     pthread_mutex_lock(&s->lock);
+    if (s->side_bytes + bytes > MT_SINK_SIDE_MAX_BYTES) { /* the writer is far behind, or there
+                                                             is no file yet: counted, said at stop */
+        s->side_dropped++;
+        pthread_mutex_unlock(&s->lock);
+        free(e);
+        return;
+    }
+    s->side_bytes += bytes;
     *s->side_tail = e;
     s->side_tail = &e->next;
     pthread_mutex_unlock(&s->lock);
@@ -407,6 +455,7 @@ static void drain(mt_sink *s, int all)
     mt_side *side = s->side_head;
     s->side_head = NULL;
     s->side_tail = &s->side_head;
+    s->side_bytes = 0;
     mt_ring *rings = s->rings;
     pthread_mutex_unlock(&s->lock);
 
@@ -570,9 +619,13 @@ int mt_sink_open(mt_sink *s, int fd)
     int rc = 0;
     if (!atomic_load(&s->open)) {
         /* The writer thread touches s->writer only once `open` says so (after this store). */
+        xfsz_guard g;
+        xfsz_block(&g);
         s->writer = mt_writer_open_fd(fd, &s->header, s->chunk_bytes);
+        xfsz_restore(&g);
         if (s->writer) {
             s->fd = fd;
+            mt_writer_guard_fd(s->writer); /* the program may close our fd: write only to it */
             atomic_store(&s->open, 1);
         } else {
             rc = -1;
@@ -614,7 +667,12 @@ void mt_sink_flush(mt_sink *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
+static void stop(mt_sink *s, mt_sink_stats *stats, int keep_memory);
+
+void mt_sink_stop(mt_sink *s, mt_sink_stats *stats) { stop(s, stats, 0); }
+void mt_sink_stop_keeping_memory(mt_sink *s, mt_sink_stats *stats) { stop(s, stats, 1); }
+
+static void stop(mt_sink *s, mt_sink_stats *stats, int keep_memory)
 {
     pthread_mutex_lock(&s->lock);
     s->stopping = 1;
@@ -632,6 +690,18 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
             s->stats.max_wait_ns = atomic_load(&r->max_wait_ns);
     }
     if (atomic_load(&s->open)) {
+        xfsz_guard g;
+        xfsz_block(&g);
+        if (s->side_dropped) {
+            char text[200];
+            snprintf(text, sizeof text, "%llu records (names, modules, notes) were not written: "
+                     "more than %d MiB of them waited for the writer at once",
+                     (unsigned long long)s->side_dropped, MT_SINK_SIDE_MAX_BYTES >> 20);
+            mt_record note = {.type = MT_REC_NOTE};
+            note.u.note.level = MT_NOTE_WARNING;
+            note.u.note.text = text;
+            put(s, &note);
+        }
         mt_record end = {.type = MT_REC_END};
         end.u.end.time_ns = mono_ns();
         end.u.end.events = s->stats.events;
@@ -646,6 +716,7 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
             s->stats.write_failed = 1;
             s->stats.write_errno = errno;
         }
+        xfsz_restore(&g);
         s->stats.opened = 1;
     } else {
         for (mt_side *e = s->side_head, *next; e; e = next) {
@@ -654,6 +725,10 @@ void mt_sink_stop(mt_sink *s, mt_sink_stats *stats)
         }
     }
     if (stats) *stats = s->stats;
+    atomic_store_explicit(&s->closed, 1, memory_order_release);
+    /* A thread that got past `closed` before it was set may still be writing into its ring or
+     * the side queue: the caller says whether one can be (see inject.c at_exit). */
+    if (keep_memory) return;
 
     for (mt_ring *r = s->rings, *next; r; r = next) {
         next = r->next;

@@ -38,6 +38,7 @@ struct mt_trie {
     trie_entry *slots;
     uint32_t mask;  /* capacity - 1 (capacity is a power of two) */
     uint32_t count; /* nodes created = last id given */
+    int full;       /* a node was refused: MT_TRIE_MAX_NODES */
     mt_trie_new_node_fn on_new;
     void *ctx;
 };
@@ -97,7 +98,10 @@ static uint32_t child(mt_trie *t, uint32_t parent, uint64_t word)
         if (!e->id) break;
         if (e->parent == parent && e->word == word) return e->id;
     }
-    if (t->count == UINT32_MAX) return 0;
+    if (t->count >= MT_TRIE_MAX_NODES) {
+        __atomic_store_n(&t->full, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     if ((uint64_t)(t->count + 1) * 2 > (uint64_t)t->mask + 1) {
         if (grow(t)) return 0;
         i = hash_key(parent, word) & t->mask;
@@ -170,7 +174,7 @@ static uint32_t intern_uncached(mt_trie *t, mt_trie_cache *cache, const uint64_t
     for (int i = common; i < n; i++) {
         uint64_t word = frames[n - 1 - i];
         uint32_t id = child(t, parent, word);
-        if (!id) { /* out of memory: give the deepest node we have, forget the cache */
+        if (!id) { /* out of memory or full: the deepest node we have, and forget the cache */
             if (cache) cache->n = 0;
             pthread_mutex_unlock(&t->lock);
             return parent;
@@ -190,6 +194,8 @@ uint32_t mt_trie_size(const mt_trie *t)
 {
     return t ? __atomic_load_n(&t->count, __ATOMIC_ACQUIRE) : 0;
 }
+
+int mt_trie_full(const mt_trie *t) { return t && __atomic_load_n(&t->full, __ATOMIC_RELAXED); }
 
 void mt_trie_free(mt_trie *t)
 {

@@ -37,6 +37,9 @@ struct mt_writer {
     z_stream z;
     int z_ready;
     mt_codec codec;
+    int guard;       /* mt_writer_guard_fd: the fd must still be this file before each write */
+    dev_t dev;
+    ino_t ino;
 };
 
 static int write_all(int fd, const uint8_t *p, size_t n)
@@ -55,6 +58,13 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         n -= (size_t)k;
     }
     return 0;
+}
+
+/* Still the file the guard saw (always, without a guard). */
+static int fd_is_ours(const mt_writer *w)
+{
+    struct stat st;
+    return !w->guard || (fstat(w->fd, &st) == 0 && st.st_dev == w->dev && st.st_ino == w->ino);
 }
 
 static int fail(mt_writer *w)
@@ -163,6 +173,10 @@ static int emit_chunk(mt_writer *w)
     mt_put_le32(h + 12, (uint32_t)crc);
 
     size_t total = MT_CHUNK_HEADER_SIZE + clen;
+    if (!fd_is_ours(w)) { /* the program closed our fd and may have opened a file of its own on it */
+        errno = EBADF;
+        return -1;
+    }
     if (write_all(w->fd, w->out, total) != 0) return -1;
     w->written += total;
     w->raw_len = 0;
@@ -218,12 +232,23 @@ int mt_writer_flush(mt_writer *w)
     return emit_chunk(w) == 0 ? 0 : fail(w);
 }
 
+int mt_writer_guard_fd(mt_writer *w)
+{
+    struct stat st;
+    if (fstat(w->fd, &st) != 0) return -1;
+    w->dev = st.st_dev;
+    w->ino = st.st_ino;
+    w->guard = 1;
+    return 0;
+}
+
 int mt_writer_close(mt_writer *w, int close_fd)
 {
     if (!w) return 0;
     int rc = mt_writer_flush(w);
     int saved = errno;
-    if (close_fd && close(w->fd) != 0 && rc == 0) {
+    /* an fd the program took over is its own now: never closed by us */
+    if (close_fd && fd_is_ours(w) && close(w->fd) != 0 && rc == 0) {
         rc = -1;
         saved = errno;
     }

@@ -196,3 +196,36 @@ int mt_hostile_future_samples(const char *path, uint32_t samples, uint32_t event
     }
     return finish(w, rc);
 }
+
+int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    mt_record code[2] = {
+        {.type = MT_REC_PYCODE,
+         .u.pycode = {.id = 1, .firstlineno = 1, .filename = "/venv/lib/python3.12/site-packages/torch/optim/adam.py",
+                      .qualname = "Adam.step"}},
+        {.type = MT_REC_PYCODE,
+         .u.pycode = {.id = 2, .firstlineno = 1, .filename = "/src/model.py",
+                      .qualname = "Net.forward"}}};
+    mt_record node[2] = {
+        {.type = MT_REC_STACK_NODE,
+         .u.node = {.id = 1, .parent = 0, .ip = 1ull << 32 | 10, .frame_kind = MT_FRAME_PYTHON}},
+        {.type = MT_REC_STACK_NODE,
+         .u.node = {.id = 2, .parent = 0, .ip = 2ull << 32 | 20, .frame_kind = MT_FRAME_PYTHON}}};
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) rc = mt_writer_put(w, &code[i]) | mt_writer_put(w, &node[i]);
+    uint64_t t = 0, a = 0x7f0000000000;
+    for (uint32_t i = 0; i < live && rc == 0; i++) {
+        mt_event e = {.time_ns = 1000 + t++, .address = a += 512, .bytes = 512, .stack = 2,
+                      .op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .device = 0, .context = 1};
+        rc = put_full(w, &e);
+    }
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        for (uint32_t stack = 1; stack <= 2 && rc == 0; stack++) {
+            mt_event e = {.time_ns = 1000 + t++, .address = a += 512, .bytes = 512, .stack = stack,
+                          .op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .device = 0, .context = 1};
+            rc = put_full(w, &e);
+        }
+    return finish(w, rc);
+}

@@ -35,4 +35,8 @@ int mt_hostile_context_churn(const char *path, uint32_t live, uint32_t n);
  * every 1000): every change was applied to every pending sample, and every sample looked at the
  * whole history of changes. */
 int mt_hostile_future_samples(const char *path, uint32_t samples, uint32_t events);
+/* Tensors (record --tensors): `live` activations (a Python frame Net.forward), then n times an
+ * optimizer temporary (a frame under torch/optim/) and an activation: every other allocation ends
+ * an optimizer step, whose promotion once walked the whole live set. */
+int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n);
 #endif

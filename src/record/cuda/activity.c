@@ -82,11 +82,14 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     (void)ctx, (void)stream, (void)size;
     mt_recorder *r = &mt_rec;
     CUpti_Activity *rec = NULL;
-    /* r->sink, not r->enabled: at exit the last flush runs after callbacks are switched off */
+    /* In flight like a callback (at_exit waits for it before it frees the sink). r->sink, not
+     * r->enabled: at exit the last flush runs after callbacks are switched off. */
+    atomic_fetch_add(&r->inflight, 1);
     while (r->sink && r->cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_MEMORY2)
             on_memory(r, (const CUpti_ActivityMemory4 *)rec);
     }
+    atomic_fetch_sub(&r->inflight, 1);
     free(buffer);
 }
 

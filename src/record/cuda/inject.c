@@ -100,6 +100,9 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_async_hooks_tick(r);
     mt_tensor_hooks_tick(r);
     mt_find_c10(r);
+    if (mt_trie_full(r->trie))
+        mt_warn_once("trie", "the stack table is full (%u frames, %u MiB): new stacks end at the "
+                     "deepest frame already known", MT_TRIE_MAX_NODES, (MT_TRIE_MAX_NODES * 32u) >> 20);
 }
 
 int mt_trace_open(mt_recorder *r)
@@ -135,10 +138,12 @@ static void at_fork_child(void)
     mt_rec.sink = NULL; /* warnings in the child go to stderr only */
 }
 
-/* Waits (bounded) for callbacks that started before `enabled` went to 0. */
-static void quiesce(void)
+/* Waits (bounded: 100 ms) for callbacks, hooks and activity deliveries that started before
+ * `enabled` went to 0 (or before the sink pointer went away). 1 when none is left. */
+static int quiesce(void)
 {
     for (int i = 0; i < 1000 && atomic_load(&mt_rec.inflight) > 0; i++) usleep(100);
+    return atomic_load(&mt_rec.inflight) == 0;
 }
 
 static void at_exit(void)
@@ -157,6 +162,7 @@ static void at_exit(void)
     mt_sink_flush(sink);
     int opened = mt_sink_is_open(sink);
     if (opened) {
+        mt_output_check_still_there(&mt_rec);
         mt_pool_poll(&mt_rec);
         mt_modules_refresh(mt_rec.modules, on_new_module, &mt_rec);
         mt_write_cost_notes(&mt_rec);
@@ -167,13 +173,24 @@ static void at_exit(void)
      * client (cupti_mux.c) keeps the subscription and its own callbacks. */
     mt_mux_unsubscribe(&mt_rec);
     mt_sink_stats st;
-    mt_rec.sink = NULL; /* first: a late activity buffer or warning must not reach a freed sink */
-    mt_sink_stop(sink, &st);
+    /* Why freeing the sink is safe: every path into it from another thread (API callbacks, the
+     * GOT stand-ins, CUPTI's activity deliveries) counts itself in `inflight` before it reads
+     * `enabled` or the sink pointer (seq_cst on both sides). Once `enabled` is 0 and the pointer
+     * NULL, a newcomer touches nothing; so when `inflight` is 0 after both stores, nobody holds
+     * the old pointer. A call still in flight after the bounded wait (a thread stuck inside the
+     * real cudaMallocAsync) may still write: the sink is then stopped without being freed. */
+    mt_rec.sink = NULL;
+    int clean = quiesce();
+    if (clean) mt_sink_stop(sink, &st);
+    else mt_sink_stop_keeping_memory(sink, &st);
     if (!opened) {
         mt_manifest_add(&mt_rec, "skipped");
         return;
     }
-    if (st.write_failed)
+    if (st.write_failed && st.write_errno == EBADF)
+        fprintf(stderr, "memtrace: the program closed memtrace's trace descriptor (or put a file "
+                "of its own on it): %s ends there\n", mt_rec.cfg.output);
+    else if (st.write_failed)
         fprintf(stderr, "memtrace: writing %s failed (%s): the trace ends early\n",
                 mt_rec.cfg.output, strerror(st.write_errno));
     if (st.dropped)

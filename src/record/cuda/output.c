@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "recorder.h"
@@ -41,6 +42,17 @@ static int expand_pattern(const char *pattern, const char *comm, int32_t rank, c
     return 0;
 }
 
+/* Whether the trace file is still where it was created; says once when it is not (its directory
+ * was removed, or the file renamed or deleted while the program ran). */
+void mt_output_check_still_there(mt_recorder *r)
+{
+    struct stat st;
+    if (stat(r->cfg.output, &st) == 0 && st.st_dev == r->output_dev && st.st_ino == r->output_ino)
+        return;
+    mt_warn_once("gone", "%s was deleted or moved while the program ran (its directory too?): "
+                 "what was recorded is lost with it", r->cfg.output);
+}
+
 int mt_output_open(mt_recorder *r)
 {
     const char *pattern = getenv("MEMTRACE_OUTPUT");
@@ -53,9 +65,23 @@ int mt_output_open(mt_recorder *r)
     int force = getenv("MEMTRACE_FORCE") && atoi(getenv("MEMTRACE_FORCE")) > 0;
     int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
     int fd = open(r->cfg.output, flags, 0644);
-    if (fd < 0)
+    if (fd < 0) {
         mt_warn_once("open", "cannot create %s: %s%s; not tracing this process", r->cfg.output,
                      strerror(errno), errno == EEXIST ? " (use -f to replace it)" : "");
+        return fd;
+    }
+    /* Out of the program's way: the lowest free number from MT_HIGH_FD up (programs count their
+     * own descriptors from 0, and select() wants them under 1024), close-on-exec. */
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, MT_HIGH_FD);
+    if (high >= 0) {
+        close(fd);
+        fd = high;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        r->output_dev = st.st_dev;
+        r->output_ino = st.st_ino;
+    }
     return fd;
 }
 

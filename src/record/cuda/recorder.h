@@ -145,7 +145,10 @@ typedef struct mt_recorder {
     mt_cuda cuda;
     _Atomic int inflight; /* callbacks and hooked calls in progress: at_exit waits for them */
     _Atomic int paused;   /* the program asked for a pause (memtrace_set_paused) */
-    mt_sink *sink;        /* its file is created with the first CUDA context (or event) */
+    dev_t output_dev; /* the trace file as created (mt_output_check_still_there) */
+    ino_t output_ino;
+    mt_sink *_Atomic sink; /* its file is created with the first CUDA context (or event); atomic:
+                              at_exit takes it away while other threads read it */
     pthread_mutex_t open_lock; /* one thread creates the file */
     char comm[64];
     int32_t rank;                    /* from the launcher's environment; -1 none */
@@ -255,6 +258,8 @@ void mt_write_cost_notes(mt_recorder *r); /* at exit, after the last flush */
 
 /* output.c: creates r->cfg.output from MEMTRACE_OUTPUT; the fd, or -1 (warned) */
 int mt_output_open(mt_recorder *r);
+#define MT_HIGH_FD 512 /* the trace's descriptor is moved to the lowest free one from here up */
+void mt_output_check_still_there(mt_recorder *r);
 /* one line for `memtrace record`: what = "trace" (r->cfg.output written) or "skipped" */
 void mt_manifest_add(mt_recorder *r, const char *what);
 
@@ -312,8 +317,8 @@ void mt_async_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded s
  * 0: pass the call through untouched. Shared by the GOT stand-ins. */
 static inline int mt_hook_enter(mt_recorder *r, _Atomic int *active)
 {
-    atomic_fetch_add_explicit(&r->inflight, 1, memory_order_acq_rel);
-    if (atomic_load_explicit(&r->enabled, memory_order_acquire) &&
+    atomic_fetch_add(&r->inflight, 1); /* seq_cst, then the check: see inject.c at_exit */
+    if (atomic_load(&r->enabled) &&
         atomic_load_explicit(active, memory_order_relaxed) &&
         !atomic_load_explicit(&r->paused, memory_order_relaxed))
         return 1;

@@ -1,0 +1,206 @@
+/* The "by category at the peak" table: the tensors' categories (compact/categories.c), then what
+ * is outside the allocator's tensors, adding up to the process total; beside each line the
+ * textbook estimate of training memory and the difference, explained.
+ *
+ * The textbook: weights W + gradients W + optimizer state (Adam/AdamW 2W, SGD with momentum W) +
+ * activations + the CUDA context. W is the parameter bytes measured at the peak (blocks of the
+ * caching allocator, module buffers included); activations and the context are taken as measured.
+ * Every other line is outside the textbook, so its difference is the line itself. Differences of
+ * gradients and optimizer state are split exactly (mt_category_fit): parameters with no
+ * gradient/state at the moment, tensors in blocks larger than their parameter, tensors like no
+ * parameter.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+/* gradients that mirror no parameter: what they usually are */
+#define GRAD_HINT " (DDP's and FSDP's buckets hold many gradients each)"
+
+static mt_cat_row *add_row(mt_cat_table *t, const char *name, uint64_t bytes)
+{
+    if (t->n >= sizeof t->rows / sizeof *t->rows) return NULL;
+    mt_cat_row *r = &t->rows[t->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->bytes = bytes;
+    r->difference = (int64_t)bytes;
+    return r;
+}
+
+static void textbook(mt_cat_row *r, uint64_t bytes)
+{
+    r->has_textbook = 1;
+    r->textbook = bytes;
+    r->difference = (int64_t)r->bytes - (int64_t)bytes;
+}
+
+static size_t appendf(char *buf, size_t cap, size_t at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static size_t appendf(char *buf, size_t cap, size_t at, const char *fmt, ...)
+{
+    if (at >= cap) return at;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+    return n < 0 ? at : at + (size_t)n;
+}
+
+/* "-1.00 MiB: 3 parameters without one now; +2.00 MiB: 2 blocks larger than their parameter..." */
+static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fit *f,
+                          const char *without, const char *unpaired_hint)
+{
+    char b[32];
+    const char *sep = "";
+    if (f->n_params_left) {
+        at = appendf(buf, cap, at, "-%s: %" PRIu64 " %s", mt_format_bytes(f->params_left, b, sizeof b),
+                     f->n_params_left, without);
+        sep = "; ";
+    }
+    if (f->n_larger) {
+        at = appendf(buf, cap, at, "%s+%s: %" PRIu64 " in blocks larger than their parameter's (the "
+                     "caching allocator hands out a whole block rather than leave a small remainder)",
+                     sep, mt_format_bytes(f->larger, b, sizeof b), f->n_larger);
+        sep = "; ";
+    }
+    if (f->n_unpaired)
+        at = appendf(buf, cap, at, "%s+%s: %" PRIu64 " tensor%s the size of no parameter%s", sep,
+                     mt_format_bytes(f->unpaired, b, sizeof b), f->n_unpaired,
+                     f->n_unpaired == 1 ? "" : "s", unpaired_hint);
+    return at;
+}
+
+int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!d->categories_known || !a->categories) return 0;
+    t->known = 1;
+    const mt_categorizer *c = a->categories;
+    uint64_t k = 0;
+    t->optimizer = mt_categorizer_optimizer(c, &k);
+    t->state_in_w = k;
+    const uint64_t *at = d->by_category_at_peak;
+    uint64_t w = at[MT_CAT_PARAMETERS];
+    t->w = w;
+    char b1[32], b2[32], tm[48];
+    for (unsigned cat = MT_CAT_PARAMETERS; cat < mt_category_count(c) && cat < MT_CAT_MAX; cat++) {
+        int core = cat == MT_CAT_PARAMETERS || cat == MT_CAT_GRADIENTS ||
+                   cat == MT_CAT_OPTIMIZER_STATE || cat == MT_CAT_ACTIVATIONS;
+        if (!core && !at[cat]) continue;
+        mt_cat_row *r = add_row(t, mt_category_name(c, cat), at[cat]);
+        if (!r) break;
+        r->category = cat;
+        t->tensors += at[cat];
+        size_t n = 0;
+        switch (cat) {
+        case MT_CAT_PARAMETERS:
+            textbook(r, w);
+            snprintf(r->why, sizeof r->why, "W, the weights (module buffers such as BatchNorm's "
+                     "statistics included)");
+            break;
+        case MT_CAT_GRADIENTS:
+            textbook(r, w);
+            if (!at[cat])
+                n = appendf(r->why, sizeof r->why, n, "no gradient is live at the peak (a forward "
+                            "pass, or zero_grad(set_to_none=True) has freed them)");
+            else
+                n = explain_fit(r->why, sizeof r->why, n, &d->fit_at_peak[0],
+                                "parameters or buffers without a gradient at the peak", GRAD_HINT);
+            if (d->after_backward_known) {
+                const uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
+                const uint64_t w2 = d->by_category_after_backward[MT_CAT_PARAMETERS];
+                n = appendf(r->why, sizeof r->why, n, "%safter the backward pass (%s): %s",
+                            n ? ". " : "", mt_format_rel(d->after_backward_time_ns, tm, sizeof tm),
+                            mt_format_bytes(g, b1, sizeof b1));
+                if (g == w2)
+                    n = appendf(r->why, sizeof r->why, n, " = W");
+                else
+                    n = appendf(r->why, sizeof r->why, n, ", W %s%s", g > w2 ? "+" : "-",
+                                mt_format_bytes(g > w2 ? g - w2 : w2 - g, b2, sizeof b2));
+                if (g != w2) {
+                    n = appendf(r->why, sizeof r->why, n, " (");
+                    n = explain_fit(r->why, sizeof r->why, n, &d->fit_after_backward[0],
+                                    "parameters or buffers without a gradient", GRAD_HINT);
+                    n = appendf(r->why, sizeof r->why, n, ")");
+                }
+            }
+            break;
+        case MT_CAT_OPTIMIZER_STATE:
+            if (!t->optimizer) {
+                snprintf(r->why, sizeof r->why, "no optimizer step of a known kind in the trace: no "
+                         "textbook estimate");
+                break;
+            }
+            textbook(r, k * w);
+            n = appendf(r->why, sizeof r->why, n, "%s: %" PRIu64 "W", t->optimizer, k);
+            if (at[cat] != k * w) {
+                n = appendf(r->why, sizeof r->why, n, "; ");
+                n = explain_fit(r->why, sizeof r->why, n, &d->fit_at_peak[1],
+                                "parameter copies without state at the peak (buffers have none; "
+                                "state is made by the first step)", "");
+            }
+            break;
+        case MT_CAT_ACTIVATIONS:
+            textbook(r, at[cat]);
+            snprintf(r->why, sizeof r->why, "the textbook's activations, as measured");
+            break;
+        case MT_CAT_OPTIMIZER_TEMP:
+            snprintf(r->why, sizeof r->why, "not in the textbook: the optimizer step's own "
+                     "temporaries (a foreach step makes whole-model copies)");
+            break;
+        case MT_CAT_BACKWARD_TEMP:
+            snprintf(r->why, sizeof r->why, "not in the textbook: the backward pass's temporaries "
+                     "(gradients of activations)");
+            break;
+        case MT_CAT_INPUTS:
+            snprintf(r->why, sizeof r->why, "not in the textbook: tensors made or copied to the GPU "
+                     "outside any module (the batch)");
+            break;
+        case MT_CAT_WORKSPACE:
+            snprintf(r->why, sizeof r->why, "not in the textbook: cuBLAS/cuDNN workspaces taken "
+                     "from PyTorch's allocator (one per stream and thread)");
+            break;
+        case MT_CAT_OTHER:
+            snprintf(r->why, sizeof r->why, "not in the textbook: tensors no rule placed "
+                     "(report --frames all shows their stacks)");
+            break;
+        default:
+            snprintf(r->why, sizeof r->why, "not in the textbook: your rules file's category");
+        }
+    }
+    const mt_breakdown *bd = &d->at_peak;
+    if (bd->valid) {
+        mt_cat_row *r;
+        uint64_t cache = bd->allocated_known ? bd->cached_free_bytes
+                         : bd->reserved_bytes > t->tensors ? bd->reserved_bytes - t->tensors : 0;
+        if ((r = add_row(t, "allocator cache", cache))) {
+            r->outside = 1;
+            snprintf(r->why, sizeof r->why, "not in the textbook: reserved by PyTorch's caching "
+                     "allocator and free at the peak (kept for its next tensors)");
+        }
+        if (bd->other_bytes && (r = add_row(t, "other libraries", bd->other_bytes))) {
+            r->outside = 1;
+            size_t n = appendf(r->why, sizeof r->why, 0, "not in the textbook:");
+            for (size_t i = 0; i < bd->n_owners; i++)
+                n = appendf(r->why, sizeof r->why, n, "%s %s %s", i ? "," : "", bd->owners[i].owner,
+                            mt_format_bytes(bd->owners[i].bytes, b1, sizeof b1));
+        }
+        t->process_known = bd->process_known;
+        if (bd->process_known && (r = add_row(t, "CUDA context & driver", (uint64_t)bd->context_bytes))) {
+            r->outside = 1;
+            textbook(r, (uint64_t)bd->context_bytes);
+            snprintf(r->why, sizeof r->why, "the textbook's context, as measured (nvidia-smi's total "
+                     "less everything above)");
+        }
+        t->process = bd->process_bytes;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        t->measured += t->rows[i].bytes;
+        t->textbook += t->rows[i].has_textbook ? t->rows[i].textbook : 0;
+    }
+    return 0;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""categories_vs_torch.py REPORT.json STATS.json — a trace's categories against PyTorch's own
+numbers (samples/train.py's SAMPLE_STATS: Σ numel*element_size of the parameters, of the
+parameters with a gradient, of the optimizer's state tensors on the GPU).
+
+The trace counts the caching allocator's blocks (multiples of 512 bytes, sometimes larger than the
+tensor: a whole block rather than a small remainder); the report pairs each gradient and state
+tensor with a parameter of its size ("fit"). Checked: parameters within 1%; the optimizer state and
+the gradients after the backward pass, as paired with parameters, within 1%, with every state and
+gradient tensor paired; no tensor left in "other"; the categories add up to the tensor peak, which
+is max_memory_allocated(). Prints the numbers, then "ok" or what differs (last line)."""
+import json
+import sys
+
+
+def main():
+    rep = json.load(open(sys.argv[1]))
+    st = json.load(open(sys.argv[2]))
+    dev = rep["devices"][0]
+    cat = dev.get("categories_at_peak")
+    if not cat:
+        print("no categories (record --tensors?)")
+        return 1
+    rows = {r["name"]: r["bytes"] for r in cat["rows"]}
+    errs = []
+
+    def near(what, got, want, tol):
+        if want and abs(got - want) / want > tol:
+            errs.append(f"{what} {got} vs PyTorch {want} ({100.0 * (got - want) / want:+.2f}%)")
+
+    fits = {r["name"]: r["fit"] for r in cat["rows"] if "fit" in r}
+    ab = cat.get("after_backward") or {}
+    state, grads = fits.get("optimizer state", {}), ab.get("gradients_fit", {})
+    near("parameters", rows.get("parameters", 0), st["param_bytes"], 0.01)
+    near("optimizer state (paired)", state.get("paired_bytes", 0), st["optimizer_state_bytes"], 0.01)
+    near("gradients after backward (paired)", grads.get("paired_bytes", 0), st["grad_bytes"], 0.01)
+    for what, f in (("optimizer state", state), ("gradients after backward", grads)):
+        if f.get("unpaired_count", 1):
+            errs.append(f"{what}: {f.get('unpaired_count')} tensors paired with no parameter")
+    print(f"parameters {rows.get('parameters', 0)} (PyTorch {st['param_bytes']}); optimizer state "
+          f"{rows.get('optimizer state', 0)}, paired {state.get('paired_bytes')} (PyTorch "
+          f"{st['optimizer_state_bytes']}), {state.get('larger_bytes')} in {state.get('larger_count')} "
+          f"larger blocks; gradients after backward {{c["name"]: c["bytes"] for c in ab.get("by_category", [])}.get("gradients", 0)}, "
+          f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
+          f"in {grads.get('larger_count')} larger blocks")
+    if rows.get("other", 0):
+        errs.append(f"{rows['other']} bytes in 'other'")
+    if cat["tensors_bytes"] != st["devices"]["0"]["max_allocated"]:
+        errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {st['devices']['0']['max_allocated']}")
+    print("; ".join(errs) if errs else "ok")
+    return 1 if errs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,442 @@
+/* Categories: what a tensor is for, in a training run's own words (record --tensors).
+ *
+ * People estimate training memory as weights + gradients + optimizer state + activations + the
+ * CUDA context. Each tensor of a trace is given one of those categories from its stack (the
+ * Python frames, the ATen operator, the autograd node) and, where the stack cannot tell, from its
+ * lifetime. The rules, first match wins (docs/analysis.md says the same for users):
+ *
+ *   user rules           a rules file (mt_categorizer_load_rules): CATEGORY <- PATTERN, a
+ *                        substring of any frame name; first match wins, before the rules below
+ *   library workspaces   a library asked for it (a native frame of cuBLAS, cuDNN or NCCL, or
+ *                        PyTorch's cuBLAS handle and workspace functions: mt_owner_of_name)
+ *   optimizer state      a Python frame in torch/optim/ named *._init_group (where most optimizers
+ *                        make their per-parameter state), or any optimizer allocation still live
+ *                        when the step has ended (SGD's momentum buffers: made in the first step)
+ *   optimizer temporaries  any other allocation under torch/optim/ (a foreach step's scratch)
+ *   gradients            under AccumulateGrad (a parameter's .grad), DDP's reducer (gradient
+ *                        buckets), FSDP's reduce-scatter; and any backward allocation still live
+ *                        when the backward pass has ended (autograd hands a backward op's output
+ *                        to .grad without a copy: only the lifetime tells it from a temporary)
+ *   backward temporaries an allocation of the backward pass (an autograd node on the stack,
+ *                        autograd's worker thread, a Python *.backward such as torch.compile's
+ *                        compiled backward) that dies with the pass; and backward()'s seed (the
+ *                        loss's gradient, torch.autograd _make_grads), however long it lives
+ *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
+ *                        reset_parameters, FSDP's sharded parameters and their all-gathers
+ *   activations          under a module's forward (Module._call_impl, *.forward)
+ *   inputs               made or copied to the GPU by Python code outside any module, optimizer or
+ *                        backward (an ATen factory or copy: to, copy_, randn, empty, ...)
+ *   other                everything else
+ * Outside the allocator, the breakdown (breakdown.c) already names library workspaces, the
+ * allocator's cache and the context.
+ *
+ * Phases: parameters, activations and inputs say "forward", backward temporaries and gradients
+ * "backward", the optimizer's tensors "optimizer" (workspaces, other and user categories say
+ * nothing). A phase has ended when a tensor of another phase is allocated, and the backward pass
+ * also at the first tensor event (a free too) of a thread other than its own: then the live
+ * tensors are promoted (mt_categorizer_phase). A caller that needs a tensor's final category at an earlier
+ * moment (the analysis, at the peak) keeps replaying until the next promotion, or the end.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const builtin_names[MT_CAT_BUILTIN_] = {
+    [MT_CAT_NONE] = "not a tensor",
+    [MT_CAT_PARAMETERS] = "parameters",
+    [MT_CAT_GRADIENTS] = "gradients",
+    [MT_CAT_OPTIMIZER_STATE] = "optimizer state",
+    [MT_CAT_OPTIMIZER_TEMP] = "optimizer temporaries",
+    [MT_CAT_ACTIVATIONS] = "activations",
+    [MT_CAT_BACKWARD_TEMP] = "backward temporaries",
+    [MT_CAT_INPUTS] = "inputs",
+    [MT_CAT_WORKSPACE] = "library workspaces",
+    [MT_CAT_OTHER] = "other",
+};
+
+typedef struct user_rule {
+    char *pattern;
+    uint8_t category;
+} user_rule;
+
+struct mt_categorizer {
+    mt_frames *f;
+    mt_u64map cache; /* stack -> category + 1 */
+    user_rule *rules;
+    size_t n_rules;
+    char *names[MT_CAT_MAX];   /* user categories' names, from MT_CAT_BUILTIN_ on */
+    size_t n_names;
+    int phase;                 /* MT_PHASE_*: the phase of the last tensor that said one */
+    uint32_t backward_tid;     /* the thread of the last backward tensor */
+    uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
+    uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
+    char optimizer[32];
+};
+
+const char *mt_category_name(const mt_categorizer *c, unsigned cat)
+{
+    if (cat < MT_CAT_BUILTIN_) return builtin_names[cat];
+    if (c && cat - MT_CAT_BUILTIN_ < c->n_names) return c->names[cat - MT_CAT_BUILTIN_];
+    return "?";
+}
+
+size_t mt_category_count(const mt_categorizer *c)
+{
+    return MT_CAT_BUILTIN_ + (c ? c->n_names : 0);
+}
+
+mt_categorizer *mt_categorizer_new(mt_frames *f)
+{
+    mt_categorizer *c = calloc(1, sizeof *c);
+    if (c) c->f = f;
+    return c;
+}
+
+void mt_categorizer_free(mt_categorizer *c)
+{
+    if (!c) return;
+    mt_u64map_destroy(&c->cache);
+    for (size_t i = 0; i < c->n_rules; i++) free(c->rules[i].pattern);
+    free(c->rules);
+    for (size_t i = 0; i < c->n_names; i++) free(c->names[i]);
+    free(c);
+}
+
+static int category_of_name(mt_categorizer *c, const char *name)
+{
+    for (unsigned k = MT_CAT_PARAMETERS; k < MT_CAT_BUILTIN_; k++)
+        if (strcmp(name, builtin_names[k]) == 0) return (int)k;
+    for (size_t k = 0; k < c->n_names; k++)
+        if (strcmp(name, c->names[k]) == 0) return (int)(MT_CAT_BUILTIN_ + k);
+    if (MT_CAT_BUILTIN_ + c->n_names >= MT_CAT_MAX) return -1;
+    if (!(c->names[c->n_names] = strdup(name))) return -1;
+    return (int)(MT_CAT_BUILTIN_ + c->n_names++);
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = 0;
+    return s;
+}
+
+int mt_categorizer_load_rules(mt_categorizer *c, const char *path, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "re");
+    if (!fp) {
+        snprintf(err, errlen, "%s: cannot open the category rules", path);
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, fp)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#') continue;
+        char *arrow = strstr(s, "<-");
+        if (!arrow) {
+            snprintf(err, errlen, "%s:%d: want 'CATEGORY <- PATTERN'", path, lineno);
+            rc = -1;
+            break;
+        }
+        *arrow = 0;
+        char *name = trim(s), *pattern = trim(arrow + 2);
+        if (!*name || !*pattern) {
+            snprintf(err, errlen, "%s:%d: empty category or pattern", path, lineno);
+            rc = -1;
+            break;
+        }
+        int cat = category_of_name(c, name);
+        user_rule *nr = cat < 0 ? NULL : realloc(c->rules, (c->n_rules + 1) * sizeof *nr);
+        if (!nr || !(nr[c->n_rules].pattern = strdup(pattern))) {
+            snprintf(err, errlen, "%s:%d: too many categories, or out of memory", path, lineno);
+            if (nr) c->rules = nr;
+            rc = -1;
+            break;
+        }
+        c->rules = nr;
+        nr[c->n_rules++].category = (uint8_t)cat;
+    }
+    fclose(fp);
+    mt_u64map_clear(&c->cache);
+    return rc;
+}
+
+static int has(const char *s, const char *needle) { return strstr(s, needle) != NULL; }
+
+/* A Python frame's short name is "qualname (path:line)": the parts, borrowed. */
+static void py_parts(const char *name, const char **path, size_t *qlen)
+{
+    const char *open = strrchr(name, '(');
+    *qlen = open && open > name ? (size_t)(open - name - 1) : strlen(name);
+    *path = open ? open + 1 : "";
+}
+
+static int qual_ends(const char *name, size_t qlen, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return qlen >= k && strncmp(name + qlen - k, suffix, k) == 0;
+}
+
+static int qual_is(const char *name, size_t qlen, const char *q)
+{
+    return qlen == strlen(q) && strncmp(name, q, qlen) == 0;
+}
+
+/* The optimizer's textbook state, in parameter sizes, from where its step runs. */
+static void note_optimizer(mt_categorizer *c, const char *path)
+{
+    if (c->optimizer[0]) return;
+    static const struct {
+        const char *file, *name;
+        uint64_t w;
+    } kinds[] = {{"torch/optim/adamw.py", "AdamW", 2},
+                 /* AdamW is Adam with decoupled weight decay: recent PyTorch runs both from adam.py */
+                 {"torch/optim/adam.py", "Adam or AdamW", 2},
+                 {"torch/optim/sgd.py", "SGD (momentum)", 1}, {"torch/optim/rmsprop.py", "RMSprop", 1},
+                 {"torch/optim/adagrad.py", "Adagrad", 1}};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (has(path, kinds[i].file)) {
+            snprintf(c->optimizer, sizeof c->optimizer, "%s", kinds[i].name);
+            c->optimizer_kind_w = kinds[i].w;
+            return;
+        }
+}
+
+static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
+{
+    const char *names[512];
+    uint8_t flags[512];
+    size_t n = mt_frames_path_ex(c->f, stack, MT_NAME_SHORT, MT_FRAMES_ALL, names, flags, 512);
+    if (n > 512) n = 512;
+    for (size_t r = 0; r < c->n_rules; r++)
+        for (size_t i = 0; i < n; i++)
+            if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
+    int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
+    int factory = 0, workspace = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = names[i];
+        if (flags[i] & MT_FF_PYTHON) {
+            const char *path;
+            size_t q;
+            py_parts(s, &path, &q);
+            py = 1;
+            if (has(path, "torch/optim/")) {
+                optim = 1;
+                init_group |= qual_ends(s, q, "._init_group");
+                note_optimizer(c, path);
+            }
+            if (has(path, "torch/distributed/fsdp/")) {
+                if (has(s, "reduce")) grads = 1;
+                if (has(s, "all_gather") || has(s, "unshard") || has(path, "_fsdp_param.py"))
+                    params = 1;
+            }
+            if (has(path, "torch/nn/modules/module.py") &&
+                (qual_is(s, q, "Module._apply") || qual_is(s, q, "Module.to") ||
+                 qual_is(s, q, "Module.cuda")))
+                params = 1;
+            if (has(path, "torch/nn/parameter.py")) params = 1;
+            if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
+                params |= !forward; /* construction, not a forward calling a constructor */
+            if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
+            /* a Python backward: autograd.Function's (torch.compile's compiled backward runs in
+             * one) and Tensor.backward's own first gradient */
+            if (qual_ends(s, q, ".backward") || qual_is(s, q, "BackwardCFunction.apply"))
+                backward = 1;
+            /* backward()'s seed, the loss's gradient (ones): kept by Python past the pass */
+            if (qual_is(s, q, "_make_grads") && has(path, "torch/autograd/")) *seed = backward = 1;
+        } else if (flags[i] & MT_FF_PSEUDO) {
+            if (has(s, "[autograd backward]")) backward = 1;
+        } else {
+            int is_allocator = 0;
+            if (mt_owner_of_name(s, &is_allocator) && !is_allocator) workspace = 1;
+            if (has(s, "AccumulateGrad")) grads = 1;
+            if (has(s, "c10d::Reducer")) grads = 1;
+            if (has(s, "torch::autograd::Engine") || has(s, "torch::autograd::generated::"))
+                backward = 1;
+            if (has(s, "at::_ops::_to_copy") || has(s, "at::_ops::copy_") ||
+                has(s, "at::_ops::randn") || has(s, "at::_ops::rand") ||
+                has(s, "at::_ops::empty") || has(s, "at::_ops::zeros") ||
+                has(s, "at::_ops::ones") || has(s, "at::_ops::full") ||
+                has(s, "at::_ops::randint") || has(s, "at::_ops::arange") ||
+                has(s, "at::_ops::tensor"))
+                factory = 1;
+        }
+    }
+    if (workspace) return MT_CAT_WORKSPACE;
+    if (optim) return init_group ? MT_CAT_OPTIMIZER_STATE : MT_CAT_OPTIMIZER_TEMP;
+    if (grads) return MT_CAT_GRADIENTS;
+    if (backward) return MT_CAT_BACKWARD_TEMP;
+    if (params) return MT_CAT_PARAMETERS;
+    if (forward) return MT_CAT_ACTIVATIONS;
+    if (py && factory) return MT_CAT_INPUTS;
+    return MT_CAT_OTHER;
+}
+
+unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
+{
+    if (l->kind != MT_KIND_TENSOR) return MT_CAT_NONE;
+    mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
+    unsigned cat;
+    if (s) {
+        cat = (unsigned)s->a - 1;
+    } else {
+        int seed = 0;
+        cat = l->stack ? from_stack(c, l->stack, &seed) : MT_CAT_OTHER;
+        if ((s = mt_u64map_upsert(&c->cache, l->stack))) {
+            s->a = cat + 1;
+            s->b = (uint64_t)seed; /* never promoted */
+        }
+    }
+    return cat;
+}
+
+/* The phase a category says the program is in, for the categories that say one. */
+static int phase_of(unsigned cat)
+{
+    switch (cat) {
+    case MT_CAT_PARAMETERS: case MT_CAT_ACTIVATIONS: case MT_CAT_INPUTS: return MT_PHASE_FORWARD;
+    case MT_CAT_BACKWARD_TEMP: case MT_CAT_GRADIENTS: return MT_PHASE_BACKWARD;
+    case MT_CAT_OPTIMIZER_TEMP: case MT_CAT_OPTIMIZER_STATE: return MT_PHASE_OPTIMIZER;
+    default: return MT_PHASE_NONE; /* workspaces, other, user categories: any phase */
+    }
+}
+
+/* What outlives its phase: a backward tensor still live when the backward pass has ended is a
+ * gradient, an optimizer temporary still live when the step has ended is state. The tracker
+ * asks for the tensors of the phase's temporary category only (it keeps them apart: a walk over
+ * the whole live set at every phase end made alternating phases quadratic). */
+unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l)
+{
+    if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP) {
+        const mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
+        return !s || !s->b ? MT_CAT_GRADIENTS : l->category;
+    }
+    if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP)
+        return MT_CAT_OPTIMIZER_STATE;
+    return l->category;
+}
+
+static int end_phase(mt_categorizer *c)
+{
+    int ended = c->phase;
+    if (ended == MT_PHASE_BACKWARD) c->backward_ends++;
+    else if (ended == MT_PHASE_OPTIMIZER) c->optimizer_ends++;
+    else ended = MT_PHASE_NONE;
+    return ended;
+}
+
+/* The backward pass of a CUDA model runs on autograd's device thread while the thread that called
+ * backward() waits: it has ended at the first tensor event of another thread (SGD's step allocates
+ * nothing, and zero_grad's frees may be the first sign). Other phases end when a tensor of another
+ * phase is allocated. */
+int mt_categorizer_phase(mt_categorizer *c, unsigned cat, uint32_t tid, int is_alloc)
+{
+    int ph = is_alloc ? phase_of(cat) : MT_PHASE_NONE, ended = MT_PHASE_NONE;
+    if (c->phase == MT_PHASE_BACKWARD) {
+        if (ph == MT_PHASE_BACKWARD) {
+            c->backward_tid = tid;
+            return MT_PHASE_NONE;
+        }
+        if (tid == c->backward_tid && ph == MT_PHASE_NONE) return MT_PHASE_NONE;
+        ended = end_phase(c);
+    } else if (ph != MT_PHASE_NONE && ph != c->phase) {
+        ended = end_phase(c);
+    }
+    if (ph != MT_PHASE_NONE) c->phase = ph;
+    if (ph == MT_PHASE_BACKWARD) c->backward_tid = tid;
+    return ended;
+}
+
+void mt_categorizer_restart(mt_categorizer *c)
+{
+    c->phase = MT_PHASE_NONE;
+    c->backward_tid = 0;
+    c->backward_ends = c->optimizer_ends = 0;
+}
+
+void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
+                           uint64_t *optimizer_ends)
+{
+    *backward_ends = c->backward_ends;
+    *optimizer_ends = c->optimizer_ends;
+}
+
+const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)
+{
+    if (state_in_w) *state_in_w = c->optimizer_kind_w;
+    return c->optimizer[0] ? c->optimizer : NULL;
+}
+
+/* ---- How a category's tensors compare with the parameters -------------------------------------- */
+
+static int cmp_u64_desc(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return a > b ? -1 : a < b;
+}
+
+/* Largest-first lists; params may be paired `copies` times each. Exact sizes pair first, then each
+ * remaining tensor with the largest remaining parameter not larger than it, if the difference is at
+ * most MT_FIT_SLACK (the caching allocator hands out a whole block when splitting it would leave
+ * less than 1 MiB; sizes over 10 MiB are rounded to 2 MiB). */
+#define MT_FIT_SLACK (2ull << 20)
+
+int mt_category_fit_compute(const uint64_t *params, size_t np, const uint64_t *sizes, size_t n,
+                            unsigned copies, mt_category_fit *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!n) return 0;
+    uint64_t *p = malloc((np ? np : 1) * sizeof *p), *t = malloc(n * sizeof *t);
+    unsigned *left = calloc(np ? np : 1, sizeof *left);
+    uint8_t *done = calloc(n, 1);
+    if (!p || !t || !left || !done) {
+        free(p), free(t), free(left), free(done);
+        return -1;
+    }
+    memcpy(p, params, np * sizeof *p);
+    memcpy(t, sizes, n * sizeof *t);
+    qsort(p, np, sizeof *p, cmp_u64_desc);
+    qsort(t, n, sizeof *t, cmp_u64_desc);
+    for (size_t i = 0; i < np; i++) left[i] = copies;
+    /* exact: a merge of the two sorted lists */
+    for (size_t i = 0, j = 0; i < n && j < np;) {
+        if (t[i] > p[j]) i++;
+        else if (t[i] < p[j]) j++;
+        else if (!left[j]) j++;
+        else {
+            left[j]--;
+            done[i++] = 1;
+            out->paired += p[j];
+            out->n_paired++;
+        }
+    }
+    /* the rest: largest remaining parameter not larger (a pointer that only moves on) */
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (done[i]) continue;
+        while (j < np && (p[j] > t[i] || !left[j])) j++;
+        size_t k = j;
+        while (k < np && !left[k]) k++;
+        if (k < np && t[i] - p[k] <= MT_FIT_SLACK) {
+            left[k]--;
+            out->paired += p[k];
+            out->n_paired++;
+            out->larger += t[i] - p[k];
+            out->n_larger++;
+        } else {
+            out->unpaired += t[i];
+            out->n_unpaired++;
+        }
+    }
+    for (size_t i = 0; i < np; i++) {
+        out->params_left += left[i] * p[i];
+        out->n_params_left += left[i];
+    }
+    free(p), free(t), free(left), free(done);
+    return 0;
+}

@@ -1,0 +1,468 @@
+/* Training-memory categories (record --tensors): the rules on synthetic training steps whose
+ * answer is known by construction, the pairing of gradients and state with parameters, a user's
+ * rules file, the exports (text, JSON, folded --by category, Chrome "by category"), and the
+ * GPU-recorded fixtures of tests/data against what PyTorch itself measured there (the .json
+ * beside each trace: parameter, gradient and optimizer-state bytes as numel * element_size). */
+#include <math.h>
+#include <sys/stat.h>
+
+#include "test_compact_fixture.h"
+
+#define A ((uint64_t)0x7f0000000000)
+#define MiB (1024ull * 1024ull)
+#define PY(code, line) (((uint64_t)(code) << 32) | (line))
+#define MAIN_TID 7
+#define AUTOGRAD_TID 9
+
+static int fx_report_text_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_text(o, a, &ro);
+}
+
+static int fx_report_json_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_json(o, &a, 1, &ro);
+}
+
+static int fx_chrome_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    char err[256];
+    mt_chrome_options co = {0};
+    return mt_export_chrome(o, &a, 1, &co, err, sizeof err);
+}
+
+static void pycode(fx *f, uint32_t id, const char *file, const char *qual)
+{
+    mt_record r = {.type = MT_REC_PYCODE};
+    r.u.pycode = (mt_pycode){.id = id, .firstlineno = 1, .filename = file, .qualname = qual};
+    fx_put(f, &r);
+}
+
+static void tensor(fx *f, unsigned op, uint64_t addr, uint64_t bytes, uint64_t t_ms,
+                   uint32_t stack, uint32_t tid)
+{
+    mt_record r = {.type = MT_REC_EVENT};
+    r.u.event = (mt_event){.time_ns = FX_T0 + t_ms * MS, .address = addr, .bytes = bytes,
+                           .tid = tid, .context = 1, .stack = stack, .device = 0,
+                           .op = (uint8_t)op, .kind = MT_KIND_TENSOR};
+    fx_put(f, &r);
+}
+
+/* Stacks (leaf ids):
+ *   1 train.py <module>            2 -> Module._apply (module.py): parameters
+ *   3 -> Module._call_impl -> 4 Linear.forward: activations
+ *   5 -> Tensor.backward -> 6 _make_grads: backward's seed
+ *   10 [autograd backward] (the autograd thread): backward tensors
+ *   20 -> Adam.step (adam.py) -> 21 Adam._init_group: state; 22 _multi_tensor_adam: temporaries
+ *   30 -> SGD.step (sgd.py) -> 31 _multi_tensor_sgd: momentum made in the first step
+ *   40 -> randn (a Python frame and at::_ops::randn): an input
+ *   50 -> my_lib.alloc (a user's rule) */
+static void stacks(fx *f)
+{
+    fx_module(f, 1, "/opt/torch/lib/libtorch_cpu.so", 0x500000, 0x510000);
+    fx_symbol(f, 0x500100, 0, "at::_ops::randn::call(c10::ArrayRef<long>)", "", 0);
+    pycode(f, 1, "/home/u/train.py", "<module>");
+    pycode(f, 2, "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", "Module._apply");
+    pycode(f, 3, "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", "Module._call_impl");
+    pycode(f, 4, "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "Linear.forward");
+    pycode(f, 5, "/venv/lib/python3.12/site-packages/torch/_tensor.py", "Tensor.backward");
+    pycode(f, 6, "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py", "_make_grads");
+    pycode(f, 7, "/venv/lib/python3.12/site-packages/torch/optim/adam.py", "Adam.step");
+    pycode(f, 8, "/venv/lib/python3.12/site-packages/torch/optim/adam.py", "Adam._init_group");
+    pycode(f, 9, "/venv/lib/python3.12/site-packages/torch/optim/adam.py", "_multi_tensor_adam");
+    pycode(f, 10, "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", "SGD.step");
+    pycode(f, 11, "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", "_multi_tensor_sgd");
+    pycode(f, 12, "/home/u/my_lib.py", "my_lib.alloc");
+    fx_node(f, 1, 0, PY(1, 10), MT_FRAME_PYTHON);
+    fx_node(f, 2, 1, PY(2, 900), MT_FRAME_PYTHON);
+    fx_node(f, 3, 1, PY(3, 1790), MT_FRAME_PYTHON);
+    fx_node(f, 4, 3, PY(4, 125), MT_FRAME_PYTHON);
+    fx_node(f, 5, 1, PY(5, 630), MT_FRAME_PYTHON);
+    fx_node(f, 6, 5, PY(6, 230), MT_FRAME_PYTHON);
+    fx_node(f, 10, 0, MT_PSEUDO_AUTOGRAD, MT_FRAME_PSEUDO);
+    fx_node(f, 20, 1, PY(7, 240), MT_FRAME_PYTHON);
+    fx_node(f, 21, 20, PY(8, 180), MT_FRAME_PYTHON);
+    fx_node(f, 22, 20, PY(9, 600), MT_FRAME_PYTHON);
+    fx_node(f, 30, 1, PY(10, 120), MT_FRAME_PYTHON);
+    fx_node(f, 31, 30, PY(11, 400), MT_FRAME_PYTHON);
+    fx_node(f, 40, 1, PY(1, 20), MT_FRAME_PYTHON);
+    fx_node(f, 41, 40, 0x500100, MT_FRAME_NATIVE);
+    fx_node(f, 50, 1, PY(12, 3), MT_FRAME_PYTHON);
+}
+
+/* Two Adam steps of a model with parameters of 4 MiB and 1 MiB (W = 5 MiB). In MiB, in use:
+ *   params 5; input 1 -> 6; activations 3 + 2 -> 11; backward (autograd thread): seed (main
+ *   thread, 512 B), gradient 4 -> 15, temporary 1 -> 16, frees the activations and the
+ *   temporary -> 10, gradient 1 -> 11; optimizer (main thread, the backward pass has ended):
+ *   state 4 + 4 + 1 + 1 (the first 4 MiB state in a 4.5 MiB block) -> 21.5, a temporary 6 ->
+ *   27.5 (+ the seed's 512 B) = THE PEAK, freed -> 21.5; zero_grad frees the gradients -> 16.5,
+ *   the input -> 15.5. Step 2: the same forward and backward (no new state; at most 26.5). */
+static void adam_trace(fx *f)
+{
+    fx_open(f, "categories.mtrace");
+    fx_process(f, "python3", "python3 train.py");
+    stacks(f);
+    uint64_t t = 1;
+    tensor(f, MT_OP_ALLOC, A + 0x000, 4 * MiB, t++, 2, MAIN_TID);
+    tensor(f, MT_OP_ALLOC, A + 0x100, 1 * MiB, t++, 2, MAIN_TID);
+    for (int step = 0; step < 2; step++) {
+        uint64_t o = (uint64_t)step << 32;
+        tensor(f, MT_OP_ALLOC, A + o + 0x200, 1 * MiB, t++, 41, MAIN_TID); /* input */
+        tensor(f, MT_OP_ALLOC, A + o + 0x300, 3 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_ALLOC, A + o + 0x400, 2 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_ALLOC, A + o + 0x500, 512, t++, 6, MAIN_TID);        /* the seed */
+        tensor(f, MT_OP_ALLOC, A + o + 0x600, 4 * MiB, t++, 10, AUTOGRAD_TID); /* -> .grad */
+        tensor(f, MT_OP_ALLOC, A + o + 0x700, 1 * MiB, t++, 10, AUTOGRAD_TID); /* temporary */
+        tensor(f, MT_OP_FREE, A + o + 0x300, 0, t++, 0, AUTOGRAD_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x400, 0, t++, 0, AUTOGRAD_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x700, 0, t++, 0, AUTOGRAD_TID);
+        tensor(f, MT_OP_ALLOC, A + o + 0x800, 1 * MiB, t++, 10, AUTOGRAD_TID); /* -> .grad */
+        if (step == 0) {
+            tensor(f, MT_OP_ALLOC, A + 0x900, 4 * MiB + MiB / 2, t++, 21, MAIN_TID);
+            tensor(f, MT_OP_ALLOC, A + 0xa00, 4 * MiB, t++, 21, MAIN_TID);
+            tensor(f, MT_OP_ALLOC, A + 0xb00, 1 * MiB, t++, 21, MAIN_TID);
+            tensor(f, MT_OP_ALLOC, A + 0xc00, 1 * MiB, t++, 21, MAIN_TID);
+            tensor(f, MT_OP_ALLOC, A + 0xd00, 6 * MiB, t++, 22, MAIN_TID);
+            tensor(f, MT_OP_FREE, A + 0xd00, 0, t++, 0, MAIN_TID);
+            tensor(f, MT_OP_FREE, A + o + 0x600, 0, t++, 0, MAIN_TID); /* zero_grad */
+            tensor(f, MT_OP_FREE, A + o + 0x800, 0, t++, 0, MAIN_TID);
+        }
+        tensor(f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID);
+    }
+    fx_end(f, t, 0, 0);
+    fx_close(f);
+}
+
+Test(categories, adam_step_by_construction)
+{
+    fx f;
+    adam_trace(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(a->categories, "a trace with tensors has categories");
+    uint64_t k = 0;
+    cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW");
+    cr_expect_eq(k, 2);
+    cr_expect_eq(d->u.peak, 27 * MiB + MiB / 2 + 512, "the peak: step 1's optimizer step");
+    cr_assert(d->categories_known);
+    const uint64_t *c = d->by_category_at_peak;
+    cr_expect_eq(c[MT_CAT_PARAMETERS], 5 * MiB);
+    cr_expect_eq(c[MT_CAT_GRADIENTS], 5 * MiB, "backward tensors alive after the pass");
+    cr_expect_eq(c[MT_CAT_OPTIMIZER_STATE], 10 * MiB + MiB / 2, "_init_group");
+    cr_expect_eq(c[MT_CAT_OPTIMIZER_TEMP], 6 * MiB, "freed within the step");
+    cr_expect_eq(c[MT_CAT_BACKWARD_TEMP], 512, "the seed is never a gradient");
+    cr_expect_eq(c[MT_CAT_INPUTS], 1 * MiB);
+    cr_expect_eq(c[MT_CAT_ACTIVATIONS], 0);
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < MT_CAT_MAX; i++) sum += c[i];
+    cr_expect_eq(sum, d->by_kind_at_peak[MT_KIND_TENSOR], "the categories add up to the tensors");
+    /* state against the parameters: 4 exact, one block 0.5 MiB larger */
+    cr_expect_eq(d->fit_at_peak[1].paired, 10 * MiB);
+    cr_expect_eq(d->fit_at_peak[1].larger, MiB / 2);
+    cr_expect_eq(d->fit_at_peak[1].n_larger, 1);
+    cr_expect_eq(d->fit_at_peak[1].n_unpaired + d->fit_at_peak[1].n_params_left, 0);
+    cr_expect_eq(d->fit_at_peak[0].paired, 5 * MiB);
+    /* when the first backward pass after the peak has ended (step 2's): every gradient live */
+    cr_assert(d->after_backward_known);
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_GRADIENTS], 5 * MiB);
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 1024, "two seeds");
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_ACTIVATIONS], 0);
+    /* peak stacks carry their categories and add up to the peak */
+    uint64_t grads = 0, all = 0;
+    for (size_t i = 0; i < d->peak_stacks.n; i++) {
+        all += d->peak_stacks.v[i].bytes;
+        if (d->peak_stacks.v[i].category == MT_CAT_GRADIENTS) grads += d->peak_stacks.v[i].bytes;
+    }
+    cr_expect_eq(all, d->u.peak);
+    cr_expect_eq(grads, 5 * MiB);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+/* The table: textbook W + W + 2W, differences explained, rows adding up. */
+Test(categories, table_and_exports)
+{
+    fx f;
+    adam_trace(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    mt_cat_table t;
+    cr_assert_eq(mt_category_table(a, d, &t), 0);
+    cr_assert(t.known);
+    cr_expect_eq(t.w, 5 * MiB);
+    const mt_cat_row *state = NULL, *grads = NULL;
+    uint64_t tensors = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (!t.rows[i].outside) tensors += t.rows[i].bytes;
+        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE) state = &t.rows[i];
+        if (t.rows[i].category == MT_CAT_GRADIENTS) grads = &t.rows[i];
+    }
+    cr_expect_eq(tensors, t.tensors);
+    cr_expect_eq(t.tensors, d->by_kind_at_peak[MT_KIND_TENSOR]);
+    cr_assert(state && grads);
+    cr_expect_eq(state->textbook, 10 * MiB);
+    cr_expect_eq(state->difference, (int64_t)(MiB / 2));
+    cr_expect(strstr(state->why, "blocks larger"), "%s", state->why);
+    cr_expect_eq(grads->difference, 0);
+    /* text and JSON */
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "by category at the peak"), "%s", text);
+    cr_expect(strstr(text, "optimizer state"));
+    free(text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"categories_at_peak\":{\"optimizer\":\"Adam or AdamW\""), "%s", json);
+    cr_expect(strstr(json, "\"category\":\"gradients\""));
+    free(json);
+    /* folded --by category: each category's lines add up to its bytes at the peak */
+    mt_folded_options fo = {.metric = MT_METRIC_PEAK, .device = 0, .by_category = 1};
+    char *folded = fx_capture(a, fx_folded_fn, &fo, ".folded");
+    uint64_t by_cat[MT_CAT_MAX] = {0}, other = 0;
+    for (char *line = strtok(folded, "\n"); line; line = strtok(NULL, "\n")) {
+        char *semi = strchr(line, ';'), *sp = strrchr(line, ' ');
+        cr_assert(semi && sp);
+        *semi = 0;
+        uint64_t v = strtoull(sp + 1, NULL, 10);
+        int found = 0;
+        for (unsigned c = 1; c < mt_category_count(a->categories); c++)
+            if (strcmp(line, mt_category_name(a->categories, c)) == 0) by_cat[c] += v, found = 1;
+        if (!found) {
+            cr_expect_str_eq(line, "not a tensor");
+            other += v;
+        }
+    }
+    for (unsigned c = 1; c < MT_CAT_MAX; c++) cr_expect_eq(by_cat[c], d->by_category_at_peak[c]);
+    cr_expect_eq(other, 0);
+    free(folded);
+    /* Chrome: the "by category" counter at the peak's time holds the peak's tensors (the
+     * categories of that moment: gradients already promoted, temporaries still temporaries) */
+    char *chrome = fx_capture(a, fx_chrome_fn, NULL, ".json");
+    cr_expect(strstr(chrome, "\"name\":\"cuda:0 by category\""), "a category track");
+    cr_expect(strstr(chrome, "\"optimizer state\":11010048"), "10.5 MiB of state at a point");
+    cr_expect(strstr(chrome, "\"category\":\"optimizer temporaries\""), "slices carry it");
+    free(chrome);
+    mt_analysis_free(a);
+}
+
+/* SGD with momentum makes its buffers in the first step, not in _init_group: what outlives the
+ * step is state. The backward pass ends at zero_grad's first free (SGD's step allocates nothing). */
+Test(categories, sgd_momentum_made_in_the_step)
+{
+    fx f;
+    fx_open(&f, "sgd.mtrace");
+    stacks(&f);
+    uint64_t t = 1;
+    tensor(&f, MT_OP_ALLOC, A, 4 * MiB, t++, 2, MAIN_TID);
+    for (int step = 0; step < 3; step++) {
+        uint64_t o = (uint64_t)(step + 1) << 32;
+        tensor(&f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
+        tensor(&f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
+        tensor(&f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
+        if (step == 0) tensor(&f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+        tensor(&f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID); /* zero_grad */
+    }
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    uint64_t k = 0;
+    cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "SGD (momentum)");
+    cr_expect_eq(k, 1);
+    /* the peak: step 2's forward, 4 + 4 (momentum) + 8 (step 1 reached 12) */
+    cr_expect_eq(d->u.peak, 16 * MiB);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OPTIMIZER_STATE], 4 * MiB);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 8 * MiB);
+    cr_assert(d->after_backward_known);
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_GRADIENTS], 4 * MiB,
+                 "the gradient is live until zero_grad: the backward pass ended at its free");
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 0);
+    mt_analysis_free(a);
+}
+
+/* A user's rules come first; a new name makes a category; a bad line is an error with its place. */
+Test(categories, user_rules)
+{
+    fx f;
+    fx_open(&f, "rules.mtrace");
+    stacks(&f);
+    tensor(&f, MT_OP_ALLOC, A, 4 * MiB, 1, 2, MAIN_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x100, 2 * MiB, 2, 50, MAIN_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x200, 1 * MiB, 3, 4, MAIN_TID);
+    fx_close(&f);
+    char rules[512];
+    mt_test_tmpname(rules, sizeof rules, "rules.txt");
+    FILE *r = fopen(rules, "w");
+    cr_assert(r);
+    fputs("# my framework\nkv cache <- my_lib.alloc\n\nparameters<-Linear.forward\n", r);
+    fclose(r);
+    mt_analysis *a;
+    char err[256];
+    mt_analyze_options o = {.category_rules = rules};
+    cr_assert_eq(mt_analyze(f.path, &o, &a, err, sizeof err), 0, "%s", err);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(mt_category_count(a->categories), MT_CAT_BUILTIN_ + 1);
+    cr_expect_str_eq(mt_category_name(a->categories, MT_CAT_BUILTIN_), "kv cache");
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_BUILTIN_], 2 * MiB);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_PARAMETERS], 5 * MiB, "a built-in name reused");
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
+    mt_analysis_free(a);
+    r = fopen(rules, "w");
+    fputs("ok <- x\nno arrow here\n", r);
+    fclose(r);
+    cr_expect_eq(mt_analyze(f.path, &o, &a, err, sizeof err), -1);
+    cr_expect(strstr(err, ":2: want 'CATEGORY <- PATTERN'"), "%s", err);
+}
+
+/* mt_category_fit_compute: exact sizes first, then larger blocks within 2 MiB, copies. */
+Test(categories, fit)
+{
+    const uint64_t params[] = {4 * MiB, 1 * MiB, 512};
+    const uint64_t state[] = {4 * MiB, 4 * MiB + MiB, 1 * MiB, 512, 512, 100 * MiB};
+    mt_category_fit f;
+    cr_assert_eq(mt_category_fit_compute(params, 3, state, 6, 2, &f), 0);
+    cr_expect_eq(f.paired, 9 * MiB + 1024);
+    cr_expect_eq(f.n_paired, 5);
+    cr_expect_eq(f.larger, MiB);
+    cr_expect_eq(f.n_unpaired, 1);
+    cr_expect_eq(f.unpaired, 100 * MiB);
+    cr_expect_eq(f.params_left, 1 * MiB, "one copy of the 1 MiB parameter has no state");
+    cr_expect_eq(f.n_params_left, 1);
+    cr_expect_eq(f.paired + f.params_left, 2 * (5 * MiB + 512), "every parameter copy counted");
+    cr_assert_eq(mt_category_fit_compute(params, 3, NULL, 0, 1, &f), 0);
+    cr_expect_eq(f.paired + f.unpaired + f.params_left, 0);
+}
+
+/* Default mode (no --tensors): the report says what categories need. */
+Test(categories, default_mode_says_what_it_needs)
+{
+    fx f;
+    fx_open(&f, "segments.mtrace");
+    stacks(&f);
+    fx_module(&f, 2, "/opt/torch/lib/libc10_cuda.so", 0x700000, 0x710000);
+    fx_symbol(&f, 0x700100, 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int)", "", 0);
+    fx_node(&f, 60, 4, 0x700100, MT_FRAME_NATIVE);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 20 * MiB, 1, 60, 1, MT_EF_SEGMENT);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect(a->categories == NULL);
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "by category      needs `memtrace record --tensors`"), "%s", text);
+    free(text);
+    mt_analysis_free(a);
+}
+
+/* ---- the GPU-recorded fixtures ----------------------------------------------------------------- */
+
+/* A number from the .json beside a fixture ("key": N), or -1. */
+static double stat_of(const char *name, const char *key)
+{
+    char path[1024], buf[4096];
+    snprintf(path, sizeof path, "%s/%s.json", MT_TEST_DATA_DIR, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(buf, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+static double rel_diff(double got, double want) { return fabs(got - want) / want; }
+
+/* PyTorch's numbers are numel * element_size; the trace's are the caching allocator's blocks (a
+ * tensor's block is a multiple of 512 bytes, and is sometimes larger: the allocator hands out a
+ * whole block rather than leave a small remainder). So: parameters and the gradients and state
+ * paired with parameters within 1%; what the blocks add is named by the fit, exactly. */
+Test(categories, gpu_fixtures_match_pytorch)
+{
+    static const char *const names[] = {"gpt2_tensors", "gpt2_amp_tensors", "resnet18_tensors",
+                                        "resnet18_compile_tensors"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, names[i]);
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            cr_skip_test("%s is not there", path);
+            return;
+        }
+        double params = stat_of(names[i], "param_bytes"), state = stat_of(names[i], "optimizer_state_bytes");
+        double max_alloc = stat_of(names[i], "max_allocated");
+        cr_assert(params > 0 && state > 0 && max_alloc > 0, "%s: its .json", names[i]);
+        mt_analysis *a = fx_analyze(path);
+        const mt_device_report *d = fx_dev(a, 0);
+        cr_assert(d->categories_known, "%s", names[i]);
+        uint64_t k = 0;
+        cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW", "%s", names[i]);
+        const uint64_t *c = d->by_category_at_peak;
+        uint64_t sum = 0;
+        for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
+        cr_expect_eq((double)sum, max_alloc, "%s: categories add up to max_memory_allocated", names[i]);
+        cr_expect_lt(rel_diff((double)c[MT_CAT_PARAMETERS], params), 0.01, "%s: parameters %llu vs %.0f",
+                     names[i], (unsigned long long)c[MT_CAT_PARAMETERS], params);
+        const mt_category_fit *fs = &d->fit_at_peak[1];
+        cr_expect_lt(rel_diff((double)fs->paired, state), 0.01, "%s: state paired %llu vs %.0f",
+                     names[i], (unsigned long long)fs->paired, state);
+        cr_expect_eq(fs->paired + fs->larger + fs->unpaired, c[MT_CAT_OPTIMIZER_STATE],
+                     "%s: the state is paired + larger blocks + unpaired", names[i]);
+        cr_expect_eq(fs->n_unpaired, 0, "%s: every state tensor mirrors a parameter", names[i]);
+        cr_expect_lt((double)fs->larger / state, 0.03, "%s: block rounding stays small", names[i]);
+        /* the peak is in the forward or backward pass: no state is made there, no optimizer
+         * temporary lives, and there are never "other" tensors in these plain programs */
+        cr_expect_eq(c[MT_CAT_OPTIMIZER_TEMP], 0, "%s", names[i]);
+        cr_expect_eq(c[MT_CAT_OTHER], 0, "%s: every tensor placed", names[i]);
+        /* after the backward pass: the gradients mirror every parameter (not buffers) */
+        cr_assert(d->after_backward_known, "%s", names[i]);
+        const mt_category_fit *fg = &d->fit_after_backward[0];
+        cr_expect_lt(rel_diff((double)fg->paired, params), 0.01, "%s: gradients paired %llu vs %.0f",
+                     names[i], (unsigned long long)fg->paired, params);
+        cr_expect_eq(fg->n_unpaired, 0, "%s: no gradient the size of no parameter", names[i]);
+        cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP] > 4096, 0,
+                     "%s: nothing of the backward pass but its seeds outlives it", names[i]);
+        mt_analysis_free(a);
+    }
+}
+
+/* GPT-2's peak is at the end of its forward pass: no gradient exists then (zero_grad set them
+ * to None), activations are most of the peak. AdamW's state in bf16 autocast is exactly 2W. */
+Test(categories, gpt2_peak_in_forward)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpt2_amp_tensors.mtrace", MT_TEST_DATA_DIR);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        cr_skip_test("%s is not there", path);
+        return;
+    }
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    const uint64_t *c = d->by_category_at_peak;
+    cr_expect_eq(c[MT_CAT_GRADIENTS], 0);
+    cr_expect_gt(c[MT_CAT_ACTIVATIONS], d->by_kind_at_peak[MT_KIND_TENSOR] / 3);
+    cr_expect_eq((double)c[MT_CAT_OPTIMIZER_STATE], stat_of("gpt2_amp_tensors", "optimizer_state_bytes"));
+    cr_expect_eq((double)c[MT_CAT_PARAMETERS], stat_of("gpt2_amp_tensors", "param_bytes"));
+    mt_analysis_free(a);
+}
+
+/* DDP: the reducer's buckets are gradients (they mirror no single parameter). */
+Test(categories, ddp_buckets_are_gradients)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ddp_rank0.mtrace", MT_TEST_DATA_DIR);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        cr_skip_test("%s is not there", path);
+        return;
+    }
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    const uint64_t w = d->by_category_at_peak[MT_CAT_PARAMETERS];
+    cr_assert_gt(w, 0);
+    cr_expect_geq(d->fit_at_peak[0].unpaired, w, "buckets: at least W beside the .grad tensors");
+    cr_expect_eq(d->fit_at_peak[0].paired, w, "a .grad for every parameter");
+    mt_analysis_free(a);
+}
