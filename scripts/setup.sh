@@ -10,6 +10,9 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config zlib1g-dev libdwarf-dev libelf-dev libcriterion-dev \
     python3 > /dev/null
+# The HTML report's browser tests: Debian's Chromium, headless, with a font for its screenshots
+# (tests/html.cmake; they leave screenshots in build/html-screenshots/)
+$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core > /dev/null
 # speedscope's own importer for the export tests (tests/js/package.json pins it; the npm registry)
 if ! command -v npm > /dev/null; then
     $SUDO apt-get install -y -qq --no-install-recommends npm > /dev/null

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hostile.h"
 #include "testutil.h"
 
 #define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
@@ -290,4 +291,39 @@ Test(cli_outputs, a_truncated_trace_warns_in_folded_output_too)
     free(msg);
     cr_expect_eq(status_of(MEMTRACE " export --format folded --strict %s > /dev/null 2>&1", t), 2);
     unlink(t);
+}
+
+/* Source text for the by-line table and the HTML report comes from paths the trace names: a FIFO
+ * there must not block (it did: fopen waited for a writer forever), a device is not read, and a
+ * NUL inside a line does not end the file (the lines after it were left unset). */
+Test(cli_outputs, source_paths_from_the_trace_are_read_only_when_regular, .timeout = 60)
+{
+    char dir[256], fifo[300], src[300], t1[256], t2[256], out[256];
+    mt_test_tmpname(dir, sizeof dir, "srcdir");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(fifo, sizeof fifo, "%s/train.py", dir);
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    mt_test_tmpname(t1, sizeof t1, "fifo-source.mtrace");
+    cr_assert_eq(mt_hostile_python_source(t1, fifo, 3), 0);
+    char *msg = output_of("timeout 20 " MEMTRACE " report --by-line %s 2>&1; echo rc=$?", t1);
+    cr_expect(strstr(msg, "rc=0") && strstr(msg, "step"), "%s", msg);
+    free(msg);
+    mt_test_tmpname(out, sizeof out, "fifo-source.html");
+    cr_expect_eq(status_of("timeout 20 " MEMTRACE " export --format html -o %s %s", out, t1), 0);
+    mt_test_tmpname(t2, sizeof t2, "zero-source.mtrace");
+    cr_assert_eq(mt_hostile_python_source(t2, "/dev/zero", 1), 0);
+    cr_expect_eq(status_of("timeout 20 " MEMTRACE " report --by-line %s > /dev/null", t2), 0);
+    snprintf(src, sizeof src, "%s/nul.py", dir);
+    static const char text[] = "a = 1  # \0 inside\nb = torch.empty(1 << 20)\n";
+    cr_assert_eq(mt_test_spit(src, (const uint8_t *)text, sizeof text - 1), 0);
+    cr_assert_eq(mt_hostile_python_source(t2, src, 2), 0);
+    msg = output_of(MEMTRACE " report --by-line %s 2>&1", t2);
+    cr_expect(strstr(msg, "b = torch.empty(1 << 20)"), "the line after a NUL: %s", msg);
+    free(msg);
+    unlink(out);
+    unlink(t1);
+    unlink(t2);
+    unlink(src);
+    unlink(fifo);
+    rmdir(dir);
 }

@@ -235,6 +235,9 @@ typedef struct mt_tracker_hooks {
     /* With a categorizer: a backward pass or optimizer step (MT_PHASE_*) has ended and the live
      * tensors were promoted, before the event that told is applied. May be NULL. */
     void (*on_phase_end)(void *ctx, int phase, uint64_t time_ns);
+    /* A lifetime began: an ALLOC entered the live set (after any lifetime it replaced ended,
+     * before on_usage). VMM_MAP ranges are mappings, not lifetimes. May be NULL. */
+    void (*on_start)(void *ctx, const mt_lifetime *l);
 } mt_tracker_hooks;
 
 /* ---- Categories: what a tensor is for (categories.c; docs/analysis.md lists the rules) --------- */
@@ -709,6 +712,101 @@ typedef struct mt_named_diff {
 } mt_named_diff;
 int mt_rank_stack_diff(const mt_rank_summary *hi, const mt_rank_summary *lo, mt_named_diff **out,
                        size_t *n);
+/* ---- Moments: a finer timeline, and what was live at chosen moments (moments.c) ----------------
+ * For viewers where a person points at a moment (export --format html). Two more reads of a trace
+ * already analysed, each through a fresh tracker, so event numbers are mt_usage.peak_seq's:
+ *   read 1  each device's usage over time. A trace of at most `exact` events keeps every change;
+ *           a longer one is cut into `points` time buckets, each keeping its highest point (the
+ *           first, in file order, of its highest in_use) and its last one, so every peak is exact
+ *           (as the Chrome export's counters). Every point also splits its bytes into series: one
+ *           label per allocation (mt_series_key; the kind today). Time is also cut into `spans`
+ *           spans and the highest point of each is chosen, and the device's peak.
+ *   read 2  at each chosen moment, the device's live set by stack: the `top` largest stacks and
+ *           the rest summed, so a moment's size does not grow with what was live.
+ * Memory: the live set, buckets x series per device (with more than 8 devices, fewer buckets
+ * each, 256 at least), moments x top; time: two reads plus one pass over the live set per
+ * moment, at most `work` lifetimes in all: a trace whose live set is too large for every span
+ * keeps every k-th of them (and the peak). */
+
+/* What a timeline's series are: a label for every counted allocation, given by `of` when the
+ * allocation starts, or, for labels that change while an allocation lives (a tensor's category
+ * when its backward pass ends), by `split` from the device's counters at each point. */
+typedef struct mt_series_key {
+    const char *by; /* what the labels are: "kind", "category" */
+    size_t n;       /* labels 0..n-1 */
+    const char *(*name)(void *ctx, size_t key); /* static, or owned by ctx */
+    size_t (*of)(void *ctx, const mt_lifetime *l); /* the label of l; n or more: the last */
+    /* when set, instead of `of`: u's bytes in use by label into values[0..n) (they add up to
+     * u->in_use) */
+    void (*split)(void *ctx, const mt_usage *u, uint64_t *values);
+    void *ctx;
+} mt_series_key;
+
+/* Series by allocation kind (mt_kind_name). */
+const mt_series_key *mt_series_by_kind(void);
+/* Series by category where the trace has them (record --tensors: a->categories): the tensors by
+ * what they are for at that moment (parameters, gradients, ...: mt_category_name; one not
+ * categorized is a "tensor"), every other allocation by its kind. 0, or -1 when the trace has no
+ * categories (*out untouched). */
+int mt_series_by_category(const mt_analysis *a, mt_series_key *out);
+
+typedef struct mt_usage_point {
+    uint64_t time_ns; /* since trace start */
+    uint64_t seq;     /* event number */
+    uint64_t in_use;  /* the device's bytes in use after that event */
+} mt_usage_point;
+
+typedef struct mt_moment {
+    uint64_t time_ns, seq, in_use; /* the point (as mt_usage_point) */
+    uint64_t from_ns, to_ns;       /* the span [from, to) whose highest point it is */
+    int is_peak;                   /* the device's peak (seq = mt_usage.peak_seq) */
+    mt_stack_list top;             /* its largest stacks, largest first */
+    uint64_t rest_bytes, rest_count, rest_stacks; /* every other stack, summed: top + rest =
+                                                     in_use */
+} mt_moment;
+
+typedef struct mt_device_moments {
+    int32_t device;
+    int is_host;
+    mt_usage_point *points; /* time order (then file order) */
+    size_t n_points;
+    uint64_t *series;       /* n_points rows of n_series values: point i's bytes by label */
+    uint64_t changes;       /* events that changed the device's bytes (or their split), in the
+                               whole trace */
+    int downsampled;        /* points are each bucket's highest and last (else every change) */
+    uint64_t bucket_ns;     /* bucket width when downsampled */
+    mt_moment *moments;     /* time order */
+    size_t n_moments;
+} mt_device_moments;
+
+typedef struct mt_moments {
+    const char *series_by;
+    size_t n_series;
+    const char **series_names;  /* n_series: the key's names */
+    mt_device_moments *devices; /* one per device report: a->devices in order, then a->host */
+    size_t n_devices;
+    size_t spans, top;          /* as used */
+    size_t thinned;             /* k > 1: only every k-th span's moment was kept (work) */
+} mt_moments;
+
+#define MT_MOMENTS_EXACT 16384 /* traces of at most this many events keep every change */
+#define MT_MOMENTS_POINTS 4096 /* else: time buckets per device */
+#define MT_MOMENTS_SPANS 256   /* chosen moments per device (and the peak) */
+#define MT_MOMENTS_TOP 32      /* stacks kept per moment */
+#define MT_MOMENTS_WORK (1ull << 28) /* live allocations visited for all snapshots, at most */
+
+typedef struct mt_moments_options {
+    size_t exact, points, spans, top; /* 0: the defaults above */
+    uint64_t work;                    /* 0: MT_MOMENTS_WORK */
+    const mt_series_key *series; /* NULL: mt_series_by_kind() */
+    void (*progress)(void *ctx, int read, double fraction); /* read 1 or 2; may be NULL */
+    void *progress_ctx;
+} mt_moments_options;
+
+/* Reads a's trace twice more (see above). Returns 0, or -1 with a one-line reason in err. */
+int mt_moments_compute(const mt_analysis *a, const mt_moments_options *opt, mt_moments **out,
+                       char *err, size_t errlen);
+void mt_moments_free(mt_moments *m);
 
 #ifdef __cplusplus
 }

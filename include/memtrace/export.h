@@ -244,6 +244,36 @@ typedef struct mt_diff_options {
  * held at exit that changed; with gate, the verdict. Returns 0, -1 when out of memory. */
 int mt_export_diff(mt_out *o, const mt_diff *d, const mt_diff_options *opt);
 
+/* ---- HTML report ------------------------------------------------------------------------------- */
+
+typedef struct mt_html_options {
+    mt_frame_filter frames;  /* the stacks' first view (0 = user for Python programs); every stack
+                                also carries all its frames, shown on demand */
+    mt_name_style names;
+    const char *source_root; /* Python files not where the trace says: the longest tail of the
+                                recorded path found under this directory (NULL: none) */
+    void (*progress)(void *ctx, int read, double fraction); /* mt_moments_compute's reads */
+    void *progress_ctx;
+} mt_html_options;
+
+/* One self-contained HTML file (no network at view time: its script, style and data are inline;
+ * exporters/html/ holds the template, exporters/html_data.c draws the data): per trace and
+ * device the usage timeline by kind with the NVML line, peak and failed requests, what was live
+ * at chosen moments (mt_moments), a flame graph of the peak, the by-line table with source text,
+ * the reconciliation; with several traces the rank table (mt_rank_summary: the imbalance and
+ * the stacks that make the largest rank larger than the median) and a switch. Re-reads each
+ * trace twice. Returns 0, or -1 with a one-line reason in err. */
+int mt_export_html(mt_out *o, mt_analysis *const *a, size_t n, const mt_html_options *opt,
+                   char *err, size_t errlen);
+/* The same, one analysis at a time (a job's ranks need the memory of the largest one): begin
+ * writes the page up to its data, add writes one trace (and keeps its mt_rank_summary), end
+ * writes the rank table's comparison, the script and the rest of the page when finish is set
+ * (else nothing more: an error happened), and frees the stream. 0, or -1 with a reason in err. */
+typedef struct mt_html_stream mt_html_stream;
+mt_html_stream *mt_html_begin(mt_out *o, const mt_html_options *opt, char *err, size_t errlen);
+int mt_html_add(mt_html_stream *s, mt_analysis *a, char *err, size_t errlen);
+int mt_html_end(mt_html_stream *s, int finish, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,9 @@
-/* `memtrace export --format chrome|folded|speedscope ...`: Perfetto/Chrome trace JSON (gzip when
- * OUT ends in .gz), folded stacks for flame graphs (one device), or a speedscope file (every
- * device and metric). Exit 0, or 2 on bad arguments, unreadable traces, damaged ones with
- * --strict, an output refused by the rules of mt_out_create, or a failed write.
- * `-f` is refused here: it meant --format once, and means --force in record and report. */
+/* `memtrace export --format chrome|folded|speedscope|html ...`: Perfetto/Chrome trace JSON (gzip
+ * when OUT ends in .gz), folded stacks for flame graphs (one device), a speedscope file (every
+ * device and metric), or a self-contained HTML report. Exit 0, or 2 on bad arguments, unreadable
+ * traces, damaged ones with --strict, an output refused by the rules of mt_out_create, or a
+ * failed write. `-f` is refused here: it meant --format once, and means --force in record and
+ * report. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +15,11 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: memtrace export --format chrome|folded|speedscope [options] [-o OUT|-] TRACE|DIR...\n"
+    fputs("usage: memtrace export --format chrome|folded|speedscope|html [options] [-o OUT|-]\n"
+          "                      TRACE|DIR...\n"
           "  a directory stands for every *.mtrace in it (a job's ranks, in rank order); with\n"
           "  several traces chrome has a process per trace (\"rank R (host)\"), timelines on one\n"
-          "  wall clock, and folded lines start with a \"rank R\" frame\n"
+          "  wall clock, folded lines start with a \"rank R\" frame, html has the rank table\n"
           "  chrome      Trace Event JSON for ui.perfetto.dev / chrome://tracing: bytes-in-use\n"
           "              counters per device and kind, one track of allocations per device and\n"
           "              kind, peaks and failed requests as instants. OUT.gz: gzip-compressed.\n"
@@ -25,6 +27,11 @@ static void usage(FILE *f)
           "              | flamegraph.pl --title 'cuda:0 live at the peak' --countname bytes\n"
           "                --colors mem > peak.svg\n"
           "  speedscope  one file for speedscope.app: a profile per device and metric, in bytes\n"
+          "  html        one self-contained page to open in a browser (nothing fetched): per\n"
+          "              device the usage timeline by kind with nvidia-smi's line, the peak and\n"
+          "              failed requests; what was live at a moment you click; a flame graph;\n"
+          "              the by-line table with source; where nvidia-smi's memory is. Several\n"
+          "              traces: the rank table and a switch\n"
           "options:\n"
           "  --device N|host           folded: which device (default: the GPU with the largest\n"
           "                            peak); speedscope: only that one (default: all)\n"
@@ -37,6 +44,8 @@ static void usage(FILE *f)
           "                            the allocating library), all (default otherwise), python,\n"
           "                            native; sums are unchanged\n"
           "  --long-names              whole C++ signatures and Python paths\n"
+          "  --source-root DIR         html: Python files not found where the trace says are\n"
+          "                            looked up under DIR (the longest tail of their path)\n"
           "  --min-bytes B             chrome: slices only for allocations >= B (k/m/g suffix)\n"
           "  --top-allocs N            chrome: slices only for the N largest allocations\n"
           "                            (default: the largest 500000, about 200 MB)\n"
@@ -174,14 +183,15 @@ static uint64_t earliest_start(char **paths, int n)
     return base;
 }
 
-/* Chrome and folded stream: one analysis in memory at a time (a job's ranks). speedscope shares
- * one frame table among its profiles, so its traces are analysed together. */
+/* Chrome, folded and html stream: one analysis in memory at a time (a job's ranks). speedscope
+ * shares one frame table among its profiles, so its traces are analysed together. */
 static int export_traces(char **paths, int n, const char *format, const char *out_path,
                          mt_folded_options *fo, int have_device, uint64_t min_bytes,
                          uint64_t top_allocs, mt_frame_filter frames, int driver_slices,
-                         const char *rules, int force, int strict)
+                         const char *rules, const char *source_root, int force, int strict)
 {
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
+    int html = strcmp(format, "html") == 0;
     int tty = isatty(2), status = 0;
     char err[512];
     mt_analysis **as = calloc((size_t)n, sizeof *as);
@@ -193,7 +203,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
             if (!found) status = mt_cli_fail("export: no trace has that device");
         }
-    } else if (!chrome) {
+    } else if (!chrome && !html) {
         status = analyze_one(paths[0], rules, &as[0], strict); /* which device each graph shows */
         if (!status) say_device(as, 1);
     }
@@ -219,6 +229,20 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             }
             if (cs && !status && rc == 0) rc = mt_chrome_end(cs);
             else mt_chrome_abandon(cs);
+        } else if (html) {
+            mt_html_options ho = {.frames = frames, .names = fo->names, .source_root = source_root,
+                                  .progress = tty ? progress2 : NULL,
+                                  .progress_ctx = (void *)"html export"};
+            mt_html_stream *hs = mt_html_begin(out, &ho, err, sizeof err);
+            if (!hs) rc = -1;
+            for (int i = 0; i < n && hs && rc == 0; i++) {
+                mt_analysis *a = NULL;
+                if ((status = analyze_one(paths[i], rules, &a, strict)) != 0) break;
+                rc = mt_html_add(hs, a, err, sizeof err);
+                if (tty) fputs("\r\033[K", stderr);
+                mt_analysis_free(a);
+            }
+            if (hs && mt_html_end(hs, !status && rc == 0, err, sizeof err) < 0 && rc == 0) rc = -1;
         } else if (speedscope) {
             rc = mt_export_speedscope(out, as, (size_t)n, fo);
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
@@ -249,6 +273,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
 static int run(int argc, char **argv, char **traces)
 {
     const char *format = NULL, *metric = NULL, *out_path = "-", *rules = NULL;
+    const char *source_root = NULL;
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
     int device = MT_DEVICE_AUTO, want_rank = -1, by_category = 0, force = 0, strict = 0;
@@ -260,10 +285,10 @@ static int run(int argc, char **argv, char **traces)
             usage(stdout);
             return 0;
         } else if (strcmp(a, "--format") == 0) {
-            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome, folded or speedscope");
+            if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome, folded, speedscope or html");
             format = argv[++i];
         } else if (strcmp(a, "-f") == 0) {
-            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded|speedscope, "
+            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded|speedscope|html, "
                                "or --force to replace an existing output");
         } else if (strcmp(a, "--force") == 0) {
             force = 1;
@@ -291,6 +316,9 @@ static int run(int argc, char **argv, char **traces)
                 return mt_cli_fail("export: --frames needs user, all, python or native");
         } else if (strcmp(a, "--long-names") == 0) {
             long_names = 1;
+        } else if (strcmp(a, "--source-root") == 0) {
+            if (i + 1 >= argc) return mt_cli_fail("export: --source-root needs a directory");
+            source_root = argv[++i];
         } else if (strcmp(a, "--by") == 0) {
             if (i + 1 >= argc || strcmp(argv[++i], "category") != 0)
                 return mt_cli_fail("export: --by needs 'category'");
@@ -316,10 +344,14 @@ static int run(int argc, char **argv, char **traces)
             traces[n++] = argv[i];
         }
     }
-    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope is required");
+    if (!format) return mt_cli_fail("export: --format chrome|folded|speedscope|html is required");
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
-    if (!chrome && !speedscope && strcmp(format, "folded") != 0)
-        return mt_cli_fail("export: unknown format '%s' (chrome, folded or speedscope)", format);
+    int html = strcmp(format, "html") == 0;
+    if (!chrome && !speedscope && !html && strcmp(format, "folded") != 0)
+        return mt_cli_fail("export: unknown format '%s' (chrome, folded, speedscope or html)", format);
+    if (html && (metric || have_device))
+        return mt_cli_fail("export: --format html shows every device and metric (no --metric, --device)");
+    if (source_root && !html) return mt_cli_fail("export: --source-root applies to --format html");
     mt_folded_options fo = {.metric = MT_METRIC_PEAK, .all_metrics = speedscope && !metric,
                             .device = device, .frames = frames,
                             .names = long_names ? MT_NAME_LONG : MT_NAME_SHORT};
@@ -332,7 +364,7 @@ static int run(int argc, char **argv, char **traces)
         fo.metric = (mt_folded_metric)m;
     }
     fo.by_category = by_category;
-    if (by_category && (chrome || fo.metric != MT_METRIC_PEAK || fo.all_metrics))
+    if (by_category && (chrome || html || fo.metric != MT_METRIC_PEAK || fo.all_metrics))
         return mt_cli_fail("export: --by category applies to folded and speedscope, metric peak "
                            "(--metric peak for speedscope)");
     if (!chrome && (have_min || have_top || driver_slices))
@@ -359,7 +391,8 @@ static int run(int argc, char **argv, char **traces)
                                           : "export: no trace found in what was given");
     }
     int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
-                               top_allocs, frames, driver_slices, rules, force, strict);
+                               top_allocs, frames, driver_slices, rules, source_root, force,
+                               strict);
     mt_cli_free_traces(paths, np);
     return status;
 }

@@ -398,7 +398,7 @@ int mt_category_fit_compute(const uint64_t *params, size_t np, const uint64_t *s
         free(p), free(t), free(left), free(done);
         return -1;
     }
-    memcpy(p, params, np * sizeof *p);
+    if (np) memcpy(p, params, np * sizeof *p); /* params may be NULL when np is 0 */
     memcpy(t, sizes, n * sizeof *t);
     qsort(p, np, sizeof *p, cmp_u64_desc);
     qsort(t, n, sizeof *t, cmp_u64_desc);

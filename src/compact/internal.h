@@ -151,6 +151,11 @@ static inline uint64_t mt_stack_key(uint32_t stack, int driver)
 /* Turns the entries of m whose key has `prefix` in bits 40.. (prefix = ~0 for all) into a
  * sorted list. -1 when out of memory. */
 int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out);
+/* The `top` largest entries of m (mt_stack_list_from_map's order, all prefixes; entries whose
+ * count b is 0 are skipped) into out, in O(n log top); what is left out added to *rest_bytes,
+ * *rest_count, *rest_stacks. -1 on OOM. */
+int mt_stack_list_top_from_map(const mt_u64map *m, size_t top, mt_stack_list *out,
+                               uint64_t *rest_bytes, uint64_t *rest_count, uint64_t *rest_stacks);
 /* The same for every prefix at once, in one walk: lists[k] gets the entries with prefix k
  * (k < n; entries with a larger prefix are left out). -1 when out of memory. */
 int mt_stack_lists_by_prefix(const mt_u64map *m, mt_stack_list *lists, size_t n);

@@ -430,6 +430,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
         if (p) mt_live_remove(&t->live, p);
         return -1;
     }
+    if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
         t->an.unknown_device++;
         return 0;

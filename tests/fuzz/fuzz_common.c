@@ -60,6 +60,36 @@ void mt_fuzz_use_trace(const char *path)
         mt_export_speedscope(o, &a, 1, &fo);
         mt_chrome_options co = {.top_allocs = 64, .driver_slices = 1};
         mt_export_chrome(o, &a, 1, &co, err, sizeof err);
+        /* report --markdown */
+        mt_md_report *md = mt_md_report_begin(1, &ro);
+        if (md) {
+            mt_md_report_add(md, o, a);
+            mt_md_report_end(md, o);
+        }
+        /* check with every budget at 0 (all exceeded: the allocated peak's re-read too), JSON */
+        mt_budgets b = {.device = MT_BUDGET_ALL_DEVICES};
+        for (int k = 0; k < MT_BUDGETS_; k++) b.set[k] = 1;
+        mt_verdict *v = NULL;
+        size_t nv = 0;
+        if (mt_check_budgets(a, &b, &v, &nv, err, sizeof err) == 0) {
+            mt_check_options ko = {.format = MT_FORMAT_JSON, .budgets = &b};
+            mt_check_stream *cs = mt_check_begin(o, &ko);
+            if (cs) {
+                mt_check_add(cs, a, v, nv);
+                mt_check_end(cs, 1);
+            }
+            mt_verdicts_free(v, nv);
+        }
+        /* diff against itself, Markdown */
+        mt_diff *d = NULL;
+        if (mt_diff_analyses(a, a, &d) == 0) {
+            mt_diff_options dopt = {.format = MT_FORMAT_MARKDOWN, .gate = 1, .fail_pct = 1};
+            mt_export_diff(o, d, &dopt);
+            mt_diff_free(d);
+        }
+        /* the HTML report: two more reads (moments), by-line source text */
+        mt_html_options ho = {.frames = MT_FRAMES_AUTO};
+        mt_export_html(o, &a, 1, &ho, err, sizeof err);
         mt_out_close(o);
     }
     mt_analysis_free(a);

@@ -1,6 +1,8 @@
 /* What both fuzzers do with a trace file: everything a user can ask of one, output discarded.
- * mt_analyze (two passes), the text and JSON reports, the rank table, folded stacks in every
- * metric, speedscope, the Chrome trace (three more reads), and a strict read to the end.
+ * mt_analyze (two passes), the text, JSON and Markdown reports, the rank table, folded stacks in
+ * every metric, speedscope, the Chrome trace (three more reads), check with every budget exceeded
+ * (the allocated peak's re-read), diff against itself, the HTML report (two more reads), and a
+ * strict read to the end.
  * Symbolization is left out: it opens the module paths the trace names, files of the machine the
  * fuzzer runs on. */
 #ifndef MT_FUZZ_COMMON_H

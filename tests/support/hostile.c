@@ -229,3 +229,20 @@ int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n)
         }
     return finish(w, rc);
 }
+
+int mt_hostile_python_source(const char *path, const char *filename, uint32_t line)
+{
+    mt_writer *w = open_trace(path);
+    if (!w) return -1;
+    mt_record code = {.type = MT_REC_PYCODE,
+                      .u.pycode = {.id = 1, .firstlineno = 1, .filename = filename,
+                                   .qualname = "step"}};
+    mt_record node = {.type = MT_REC_STACK_NODE,
+                      .u.node = {.id = 1, .parent = 0, .ip = 1ull << 32 | line,
+                                 .frame_kind = MT_FRAME_PYTHON}};
+    int rc = mt_writer_put(w, &code) | mt_writer_put(w, &node);
+    mt_event e = {.time_ns = 2000, .address = 0x7f0000000000, .bytes = 4096, .stack = 1,
+                  .op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .device = 0, .context = 1};
+    if (rc == 0) rc = put_full(w, &e);
+    return finish(w, rc);
+}

@@ -39,4 +39,7 @@ int mt_hostile_future_samples(const char *path, uint32_t samples, uint32_t event
  * optimizer temporary (a frame under torch/optim/) and an activation: every other allocation ends
  * an optimizer step, whose promotion once walked the whole live set. */
 int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n);
+/* One tensor allocated at line `line` of a Python function in `filename` (a path the by-line
+ * table and the HTML report read source text from). */
+int mt_hostile_python_source(const char *path, const char *filename, uint32_t line);
 #endif
