@@ -97,6 +97,7 @@ typedef struct chrome {
     mt_namebuf nb;
     slot_info *slots;
     size_t n_slots;
+    uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
     int oom;
 } chrome;
 
@@ -119,11 +120,14 @@ static void begin_event(chrome *c)
     *c->first = 0;
 }
 
+/* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
+ * so a sample naming another has none). */
 static slot_info *slot_of(chrome *c, int32_t device, int is_host)
 {
     if (is_host) device = -1;
-    for (size_t i = 0; i < c->n_slots; i++)
-        if (c->slots[i].device == device && c->slots[i].is_host == is_host) return &c->slots[i];
+    if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
+    uint16_t *ix = &c->slot_ix[is_host ? 0 : device + 2];
+    if (*ix) return &c->slots[*ix - 1];
     slot_info *n = realloc(c->slots, (c->n_slots + 1) * sizeof *n);
     if (!n) {
         c->oom = 1;
@@ -131,7 +135,8 @@ static slot_info *slot_of(chrome *c, int32_t device, int is_host)
     }
     c->slots = n;
     c->slots[c->n_slots] = (slot_info){.device = device, .is_host = is_host};
-    return &c->slots[c->n_slots++];
+    *ix = (uint16_t)++c->n_slots;
+    return &c->slots[c->n_slots - 1];
 }
 
 static int is_host_kind(unsigned kind)
@@ -469,7 +474,7 @@ static void note_stream(chrome *c, const mt_event *e)
  * (the threshold is set when there are more lifetimes than that). */
 static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
 {
-    mt_reader *r = mt_reader_open(c->a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
     if (!r) return -1;
     uint64_t *heap = keep ? malloc(keep * sizeof *heap) : NULL;
     if (keep && !heap) {
@@ -568,11 +573,8 @@ static void failed_instant(chrome *c, const mt_event *e)
     int host = is_host_kind(e->kind);
     snprintf(name, sizeof name, "failed %s %s %s", root_of(host ? -1 : e->device, host, root, sizeof root),
              mt_format_bytes(e->bytes, b, sizeof b), mt_kind_name(e->kind));
-    const mt_usage *u;
-    size_t n = mt_tracker_usages(c->t, &u);
-    uint64_t in_use = 0;
-    for (size_t i = 0; i < n; i++)
-        if (u[i].is_host == host && (host || u[i].device == e->device)) in_use = u[i].in_use;
+    const mt_usage *u = mt_tracker_usage(c->t, host ? -1 : e->device, host);
+    uint64_t in_use = u ? u->in_use : 0;
     begin_event(c);
     mt_out_printf(o, "\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":%u,\"name\":\"%s\",",
                   (unsigned long long)c->pid, e->tid, name);
@@ -612,7 +614,7 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     c->quantum = a->events > MAX_COUNTER_EVENTS ? a->duration_ns / (MAX_COUNTER_EVENTS / 2) + 1 : 0;
     metadata(c);
     instants(c);
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
     mt_tracker_hooks hooks = {.ctx = c, .on_usage = on_usage, .on_release = on_release};
     c->t = mt_tracker_new(&hooks);
@@ -666,14 +668,21 @@ static int one_trace(chrome *c, char *err, size_t errlen)
 
 /* Several traces, one at a time (the CLI frees each analysis before the next): what the closing
  * otherData needs is kept here. */
+typedef struct damage_note {
+    char *path, *first, *truncated; /* first: the first damaged chunk; truncated: why, or NULL */
+    uint64_t chunks, bytes;
+} damage_note;
+
 struct mt_chrome_stream {
     mt_out *o;
     mt_chrome_options opt;
     uint64_t base;
-    uint64_t kept, skipped, driver, dropped;
+    uint64_t kept, skipped, driver, dropped, damaged, damaged_bytes;
     int capped, first, truncated;
     size_t n;
     char **paths;
+    damage_note *damage; /* the traces that were damaged or truncated */
+    size_t n_damage;
 };
 
 mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
@@ -712,7 +721,35 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     s->capped |= c.select && !s->opt.top_allocs;
     s->truncated |= a->truncated;
     s->dropped += a->dropped;
+    s->damaged += a->damaged_chunks;
+    s->damaged_bytes += a->damaged_bytes;
+    if (a->damaged_chunks || a->truncated) {
+        damage_note *nd = realloc(s->damage, (s->n_damage + 1) * sizeof *nd);
+        if (!nd) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        s->damage = nd;
+        nd[s->n_damage++] = (damage_note){
+            strdup(a->path ? a->path : ""), a->damage_msg ? strdup(a->damage_msg) : NULL,
+            a->truncated && a->truncated_msg ? strdup(a->truncated_msg) : NULL, a->damaged_chunks,
+            a->damaged_bytes};
+    }
     return rc;
+}
+
+void mt_chrome_abandon(mt_chrome_stream *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++) free(s->paths[i]);
+    for (size_t i = 0; i < s->n_damage; i++) {
+        free(s->damage[i].path);
+        free(s->damage[i].first);
+        free(s->damage[i].truncated);
+    }
+    free(s->damage);
+    free(s->paths);
+    free(s);
 }
 
 int mt_chrome_end(mt_chrome_stream *s)
@@ -734,8 +771,26 @@ int mt_chrome_end(mt_chrome_stream *s)
         mt_out_printf(o, ",\"note\":\"only the %u largest allocations per trace have slices "
                          "(default cap, about 200 MB); use --top-allocs or --min-bytes\"",
                       MT_CHROME_DEFAULT_MAX_SLICES);
-    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu}}\n",
-                  s->truncated ? "true" : "false", (unsigned long long)s->dropped);
+    mt_out_printf(o, ",\"truncated\":%s,\"dropped_events\":%llu,\"damaged_chunks\":%llu,"
+                     "\"damaged_bytes\":%llu,\"damage\":[",
+                  s->truncated ? "true" : "false", (unsigned long long)s->dropped,
+                  (unsigned long long)s->damaged, (unsigned long long)s->damaged_bytes);
+    for (size_t i = 0; i < s->n_damage; i++) { /* per damaged or truncated trace: what was lost */
+        damage_note *d = &s->damage[i];
+        mt_out_puts(o, i ? ",{\"trace\":" : "{\"trace\":");
+        mt_out_json_string(o, d->path);
+        mt_out_printf(o, ",\"damaged_chunks\":%llu,\"damaged_bytes\":%llu,\"first\":",
+                      (unsigned long long)d->chunks, (unsigned long long)d->bytes);
+        mt_out_json_string(o, d->first ? d->first : "");
+        mt_out_puts(o, ",\"truncated\":");
+        mt_out_json_string(o, d->truncated ? d->truncated : "");
+        mt_out_write(o, "}", 1);
+        free(d->path);
+        free(d->first);
+        free(d->truncated);
+    }
+    mt_out_puts(o, "]}}\n");
+    free(s->damage);
     free(s->paths);
     free(s);
     return 0;
@@ -754,9 +809,7 @@ int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome
     }
     for (size_t i = 0; i < n; i++)
         if (mt_chrome_add(s, a[i], err, errlen) < 0) {
-            for (size_t k = 0; k < s->n; k++) free(s->paths[k]);
-            free(s->paths);
-            free(s);
+            mt_chrome_abandon(s);
             return -1;
         }
     return mt_chrome_end(s);

@@ -28,10 +28,14 @@ static void put_frame(mt_out *o, const char *s)
     size_t d = n;
     while (d > 0 && isdigit((unsigned char)s[d - 1])) d--;
     size_t blank = d < n && d > 0 && isspace((unsigned char)s[d - 1]) ? d - 1 : n;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i] == ';' ? ',' : (s[i] == '\n' || s[i] == '\r') ? ' ' : s[i];
-        if (i == blank) c = '_';
-        mt_out_write(o, &c, 1);
+    for (size_t i = 0; i < n;) { /* runs written as they are, one call each */
+        size_t run = strcspn(s + i, ";\n\r");
+        if (i < blank && i + run > blank) run = blank - i;
+        mt_out_write(o, s + i, run);
+        i += run;
+        if (i >= n) break;
+        mt_out_write(o, i == blank ? "_" : s[i] == ';' ? "," : " ", 1);
+        i++;
     }
 }
 

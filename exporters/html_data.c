@@ -4,7 +4,8 @@
  *    "traces": [{
  *      "label" (mt_trace_label), "file", "comm", "pid", "host", "command", "view" (the stacks'
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
- *      "events", "dropped", "truncated" (reason or null), "ended_cleanly", "warnings": [...],
+ *      "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
+ *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
  *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans", "moment_top", "moment_thinned"
  *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
@@ -736,6 +737,12 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     if (a->truncated) jstr(o, a->truncated_msg ? a->truncated_msg : "the file ends inside a chunk");
     else mt_out_puts(o, "null");
     mt_out_write(o, ",", 1);
+    u64k(o, "damaged_chunks", a->damaged_chunks); /* stepped over: their records are missing */
+    u64k(o, "damaged_bytes", a->damaged_bytes);
+    key(o, "damage_reason");
+    if (a->damage_msg) jstr(o, a->damage_msg);
+    else mt_out_puts(o, "null");
+    mt_out_write(o, ",", 1);
     key(o, "warnings");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_warnings; i++) {
@@ -746,10 +753,12 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     const mt_anomalies *an = &a->anomalies;
     key(o, "anomalies");
     mt_out_printf(o, "{\"unmatched_frees\":%llu,\"double_frees\":%llu,\"replaced\":%llu,"
-                     "\"partial_unmaps\":%llu,\"unknown_device\":%llu,\"unknown_ops\":%llu},",
+                     "\"partial_unmaps\":%llu,\"unknown_device\":%llu,\"unknown_ops\":%llu,"
+                     "\"bad_device_events\":%llu,\"bad_stack_nodes\":%llu},",
                   (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                   (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
-                  (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_ops);
+                  (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_ops,
+                  (unsigned long long)an->bad_devices, (unsigned long long)an->bad_stack_nodes);
     rank_row(o, rank);
     strk(o, "series_by", m->series_by);
     u64k(o, "moment_spans", m->spans);

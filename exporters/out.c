@@ -1,20 +1,27 @@
 /* mt_out: the buffered sink every exporter writes through. A 256 KiB buffer in front of either a
  * FILE (stdout, plain files) or a zlib gzFile (paths ending in ".gz"), so exporters can emit
- * millions of small pieces without a libc call each. */
+ * millions of small pieces without a libc call each. Where the bytes land, and the rules that
+ * keep an export from overwriting or corrupting anything, are out_file.c's. The first write error
+ * is kept (errno) and stops further writes; mt_out_close reports it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "memtrace/export.h"
+#include "out_file.h"
 
 #define OUT_BUF (256u * 1024u)
 
 struct mt_out {
     FILE *f;
     gzFile gz;
-    int own_file, failed;
+    int own_file, failed, err;
+    int has_file; /* file is set up (mt_out_create) */
+    mt_out_file file;
     size_t n;
     char buf[OUT_BUF];
 };
@@ -25,32 +32,48 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-mt_out *mt_out_open(const char *path, char *err, size_t errlen)
+static void set_failed(mt_out *o, int e)
+{
+    if (!o->failed) o->err = e ? e : EIO;
+    o->failed = 1;
+}
+
+mt_out *mt_out_create(const char *path, const mt_out_options *opt, char *err, size_t errlen)
 {
     mt_out *o = calloc(1, sizeof *o);
     if (!o) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (strcmp(path, "-") == 0) {
+    if (mt_out_file_open(&o->file, path, opt, err, errlen) != 0) {
+        free(o);
+        return NULL;
+    }
+    o->has_file = 1;
+    if (o->file.is_stdout) {
         o->f = stdout;
-    } else if (ends_with(path, ".gz")) {
-        o->gz = gzopen(path, "wb6");
-        if (!o->gz) {
-            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : ENOMEM));
-            free(o);
-            return NULL;
-        }
-    } else {
-        o->f = fopen(path, "wb");
-        if (!o->f) {
-            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-            free(o);
-            return NULL;
-        }
+        return o;
+    }
+    /* The library streams get their own descriptor: ours stays open for fsync and the name. */
+    int fd = fcntl(o->file.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0 && ends_with(path, ".gz")) {
+        if (!(o->gz = gzdopen(fd, "wb6"))) close(fd);
+    } else if (fd >= 0) {
+        if (!(o->f = fdopen(fd, "wb"))) close(fd);
         o->own_file = 1;
     }
+    if (!o->gz && !o->f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : ENOMEM));
+        mt_out_file_close(&o->file);
+        free(o);
+        return NULL;
+    }
     return o;
+}
+
+mt_out *mt_out_open(const char *path, char *err, size_t errlen)
+{
+    return mt_out_create(path, NULL, err, errlen);
 }
 
 mt_out *mt_out_from_file(FILE *f)
@@ -60,14 +83,24 @@ mt_out *mt_out_from_file(FILE *f)
     return o;
 }
 
+static void put(mt_out *o, const void *p, size_t n)
+{
+    if (o->failed || !n) return; /* after the first error nothing more is written */
+    errno = 0;
+    if (o->gz) {
+        if (gzwrite(o->gz, p, (unsigned)n) != (int)n) {
+            int zerr;
+            gzerror(o->gz, &zerr);
+            set_failed(o, zerr == Z_ERRNO ? errno : ENOMEM);
+        }
+    } else if (fwrite(p, 1, n, o->f) != n) {
+        set_failed(o, errno);
+    }
+}
+
 static void drain(mt_out *o)
 {
-    if (!o->n) return;
-    if (o->gz) {
-        if (gzwrite(o->gz, o->buf, (unsigned)o->n) != (int)o->n) o->failed = 1;
-    } else if (fwrite(o->buf, 1, o->n, o->f) != o->n) {
-        o->failed = 1;
-    }
+    put(o, o->buf, o->n);
     o->n = 0;
 }
 
@@ -75,11 +108,7 @@ void mt_out_write(mt_out *o, const void *p, size_t n)
 {
     if (o->n + n > OUT_BUF) drain(o);
     if (n > OUT_BUF) {
-        if (o->gz) {
-            if (gzwrite(o->gz, p, (unsigned)n) != (int)n) o->failed = 1;
-        } else if (fwrite(p, 1, n, o->f) != n) {
-            o->failed = 1;
-        }
+        put(o, p, n);
         return;
     }
     memcpy(o->buf + o->n, p, n);
@@ -102,7 +131,7 @@ void mt_out_printf(mt_out *o, const char *fmt, ...)
     }
     char *big = malloc((size_t)len + 1);
     if (!big) {
-        o->failed = 1;
+        set_failed(o, ENOMEM);
         return;
     }
     va_start(ap, fmt);
@@ -151,20 +180,39 @@ void mt_out_json_string(mt_out *o, const char *s)
     mt_out_write(o, "\"", 1);
 }
 
+/* Flushes and closes the library stream, then commits the file. */
+static int finish(mt_out *o, int commit)
+{
+    drain(o);
+    errno = 0;
+    if (o->gz) {
+        int zr = gzclose(o->gz);
+        if (zr != Z_OK) set_failed(o, zr == Z_ERRNO ? errno : EIO);
+    } else if (o->own_file) {
+        if (fclose(o->f) != 0) set_failed(o, errno);
+    } else if (fflush(o->f) != 0 || ferror(o->f)) {
+        set_failed(o, errno);
+    }
+    if (commit && !o->failed && o->has_file && mt_out_file_commit(&o->file) != 0)
+        set_failed(o, errno);
+    if (o->has_file) mt_out_file_close(&o->file);
+    int failed = o->failed, e = o->err;
+    free(o);
+    if (failed) errno = e;
+    return failed ? -1 : 0;
+}
+
 int mt_out_close(mt_out *o)
 {
-    if (!o) return 0;
-    drain(o);
-    int failed = o->failed;
-    if (o->gz) {
-        if (gzclose(o->gz) != Z_OK) failed = 1;
-    } else if (o->own_file) {
-        if (fclose(o->f) != 0) failed = 1;
-    } else if (fflush(o->f) != 0) {
-        failed = 1;
-    }
-    free(o);
-    return failed ? -1 : 0;
+    return o ? finish(o, 1) : 0;
+}
+
+void mt_out_discard(mt_out *o)
+{
+    if (!o) return;
+    int e = errno;
+    finish(o, 0);
+    errno = e;
 }
 
 const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len)

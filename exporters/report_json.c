@@ -398,6 +398,11 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         mt_out_json_string(o, a->truncated_msg);
         mt_out_write(o, ",", 1);
     }
+    u64f(o, "damaged_chunks", a->damaged_chunks, 1);
+    u64f(o, "damaged_bytes", a->damaged_bytes, 1);
+    key(o, "damage_reason"); /* "" when no chunk was damaged */
+    mt_out_json_string(o, a->damage_msg ? a->damage_msg : "");
+    mt_out_write(o, ",", 1);
     key(o, "ended_cleanly");
     mt_out_puts(o, a->ended_cleanly ? "true," : "false,");
     key(o, "warnings");
@@ -497,7 +502,9 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     u64f(o, "partial_unmaps", an->partial_unmaps, 1);
     u64f(o, "ctx_destroy_released", an->ctx_destroy_released, 1);
     u64f(o, "unknown_events", an->unknown_ops, 1);
-    u64f(o, "unknown_device_allocations", an->unknown_device, 0);
+    u64f(o, "unknown_device_allocations", an->unknown_device, 1);
+    u64f(o, "bad_device_events", an->bad_devices, 1);
+    u64f(o, "bad_stack_nodes", an->bad_stack_nodes, 0);
     mt_out_puts(o, "}}");
     mt_namebuf_free(&nb);
     return rc;

@@ -524,6 +524,11 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
                       a->truncated_msg ? a->truncated_msg : "?");
     else if (!a->ended_cleanly)
         mt_out_puts(o, "WARNING: no END record: the recorder did not shut down cleanly\n");
+    if (a->damaged_chunks)
+        mt_out_printf(o, "WARNING: %llu damaged chunk%s skipped (%llu bytes of the file; the first: "
+                         "%s): their records are missing from every number below\n",
+                      (unsigned long long)a->damaged_chunks, a->damaged_chunks == 1 ? "" : "s",
+                      (unsigned long long)a->damaged_bytes, a->damage_msg ? a->damage_msg : "?");
     if (a->dropped)
         mt_out_printf(o, "WARNING: %llu events were dropped by the recorder: numbers may be off by "
                          "that many events\n", (unsigned long long)a->dropped);
@@ -535,7 +540,8 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
-        an->ctx_destroy_released || an->unknown_ops || an->unknown_device)
+        an->ctx_destroy_released || an->unknown_ops || an->unknown_device || an->bad_devices ||
+        an->bad_stack_nodes)
         mt_out_printf(o, "\nanomalies: %llu unmatched frees, %llu double frees, %llu replaced "
                          "(alloc at a live address), %llu partial unmaps, %llu released by "
                          "context destroy, %llu unknown events, %llu allocations on an unknown "
@@ -544,5 +550,11 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
                       (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                       (unsigned long long)an->ctx_destroy_released,
                       (unsigned long long)an->unknown_ops, (unsigned long long)an->unknown_device);
+    if (an->bad_devices)
+        mt_out_printf(o, "  %llu events ignored: their device ordinal is outside -1..%d (corrupt "
+                         "trace)\n", (unsigned long long)an->bad_devices, MT_MAX_DEVICE_ORDINAL);
+    if (an->bad_stack_nodes)
+        mt_out_printf(o, "  %llu stack nodes name a parent id not below their own (corrupt trace): "
+                         "their stacks end there\n", (unsigned long long)an->bad_stack_nodes);
     return 0;
 }

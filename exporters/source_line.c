@@ -2,37 +2,70 @@
  * may have changed since recording; the report says the text is "as on this machine").
  * The last file read is kept, split in lines, so a table of many lines of one file reads it once. */
 #include <ctype.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
 #define MAX_SOURCE_BYTES (16u << 20) /* larger "source" files are not Python we want to print */
+#define MAX_LOADED_BYTES (256ull << 20) /* all files of one table: a bound on the time it takes */
 
-void mt_src_cache_free(mt_src_cache *c)
+static void drop_file(mt_src_cache *c)
 {
     free(c->path);
     if (c->lines) free(c->lines[0] ? c->lines[0] : NULL); /* one buffer, lines point into it */
     free(c->lines);
+    c->path = NULL;
+    c->lines = NULL;
+    c->n_lines = 0;
+    c->missing = 0;
+}
+
+void mt_src_cache_free(mt_src_cache *c)
+{
+    drop_file(c);
     *c = (mt_src_cache){0};
+}
+
+/* The whole of a regular file of at most MAX_SOURCE_BYTES, NUL-terminated, or NULL. The path is
+ * the trace's word: opened without blocking (a FIFO), without becoming a controlling terminal,
+ * and refused unless regular. */
+static char *read_source(mt_src_cache *c, const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0 &&
+        (uint64_t)st.st_size <= MAX_SOURCE_BYTES &&
+        c->loaded + (uint64_t)st.st_size <= MAX_LOADED_BYTES &&
+        (buf = malloc((size_t)st.st_size + 1))) {
+        size_t n = 0, want = (size_t)st.st_size;
+        while (n < want) {
+            ssize_t k = read(fd, buf + n, want - n);
+            if (k <= 0) break; /* shrunk meanwhile: what was read */
+            n += (size_t)k;
+        }
+        c->loaded += n;
+        buf[n] = 0;
+        *len = n;
+    }
+    close(fd);
+    return buf;
 }
 
 static void load(mt_src_cache *c, const char *path)
 {
-    mt_src_cache_free(c);
+    drop_file(c);
     c->path = strdup(path);
     c->missing = 1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char *buf = malloc(MAX_SOURCE_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_SOURCE_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf || n > MAX_SOURCE_BYTES) {
-        free(buf);
-        return;
-    }
-    buf[n] = 0;
+    size_t n = 0;
+    char *buf = read_source(c, path, &n);
+    if (!buf) return;
     size_t count = 1;
     for (size_t i = 0; i < n; i++) count += buf[i] == '\n';
     c->lines = malloc(count * sizeof *c->lines);
@@ -40,10 +73,10 @@ static void load(mt_src_cache *c, const char *path)
         free(buf);
         return;
     }
-    char *p = buf;
-    for (size_t i = 0; i < count; i++) {
+    char *p = buf, *end = buf + n;
+    for (size_t i = 0; i < count; i++) { /* memchr: a NUL inside a line does not end the file */
         c->lines[i] = p;
-        char *nl = strchr(p, '\n');
+        char *nl = memchr(p, '\n', (size_t)(end - p));
         if (!nl) break;
         *nl = 0;
         p = nl + 1;

@@ -23,12 +23,15 @@ typedef struct mt_namebuf {
 long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
                     mt_frame_filter filter, int cuda_leaf, mt_namebuf *b);
 /* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
- * when the file or the line cannot be read. Keeps the last file open between calls (src_cache). */
+ * when the file or the line cannot be read. Keeps the last file open between calls (src_cache).
+ * The path comes from the trace: only a regular file is read (never a FIFO or a device), at most
+ * 16 MiB of it, and at most 256 MiB for all the loads of one cache. */
 typedef struct mt_src_cache {
     char *path;
     char **lines;
     size_t n_lines;
     int missing;
+    uint64_t loaded; /* bytes read so far, all files */
 } mt_src_cache;
 const char *mt_source_line(mt_src_cache *c, const char *path, uint32_t line, char *buf,
                            size_t len);

@@ -9,6 +9,7 @@
 # in ns per call and the difference from the untraced run.
 set -u
 . "$(dirname "$0")/cost-notes.sh"
+. "$(dirname "$0")/settle-trace.sh"
 BUILD=${1:-build-gpu}; REPEATS=${2:-3}
 MT=$PWD/$BUILD/src/cli/memtrace
 AC=$PWD/$BUILD/samples/api_cost
@@ -29,7 +30,7 @@ for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
     (cd "$W" && ${CMD[$c]}) >> "$W/$c.out" 2>> "$W/$c.err"
     rc=$?; [ $rc = 0 ] || echo "exit status $rc" >> "$W/$c.err"
-    [ $c = untraced ] || cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
+    [ $c = untraced ] || { settle_trace "$W/t.mtrace"; cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"; }
   done
 done
 {
@@ -58,6 +59,7 @@ for mode in default tensors; do
     flag=; [ $mode = tensors ] && flag=--tensors
     (cd "$W" && env $QUIET MEMTRACE_CALLBACKS=count $MT record -q -f $flag -o "$W/c.mtrace" -- \
        $PY "$CIFAR" --steps $steps) > /dev/null 2>> "$W/census.err"
+    settle_trace "$W/c.mtrace"
     "$MT" dump "$W/c.mtrace" 2>/dev/null | sed -n 's/.*text="\(census: [^"]*\)".*/\1/p' \
       | sed "s/^/$mode $steps steps: /"
   done

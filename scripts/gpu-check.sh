@@ -53,6 +53,7 @@ check() { # check NAME EXPECTED ACTUAL
 run() { log "\$ $*"; "$@" >> "$LOG" 2>&1; }
 calc() { $PY -c "print(round($1, 4))"; }  # the GPU machine has no bc
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+. "$(dirname "$0")/settle-trace.sh" # record -o NAME.mtrace writes NAME.<pid>.mtrace
 
 say "== environment"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; uname -r
@@ -78,6 +79,7 @@ same_run() {
   local rc0=$?
   cache="TORCHINDUCTOR_CACHE_DIR=$d/traced/inductor TRITON_CACHE_DIR=$d/traced/triton"
   (cd "$d/traced" && env $envs $cache SAMPLE_STATS="$d/traced.json" timeout 600 "$MT" record -q $opts -o "$d/t.mtrace" -- "$@") > "$d/traced.out" 2> "$d/traced.err"
+  rc_=$?; settle_trace "$d/t.mtrace"; (exit $rc_)
   local rc1=$?
   { echo "--- $name ($envs) $opts: $*"; cat "$d/plain.err" "$d/traced.out" "$d/traced.err"; } >> "$LOG"
   clean() { grep -v '^memtrace: ' "$1" | sed -E 's/^\[[WIE][0-9]+ [0-9:.]+ [^]]*\]/[torch log]/' ; }
@@ -108,7 +110,7 @@ for setting in "MEMTRACE_STACKS=none MEMTRACE_NVML=0 MEMTRACE_ACTIVITY=0" "MEMTR
                "MEMTRACE_STACKS=both" "MEMTRACE_ACTIVITY=0"; do
   for i in 1 2 3; do
     (cd "$W" && env $setting "$MT" record -q -f -o "$W/api_cost.mtrace" -- "$AC" 10) >> "$LOG" 2>&1
-    rc=$?; [ $rc = 0 ] || break
+    rc=$?; settle_trace "$W/api_cost.mtrace"; [ $rc = 0 ] || break
   done
   check "api_cost exits 0 under memtrace ($setting), 3 runs" 0 $rc
 done
@@ -116,6 +118,7 @@ done
 # ---- alloc_patterns: every kind, exact counts ---------------------------------------------------
 say "== alloc_patterns"
 (cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/alloc_patterns.mtrace"; (exit $rc_)
 check "alloc_patterns ran" 0 $?
 cat "$W/ap.out" >> "$LOG"
 "$MT" dump "$W/alloc_patterns.mtrace" > "$W/ap.dump" 2>> "$LOG"; check "dump reads it" 0 $?
@@ -154,12 +157,14 @@ for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
 (cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -o "$W/conflict/c.mtrace" -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"
+rc_=$?; settle_trace "$W/conflict/c.mtrace"; (exit $rc_)
 rc=$?
 cat "$W/conflict.out" "$W/conflict.err" >> "$LOG"
 check "a CUPTI subscriber from before cuInit: it gets exactly its own callback" "0 conflict_ok" "$rc $(grep -o 'conflict_ok' "$W/conflict.out")"
 check "... and memtrace records beside it (the 1 MiB cuMemAlloc)" 1 "$("$MT" dump "$W/conflict/c.mtrace" 2>/dev/null | grep '^event ' | grep -v activity | grep -c 'op=alloc kind=device .*bytes=1048576 ')"
 check "... no warning" 0 "$(grep -c 'memtrace: .*refused' "$W/conflict.err")"
 (cd "$W" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -q -o "$W/stolen.mtrace" -- "$CONFLICT" activity) > "$W/stolen.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/stolen.mtrace"; (exit $rc_)
 rc=$?
 cat "$W/stolen.out" >> "$LOG"
 "$MT" dump "$W/stolen.mtrace" > "$W/stolen.dump" 2>> "$LOG"
@@ -225,6 +230,7 @@ cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else 
   fi
   local rc=$?
   t1=$(date +%s.%N)
+  [[ $name == plain* ]] || settle_trace "$W/$name.mtrace"
   cat "$W/$name.out" "$W/$name.err" 2>/dev/null >> "$LOG"
   echo "wall=$(calc "$t1 - $t0")" >> "$W/$name.out"
   check "cifar $name exit status" 0 $rc
@@ -330,8 +336,11 @@ grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show deman
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
 say "== fixtures"
 (cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$S/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_default.mtrace"; (exit $rc_)
 (cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_tensors.mtrace"; (exit $rc_)
 (cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors_b512.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5 --batch 512) > "$W/cifar_tensors_b512.out" 2>> "$LOG"
+rc_=$?; settle_trace "$W/cifar_tensors_b512.mtrace"; (exit $rc_)
 cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >> "$LOG"
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 [ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"

@@ -16,6 +16,7 @@
 # BUILDS="NAME=DIR ..." adds ab_tensors_NAME and ab_tensors_python_NAME for each (variants).
 set -u
 . "$(dirname "$0")/cost-notes.sh"
+. "$(dirname "$0")/settle-trace.sh"
 BUILD=${1:-build-gpu}; STEPS=${2:-1500}; REPEATS=${3:-3}
 MT=$PWD/$BUILD/src/cli/memtrace
 PY=${PYTHON:-python3}
@@ -58,6 +59,7 @@ for r in $(seq "$REPEATS"); do
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
     grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
     case $c in tensors*|ab_tensors*) ;; *) continue ;; esac
+    settle_trace "$W/t.mtrace"
     cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
 done

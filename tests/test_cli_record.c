@@ -1,11 +1,16 @@
 /* `memtrace record` as a wrapper: it must hand the command's exit status, output and environment
- * through unchanged (no GPU here: the recorder library is preloaded but never initialized). */
+ * through unchanged (no GPU here: the recorder library is preloaded but never initialized); its
+ * output pattern always names the pid and its directory is checked before the command starts; it
+ * waits for traced processes that outlive the command (simulated: the command writes the
+ * manifest line a recorder would write, and leaves a process holding the trace open). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -62,7 +67,8 @@ Test(cli_record, preloads_the_recorder_and_names_it_for_the_driver)
     char *env = output_of(MEMTRACE " record -q -- sh -c 'echo $CUDA_INJECTION64_PATH; "
                                    "echo $LD_PRELOAD'");
     cr_expect(strstr(env, "libmemtrace_inject.so\n"), "%s", env);
-    cr_expect(strstr(strchr(env, '\n') + 1, "libmemtrace_inject.so"), "LD_PRELOAD: %s", env);
+    const char *second = strchr(env, '\n'); /* NULL when the command printed nothing */
+    cr_expect(second && strstr(second + 1, "libmemtrace_inject.so"), "LD_PRELOAD: %s", env);
     free(env);
     env = output_of("LD_PRELOAD=libm.so.6 " MEMTRACE " record -q --no-preload -- sh -c 'echo $LD_PRELOAD'");
     cr_expect_str_eq(env, "libm.so.6\n", "--no-preload leaves LD_PRELOAD alone");
@@ -102,4 +108,115 @@ Test(cli_record, bad_arguments_are_one_line_and_status_2)
     cr_expect_eq(status_of("test $(" MEMTRACE " record --bogus -- true 2>&1 | wc -l) = 1"), 0);
     cr_expect_eq(status_of(MEMTRACE " --help > /dev/null"), 0);
     cr_expect_eq(status_of(MEMTRACE " nosuchcommand 2>/dev/null"), 2);
+}
+
+Test(cli_record, output_directory_is_checked_before_the_command_starts)
+{
+    need_recorder();
+    char marker[256];
+    mt_test_tmpname(marker, sizeof marker, "ran");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, MEMTRACE " record -o /nonexistent_dir/x.mtrace -- touch %s 2>&1",
+             marker);
+    char *out = output_of(cmd);
+    cr_expect(strstr(out, "/nonexistent_dir") && strstr(out, "no such directory"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, MEMTRACE " record -o /nonexistent_dir/x.mtrace -- touch %s 2>/dev/null",
+             marker);
+    cr_expect_eq(status_of(cmd), 2);
+    cr_expect_neq(access(marker, F_OK), 0, "the command did not run");
+    cr_expect_eq(status_of(MEMTRACE " record -q -o '/tmp/%p/x' -- true 2>/dev/null"), 2,
+                 "%%p in a directory can never exist");
+}
+
+Test(cli_record, every_process_gets_its_own_file)
+{
+    need_recorder();
+    char *pat = output_of(MEMTRACE " record -q -o run.mtrace -- sh -c 'echo $MEMTRACE_OUTPUT'");
+    cr_expect(strlen(pat) > 14 && strcmp(pat + strlen(pat) - 15, "/run.%p.mtrace\n") == 0,
+              "the pid is added before the extension: %s", pat);
+    free(pat);
+    pat = output_of(MEMTRACE " record -q -o /tmp/t.%p.x -- sh -c 'echo $MEMTRACE_OUTPUT'");
+    cr_expect_str_eq(pat, "/tmp/t.%p.x\n", "a pattern with %%p is kept");
+    free(pat);
+    pat = output_of(MEMTRACE " record -q -- sh -c 'echo $MEMTRACE_OUTPUT'");
+    cr_expect(strstr(pat, "/memtrace.%c.%h.%p.mtrace\n"), "default names host and pid: %s", pat);
+    free(pat);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A command that leaves behind a process holding TRACE open for SECONDS, listed in the manifest
+ * as a recorder lists itself ("PID trace PATH", once its trace is open); the process' pid goes to
+ * PIDFILE.
+ * Its output goes nowhere, so that nothing but `record` is waited for. */
+static void outliving_command(char *cmd, size_t len, const char *trace, int seconds,
+                              const char *pidfile)
+{
+    snprintf(cmd, len,
+             "sh -c 'sh -c \"exec 3>>%s; echo \\$\\$ trace %s >> \\$MEMTRACE_MANIFEST; "
+             "echo \\$\\$ > %s; exec sleep %d\" < /dev/null > /dev/null 2>&1 & "
+             "while [ ! -s %s ]; do sleep 0.05; done'",
+             trace, trace, pidfile, seconds, pidfile);
+}
+
+Test(cli_record, waits_for_traced_processes_that_outlive_the_command, .timeout = 60)
+{
+    need_recorder();
+    char trace[256], pidfile[256], inner[2048], cmd[2600];
+    mt_test_tmpname(trace, sizeof trace, "outlived.mtrace");
+    mt_test_tmpname(pidfile, sizeof pidfile, "pid");
+    size_t n;
+    uint8_t *b = mt_test_slurp(MT_TEST_DATA_DIR "/alloc_patterns.mtrace", &n);
+    cr_assert_eq(mt_test_spit(trace, b, n), 0);
+    free(b);
+    outliving_command(inner, sizeof inner, trace, 2, pidfile);
+    snprintf(cmd, sizeof cmd, MEMTRACE " record -- %s 2>&1", inner);
+    double t0 = now_s();
+    char *out = output_of(cmd);
+    double s = now_s() - t0;
+    cr_expect_geq(s, 1.5, "record returned after %.2f s, before the writer was done", s);
+    cr_expect(strstr(out, "waiting for 1 traced process still writing"), "%s", out);
+    cr_expect(strstr(out, "events"), "summarized once the writer was done: %s", out);
+    free(out);
+    unlink(trace);
+    unlink(pidfile);
+}
+
+Test(cli_record, ctrl_c_stops_waiting_and_leaves_the_trace_alone, .timeout = 60)
+{
+    need_recorder();
+    char trace[256], pidfile[256], inner[2048], cmd[3200];
+    mt_test_tmpname(trace, sizeof trace, "busy.mtrace");
+    mt_test_tmpname(pidfile, sizeof pidfile, "pid");
+    size_t n;
+    uint8_t *b = mt_test_slurp(MT_TEST_DATA_DIR "/alloc_patterns.mtrace", &n);
+    cr_assert_eq(mt_test_spit(trace, b, n), 0);
+    outliving_command(inner, sizeof inner, trace, 30, pidfile);
+    /* record in the background; SIGINT to it alone once it waits */
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " record -- %s > %s.out 2>&1 & r=$!; sleep 1; kill -INT $r; wait $r; "
+             "echo rc=$?; cat %s.out; kill $(cat %s)",
+             inner, trace, trace, pidfile);
+    double t0 = now_s();
+    char *out = output_of(cmd);
+    cr_expect_lt(now_s() - t0, 10, "Ctrl-C ended the wait");
+    cr_expect(strstr(out, "rc=0"), "the command's status: %s", out);
+    cr_expect(strstr(out, "still being written") && strstr(out, "not symbolized"), "%s", out);
+    free(out);
+    size_t m;
+    uint8_t *after = mt_test_slurp(trace, &m);
+    cr_expect(m == n && memcmp(after, b, n) == 0, "the busy trace was not touched");
+    free(after);
+    free(b);
+    char outfile[300];
+    snprintf(outfile, sizeof outfile, "%s.out", trace);
+    unlink(outfile);
+    unlink(trace);
+    unlink(pidfile);
 }

@@ -4,6 +4,7 @@
  * be recovered from the stack), and a dynamically sized frame; from the main thread, another
  * thread, several threads at once, a signal handler and a recursion deeper than MT_MAX_FRAMES. */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,10 +40,25 @@ static volatile int sink;
  * every iteration's return addresses must be identical. */
 static volatile int two = 2, many = 5000;
 
+/* Under AddressSanitizer backtrace() is intercepted, and the interceptor's own frame (in the
+ * sanitizer's library) comes first: drop the frames before the first one in this program, so both
+ * lists start in the function that called backtrace(). */
+static void skip_interceptor_frames(capture *c)
+{
+    Dl_info self, frame;
+    if (!dladdr((void *)skip_interceptor_frames, &self)) return;
+    int k = 0;
+    while (k < c->nbt && dladdr(c->bt[k], &frame) && frame.dli_fbase != self.dli_fbase) k++;
+    if (k == 0 || k == c->nbt) return;
+    memmove(c->bt, c->bt + k, (size_t)(c->nbt - k) * sizeof *c->bt);
+    c->nbt -= k;
+}
+
 static NOINLINE void leaf(capture *c)
 {
     c->n = mt_unwind(c->ips, MT_MAX_FRAMES, 0, &c->truncated);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    skip_interceptor_frames(c);
     sink++;
 }
 
@@ -328,6 +344,7 @@ static NOINLINE void keyed_leaf(capture *c, uint64_t key)
 {
     c->n = mt_unwind_keyed(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    skip_interceptor_frames(c);
     sink++;
 }
 
@@ -483,6 +500,7 @@ static NOINLINE void lazy_leaf(capture *c, uint64_t key, int recall_after_other)
 {
     c->n = mt_unwind_keyed_lazy(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    skip_interceptor_frames(c);
     if (c->n == MT_UNWIND_LATER) {
         if (recall_after_other) {
             uint64_t other[MT_MAX_FRAMES];
@@ -554,6 +572,7 @@ static NOINLINE void slot_leaf(capture *c, uint64_t key)
     mt_unwind_prefetch(key);
     c->n = mt_unwind_keyed_lazy(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
+    skip_interceptor_frames(c);
     if (c->n == MT_UNWIND_LATER)
         c->n = mt_unwind_recall(c->walk_id, c->ips, MT_MAX_FRAMES, 0, NULL);
     sink++;

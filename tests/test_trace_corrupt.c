@@ -1,10 +1,13 @@
-/* Damaged traces: a flipped payload byte is CORRUPT at its chunk's offset, bad magic and newer
- * versions are refused at open, hand-made chunks with a valid CRC but bad records are CORRUPT,
- * and random damage never crashes the reader. */
+/* Damaged traces. Strict mode: a flipped payload byte is CORRUPT at its chunk's offset, hand-made
+ * chunks with a valid CRC but bad records are CORRUPT. Default mode: the reader steps over the
+ * damaged chunk, returns every record of every other chunk and says what it skipped. Bad magic and
+ * newer versions are refused at open, and random damage never crashes the reader. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -45,6 +48,7 @@ static mt_read_status read_all(const char *path, mt_reader **out, size_t *count)
     char err[512];
     mt_reader *r = mt_reader_open(path, err, sizeof err);
     cr_assert_not_null(r, "%s", err);
+    mt_reader_set_strict(r, 1);
     mt_record rec;
     mt_read_status st;
     size_t i = 0;
@@ -58,7 +62,7 @@ static mt_read_status read_all(const char *path, mt_reader **out, size_t *count)
     return st;
 }
 
-Test(trace_corrupt, flipped_payload_byte_is_corrupt_at_its_chunk)
+Test(trace_corrupt, strict_flipped_payload_byte_is_corrupt_at_its_chunk)
 {
     char path[256];
     mt_test_tmpname(path, sizeof path, "flip.mtrace");
@@ -174,6 +178,7 @@ static mt_read_status read_crafted(const char *path, const uint8_t *raw, size_t 
     char err[512];
     mt_reader *r = mt_reader_open(path, err, sizeof err);
     cr_assert_not_null(r, "%s", err);
+    mt_reader_set_strict(r, 1);
     mt_record rec;
     mt_read_status st;
     *records = 0;
@@ -184,7 +189,7 @@ static mt_read_status read_crafted(const char *path, const uint8_t *raw, size_t 
     return st;
 }
 
-Test(trace_corrupt, valid_crc_bad_records)
+Test(trace_corrupt, strict_valid_crc_bad_records)
 {
     char path[256];
     mt_test_tmpname(path, sizeof path, "crafted.mtrace");
@@ -247,19 +252,208 @@ Test(trace_corrupt, random_damage_never_crashes)
         size_t cut = iter % 3 == 0 ? MT_FILE_HEADER_SIZE + mt_mix_rand(&m) % (len - 63) : len;
         cr_assert_eq(mt_test_spit(path, copy, cut), 0);
         char err[512];
-        mt_reader *r = mt_reader_open(path, err, sizeof err);
-        cr_assert_not_null(r, "%s", err);
-        mt_record rec;
-        mt_read_status st;
-        size_t got = 0;
-        while ((st = mt_reader_next(r, &rec)) == MT_READ_RECORD)
-            cr_assert_leq(++got, N);
-        cr_assert(st == MT_READ_END || st == MT_READ_TRUNCATED || st == MT_READ_CORRUPT);
-        outcomes[-st]++;
-        mt_reader_close(r);
+        for (int strict = 0; strict < 2; strict++) {
+            mt_reader *r = mt_reader_open(path, err, sizeof err);
+            cr_assert_not_null(r, "%s", err);
+            mt_reader_set_strict(r, strict);
+            mt_record rec;
+            mt_read_status st;
+            size_t got = 0;
+            while ((st = mt_reader_next(r, &rec)) == MT_READ_RECORD)
+                cr_assert_leq(++got, N);
+            cr_assert(st == MT_READ_END || st == MT_READ_TRUNCATED ||
+                      (strict && st == MT_READ_CORRUPT));
+            mt_read_damage d;
+            mt_reader_damage(r, &d);
+            if (strict) outcomes[-st]++;
+            else if (d.chunks) outcomes[3]++;
+            mt_reader_close(r);
+        }
     }
     cr_assert_gt(outcomes[-MT_READ_CORRUPT], 300, "damage is detected");
+    cr_assert_gt(outcomes[3], 300, "and counted when stepped over");
     free(copy);
     free(data);
+    unlink(path);
+}
+
+/* ---- default mode: damage is stepped over ---------------------------------------------------- */
+
+/* Reads path in default mode; checks that the records returned are recs[] with [lost_from,
+ * lost_to) missing, in order. Returns the final status, the damage in *d. */
+static mt_read_status read_lenient(const char *path, size_t lost_from, size_t lost_to,
+                                   mt_read_damage *d, char *first, size_t flen)
+{
+    char err[512];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    mt_read_status st;
+    size_t i = 0;
+    while ((st = mt_reader_next(r, &rec)) == MT_READ_RECORD) {
+        if (i == lost_from) i = lost_to;
+        cr_assert_lt(i, N, "more records than written (lost %zu..%zu)", lost_from, lost_to);
+        cr_assert(mt_record_eq(&rec, &recs[i]), "record %zu differs (lost %zu..%zu)", i,
+                  lost_from, lost_to);
+        i++;
+    }
+    if (i == lost_from) i = lost_to;
+    cr_assert_eq(i, N, "records up to %zu came back, lost %zu..%zu", i, lost_from, lost_to);
+    mt_reader_damage(r, d);
+    snprintf(first, flen, "%s", d->first);
+    mt_reader_close(r);
+    return st;
+}
+
+/* Records in chunks [0, k): read a copy cut at chunk k. */
+static size_t records_before(const char *path, const uint8_t *data, uint64_t cut)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.cut", path);
+    cr_assert_eq(mt_test_spit(tmp, data, cut), 0);
+    mt_reader *r;
+    size_t n;
+    cr_assert_eq(read_all(tmp, &r, &n), MT_READ_END);
+    mt_reader_close(r);
+    unlink(tmp);
+    return n;
+}
+
+Test(trace_corrupt, every_single_flipped_byte_loses_one_chunk_only)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "everyflip.mtrace");
+    size_t len, n;
+    static uint64_t offs[4096];
+    uint8_t *data = build(path, &len, offs, &n);
+    static size_t before[4097];
+    for (size_t k = 0; k < n; k++) before[k] = records_before(path, data, offs[k]);
+    before[n] = N;
+    uint8_t *copy = malloc(len);
+    size_t k = 0, flips = 0;
+    for (size_t at = MT_FILE_HEADER_SIZE; at < len; at++) {
+        while (k + 1 < n && offs[k + 1] <= at) k++;
+        /* every byte of the first, a middle and the last chunk; every 23rd elsewhere */
+        if (!(k == 0 || k == n / 2 || k + 1 == n || at % 23 == 0)) continue;
+        flips++;
+        memcpy(copy, data, len);
+        copy[at] ^= 0x10;
+        cr_assert_eq(mt_test_spit(path, copy, len), 0);
+        mt_read_damage d;
+        char first[300];
+        mt_read_status st = read_lenient(path, before[k], before[k + 1], &d, first, sizeof first);
+        if (st == MT_READ_TRUNCATED) {
+            /* only a last chunk whose length now runs past the end of the file reads as cut */
+            cr_assert_eq(k, n - 1, "byte %zu (chunk %zu of %zu)", at, k, n);
+            cr_assert_eq(d.chunks, 0);
+            continue;
+        }
+        cr_assert_eq(st, MT_READ_END, "byte %zu", at);
+        cr_assert_eq(d.chunks, 1, "byte %zu: one damaged chunk", at);
+        cr_assert_eq(d.first_offset, offs[k], "byte %zu", at);
+        uint64_t end = k + 1 < n ? offs[k + 1] : len;
+        cr_assert_eq(d.bytes, end - offs[k], "byte %zu: the chunk's bytes", at);
+        cr_assert(strstr(first, path), "%s", first);
+    }
+    cr_assert_gt(flips, 1000, "%zu", flips);
+    cr_log_info("%zu flips over %zu bytes, %zu chunks", flips, len, n);
+    free(copy);
+    free(data);
+    unlink(path);
+}
+
+Test(trace_corrupt, garbage_between_chunks_is_skipped_and_counted)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "garbage.mtrace");
+    size_t len, n;
+    static uint64_t offs[4096];
+    uint8_t *data = build(path, &len, offs, &n);
+    size_t k = n / 2, junk = 1000;
+    uint8_t *copy = malloc(len + junk);
+    memcpy(copy, data, offs[k]);
+    for (size_t i = 0; i < junk; i++) copy[offs[k] + i] = (uint8_t)(i * 7 + 1);
+    memcpy(copy + offs[k] + junk, data + offs[k], len - offs[k]);
+    cr_assert_eq(mt_test_spit(path, copy, len + junk), 0);
+    mt_read_damage d;
+    char first[300];
+    cr_assert_eq(read_lenient(path, 0, 0, &d, first, sizeof first), MT_READ_END);
+    cr_assert_eq(d.chunks, 1);
+    cr_assert_eq(d.bytes, junk);
+    cr_assert_eq(d.first_offset, offs[k]);
+    cr_assert(strstr(first, "bad chunk magic"), "%s", first);
+    /* and strict mode still refuses it */
+    mt_reader *r;
+    size_t count;
+    cr_assert_eq(read_all(path, &r, &count), MT_READ_CORRUPT);
+    mt_reader_close(r);
+    free(copy);
+    free(data);
+    unlink(path);
+}
+
+Test(trace_corrupt, a_bad_record_drops_the_rest_of_its_chunk_only)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "badrec.mtrace");
+    uint8_t file[4096];
+    write_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    size_t len = MT_FILE_HEADER_SIZE;
+    const uint8_t bad[] = {3, 0, 0, 0, 0, 0, MT_REC_DROPPED, 5, 0xEE}; /* then an unknown type */
+    const uint8_t good[] = {2, 0, 0, 0, 0, 0, MT_REC_DROPPED, 7};
+    size_t first_chunk = make_chunk(file + len, bad, sizeof bad);
+    len += first_chunk;
+    len += make_chunk(file + len, good, sizeof good);
+    cr_assert_eq(mt_test_spit(path, file, len), 0);
+    char err[512];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    cr_assert_eq(mt_reader_next(r, &rec), MT_READ_RECORD);
+    cr_assert_eq(rec.u.dropped, 5);
+    cr_assert_eq(mt_reader_next(r, &rec), MT_READ_RECORD);
+    cr_assert_eq(rec.u.dropped, 7, "the next chunk is read");
+    cr_assert_eq(mt_reader_next(r, &rec), MT_READ_END);
+    mt_read_damage d;
+    mt_reader_damage(r, &d);
+    cr_assert_eq(d.chunks, 1);
+    cr_assert_eq(d.bytes, first_chunk);
+    cr_assert(strstr(d.first, "undecodable record"), "%s", d.first);
+    mt_reader_close(r);
+    unlink(path);
+}
+
+Test(trace_corrupt, false_chunk_starts_cannot_make_the_reader_slow, .timeout = 20)
+{
+    /* 4 MiB of fake chunk headers, each claiming a 1 MiB payload: without a budget the resync
+     * would CRC 262144 payloads of 1 MiB (256 GiB). */
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "falsestarts.mtrace");
+    size_t len = 4u << 20;
+    uint8_t *file = calloc(1, len);
+    write_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    for (size_t at = MT_FILE_HEADER_SIZE; at + 16 <= len; at += 16) {
+        memcpy(file + at, "MTCK", 4);
+        mt_put_le32(file + at + 4, 1u << 20);
+        mt_put_le32(file + at + 8, 8u << 20);
+        mt_put_le32(file + at + 12, 0);
+    }
+    cr_assert_eq(mt_test_spit(path, file, len), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char err[512];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    mt_read_status st = mt_reader_next(r, &rec);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    cr_assert(st == MT_READ_END || st == MT_READ_TRUNCATED, "status %d", st);
+    mt_read_damage d;
+    mt_reader_damage(r, &d);
+    cr_assert_geq(d.chunks + (st == MT_READ_TRUNCATED), 1);
+    cr_assert_lt(s, 2.0, "%.2f s", s);
+    mt_reader_close(r);
+    free(file);
     unlink(path);
 }

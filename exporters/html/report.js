@@ -2160,6 +2160,23 @@
           text: 'The trace is truncated (' + T.truncated + '): everything up to there is shown.',
         }),
       );
+    if (T.damaged_chunks)
+      notes.push(
+        el('li', {
+          class: 'warn',
+          text:
+            'The trace is damaged: ' +
+            fmtInt(T.damaged_chunks) +
+            ' chunk' +
+            (T.damaged_chunks === 1 ? '' : 's') +
+            ' (' +
+            fmtInt(T.damaged_bytes) +
+            ' bytes of the file) could not be read and were skipped; the numbers miss their ' +
+            'records. The first: ' +
+            T.damage_reason +
+            '.',
+        }),
+      );
     if (T.dropped)
       notes.push(
         el('li', {

@@ -93,6 +93,9 @@ void mt_frames_set_base_dir(mt_frames *f, const char *dir);
 int mt_frames_has_python(const mt_frames *f);
 /* filter, with MT_FRAMES_AUTO replaced by what it means for this trace. */
 mt_frame_filter mt_frames_resolve(const mt_frames *f, mt_frame_filter filter);
+/* Stack nodes whose parent id was not below their own id (corrupt input: the recorder numbers
+ * nodes in order, parents first). Their path ends at them. */
+uint64_t mt_frames_bad_nodes(const mt_frames *f);
 /* A Python file as MT_NAME_SHORT names it (see frames.c): below site-packages the package path,
  * under the base dir relative to it, else the last two components. Points into path. */
 const char *mt_frames_short_path(const mt_frames *f, const char *path);
@@ -137,6 +140,7 @@ typedef enum mt_family {
 typedef struct mt_lifetime {
     uint64_t address, bytes, start_ns, stream, aux;
     uint64_t serial; /* 1, 2, ... in allocation order: a unique id for the lifetime */
+    uint64_t start_seq; /* number of the ALLOC event that started it (mt_tracker_seq) */
     uint32_t stack, tid, context;
     int32_t device; /* -1 for host kinds */
     uint32_t extra_refs; /* VMM handles: references taken since (cuMemRetainAllocationHandle); the
@@ -144,6 +148,10 @@ typedef struct mt_lifetime {
     uint16_t flags;
     uint8_t kind, family;
     uint8_t category;    /* mt_category, for a tensor when the tracker has a categorizer */
+    uint8_t prior_category; /* the category before its promotion (valid if promoted_at) */
+    uint32_t promoted_at;   /* phase ends (backward + optimizer) counted when it was promoted;
+                               0 = never: the category it had at an earlier phase end is
+                               mt_category_at */
 } mt_lifetime;
 
 typedef enum mt_end_reason {
@@ -196,6 +204,10 @@ typedef struct mt_usage {
     uint64_t by_category[MT_CAT_MAX];
 } mt_usage;
 
+/* Highest device ordinal the compactor accepts (CUDA ordinals are dense from 0; no machine has
+ * this many GPUs). Events naming an ordinal outside -1..this are ignored and counted. */
+#define MT_MAX_DEVICE_ORDINAL 255
+
 /* Things that went wrong in the event stream; counted, never fatal. */
 typedef struct mt_anomalies {
     uint64_t unmatched_frees; /* FREE with no live ALLOC (and not a recent double free) */
@@ -207,6 +219,9 @@ typedef struct mt_anomalies {
     uint64_t unknown_device;  /* device allocations whose device the recorder could not tell:
                                  tracked (a free still matches them), counted on no device */
     uint64_t retained;        /* references taken on live VMM handles (not anomalies: NCCL does it) */
+    uint64_t bad_devices;     /* events ignored: device ordinal outside -1..MT_MAX_DEVICE_ORDINAL */
+    uint64_t bad_stack_nodes; /* stack nodes whose parent id is not below their own (corrupt:
+                                 their paths end there); counted by the frames, see analyze.c */
 } mt_anomalies;
 
 typedef struct mt_tracker mt_tracker;
@@ -278,6 +293,8 @@ void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt
 size_t mt_tracker_live_count(const mt_tracker *t);
 /* Devices seen so far, host slot included (is_host). Valid until the next mt_tracker_event. */
 size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out);
+/* The slot of one device (or of host memory), NULL when not seen. Same validity. */
+const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_host);
 const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
 
 /* ---- Analysis ---------------------------------------------------------------------------------- */
@@ -471,6 +488,11 @@ typedef struct mt_analysis {
     int ended_cleanly;         /* an END record was read */
     int truncated;             /* the file ends inside a chunk */
     char *truncated_msg;
+    uint64_t damaged_chunks;   /* damaged chunks stepped over (mt_read_damage): their records */
+    uint64_t damaged_bytes;    /* are missing from every number; bytes = file bytes in them */
+    char *damage_msg;          /* the first one, "PATH: offset N: reason"; NULL when none */
+    int fd;                    /* the trace, open for the exporters' later reads (a temporary
+                                  copy when it was given as a pipe); closed by mt_analysis_free */
     uint64_t first_ns, last_ns; /* event times since trace start */
     uint64_t duration_ns;       /* last event (or END) since trace start */
     char **warnings;            /* WARNING notes of the recorder */
@@ -485,10 +507,13 @@ typedef struct mt_analyze_options {
     /* Called now and then with the fraction of the file read (0..1) and the pass (1 or 2). */
     void (*progress)(void *ctx, int pass, double fraction);
     void *progress_ctx;
+    int strict; /* a damaged chunk or a truncated file fails the analysis instead of being
+                   stepped over and reported */
 } mt_analyze_options;
 
-/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends (and says
- * so); an unreadable or corrupt file fails: returns -1 with a one-line reason in err. */
+/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends, and
+ * damaged chunks are stepped over (both said in the analysis) unless opt->strict; an unreadable
+ * file, or a damaged one in strict mode, fails: returns -1 with a one-line reason in err. */
 int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,
                size_t errlen);
 void mt_analysis_free(mt_analysis *a);

@@ -19,16 +19,29 @@ extern "C" {
 
 typedef struct mt_out mt_out;
 
-/* path "-" = stdout; a path ending in ".gz" is written gzip-compressed (zlib gz* API).
- * NULL with a one-line reason in err when it cannot be opened. */
-mt_out *mt_out_open(const char *path, char *err, size_t errlen);
+typedef struct mt_out_options {
+    int force;                 /* replace an existing regular file (never an input, never a link) */
+    const char *const *inputs; /* files the output must not be (the traces being read) */
+    size_t n_inputs;
+} mt_out_options;
+
+/* path "-" = stdout; a path ending in ".gz" is written gzip-compressed (zlib gz* API). The rules
+ * (exporters/out_file.c): an existing file is replaced only with opt->force, never when it is one
+ * of opt->inputs; a symbolic link is not written through unless it leads to a device, pipe or
+ * terminal; a file is written under a temporary name and gets its own only at mt_out_close, so a
+ * failure leaves no partial file. NULL with a one-line reason in err when refused or impossible. */
+mt_out *mt_out_create(const char *path, const mt_out_options *opt, char *err, size_t errlen);
+mt_out *mt_out_open(const char *path, char *err, size_t errlen); /* mt_out_create, no options */
 mt_out *mt_out_from_file(FILE *f); /* not closed by mt_out_close */
 void mt_out_write(mt_out *o, const void *p, size_t n);
 void mt_out_puts(mt_out *o, const char *s);
 void mt_out_printf(mt_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_out_json_string(mt_out *o, const char *s); /* quoted, escaped, invalid UTF-8 replaced */
-/* Flushes and closes. Returns -1 if any write failed (disk full, EPIPE...). */
+/* Flushes, closes and (for a file) gives the output its name. Returns -1 with errno set to the
+ * first error if any write failed (ENOSPC, EPIPE...): then a file output is not created. */
 int mt_out_close(mt_out *o);
+/* Closes without publishing (the exporter failed): a file output is not created. */
+void mt_out_discard(mt_out *o);
 
 /* "512 B", "1.50 KiB", "3.25 GiB" (binary units). Returns buf. */
 const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len);
@@ -171,6 +184,8 @@ mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
                                   uint64_t base_realtime_ns);
 int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
 int mt_chrome_end(mt_chrome_stream *s);
+/* Frees a stream that will not be ended (a trace failed): nothing more is written. */
+void mt_chrome_abandon(mt_chrome_stream *s);
 
 /* ---- JSON schema, Markdown, check and diff ---------------------------------------------------- */
 

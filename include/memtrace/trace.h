@@ -279,15 +279,28 @@ typedef struct mt_reader mt_reader;
 
 typedef enum mt_read_status {
     MT_READ_RECORD = 1,    /* *out holds a record; its strings live until the next call */
-    MT_READ_END = 0,       /* clean end of file */
+    MT_READ_END = 0,       /* end of file (damaged chunks stepped over are in mt_reader_damage) */
     MT_READ_TRUNCATED = -1, /* the file ends inside a chunk: everything before it was returned */
-    MT_READ_CORRUPT = -2,  /* bad CRC or undecodable chunk at mt_reader_error_offset() */
-    MT_READ_IO = -3,       /* read(2) failed */
+    MT_READ_CORRUPT = -2,  /* strict mode only: damage at mt_reader_error_offset() */
+    MT_READ_IO = -3,       /* read(2) failed, or out of memory */
 } mt_read_status;
 
+/* A trace named on a command line, as a descriptor of a regular file that can be read more than
+ * once: the file itself, or for a pipe, FIFO, socket or terminal an unlinked temporary copy of
+ * its bytes (in $TMPDIR, else /tmp; made only once the stream starts with the trace magic).
+ * -1 with a one-line reason (naming the file) in err. */
+int mt_input_open(const char *path, char *err, size_t errlen);
+
 /* Opens and checks the header. On failure returns NULL and writes a one-line reason (naming the
- * file and offset) into err. */
+ * file and offset) into err. A path that is not a regular file goes through mt_input_open. */
 mt_reader *mt_reader_open(const char *path, char *err, size_t errlen);
+/* The same on a descriptor of a regular file (not consumed: the reader keeps its own copy and reads
+ * with pread, so several readers may share fd). name is used in messages. */
+mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen);
+/* strict = 1: the first damaged chunk ends reading with MT_READ_CORRUPT (sticky). Default 0: a
+ * damaged chunk is stepped over (the reader resynchronises on the next chunk that passes every
+ * check, see docs/trace-format.md) and counted in mt_reader_damage. */
+void mt_reader_set_strict(mt_reader *r, int strict);
 const mt_file_header *mt_reader_header(const mt_reader *r);
 mt_read_status mt_reader_next(mt_reader *r, mt_record *out);
 /* After TRUNCATED/CORRUPT/IO: a one-line description and the byte offset of the bad chunk. */
@@ -295,6 +308,19 @@ const char *mt_reader_error(const mt_reader *r);
 uint64_t mt_reader_error_offset(const mt_reader *r);
 uint64_t mt_reader_offset(const mt_reader *r); /* file offset of the chunk being read */
 uint64_t mt_reader_file_size(const mt_reader *r);
+
+/* Damage stepped over so far (lenient mode). */
+typedef struct mt_read_damage {
+    uint64_t chunks;       /* damaged regions skipped: one per chunk that failed (a run of garbage
+                              up to the next good chunk counts once) */
+    uint64_t bytes;        /* file bytes in them, not read (for a chunk whose records stopped
+                              decoding partway: the whole chunk, though its first records were
+                              returned) */
+    uint64_t first_offset; /* where the first one starts */
+    const char *first;     /* "PATH: offset N: reason" of the first one; "" when none. Lives as long
+                              as the reader */
+} mt_read_damage;
+void mt_reader_damage(const mt_reader *r, mt_read_damage *out);
 void mt_reader_close(mt_reader *r);
 
 /* ---- Names ------------------------------------------------------------------------------------ */

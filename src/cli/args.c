@@ -114,6 +114,7 @@ int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_an
     int rc = mt_analyze(path, &o, out, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("%s: %s", cmd, err);
+    mt_cli_warn_incomplete(cmd, *out); /* damaged chunks stepped over, a cut trace */
     if (base_dir) {
         char cwd[4096];
         if (getcwd(cwd, sizeof cwd)) mt_frames_set_base_dir((*out)->frames, cwd);

@@ -52,5 +52,11 @@ int mt_cli_collect_traces(char **args, int n, char ***out, int *n_out);
 void mt_cli_free_traces(char **paths, int n);
 /* 1 when the trace at path has a rank (then *rank is it), 0 otherwise. */
 int mt_cli_trace_rank(const char *path, int32_t *rank);
+struct mt_analysis;
+/* One "memtrace: warning: ..." line on stderr per way the trace is incomplete (damaged chunks
+ * stepped over, truncated), for outputs that cannot say it themselves (folded, a file). */
+void mt_cli_warn_incomplete(const char *cmd, const struct mt_analysis *a);
+/* "OUT" for messages: the file name, or "standard output" for "-". */
+const char *mt_cli_out_name(const char *path);
 
 #endif

@@ -2,9 +2,12 @@
  *
  * For people (what exactly did the recorder see?) and for scripts (the GPU checks count events
  * with grep/awk). The format is stable: "<type> key=value key=value ...", strings quoted.
- * Exit status: 0 read to the end (a truncated file is read up to its last whole chunk, with a
- * warning on stderr); 2 not a trace, unsupported version, or corrupt (one line naming the offset).
+ * Exit status: 0 read to the end (a truncated file is read up to its last whole chunk, damaged
+ * chunks are stepped over; both with a warning on stderr and a "# skipped" line where the records
+ * are missing); 2 not a trace, unsupported version, damaged or truncated with --strict, or stdout
+ * could not be written (one line naming the reason).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,10 +17,12 @@
 
 static void usage(FILE *out)
 {
-    fputs("usage: memtrace dump [--help] TRACE\n\n"
+    fputs("usage: memtrace dump [--strict] TRACE\n\n"
           "Prints every record of TRACE as one line of text: events (alloc, free, failed, pool,\n"
           "ctx-destroy), stack-trie nodes, modules, threads, symbols, notes. Times are seconds\n"
-          "since the recorder started. Exit status 2 if TRACE is not a readable trace.\n",
+          "since the recorder started. Damaged chunks are skipped, with a '# skipped' line where\n"
+          "their records are missing and a warning on stderr. Exit status 2 if TRACE is not a\n"
+          "readable trace, or with --strict if it is damaged or truncated.\n",
           out);
 }
 
@@ -156,10 +161,15 @@ static void print_record(FILE *out, const mt_file_header *h, const mt_record *r)
 int mt_cmd_dump(int argc, char **argv)
 {
     const char *path = NULL;
+    int strict = 0;
     for (int i = 1; i < argc; i++) {
         if (mt_cli_is_help(argv[i])) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(argv[i], "--strict") == 0) {
+            strict = 1;
+            continue;
         }
         if (argv[i][0] == '-' && argv[i][1]) return mt_cli_fail("dump: unknown option %s", argv[i]);
         if (path) return mt_cli_fail("dump: one trace at a time");
@@ -176,18 +186,38 @@ int mt_cmd_dump(int argc, char **argv)
     printf("# memtrace trace version %u pid %" PRIu32 " start_monotonic_ns %" PRIu64
            " start_realtime_ns %" PRIu64 "\n",
            h->version, h->pid, h->start_monotonic_ns, h->start_realtime_ns);
+    mt_reader_set_strict(rd, strict);
     mt_record rec;
     mt_read_status st;
-    while ((st = mt_reader_next(rd, &rec)) == MT_READ_RECORD) print_record(stdout, h, &rec);
+    mt_read_damage seen = {0}, now;
+    int werr = 0; /* errno of the first failed write to stdout */
+    for (;;) {
+        st = mt_reader_next(rd, &rec);
+        mt_reader_damage(rd, &now);
+        if (now.chunks != seen.chunks) /* the record below comes after a skipped region */
+            printf("# skipped: %llu bytes of damaged chunks (%s)\n",
+                   (unsigned long long)(now.bytes - seen.bytes),
+                   now.chunks - seen.chunks == 1 && seen.chunks == 0 ? now.first : "damaged");
+        seen = now;
+        if (ferror(stdout)) werr = errno;
+        if (st != MT_READ_RECORD || werr) break;
+        print_record(stdout, h, &rec);
+    }
     int status = 0;
-    if (st == MT_READ_TRUNCATED) {
-        fflush(stdout);
-        fprintf(stderr, "memtrace: warning: %s\n", mt_reader_error(rd));
-    } else if (st != MT_READ_END) {
-        fflush(stdout);
-        status = mt_cli_fail("%s", mt_reader_error(rd));
+    if (fflush(stdout) != 0 && !werr) werr = errno;
+    if (seen.chunks)
+        fprintf(stderr, "memtrace: dump: warning: %llu damaged chunk%s skipped (%llu bytes; the "
+                        "first: %s)\n",
+                (unsigned long long)seen.chunks, seen.chunks == 1 ? "" : "s",
+                (unsigned long long)seen.bytes, seen.first);
+    if (st == MT_READ_TRUNCATED && !strict) {
+        fprintf(stderr, "memtrace: dump: warning: %s\n", mt_reader_error(rd));
+    } else if (st != MT_READ_END && st != MT_READ_RECORD) {
+        status = mt_cli_fail("dump: %s%s", mt_reader_error(rd), strict ? " (--strict)" : "");
     }
     mt_reader_close(rd);
-    if (fflush(stdout) != 0) return 2;
+    if (werr || ferror(stdout))
+        return mt_cli_fail("dump: writing standard output failed: %s",
+                           strerror(werr ? werr : EIO));
     return status;
 }

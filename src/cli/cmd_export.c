@@ -1,10 +1,13 @@
 /* `memtrace export --format chrome|folded|speedscope|html ...`: Perfetto/Chrome trace JSON (gzip
  * when OUT ends in .gz), folded stacks for flame graphs (one device), a speedscope file (every
- * device and metric), or a self-contained HTML report. Exit 0, or 2 on bad arguments and
- * unreadable or corrupt traces. */
+ * device and metric), or a self-contained HTML report. Exit 0, or 2 on bad arguments, unreadable
+ * traces, damaged ones with --strict, an output refused by the rules of mt_out_create, or a
+ * failed write. `-f` is refused here: it meant --format once, and means --force in record and
+ * report. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -53,7 +56,14 @@ static void usage(FILE *f)
           "                            activations, ...; record --tensors; peak metric)\n"
           "  --categories FILE         your own category rules (docs/analysis.md)\n"
           "  --rank R                  only the traces of rank R\n"
-          "  -o OUT                    output file, '-' = stdout (default)\n",
+          "  -o OUT                    output file, '-' = stdout (default); written under a\n"
+          "                            temporary name and renamed when complete, so a failure\n"
+          "                            leaves no partial file\n"
+          "  --force                   replace OUT if it exists (never a trace being read, never\n"
+          "                            through a symbolic link)\n"
+          "  --strict                  exit 2 if a trace is damaged or truncated (default: skip\n"
+          "                            damaged chunks, warn on stderr and in the output)\n"
+          "(-f is not an option here: write --format, or --force)\n",
           f);
 }
 
@@ -139,34 +149,38 @@ static void say_device(mt_analysis *const *as, int n)
     }
 }
 
-static int analyze_one(const char *path, const char *rules, mt_analysis **a)
+static int analyze_one(const char *path, const char *rules, mt_analysis **a, int strict)
 {
     char err[512], cwd_buf[4096];
     int tty = isatty(2);
     mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path,
-                            .category_rules = rules};
+                            .category_rules = rules, .strict = strict};
     int rc = mt_analyze(path, &o, a, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("export: %s", err);
+    mt_cli_warn_incomplete("export", *a); /* folded and speedscope have no place to say it */
     const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
     if (cwd) mt_frames_set_base_dir((*a)->frames, cwd); /* short Python paths */
     return 0;
 }
 
 /* The earliest start on the wall clock among the traces (headers only): the chrome timelines of a
- * job's ranks are put on it. */
+ * job's ranks are put on it. Only regular files are looked at (a pipe is read once, by its
+ * analysis); ~0 when none is, and each trace then starts at 0. */
 static uint64_t earliest_start(char **paths, int n)
 {
     uint64_t base = ~0ull;
     char err[256];
     for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode)) continue;
         mt_reader *r = mt_reader_open(paths[i], err, sizeof err);
         if (!r) continue;
         if (mt_reader_header(r)->start_realtime_ns < base)
             base = mt_reader_header(r)->start_realtime_ns;
         mt_reader_close(r);
     }
-    return base == ~0ull ? 0 : base;
+    return base;
 }
 
 /* Chrome, folded and html stream: one analysis in memory at a time (a job's ranks). speedscope
@@ -174,7 +188,7 @@ static uint64_t earliest_start(char **paths, int n)
 static int export_traces(char **paths, int n, const char *format, const char *out_path,
                          mt_folded_options *fo, int have_device, uint64_t min_bytes,
                          uint64_t top_allocs, mt_frame_filter frames, int driver_slices,
-                         const char *rules, const char *source_root)
+                         const char *rules, const char *source_root, int force, int strict)
 {
     int chrome = strcmp(format, "chrome") == 0, speedscope = strcmp(format, "speedscope") == 0;
     int html = strcmp(format, "html") == 0;
@@ -183,17 +197,18 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
     mt_analysis **as = calloc((size_t)n, sizeof *as);
     if (!as) return mt_cli_fail("export: out of memory");
     if (speedscope || (!chrome && have_device)) { /* all first: a device that no trace has */
-        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], rules, &as[i]);
+        for (int i = 0; i < n && !status; i++) status = analyze_one(paths[i], rules, &as[i], strict);
         if (!status && have_device) {
             int found = 0;
             for (int i = 0; i < n; i++) found |= mt_select_device(as[i], fo->device) != NULL;
             if (!found) status = mt_cli_fail("export: no trace has that device");
         }
     } else if (!chrome && !html) {
-        status = analyze_one(paths[0], rules, &as[0]); /* which device each graph shows */
+        status = analyze_one(paths[0], rules, &as[0], strict); /* which device each graph shows */
         if (!status) say_device(as, 1);
     }
-    mt_out *out = status ? NULL : mt_out_open(out_path, err, sizeof err);
+    mt_out_options oo = {.force = force, .inputs = (const char *const *)paths, .n_inputs = (size_t)n};
+    mt_out *out = status ? NULL : mt_out_create(out_path, &oo, err, sizeof err);
     if (!status && !out) status = mt_cli_fail("export: %s", err);
     if (out) {
         int rc = 0;
@@ -207,12 +222,13 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
             for (int i = 0; i < n && cs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], rules, &a)) != 0) break;
+                if ((status = analyze_one(paths[i], rules, &a, strict)) != 0) break;
                 rc = mt_chrome_add(cs, a, err, sizeof err);
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
             }
             if (cs && !status && rc == 0) rc = mt_chrome_end(cs);
+            else mt_chrome_abandon(cs);
         } else if (html) {
             mt_html_options ho = {.frames = frames, .names = fo->names, .source_root = source_root,
                                   .progress = tty ? progress2 : NULL,
@@ -221,7 +237,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!hs) rc = -1;
             for (int i = 0; i < n && hs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], rules, &a)) != 0) break;
+                if ((status = analyze_one(paths[i], rules, &a, strict)) != 0) break;
                 rc = mt_html_add(hs, a, err, sizeof err);
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
@@ -233,16 +249,21 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
         } else {
             fo->trace_frame = n > 1;
             for (int i = 0; i < n && rc == 0 && !status; i++) {
-                if (!as[i] && (status = analyze_one(paths[i], rules, &as[i])) != 0) break;
+                if (!as[i] && (status = analyze_one(paths[i], rules, &as[i], strict)) != 0) break;
                 rc = mt_export_folded_opt(out, &as[i], 1, fo);
                 mt_analysis_free(as[i]);
                 as[i] = NULL;
             }
             if (rc < 0) snprintf(err, sizeof err, "out of memory");
         }
-        int close_rc = mt_out_close(out);
-        if (!status && rc < 0) status = mt_cli_fail("export: %s", err);
-        else if (!status && close_rc < 0) status = mt_cli_fail("export: writing %s failed", out_path);
+        if (status || rc < 0) { /* nothing half written is left under OUT's name */
+            mt_out_discard(out);
+            if (!status)
+                status = mt_cli_fail("export: %s (%s not written)", err, mt_cli_out_name(out_path));
+        } else if (mt_out_close(out) < 0) {
+            status = mt_cli_fail("export: writing %s failed: %s", mt_cli_out_name(out_path),
+                                 strerror(errno));
+        }
     }
     for (int i = 0; i < n; i++) mt_analysis_free(as[i]);
     free(as);
@@ -255,7 +276,7 @@ static int run(int argc, char **argv, char **traces)
     const char *source_root = NULL;
     uint64_t min_bytes = 0, top_allocs = 0;
     int have_min = 0, have_top = 0, have_device = 0, n = 0, long_names = 0, driver_slices = 0;
-    int device = MT_DEVICE_AUTO, want_rank = -1, by_category = 0;
+    int device = MT_DEVICE_AUTO, want_rank = -1, by_category = 0, force = 0, strict = 0;
     uint64_t rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -263,9 +284,16 @@ static int run(int argc, char **argv, char **traces)
         if (mt_cli_is_help(a)) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
+        } else if (strcmp(a, "--format") == 0) {
             if (i + 1 >= argc) return mt_cli_fail("export: --format needs chrome, folded, speedscope or html");
             format = argv[++i];
+        } else if (strcmp(a, "-f") == 0) {
+            return mt_cli_fail("export: -f is ambiguous: write --format chrome|folded|speedscope|html, "
+                               "or --force to replace an existing output");
+        } else if (strcmp(a, "--force") == 0) {
+            force = 1;
+        } else if (strcmp(a, "--strict") == 0) {
+            strict = 1;
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
         } else if (strcmp(a, "--metric") == 0) {
@@ -363,7 +391,8 @@ static int run(int argc, char **argv, char **traces)
                                           : "export: no trace found in what was given");
     }
     int status = export_traces(paths, np, format, out_path, &fo, have_device, min_bytes,
-                               top_allocs, frames, driver_slices, rules, source_root);
+                               top_allocs, frames, driver_slices, rules, source_root, force,
+                               strict);
     mt_cli_free_traces(paths, np);
     return status;
 }

@@ -7,6 +7,11 @@
  * workers — records into its own file (one that only initializes CUDA, like torchrun's launcher,
  * writes none and is listed as skipped). `record` itself only prepares the environment, waits,
  * and reports; it returns the command's exit status (a death by signal N as 128+N).
+ *
+ * Before the command starts: the output pattern always names the process (%p, or %r with %h: a
+ * rank on its host; record_output.c) and its directory must exist and be writable (exit 2
+ * otherwise). After it exits: `record` waits for every traced process that outlived it to close
+ * its trace (record_wait.c), then symbolizes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +37,10 @@ static void usage(FILE *out)
         "every GPU memory event with its call stack. Returns CMD's exit status.\n\n"
         "options:\n"
         "  -o PATTERN        trace file name; %p = pid, %c = command name, %h = host name\n"
-        "                    (default: memtrace.%c.%p.mtrace in the current directory)\n"
+        "                    (default: memtrace.%c.%h.%p.mtrace in the current directory);\n"
+        "                    every process writes its own file, so a PATTERN without %p gets\n"
+        "                    .%p before its extension (-o run.mtrace: run.<pid>.mtrace). The\n"
+        "                    directory must exist and be writable (checked before CMD starts)\n"
         "  -f, --force       replace existing trace files (default: never overwrite)\n"
         "  --stacks MODE     both (default: native frames, with Python frames in place of the\n"
         "                    interpreter's when the program is Python), python (Python frames\n"
@@ -56,6 +64,9 @@ static void usage(FILE *out)
         "                    `memtrace symbolize`, on this machine)\n"
         "  -q, --quiet       print nothing but errors\n"
         "  -h, --help        this text\n\n"
+        "After CMD exits, record waits for every traced process that outlived it (a background\n"
+        "worker) to close its trace before symbolizing; Ctrl-C stops that wait, and traces still\n"
+        "being written are left for `memtrace symbolize`.\n\n"
         "environment: MEMTRACE_CUPTI=/path/libcupti.so.13 overrides where CUPTI is found;\n"
         "MEMTRACE_INJECT=/path/libmemtrace_inject.so overrides the recorder library.\n",
         out);
@@ -212,15 +223,22 @@ void mt_tensor_mode_conf(const char *user, char *out, size_t len)
 }
 
 static pid_t child_pid;
+static volatile sig_atomic_t stop_waiting; /* Ctrl-C while waiting for traced processes */
 
 static void forward_signal(int sig)
 {
     if (child_pid > 0) kill(child_pid, sig);
 }
 
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    stop_waiting = 1;
+}
+
 int mt_cmd_record(int argc, char **argv)
 {
-    const char *pattern = "memtrace.%c.%p.mtrace", *stacks = "both";
+    const char *pattern = "memtrace.%c.%h.%p.mtrace", *stacks = "both";
     int force = 0, symbolize = 1, quiet = 0, tensors = 0, preload = 1, activity = -1, i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -278,13 +296,19 @@ int mt_cmd_record(int argc, char **argv)
         fprintf(stderr, "memtrace: libcupti not found in the command's Python environment or the "
                         "CUDA toolkit; the recorder will ask the dynamic linker\n");
 
-    /* An absolute pattern, so processes that chdir still write where the user expects. */
-    char abs_pattern[PATH_MAX * 2], cwd[PATH_MAX];
+    /* An absolute pattern, so processes that chdir still write where the user expects; with the
+     * pid in it, so processes never compete for one file. */
+    char abs_pattern[PATH_MAX * 2], cwd[PATH_MAX], given[PATH_MAX * 2], errbuf[PATH_MAX + 200];
     if (!getcwd(cwd, sizeof cwd)) return mt_cli_fail("record: getcwd: %s", strerror(errno));
     if (pattern[0] == '/')
-        snprintf(abs_pattern, sizeof abs_pattern, "%s", pattern);
+        snprintf(given, sizeof given, "%s", pattern);
     else
-        snprintf(abs_pattern, sizeof abs_pattern, "%s/%s", cwd, pattern);
+        snprintf(given, sizeof given, "%s/%s", cwd, pattern);
+    if (mt_record_pattern_per_process(given, abs_pattern, sizeof abs_pattern) && !quiet)
+        fprintf(stderr, "memtrace: -o %s has no %%p: each process writes its own file, named "
+                        "with .%%p added (%s)\n", pattern, abs_pattern);
+    if (mt_record_check_dir(abs_pattern, errbuf, sizeof errbuf) != 0)
+        return mt_cli_fail("record: -o %s: %s", pattern, errbuf);
 
     char manifest[] = "/tmp/memtrace-manifest-XXXXXX";
     int mfd = mkstemp(manifest);
@@ -352,6 +376,10 @@ int mt_cmd_record(int argc, char **argv)
                     : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                           : 1;
 
+    /* Processes that outlived the command may still be writing their traces. */
+    signal(SIGINT, on_interrupt);
+    mt_record_wait_writers(manifest, quiet, &stop_waiting);
+    signal(SIGINT, SIG_IGN);
     mt_record_summarize(manifest, symbolize, quiet);
     unlink(manifest);
     return exit_code;

@@ -1,8 +1,10 @@
-/* `memtrace report [--json|--markdown] [--top N] [--frames user|all|python|native] [--long-names] [--full-stacks]
- *  [--by-line [--file PATH]] [--rank R] [-o OUT] TRACE|DIR...`: per device the peak, what was
- * live then and who allocated it, leaks, failed requests with forensics. With several traces (a
- * job's ranks) a rank table comes first. Exit 0, or 2 on bad arguments and unreadable or corrupt
- * traces (a truncated trace is analysed and flagged, not an error).
+/* `memtrace report [--json|--markdown] [--top N] [--frames user|all|python|native] [--long-names]
+ *  [--full-stacks] [--by-line [--file PATH]] [--rank R] [-o OUT [--force]] [--strict] TRACE|DIR...`:
+ * per device the peak, what was live then and who allocated it, leaks, failed requests with
+ * forensics. With several traces (a job's ranks) a rank table comes first. Exit 0, or 2 on bad
+ * arguments, unreadable traces, a refused output or a failed write (a truncated or damaged trace
+ * is analysed and flagged, not an error, unless --strict). OUT follows mt_out_create's rules: no
+ * file is replaced without --force, never an input, and a failed report leaves no file.
  *
  * Traces are analysed one at a time and freed: what the rank table needs of each is kept small
  * (mt_rank_summary), and the per-trace sections are written to a temporary file meanwhile, so 64
@@ -46,7 +48,12 @@ static void usage(FILE *f)
           "                      docs/analysis.md). Categories need record --tensors.\n"
           "  --rank R            several traces: the details of rank R only (the rank table\n"
           "                      shows every trace)\n"
-          "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip)\n",
+          "  -o OUT              write to OUT instead of stdout (OUT.gz: gzip); written under a\n"
+          "                      temporary name and renamed when complete\n"
+          "  -f, --force         replace OUT if it exists (never a trace being read, never\n"
+          "                      through a symbolic link)\n"
+          "  --strict            exit 2 if a trace is damaged or truncated (default: damaged\n"
+          "                      chunks are skipped and the report says what was lost)\n",
           f);
 }
 
@@ -72,7 +79,7 @@ static int append_file(mt_out *out, FILE *tmp)
 
 static int run(int argc, char **argv, char **args)
 {
-    int json = 0, markdown = 0, full = 0, by_line = 0, want_rank = -1;
+    int json = 0, markdown = 0, full = 0, by_line = 0, want_rank = -1, force = 0, strict = 0;
     uint64_t top = 0, rank_arg = 0;
     mt_frame_filter frames = MT_FRAMES_AUTO;
     int long_names = 0;
@@ -97,6 +104,10 @@ static int run(int argc, char **argv, char **args)
             long_names = 1;
         } else if (strcmp(argv[i], "--full-stacks") == 0) {
             full = 1;
+        } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--force") == 0) {
+            force = 1;
+        } else if (strcmp(argv[i], "--strict") == 0) {
+            strict = 1;
         } else if (strcmp(argv[i], "--by-line") == 0) {
             by_line = 1;
         } else if (strcmp(argv[i], "--file") == 0) {
@@ -151,7 +162,9 @@ static int run(int argc, char **argv, char **args)
     mt_md_report *md = markdown ? mt_md_report_begin((size_t)nt, &ro) : NULL;
     if ((multi && !sums) || ((multi || markdown) && !tmp) || (markdown && !md))
         status = mt_cli_fail("report: out of memory or no temporary file");
-    if (!status && !(out = mt_out_open(out_path, err, sizeof err)))
+    mt_out_options oo = {.force = force, .inputs = (const char *const *)traces,
+                         .n_inputs = (size_t)nt};
+    if (!status && !(out = mt_out_create(out_path, &oo, err, sizeof err)))
         status = mt_cli_fail("report: %s", err);
     if (!status) details = tmp ? mt_out_from_file(tmp) : out;
     int tty = isatty(2), shown = 0, rc = 0;
@@ -160,13 +173,16 @@ static int run(int argc, char **argv, char **args)
     for (int i = 0; i < nt && !status && rc == 0; i++) {
         mt_analysis *a = NULL;
         mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i],
-                                .category_rules = rules};
+                                .category_rules = rules, .strict = strict};
         int arc = mt_analyze(traces[i], &o, &a, err, sizeof err);
         if (tty) fputs("\r\033[K", stderr);
         if (arc < 0) {
             status = mt_cli_fail("report: %s", err);
             break;
         }
+        /* a text report on the terminal says it in its WARNING lines; elsewhere, stderr too */
+        if (json || markdown || multi || strcmp(out_path, "-") != 0)
+            mt_cli_warn_incomplete("report", a);
         if (cwd) mt_frames_set_base_dir(a->frames, cwd); /* short Python paths */
         if (multi && mt_rank_summarize(a, &sums[i]) < 0) rc = -1;
         int is_wanted = want_rank < 0 || ((a->header.flags & MT_HDR_RANK) &&
@@ -207,9 +223,15 @@ static int run(int argc, char **argv, char **args)
     if (!status && json) mt_out_puts(out, "\n");
     if (details && details != out) mt_out_close(details);
     if (md) mt_md_report_end(md, NULL); /* frees it */
-    if (out && mt_out_close(out) < 0 && !status) rc = -1;
-    if (!status && rc < 0)
-        status = mt_cli_fail("report: writing %s failed: %s", out_path, strerror(errno));
+    if (out && (status || rc < 0)) { /* nothing half written is left under OUT's name */
+        mt_out_discard(out);
+        if (!status)
+            status = mt_cli_fail("report: out of memory or no temporary space (%s not written)",
+                                 mt_cli_out_name(out_path));
+    } else if (out && mt_out_close(out) < 0) {
+        status = mt_cli_fail("report: writing %s failed: %s", mt_cli_out_name(out_path),
+                             strerror(errno));
+    }
     for (int i = 0; sums && i < nt; i++) mt_rank_summary_free(&sums[i]);
     free(sums);
     if (tmp) fclose(tmp);

@@ -14,7 +14,10 @@ static void usage(FILE *out)
           "and line (ELF symbol tables, DWARF of the module or of its separate debug file,\n"
           "inlined frames included) and appends the symbols to the trace. A trace cut short\n"
           "(recorder killed) is first trimmed to its last whole chunk. Running it twice adds\n"
-          "nothing. Modules whose file is gone or changed (build id) stay unresolved.\n",
+          "nothing. Modules whose file is gone or changed (build id), or is not a regular file,\n"
+          "stay unresolved. A trace that is not a regular file, is locked by another process,\n"
+          "has a damaged chunk, or grows while it is read (still being recorded) is left as it\n"
+          "is, with a one-line reason and exit status 2.\n",
           out);
 }
 

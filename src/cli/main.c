@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "memtrace/compact.h"
 
 static const struct {
     const char *name;
@@ -28,8 +29,8 @@ static void usage(FILE *out)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`memtrace <command> --help` describes each one. Typical use:\n"
                  "  memtrace record -- python train.py\n"
-                 "  memtrace report memtrace.python.1234.mtrace\n"
-                 "  memtrace check --max-peak 20GiB memtrace.python.1234.mtrace   # in CI\n");
+                 "  memtrace report memtrace.python.gpu1.1234.mtrace\n"
+                 "  memtrace check --max-peak 20GiB memtrace.python.gpu1.1234.mtrace   # in CI\n");
 }
 
 int mt_cli_fail(const char *fmt, ...)
@@ -46,6 +47,24 @@ int mt_cli_fail(const char *fmt, ...)
 int mt_cli_is_help(const char *arg)
 {
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+void mt_cli_warn_incomplete(const char *cmd, const struct mt_analysis *a)
+{
+    if (a->damaged_chunks)
+        fprintf(stderr, "memtrace: %s: warning: %s: %llu damaged chunk%s skipped (%llu bytes; the "
+                        "first: %s); their records are missing (--strict makes this an error)\n",
+                cmd, a->path, (unsigned long long)a->damaged_chunks,
+                a->damaged_chunks == 1 ? "" : "s", (unsigned long long)a->damaged_bytes,
+                a->damage_msg ? a->damage_msg : "?");
+    if (a->truncated)
+        fprintf(stderr, "memtrace: %s: warning: %s is truncated (%s): numbers cover what was read\n",
+                cmd, a->path, a->truncated_msg ? a->truncated_msg : "?");
+}
+
+const char *mt_cli_out_name(const char *path)
+{
+    return strcmp(path, "-") == 0 ? "standard output" : path;
 }
 
 int main(int argc, char **argv)

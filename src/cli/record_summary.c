@@ -68,11 +68,15 @@ static void summarize_one(const char *path, int symbolize, int quiet)
     char root[32] = "host";
     if (big) mt_device_root_name(big, root, sizeof root);
     mt_analysis_free(a);
+    /* the suggested output is named after the trace: a fixed name would exist the second time */
+    size_t stem = strlen(path);
+    if (stem > 7 && strcmp(path + stem - 7, ".mtrace") == 0) stem -= 7;
     fprintf(stderr, "  next: memtrace report %s\n", path);
-    fprintf(stderr, "        memtrace export --format chrome -o trace.json.gz %s   (ui.perfetto.dev)\n",
+    fprintf(stderr, "        memtrace export --format chrome -o %.*s.json.gz %s   (ui.perfetto.dev)\n",
+            (int)stem, path,
             path);
-    fprintf(stderr, "        memtrace export --format speedscope -o memory.speedscope.json %s   "
-                    "(speedscope.app)\n", path);
+    fprintf(stderr, "        memtrace export --format speedscope -o %.*s.speedscope.json %s   "
+                    "(speedscope.app)\n", (int)stem, path, path);
     fprintf(stderr, "        memtrace export --format folded %s | flamegraph.pl --title '%s live at "
                     "the peak' --countname bytes --colors mem > peak.svg\n", path, root);
 }
@@ -94,6 +98,12 @@ void mt_record_summarize(const char *manifest, int symbolize, int quiet)
         *arg++ = 0;
         if (strcmp(what, "trace") == 0) {
             files++;
+            if (mt_trace_held_open(atoi(line), arg) == 1) {
+                fprintf(stderr, "memtrace: %s is still being written by pid %s: not symbolized "
+                                "(run `memtrace symbolize %s` once that process is done)\n",
+                        arg, line, arg);
+                continue;
+            }
             summarize_one(arg, symbolize, quiet);
         } else if (strcmp(what, "skipped") == 0) {
             size_t o = strlen(skipped);

@@ -43,10 +43,13 @@ static int add(entry **v, size_t *n, size_t *cap, const char *path)
     return 0;
 }
 
-/* The rank in a trace's header, read without reading the rest. */
+/* The rank in a trace's header, read without reading the rest. Only from a regular file: a pipe
+ * or FIFO can be read once, by the analysis (which copies it). */
 static void read_rank(entry *e)
 {
     char err[256];
+    struct stat st;
+    if (stat(e->path, &st) != 0 || !S_ISREG(st.st_mode)) return;
     mt_reader *r = mt_reader_open(e->path, err, sizeof err);
     if (!r) return; /* the analysis will say what is wrong with it */
     const mt_file_header *h = mt_reader_header(r);

@@ -5,22 +5,35 @@
  *           timeline, failed requests with what was live on their device at that moment, bytes
  *           allocated by stack, and what is still live at the end (by stack, and by holder:
  *           an allocator's cache, a library, the driver, or the program).
- *   pass 2  events only, through a fresh tracker, until the last device's peak event: when a
- *           device reaches the event number of its peak, its live set is aggregated by stack.
- *           With tensors the tracker also gives each tensor its category (categories.c), and the
- *           replay goes on past the peak until the phase of the peak has ended (see below).
+ *   pass 2  events only, through a fresh tracker, until the last device's peak event: what was
+ *           live at each device's peak is aggregated by stack (see pass 2 below). With tensors
+ *           the tracker also gives each tensor its category (categories.c), and the replay goes on
+ *           past the peak until the phase of the peak has ended.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
+ *
+ * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,
+ * and the exporters' later reads, go through that descriptor, so a FIFO works and a file replaced
+ * between the passes is not mixed with the old one. Damaged chunks are stepped over and counted
+ * (a->damaged_*) unless opt->strict. Every step is linear in the trace whatever it holds: the
+ * tracker keeps at most MT_MAX_DEVICE_ORDINAL + 2 device slots, and what is done per device (the
+ * live set at its peak and at the end, its stack lists, its NVML samples) is done for all devices
+ * in one walk; records that accumulate (threads, warnings, devices) grow geometrically and DEVICE
+ * records are kept once per ordinal; the NVML pairing's look at recent changes is bounded (below).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
 #define PROGRESS_EVERY 65536
 
-/* Aggregate keys: slot key << 40 | driver << 32 | stack. Slot key 0 = host, else ordinal + 2. */
+/* Aggregate keys: slot key << 40 | driver << 32 | stack. Slot key 0 = host, else ordinal + 2
+ * (the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL, so slot keys are below N_SLOTS). */
+#define N_SLOTS (MT_MAX_DEVICE_ORDINAL + 3)
+
 static inline uint64_t slot_key(int32_t device, int is_host)
 {
     return is_host ? 0 : ((uint64_t)(uint32_t)(device + 2) & 0xffffff);
@@ -30,6 +43,11 @@ static inline uint64_t agg_key(const mt_lifetime *l)
 {
     return slot_key(l->device, mt_kind_is_host(l->kind)) << 40 |
            mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER);
+}
+
+static inline size_t slot_of_lifetime(const mt_lifetime *l)
+{
+    return (size_t)slot_key(l->device, mt_kind_is_host(l->kind));
 }
 
 typedef struct timeline {
@@ -58,6 +76,21 @@ typedef struct nvml_sample {
  * time that comes later in the file, for SAMPLE_WINDOW_NS of event time after it. */
 #define HISTORY 65536
 #define SAMPLE_WINDOW_NS 2000000000ull
+/* Bounds that keep this linear on any trace (samples are cheap to write: a file of samples with
+ * odd times could otherwise make every change visit every sample, or every sample the whole
+ * history). The last PENDING_PER_DEVICE samples of a device take its later changes (the sampler
+ * writes one per device every 50 ms: 40 in the window); a sample's look back at the history stops at a change
+ * more than SAMPLE_WINDOW_NS before it (files keep events within a drain's reach of time order),
+ * and the look-backs of all samples together take at most HISTORY_BUDGET_PER_EVENT steps per
+ * event read (plus HISTORY): past that, samples start from their place in the file alone. */
+#define PENDING_PER_DEVICE 64
+
+/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml), a ring. */
+typedef struct pending_ring {
+    uint32_t ix[PENDING_PER_DEVICE];
+    uint32_t n, head;
+} pending_ring;
+#define HISTORY_BUDGET_PER_EVENT 64
 
 typedef struct change {
     uint64_t t; /* since trace start */
@@ -69,13 +102,16 @@ typedef struct pass1 {
     nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
     size_t n_nvml, cap_nvml;
     int64_t *nvml_live;  /* parallel to nvml: the trace's live bytes at the sample, so far */
-    size_t first_pending; /* samples from here on may still take changes */
+    pending_ring *pending[MT_MAX_DEVICE_ORDINAL + 3]; /* by device + 2; made on a first sample */
+    uint64_t latest_change; /* the latest event time of a change so far: closes windows */
     change *hist;        /* the last HISTORY changes, a ring */
     size_t hist_n, hist_head;
+    uint64_t hist_budget; /* look-back steps still allowed (HISTORY_BUDGET_PER_EVENT a change) */
     mt_tracker *t;
     uint64_t start;
     timeline *tl; /* parallel to the tracker's usage slots */
-    size_t n_tl;
+    size_t n_tl, cap_tl;
+    size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     int oom;
 } pass1;
 
@@ -115,7 +151,17 @@ static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
     if (b + 1 > tl->n) tl->n = b + 1;
 }
 
-static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host);
+static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap * 2 : need;
+    while (ncap < need) ncap *= 2;
+    void *np = realloc(*p, ncap * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
 
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
@@ -123,18 +169,19 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     const mt_usage *base;
     size_t n = mt_tracker_usages(p->t, &base);
     size_t i = (size_t)(u - base);
-    if (n > p->n_tl) {
-        timeline *nt = realloc(p->tl, n * sizeof *nt);
-        if (!nt) {
+    if (n > p->n_tl) { /* ~28 KiB a device: grown geometrically, never copied per device */
+        size_t cap = p->cap_tl;
+        if (grow_array((void **)&p->tl, &cap, n, sizeof *p->tl) < 0) {
             p->oom = 1;
             return;
         }
-        memset(nt + p->n_tl, 0, (n - p->n_tl) * sizeof *nt);
-        p->tl = nt;
+        memset(p->tl + p->n_tl, 0, (n - p->n_tl) * sizeof *p->tl);
+        p->cap_tl = cap;
         p->n_tl = n;
     }
     uint64_t t = rel(time_ns, p->start);
     timeline_note(&p->tl[i], u, t);
+    p->hist_budget += HISTORY_BUDGET_PER_EVENT;
     if (u->is_host) return;
     uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
     int64_t delta = (int64_t)(v - p->tl[i].api_visible);
@@ -147,20 +194,24 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     p->hist[p->hist_head] = (change){t, u->device, delta};
     p->hist_head = (p->hist_head + 1) % HISTORY;
     if (p->hist_n < HISTORY) p->hist_n++;
-    while (p->first_pending < p->n_nvml && p->nvml[p->first_pending].p.time_ns + SAMPLE_WINDOW_NS < t)
-        p->first_pending++;
-    for (size_t k = p->first_pending; k < p->n_nvml; k++)
-        if (p->nvml[k].device == u->device && t <= p->nvml[k].p.time_ns) p->nvml_live[k] += delta;
+    if (t > p->latest_change) p->latest_change = t;
+    const pending_ring *ring = p->pending[slot_key(u->device, 0)];
+    for (uint32_t j = 0; ring && j < ring->n; j++) {
+        uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
+        /* a change from before the sample, read while the sample's window is open */
+        if (t <= st && st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
+    }
 }
 
 /* A new sample: the live bytes of its place in the file, less the changes already read that
- * happened after it. */
-static int64_t sample_seen(const pass1 *p, int32_t device, uint64_t t)
+ * happened after it (newest first, within the bounds above). */
+static int64_t sample_seen(pass1 *p, int32_t device, uint64_t t)
 {
-    const mt_usage *u = find_usage(p->t, device, 0);
+    const mt_usage *u = mt_tracker_usage(p->t, device, 0);
     int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
-    for (size_t k = 0; k < p->hist_n; k++) {
+    for (size_t k = 0; k < p->hist_n && p->hist_budget; k++, p->hist_budget--) {
         const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
+        if (c->t + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
         if (c->device == device && c->t > t) live -= c->delta;
     }
     return live;
@@ -192,15 +243,6 @@ static void snap_one(void *ctx, const mt_lifetime *l)
     s->count++;
 }
 
-static const mt_usage *find_usage(const mt_tracker *t, int32_t device, int is_host)
-{
-    const mt_usage *u;
-    size_t n = mt_tracker_usages(t, &u);
-    for (size_t i = 0; i < n; i++)
-        if (u[i].is_host == is_host && (is_host || u[i].device == device)) return &u[i];
-    return NULL;
-}
-
 static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
 {
     if (!a->failed && !(a->failed = calloc(MT_MAX_FAILED_KEPT, sizeof *a->failed))) return -1;
@@ -210,7 +252,7 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
                              .device = host ? -1 : e->device, .kind = e->kind,
                              .result = e->result, .stack = e->stack, .tid = e->tid,
                              .bytes = e->bytes, .stream = e->stream};
-    const mt_usage *u = find_usage(t, f->device, host);
+    const mt_usage *u = mt_tracker_usage(t, f->device, host);
     if (u) {
         f->in_use = u->in_use;
         if (u->has_pool_info) {
@@ -230,16 +272,19 @@ static int snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *
 
 /* ---- what is live at the end, by stack and by holder -------------------------------------------- */
 
-typedef struct end_holder_sum {
-    uint64_t slot;
-    mt_end_holder h;
-} end_holder_sum;
+/* Holders of one device slot: a handful (static owner names, "program", "driver-internal"). */
+typedef struct holder_list {
+    mt_end_holder *v;
+    size_t n;
+} holder_list;
 
+/* The end of the trace for every device in one walk over the live set: what is live by stack and
+ * by holder, what the program itself holds (leaks), and each GPU device's reconciliation. */
 typedef struct end_snap {
     mt_frames *f;
     mt_u64map live, program; /* agg key -> bytes, count */
-    end_holder_sum *sums;
-    size_t n_sums;
+    holder_list holders[N_SLOTS];
+    mt_breakdown_acc at_end[N_SLOTS];
     int oom;
 } end_snap;
 
@@ -257,26 +302,29 @@ static void add_to(mt_u64map *m, uint64_t key, uint64_t bytes, int *oom)
 static void end_one(void *ctx, const mt_lifetime *l)
 {
     end_snap *e = ctx;
+    size_t slot = slot_of_lifetime(l);
+    if (slot >= N_SLOTS) return;
+    mt_breakdown_add(&e->at_end[slot], l); /* a segment counts there though not in use */
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
     uint64_t key = agg_key(l);
     add_to(&e->live, key, l->bytes, &e->oom);
     const char *holder;
     mt_holder_kind kind = mt_frames_holder(e->f, l, &holder);
     if (kind == MT_HOLD_PROGRAM) add_to(&e->program, key, l->bytes, &e->oom);
-    uint64_t slot = key >> 40;
+    holder_list *hl = &e->holders[slot];
     size_t i = 0;
-    while (i < e->n_sums && !(e->sums[i].slot == slot && e->sums[i].h.holder == holder)) i++;
-    if (i == e->n_sums) { /* a handful: static owner names, "program", "driver-internal" */
-        end_holder_sum *ns = realloc(e->sums, (e->n_sums + 1) * sizeof *ns);
-        if (!ns) {
+    while (i < hl->n && hl->v[i].holder != holder) i++;
+    if (i == hl->n) {
+        mt_end_holder *nv = realloc(hl->v, (hl->n + 1) * sizeof *nv);
+        if (!nv) {
             e->oom = 1;
             return;
         }
-        e->sums = ns;
-        e->sums[e->n_sums++] = (end_holder_sum){slot, {.holder = holder, .kind = kind}};
+        hl->v = nv;
+        hl->v[hl->n++] = (mt_end_holder){.holder = holder, .kind = kind};
     }
-    e->sums[i].h.bytes += l->bytes;
-    e->sums[i].h.count++;
+    hl->v[i].bytes += l->bytes;
+    hl->v[i].count++;
 }
 
 static int cmp_holder(const void *pa, const void *pb)
@@ -286,24 +334,20 @@ static int cmp_holder(const void *pa, const void *pb)
     return strcmp(a->holder, b->holder);
 }
 
-/* The holders of device slot `slot`, largest first; past MT_MAX_END_HOLDERS the smallest are
- * added to the last kept entry of their kind, or dropped from the list (never from the totals). */
-static void holders_of(const end_snap *e, uint64_t slot, mt_device_report *d)
+/* The holders of a device, largest first; past MT_MAX_END_HOLDERS the smallest are added to the
+ * last kept entry of their kind, or dropped from the list (never from the totals). */
+static void holders_of(holder_list *hl, mt_device_report *d)
 {
-    mt_end_holder all[64];
-    size_t n = 0;
-    for (size_t i = 0; i < e->n_sums && n < 64; i++)
-        if (e->sums[i].slot == slot) all[n++] = e->sums[i].h;
-    if (n) qsort(all, n, sizeof *all, cmp_holder);
-    for (size_t i = 0; i < n; i++) {
+    if (hl->n) qsort(hl->v, hl->n, sizeof *hl->v, cmp_holder);
+    for (size_t i = 0; i < hl->n; i++) {
         if (d->n_end_holders < MT_MAX_END_HOLDERS) {
-            d->end_holders[d->n_end_holders++] = all[i];
+            d->end_holders[d->n_end_holders++] = hl->v[i];
             continue;
         }
         for (size_t k = d->n_end_holders; k-- > 0;)
-            if (d->end_holders[k].kind == all[i].kind) {
-                d->end_holders[k].bytes += all[i].bytes;
-                d->end_holders[k].count += all[i].count;
+            if (d->end_holders[k].kind == hl->v[i].kind) {
+                d->end_holders[k].bytes += hl->v[i].bytes;
+                d->end_holders[k].count += hl->v[i].count;
                 break;
             }
     }
@@ -311,122 +355,34 @@ static void holders_of(const end_snap *e, uint64_t slot, mt_device_report *d)
 
 /* ---- pass 2 ------------------------------------------------------------------------------------ */
 
-/* With tensors (record --tensors) a tensor's category may only be final after its peak: a backward
+/* What was live at each device's peak, for every device in one replay: a lifetime was live at its
+ * device's peak when it started at or before the peak event and ended after it. Pass 2 replays up
+ * to the last peak; lifetimes that end after their device's peak are counted as they end
+ * (on_release), those still live when the replay stops are counted then. Each lifetime is looked
+ * at once, however many devices there are (a walk over the live set per device's peak made 8 KB
+ * of trace take 15 s).
+ *
+ * With tensors (record --tensors) a tensor's category may only be final after its peak: a backward
  * tensor still live when the next optimizer step begins is a gradient, an optimizer temporary then
- * is state (categories.c). So the tensors live at a device's peak are kept as members, serial ->
- * (bytes, aggregate key), and the replay goes on until the phase after the peak ends (or the trace
- * does): a member released before then keeps the category it had, the others take theirs at that
- * moment. The replay also waits for the end of a backward pass after the peak, to show every
- * gradient live (by_category_after_backward).
- * Members' values: a = bytes, b = aggregate key | (category + 1) << CAT_SHIFT once final. */
-#define CAT_SHIFT 33
-#define CAT_MASK 0x3full
-
-typedef struct dev2 {
-    int reached;             /* the peak was seen */
-    int waiting;             /* members wait for their final categories */
-    int waiting_backward;    /* for the end of a backward pass (after_backward) */
+ * is state (categories.c). So the replay goes on until the first phase end after each device's
+ * peak (or the trace's end), and a tensor live at the peak counts with the category it had when it
+ * ended, if before that phase end, else right after it (mt_category_at: the tracker says when a
+ * tensor was promoted). The replay also waits for the end of a backward pass after the peak: the
+ * device's tensors live then, by their categories then, are by_category_after_backward. Both are
+ * counted per tensor as above, never by a walk per device. */
+typedef struct slot2 {
+    mt_device_report *d;
+    int reached;              /* the peak event was replayed */
+    int categorize;           /* tensors by category (a GPU device of a tensor trace) */
+    int waiting;              /* the first phase end after the peak is still to come */
+    int waiting_backward;     /* the first backward end after the peak is still to come */
+    uint32_t end_phase;       /* phase ends counted once the one after the peak happened */
+    uint32_t backward_phase;  /* ... once the backward end after the peak happened */
+    uint64_t backward_seq;    /* the event at which it happened */
     uint64_t bwd_at_peak, opt_at_peak; /* phases ended when the peak was reached */
-    mt_u64map peak_map;      /* agg key (| category << CAT_SHIFT) -> bytes, count */
-    mt_u64map members;       /* serial -> bytes, agg key | final category */
-} dev2;
-
-typedef struct pass2 {
-    mt_tracker *t;
-    mt_analysis *a;
-    dev2 *dev; /* parallel to a->devices, then the host */
-    size_t pending; /* devices whose peak is not reached yet, or whose members wait */
-    int oom;
-} pass2;
-
-static mt_device_report *report_of(mt_analysis *a, const mt_usage *u, size_t *index)
-{
-    if (u->is_host) {
-        *index = a->n_devices;
-        return a->host;
-    }
-    for (size_t i = 0; i < a->n_devices; i++)
-        if (a->devices[i].u.device == u->device) {
-            *index = i;
-            return &a->devices[i];
-        }
-    return NULL;
-}
-
-typedef struct peak_snap {
-    dev2 *d;
-    uint64_t only_slot;
-    int categorize, oom;
-} peak_snap;
-
-static void peak_one(void *ctx, const mt_lifetime *l)
-{
-    peak_snap *s = ctx;
-    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
-    uint64_t key = agg_key(l);
-    if ((key >> 40) != s->only_slot) return;
-    mt_u64map_slot *m;
-    if (s->categorize && l->kind == MT_KIND_TENSOR) {
-        if (!(m = mt_u64map_upsert(&s->d->members, l->serial))) {
-            s->oom = 1;
-            return;
-        }
-        m->a = l->bytes;
-        m->b = key;
-        return;
-    }
-    if (!(m = mt_u64map_upsert(&s->d->peak_map, key))) {
-        s->oom = 1;
-        return;
-    }
-    m->a += l->bytes;
-    m->b++;
-}
-
-static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
-{
-    (void)time_ns;
-    pass2 *p = ctx;
-    size_t i;
-    mt_device_report *d = report_of(p->a, u, &i);
-    if (!d || p->dev[i].reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
-    dev2 *x = &p->dev[i];
-    x->reached = 1;
-    peak_snap s = {.d = x, .only_slot = slot_key(u->device, u->is_host),
-                   .categorize = p->a->categories != NULL && !u->is_host};
-    mt_tracker_foreach_live(p->t, peak_one, &s);
-    memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
-    d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
-    if (!u->is_host) {
-        if (mt_breakdown_snapshot(&d->at_peak, p->a->frames, p->t, u, d->peak_time_ns) < 0)
-            p->oom = 1;
-        mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, mt_breakdown_visible(u),
-                                 u->by_kind[MT_KIND_DRIVER]);
-    }
-    if (s.oom) p->oom = 1;
-    if (s.categorize) {
-        x->waiting = x->waiting_backward = 1;
-        mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
-        return; /* still pending: finish_members, after_backward */
-    }
-    if (mt_stack_list_from_map(&x->peak_map, ~0ull, &d->peak_stacks) < 0) p->oom = 1;
-    if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
-    mt_u64map_destroy(&x->peak_map);
-    if (p->pending) p->pending--;
-}
-
-static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
-{
-    (void)end_ns;
-    (void)why;
-    pass2 *p = ctx;
-    if (l->kind != MT_KIND_TENSOR) return;
-    for (size_t i = 0; i < p->a->n_devices; i++) {
-        if (!p->dev[i].waiting) continue;
-        mt_u64map_slot *m = mt_u64map_find(&p->dev[i].members, l->serial);
-        if (m && !(m->b >> CAT_SHIFT & CAT_MASK)) m->b |= (uint64_t)(l->category + 1) << CAT_SHIFT;
-    }
-}
+    uint64_t visible, driver; /* at the peak, for the NVML pairing */
+    mt_breakdown_acc at_peak; /* GPU devices */
+} slot2;
 
 /* Sizes of the parameters [0], gradients [1] and optimizer state [2] at one moment. */
 typedef struct size_lists {
@@ -434,6 +390,19 @@ typedef struct size_lists {
     size_t n[3], cap[3];
     int oom;
 } size_lists;
+
+typedef struct pass2 {
+    mt_tracker *t;
+    mt_analysis *a;
+    slot2 s[N_SLOTS];
+    size_lists at_peak_sizes[N_SLOTS], after_bwd_sizes[N_SLOTS];
+    mt_u64map peak_map; /* agg_key (| category << CAT_SHIFT) -> bytes, count, for every device */
+    size_t pending;     /* devices whose peak is not reached yet, or whose categories wait */
+    int oom;
+} pass2;
+
+#define CAT_SHIFT 33
+#define CAT_MASK 0x3full
 
 static void sizes_add(size_lists *s, unsigned cat, uint64_t bytes)
 {
@@ -462,152 +431,205 @@ static int sizes_fit(size_lists *s, const mt_categorizer *c, mt_category_fit fit
     if (rc == 0) rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[1], s->n[1], 1, &fit[0]);
     if (rc == 0)
         rc = mt_category_fit_compute(s->v[0], s->n[0], s->v[2], s->n[2], copies ? (unsigned)copies : 2,
-                             &fit[1]);
+                                     &fit[1]);
     for (int k = 0; k < 3; k++) free(s->v[k]);
+    memset(s, 0, sizeof *s);
     return rc;
 }
 
-typedef struct cat_sum {
-    pass2 *p;
-    int32_t device;
-    uint64_t *sums;    /* by category, or NULL */
-    size_lists *sizes; /* or NULL */
-    dev2 *x;           /* members to finish, or NULL */
-} cat_sum;
-
-static void cat_live(void *ctx, const mt_lifetime *l)
+/* A device is done when its peak was replayed and nothing about it waits any more. */
+static void maybe_done(pass2 *p, slot2 *x)
 {
-    cat_sum *c = ctx;
-    if (l->kind != MT_KIND_TENSOR || l->device != c->device) return;
-    if (c->sums && l->category < MT_CAT_MAX && mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE) {
-        c->sums[l->category] += l->bytes;
-        sizes_add(c->sizes, l->category, l->bytes);
+    if (x->reached && !x->waiting && !x->waiting_backward && p->pending) p->pending--;
+}
+
+static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+{
+    (void)time_ns;
+    pass2 *p = ctx;
+    size_t k = (size_t)slot_key(u->device, u->is_host);
+    slot2 *x = k < N_SLOTS ? &p->s[k] : NULL;
+    mt_device_report *d = x ? x->d : NULL;
+    if (!d || x->reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    x->reached = 1;
+    memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
+    d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
+    if (!u->is_host) {
+        mt_breakdown_begin(&x->at_peak, &d->at_peak, p->a->frames, u, d->peak_time_ns);
+        x->visible = mt_breakdown_visible(u);
+        x->driver = u->by_kind[MT_KIND_DRIVER];
     }
-    if (!c->x) return;
-    mt_u64map_slot *m = mt_u64map_find(&c->x->members, l->serial);
-    if (m && !(m->b >> CAT_SHIFT & CAT_MASK)) m->b |= (uint64_t)(l->category + 1) << CAT_SHIFT;
+    if (p->a->categories && !u->is_host) {
+        x->categorize = x->waiting = x->waiting_backward = 1;
+        mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
+    }
+    maybe_done(p, x);
 }
 
-/* The live tensors of device i by category when a backward pass after its peak has ended. */
-static void after_backward(pass2 *p, size_t i, uint64_t now)
+/* l was live at its device's peak (if the device has one and reached it): count it, `ended` when
+ * it ends now (else the replay stopped with it live). */
+static void count_at_peak(pass2 *p, const mt_lifetime *l, int ended)
 {
-    mt_device_report *d = &p->a->devices[i];
-    size_lists sizes = {0};
-    cat_sum c = {.p = p, .device = d->u.device, .sizes = &sizes,
-                 .sums = d->by_category_after_backward};
-    mt_tracker_foreach_live(p->t, cat_live, &c);
-    d->after_backward_known = 1;
-    d->after_backward_time_ns = rel(now, p->a->header.start_monotonic_ns);
-    if (sizes_fit(&sizes, p->a->categories, d->fit_after_backward) < 0) p->oom = 1;
-    p->dev[i].waiting_backward = 0;
-}
-
-/* The members of device i take their final categories; its peak stacks are made. */
-static void finish_members(pass2 *p, size_t i)
-{
-    dev2 *x = &p->dev[i];
-    mt_device_report *d = &p->a->devices[i];
-    size_lists at_peak_sizes = {0};
-    cat_sum c = {.p = p, .device = d->u.device, .x = x};
-    mt_tracker_foreach_live(p->t, cat_live, &c);
-    for (size_t k = 0; k < x->members.cap; k++) {
-        const mt_u64map_slot *m = &x->members.slots[k];
-        if (!m->used) continue;
-        unsigned cat = (unsigned)(m->b >> CAT_SHIFT & CAT_MASK);
-        cat = cat ? cat - 1 : MT_CAT_OTHER;
+    size_t k = slot_of_lifetime(l);
+    if (k >= N_SLOTS || !p->s[k].reached || l->start_seq > p->s[k].d->u.peak_seq) return;
+    slot2 *x = &p->s[k];
+    mt_breakdown_add(&x->at_peak, l);
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    uint64_t key = agg_key(l);
+    if (x->categorize && l->kind == MT_KIND_TENSOR) {
+        /* its category when it ended, if before the phase end after the peak; else then */
+        unsigned cat = x->waiting ? l->category : mt_category_at(l, x->end_phase);
         if (cat >= MT_CAT_MAX) cat = MT_CAT_OTHER;
-        d->by_category_at_peak[cat] += m->a;
-        sizes_add(&at_peak_sizes, cat, m->a);
-        uint64_t key = (m->b & ~(CAT_MASK << CAT_SHIFT)) | (uint64_t)cat << CAT_SHIFT;
-        mt_u64map_slot *s = mt_u64map_upsert(&x->peak_map, key);
-        if (!s) {
-            p->oom = 1;
-            break;
-        }
-        s->a += m->a;
-        s->b++;
+        (void)ended;
+        x->d->by_category_at_peak[cat] += l->bytes;
+        sizes_add(&p->at_peak_sizes[k], cat, l->bytes);
+        key |= (uint64_t)cat << CAT_SHIFT;
     }
-    if (sizes_fit(&at_peak_sizes, p->a->categories, d->fit_at_peak) < 0) p->oom = 1;
-    d->categories_known = 1;
-    if (mt_stack_list_from_map(&x->peak_map, ~0ull, &d->peak_stacks) < 0) p->oom = 1;
-    if (!d->peak_stacks.v) d->peak_stacks.v = calloc(1, sizeof(mt_stack_stat)); /* mark done */
-    mt_u64map_destroy(&x->peak_map);
-    mt_u64map_destroy(&x->members);
-    x->waiting = 0;
+    mt_u64map_slot *m = mt_u64map_upsert(&p->peak_map, key);
+    if (!m) {
+        p->oom = 1;
+        return;
+    }
+    m->a += l->bytes;
+    m->b++;
 }
 
-/* A phase has ended (before the event that told is applied): devices whose members or
- * after_backward snapshot were waiting for it; a device is done when neither waits. */
+/* l was live when the backward pass after its device's peak ended: count it there. */
+static void count_after_backward(pass2 *p, const mt_lifetime *l)
+{
+    size_t k = slot_of_lifetime(l);
+    if (k >= N_SLOTS || l->kind != MT_KIND_TENSOR || !p->s[k].categorize || p->s[k].waiting_backward ||
+        l->start_seq >= p->s[k].backward_seq || mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE)
+        return;
+    unsigned cat = mt_category_at(l, p->s[k].backward_phase);
+    if (cat >= MT_CAT_MAX) return;
+    p->s[k].d->by_category_after_backward[cat] += l->bytes;
+    sizes_add(&p->after_bwd_sizes[k], cat, l->bytes);
+}
+
+static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+{
+    (void)end_ns;
+    (void)why;
+    /* it ends after its device's peak: reached is set only once the peak event was applied */
+    count_at_peak(ctx, l, 1);
+    count_after_backward(ctx, l);
+}
+
+static void pass2_still_live(void *ctx, const mt_lifetime *l)
+{
+    count_at_peak(ctx, l, 0);
+    count_after_backward(ctx, l);
+}
+
+/* A phase has ended (before the event that told is applied): devices waiting for it take note. */
 static void pass2_phase_end(void *ctx, int phase, uint64_t now)
 {
     (void)phase;
     pass2 *p = ctx;
     uint64_t bwd, opt;
     mt_categorizer_phases(p->a->categories, &bwd, &opt);
-    for (size_t i = 0; i < p->a->n_devices; i++) {
-        dev2 *x = &p->dev[i];
+    for (size_t k = 1; k < N_SLOTS; k++) {
+        slot2 *x = &p->s[k];
         if (!x->waiting && !x->waiting_backward) continue;
-        if (x->waiting_backward && bwd > x->bwd_at_peak) after_backward(p, i, now);
-        if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) finish_members(p, i);
-        if (!x->waiting && !x->waiting_backward && p->pending) p->pending--;
+        if (x->waiting_backward && bwd > x->bwd_at_peak) {
+            x->waiting_backward = 0;
+            x->backward_phase = mt_tracker_phase_ends(p->t);
+            x->backward_seq = mt_tracker_seq(p->t);
+            x->d->after_backward_known = 1;
+            x->d->after_backward_time_ns = rel(now, p->a->header.start_monotonic_ns);
+        }
+        if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) {
+            x->waiting = 0;
+            x->end_phase = mt_tracker_phase_ends(p->t);
+        }
+        maybe_done(p, x);
     }
 }
 
 static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    size_t n_slots = a->n_devices + (a->host != NULL);
-    pass2 p = {.a = a, .dev = calloc(n_slots ? n_slots : 1, sizeof(dev2))};
-    if (!p.dev) return -1;
-    uint64_t last_seq = 0;
-    for (size_t i = 0; i < n_slots; i++) {
-        const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
-        if (d->u.peak == 0) continue;
-        p.pending++;
-        if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
-    }
-    if (!p.pending) {
-        free(p.dev);
-        return 0;
-    }
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
-    if (!r) {
-        free(p.dev);
+    pass2 *p = calloc(1, sizeof *p); /* ~60 KiB: per-slot state for every possible device */
+    if (!p) {
+        fail(err, errlen, "%s: out of memory in pass 2", a->path);
         return -1;
     }
-    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass2_usage, .on_release = pass2_release,
+    p->a = a;
+    uint64_t last_seq = 0;
+    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
+        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
+        size_t k = (size_t)slot_key(d->u.device, d->u.is_host);
+        if (k < N_SLOTS) p->s[k].d = d;
+        if (d->u.peak == 0) continue;
+        p->pending++;
+        if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
+    }
+    mt_reader *r = NULL;
+    int rc = 0;
+    if (!p->pending) goto out;
+    if (!(r = mt_reader_open_fd(a->fd, a->path, err, errlen))) {
+        rc = -1;
+        goto out;
+    }
+    mt_tracker_hooks hooks = {.ctx = p, .on_usage = pass2_usage, .on_release = pass2_release,
                               .on_phase_end = pass2_phase_end};
-    p.t = mt_tracker_new(&hooks);
-    int rc = p.t ? 0 : -1;
-    if (p.t && a->categories) mt_tracker_set_categorizer(p.t, a->categories);
+    p->t = mt_tracker_new(&hooks);
+    rc = p->t ? 0 : -1;
+    if (p->t && a->categories) mt_tracker_set_categorizer(p->t, a->categories);
     mt_record rec;
     uint64_t n = 0;
-    /* without categories the replay ends at the last peak; with them, when no member waits */
-    while (rc == 0 && p.pending && !p.oom &&
-           (a->categories || mt_tracker_seq(p.t) < last_seq) &&
+    /* without categories the replay ends at the last peak; with them, when nothing waits */
+    while (rc == 0 && p->pending && !p->oom && (a->categories || mt_tracker_seq(p->t) < last_seq) &&
            mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type != MT_REC_EVENT) continue;
-        if (mt_tracker_event(p.t, &rec.u.event) < 0) rc = -1;
+        if (rec.type == MT_REC_EVENT && mt_tracker_event(p->t, &rec.u.event) < 0) rc = -1;
         if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 2,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
-    for (size_t i = 0; i < a->n_devices && rc == 0 && p.t; i++)
-        if (p.dev[i].waiting) finish_members(&p, i); /* the trace ended first */
-    if (p.oom) rc = -1;
-    if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
-    mt_tracker_free(p.t);
-    for (size_t i = 0; i < n_slots; i++) {
-        mt_u64map_destroy(&p.dev[i].peak_map);
-        mt_u64map_destroy(&p.dev[i].members);
+    if (rc == 0) mt_tracker_foreach_live(p->t, pass2_still_live, p);
+    mt_stack_list lists[N_SLOTS];
+    if (rc == 0 && !p->oom && mt_stack_lists_by_prefix(&p->peak_map, lists, N_SLOTS) == 0) {
+        for (size_t k = 0; k < N_SLOTS; k++) {
+            if (p->s[k].d && p->s[k].reached) p->s[k].d->peak_stacks = lists[k];
+            else free(lists[k].v);
+        }
+    } else {
+        p->oom = 1;
     }
-    free(p.dev);
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        slot2 *x = &p->s[k];
+        mt_device_report *d = x->d;
+        if (x->at_peak.b) {
+            if (mt_breakdown_end(&x->at_peak) < 0) p->oom = 1;
+            mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, x->visible, x->driver);
+        }
+        if (!x->categorize) continue;
+        d->categories_known = 1;
+        if (sizes_fit(&p->at_peak_sizes[k], a->categories, d->fit_at_peak) < 0) p->oom = 1;
+        if (d->after_backward_known &&
+            sizes_fit(&p->after_bwd_sizes[k], a->categories, d->fit_after_backward) < 0)
+            p->oom = 1;
+    }
+    if (p->oom) rc = -1;
+    if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
+out:
+    mt_tracker_free(p->t);
+    mt_u64map_destroy(&p->peak_map);
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_u64map_destroy(&p->s[k].at_peak.owners);
+        for (int j = 0; j < 3; j++) {
+            free(p->at_peak_sizes[k].v[j]);
+            free(p->after_bwd_sizes[k].v[j]);
+        }
+    }
     mt_reader_close(r);
+    free(p);
     return rc;
 }
 
 /* ---- pass 1 ------------------------------------------------------------------------------------ */
 
-static char *dup(const char *s) { return strdup(s ? s : ""); }
+static char *dupstr(const char *s) { return strdup(s ? s : ""); }
 
 static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info **devs,
                        size_t *n_devs)
@@ -627,6 +649,14 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         }
         uint64_t t = rel(rec->u.sample.time_ns, a->header.start_monotonic_ns);
         p->nvml_live[p->n_nvml] = sample_seen(p, rec->u.sample.device, t);
+        int32_t dev = rec->u.sample.device;
+        if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && p->n_nvml < UINT32_MAX) {
+            pending_ring **ring = &p->pending[dev + 2];
+            if (!*ring && !(*ring = calloc(1, sizeof **ring))) return -1;
+            (*ring)->ix[(*ring)->head] = (uint32_t)p->n_nvml;
+            (*ring)->head = ((*ring)->head + 1) % PENDING_PER_DEVICE;
+            if ((*ring)->n < PENDING_PER_DEVICE) (*ring)->n++;
+        }
         p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
     }
@@ -636,33 +666,36 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         free(a->hostname);
         a->pid = rec->u.process.pid;
         a->ppid = rec->u.process.ppid;
-        a->comm = dup(rec->u.process.comm);
-        a->cmdline = dup(rec->u.process.cmdline);
-        a->hostname = dup(rec->u.process.hostname);
+        a->comm = dupstr(rec->u.process.comm);
+        a->cmdline = dupstr(rec->u.process.cmdline);
+        a->hostname = dupstr(rec->u.process.hostname);
         return a->comm && a->cmdline && a->hostname ? 0 : -1;
     case MT_REC_DEVICE: {
-        dev_info *nd = realloc(*devs, (*n_devs + 1) * sizeof *nd);
-        if (!nd) return -1;
-        *devs = nd;
-        nd[*n_devs] = (dev_info){rec->u.device.ordinal, dup(rec->u.device.name),
-                                 rec->u.device.total_bytes};
+        /* one per context: the first of an ordinal names it (the tracker ignores ordinals out of
+         * range, so only those can name a device) */
+        int32_t ord = rec->u.device.ordinal;
+        if (ord < 0 || ord > MT_MAX_DEVICE_ORDINAL) return 0;
+        for (size_t k = 0; k < *n_devs; k++)
+            if ((*devs)[k].ordinal == ord) return 0;
+        if (grow_array((void **)devs, &p->cap_devs, *n_devs + 1, sizeof **devs) < 0) return -1;
+        (*devs)[*n_devs] = (dev_info){ord, dupstr(rec->u.device.name), rec->u.device.total_bytes};
         (*n_devs)++;
         return 0;
     }
     case MT_REC_THREAD: {
-        void *nt = realloc(a->threads, (a->n_threads + 1) * sizeof *a->threads);
-        if (!nt) return -1;
-        a->threads = nt;
+        if (grow_array((void **)&a->threads, &p->cap_threads, a->n_threads + 1,
+                       sizeof *a->threads) < 0)
+            return -1;
         a->threads[a->n_threads].tid = rec->u.thread.tid;
-        a->threads[a->n_threads++].name = dup(rec->u.thread.name);
+        a->threads[a->n_threads++].name = dupstr(rec->u.thread.name);
         return 0;
     }
     case MT_REC_NOTE: {
         if (rec->u.note.level != MT_NOTE_WARNING) return 0;
-        char **nw = realloc(a->warnings, (a->n_warnings + 1) * sizeof *nw);
-        if (!nw) return -1;
-        a->warnings = nw;
-        a->warnings[a->n_warnings++] = dup(rec->u.note.text);
+        if (grow_array((void **)&a->warnings, &p->cap_warnings, a->n_warnings + 1,
+                       sizeof *a->warnings) < 0)
+            return -1;
+        a->warnings[a->n_warnings++] = dupstr(rec->u.note.text);
         return 0;
     }
     case MT_REC_DROPPED:
@@ -688,26 +721,72 @@ static int cmp_dev(const void *pa, const void *pb)
     return x < y ? -1 : x > y;
 }
 
-/* Hands the device its NVML samples (and their maximum) and reconciles the end of the trace. */
-static int finish_device_samples(mt_analysis *a, pass1 *p, mt_device_report *d, const mt_usage *u)
+/* Hands each device its NVML samples (file order) and their maximum, in one walk. */
+static int group_samples(pass1 *p, mt_device_report **by_slot)
 {
-    size_t n = 0;
-    for (size_t k = 0; k < p->n_nvml; k++) n += p->nvml[k].device == u->device;
-    if (n && !(d->nvml = malloc(n * sizeof *d->nvml))) return -1;
+    size_t count[N_SLOTS] = {0};
     for (size_t k = 0; k < p->n_nvml; k++) {
-        if (p->nvml[k].device != u->device) continue;
-        const mt_sample_point *s = &p->nvml[k].p;
-        p->nvml[k].p.api_visible = p->nvml_live[k] > 0 ? (uint64_t)p->nvml_live[k] : 0;
-        if (!d->n_nvml || s->value > d->nvml_max) {
-            d->nvml_max = s->value;
-            d->nvml_max_time_ns = s->time_ns;
-        }
-        d->nvml[d->n_nvml++] = *s;
+        int32_t dev = p->nvml[k].device;
+        if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && by_slot[dev + 2]) count[dev + 2]++;
     }
-    if (mt_breakdown_snapshot(&d->at_end, a->frames, p->t, u, a->duration_ns) < 0) return -1;
-    mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(u),
-                             u->by_kind[MT_KIND_DRIVER]);
+    for (size_t j = 1; j < N_SLOTS; j++)
+        if (count[j] && !(by_slot[j]->nvml = malloc(count[j] * sizeof *by_slot[j]->nvml)))
+            return -1;
+    for (size_t k = 0; k < p->n_nvml; k++) {
+        int32_t dev = p->nvml[k].device;
+        if (dev < -1 || dev > MT_MAX_DEVICE_ORDINAL || !by_slot[dev + 2]) continue;
+        mt_device_report *d = by_slot[dev + 2];
+        p->nvml[k].p.api_visible = p->nvml_live[k] > 0 ? (uint64_t)p->nvml_live[k] : 0;
+        const mt_sample_point *sp = &p->nvml[k].p;
+        if (!d->n_nvml || sp->value > d->nvml_max) {
+            d->nvml_max = sp->value;
+            d->nvml_max_time_ns = sp->time_ns;
+        }
+        d->nvml[d->n_nvml++] = *sp;
+    }
     return 0;
+}
+
+static int finish_devices(mt_analysis *a, pass1 *p, mt_u64map *allocs, mt_device_report **by_slot,
+                          end_snap *e)
+{
+    if (group_samples(p, by_slot) < 0) return -1;
+    for (size_t k = 1; k < N_SLOTS; k++) /* slot 0 is host memory: no reconciliation */
+        if (by_slot[k])
+            mt_breakdown_begin(&e->at_end[k], &by_slot[k]->at_end, a->frames, &by_slot[k]->u,
+                               a->duration_ns);
+    mt_tracker_foreach_live(p->t, end_one, e);
+    int rc = e->oom ? -1 : 0;
+    for (size_t k = 1; k < N_SLOTS; k++) {
+        mt_device_report *d = by_slot[k];
+        if (!d) continue;
+        if (mt_breakdown_end(&e->at_end[k]) < 0) rc = -1;
+        mt_breakdown_set_process(&d->at_end, d->nvml, d->n_nvml, mt_breakdown_visible(&d->u),
+                                 d->u.by_kind[MT_KIND_DRIVER]);
+    }
+    mt_stack_list live[N_SLOTS], program[N_SLOTS], alloc_lists[N_SLOTS];
+    int have = 0; /* lists made so far */
+    if (rc == 0 && mt_stack_lists_by_prefix(&e->live, live, N_SLOTS) == 0) have = 1;
+    if (have == 1 && mt_stack_lists_by_prefix(&e->program, program, N_SLOTS) == 0) have = 2;
+    if (have == 2 && mt_stack_lists_by_prefix(allocs, alloc_lists, N_SLOTS) == 0) have = 3;
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_device_report *d = have == 3 ? by_slot[k] : NULL;
+        if (!d) {
+            if (have >= 1) free(live[k].v);
+            if (have >= 2) free(program[k].v);
+            if (have >= 3) free(alloc_lists[k].v);
+            continue;
+        }
+        d->live_end = live[k];
+        d->leaks = program[k];
+        d->allocs = alloc_lists[k];
+        holders_of(&e->holders[k], d);
+        for (size_t j = 0; j < d->leaks.n; j++) {
+            d->leak_bytes += d->leaks.v[j].bytes;
+            d->leak_count += d->leaks.v[j].count;
+        }
+    }
+    return have == 3 ? rc : -1;
 }
 
 static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *devs,
@@ -717,14 +796,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     size_t n = mt_tracker_usages(p->t, &u);
     a->devices = calloc(n ? n : 1, sizeof *a->devices);
     if (!a->devices) return -1;
-    end_snap ends = {.f = a->frames};
-    mt_tracker_foreach_live(p->t, end_one, &ends);
-    if (ends.oom) {
-        mt_u64map_destroy(&ends.live);
-        mt_u64map_destroy(&ends.program);
-        free(ends.sums);
-        return -1;
-    }
+    mt_device_report *by_slot[N_SLOTS] = {0}; /* valid until the devices are sorted below */
     for (size_t i = 0; i < n; i++) {
         mt_device_report *d;
         /* A context destroyed while its device could not be named leaves an empty "unknown
@@ -738,6 +810,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
         } else {
             d = &a->devices[a->n_devices++];
         }
+        by_slot[slot_key(u[i].device, u[i].is_host)] = d;
         d->u = u[i];
         d->peak_time_ns = rel(u[i].peak_time, a->header.start_monotonic_ns);
         d->api_peak_time_ns = rel(u[i].api_peak_time, a->header.start_monotonic_ns);
@@ -749,17 +822,6 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 d->capacity = devs[k].total;
                 break;
             }
-        uint64_t sk = slot_key(u[i].device, u[i].is_host);
-        if (mt_stack_list_from_map(&ends.live, sk, &d->live_end) < 0 ||
-            mt_stack_list_from_map(&ends.program, sk, &d->leaks) < 0 ||
-            mt_stack_list_from_map(allocs, sk, &d->allocs) < 0)
-            return -1;
-        holders_of(&ends, sk, d);
-        for (size_t k = 0; k < d->leaks.n; k++) {
-            d->leak_bytes += d->leaks.v[k].bytes;
-            d->leak_count += d->leaks.v[k].count;
-        }
-        if (!u[i].is_host && finish_device_samples(a, p, d, &u[i]) < 0) return -1;
         if (i < p->n_tl) {
             const timeline *tl = &p->tl[i];
             d->timeline = malloc((tl->n ? tl->n : 1) * sizeof *d->timeline);
@@ -771,21 +833,35 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 }
         }
     }
-    mt_u64map_destroy(&ends.live);
-    mt_u64map_destroy(&ends.program);
-    free(ends.sums);
+    end_snap *e = calloc(1, sizeof *e); /* ~20 KiB: per-slot state for every possible device */
+    int rc = -1;
+    if (e) {
+        e->f = a->frames;
+        rc = finish_devices(a, p, allocs, by_slot, e);
+        mt_u64map_destroy(&e->live);
+        mt_u64map_destroy(&e->program);
+        for (size_t k = 0; k < N_SLOTS; k++) {
+            free(e->holders[k].v);
+            mt_u64map_destroy(&e->at_end[k].owners);
+        }
+        free(e);
+    }
+    if (rc < 0) return -1;
     if (a->n_devices) qsort(a->devices, a->n_devices, sizeof *a->devices, cmp_dev);
     a->anomalies = *mt_tracker_anomalies(p->t);
+    a->anomalies.bad_stack_nodes = mt_frames_bad_nodes(a->frames);
     return 0;
 }
 
 static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
+    int strict = opt && opt->strict;
+    mt_reader_set_strict(r, strict);
     a->header = *mt_reader_header(r);
     a->pid = a->header.pid;
-    pass1 p = {.start = a->header.start_monotonic_ns};
+    pass1 p = {.start = a->header.start_monotonic_ns, .hist_budget = HISTORY};
     mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage};
     p.t = mt_tracker_new(&hooks);
     mt_u64map allocs = {0};
@@ -830,13 +906,21 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
         if (p.oom) rc = -1;
     }
+    mt_read_damage dmg;
+    mt_reader_damage(r, &dmg);
+    a->damaged_chunks = dmg.chunks;
+    a->damaged_bytes = dmg.bytes;
+    if (dmg.chunks && !(a->damage_msg = dupstr(dmg.first)) && rc == 0) rc = -1;
     if (rc == -2) {
         rc = -1; /* err says why */
     } else if (rc < 0) {
         fail(err, errlen, "%s: out of memory", a->path);
+    } else if (st == MT_READ_TRUNCATED && strict) {
+        fail(err, errlen, "%s (--strict)", mt_reader_error(r));
+        rc = -1;
     } else if (st == MT_READ_TRUNCATED) {
         a->truncated = 1;
-        a->truncated_msg = dup(mt_reader_error(r));
+        a->truncated_msg = dupstr(mt_reader_error(r));
     } else if (st != MT_READ_END) {
         fail(err, errlen, "%s", mt_reader_error(r));
         rc = -1;
@@ -850,6 +934,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(p.nvml);
     free(p.nvml_live);
     free(p.hist);
+    for (size_t k = 0; k < N_SLOTS; k++) free(p.pending[k]);
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);
@@ -863,24 +948,21 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
     if (err && errlen) err[0] = 0;
     mt_analysis *a = calloc(1, sizeof *a);
     if (!a) return -1;
+    a->fd = -1;
     a->path = strdup(path);
-    a->comm = dup("");
-    a->cmdline = dup("");
-    a->hostname = dup("");
+    a->comm = dupstr("");
+    a->cmdline = dupstr("");
+    a->hostname = dupstr("");
     a->frames = mt_frames_new();
+    if (a->path && (a->fd = mt_input_open(path, err, errlen)) < 0) {
+        mt_analysis_free(a);
+        return -1;
+    }
     if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
         run_pass1(a, opt, err, errlen) < 0 || run_pass2(a, opt, err, errlen) < 0) {
         if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;
-    }
-    /* A device whose peak was 0 has an empty snapshot; a marker-only allocation means "done". */
-    for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
-        mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
-        if (d->peak_stacks.n == 0) {
-            free(d->peak_stacks.v);
-            d->peak_stacks.v = NULL;
-        }
     }
     *out = a;
     return 0;
@@ -912,6 +994,8 @@ void mt_analysis_free(mt_analysis *a)
     free(a->threads);
     mt_categorizer_free(a->categories);
     mt_frames_free(a->frames);
+    if (a->fd >= 0) close(a->fd);
+    free(a->damage_msg);
     free(a->truncated_msg);
     free(a->comm);
     free(a->cmdline);

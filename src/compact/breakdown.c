@@ -17,23 +17,32 @@
  *                       would make the remainder wrong or negative.
  * Async allocations seen without any POOL_RESERVED count as "other" (no pool to put them in).
  * Classification by stack is cached per stack in mt_frames (mt_frames_owner).
+ *
+ * Built as an accumulator (begin, add each live lifetime, end) so that one walk over the live set
+ * can fill the breakdowns of every device at once (analyze.c): a walk per device made a trace with
+ * many devices and a large live set quadratic.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-typedef struct snap_ctx {
-    mt_breakdown *b;
-    mt_frames *f;
-    int32_t device;
-    mt_u64map owners; /* owner name pointer -> a: bytes, b: count */
-} snap_ctx;
-
-static void visit(void *ctx, const mt_lifetime *l)
+void mt_breakdown_begin(mt_breakdown_acc *c, mt_breakdown *b, mt_frames *f, const mt_usage *u,
+                        uint64_t time_rel)
 {
-    snap_ctx *c = ctx;
-    if (l->device != c->device || mt_kind_is_host(l->kind) || l->kind == MT_KIND_DRIVER) return;
+    int tensors = u->by_kind_peak[MT_KIND_TENSOR] > 0 || u->tensor_counter_peak > 0;
+    *b = (mt_breakdown){.valid = 1, .time_ns = time_rel, .has_pool = u->has_pool_info,
+                        .allocated_known = u->has_pool_info || tensors,
+                        .driver_bytes = u->by_kind[MT_KIND_DRIVER]};
+    *c = (mt_breakdown_acc){.b = b, .f = f, .device = u->device, .tensors = tensors,
+                            .pool_reserved = u->pool_reserved,
+                            .tensor_bytes = u->by_kind[MT_KIND_TENSOR]};
+}
+
+void mt_breakdown_add(mt_breakdown_acc *c, const mt_lifetime *l)
+{
+    if (!c->b || l->device != c->device || mt_kind_is_host(l->kind) || l->kind == MT_KIND_DRIVER)
+        return;
     /* PyTorch's segments, named by the recorder (MT_EF_SEGMENT): its reservation, whether their
      * tensors are in the trace (tensor mode) or not */
     if (l->flags & MT_EF_SEGMENT) {
@@ -67,31 +76,26 @@ static int cmp_owner(const void *pa, const void *pb)
     return strcmp(a->owner, b->owner);
 }
 
-int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
-                          uint64_t time_rel)
+int mt_breakdown_end(mt_breakdown_acc *c)
 {
-    int tensors = u->by_kind_peak[MT_KIND_TENSOR] > 0 || u->tensor_counter_peak > 0;
-    *b = (mt_breakdown){.valid = 1, .time_ns = time_rel, .has_pool = u->has_pool_info,
-                        .allocated_known = u->has_pool_info || tensors,
-                        .driver_bytes = u->by_kind[MT_KIND_DRIVER]};
-    snap_ctx c = {.b = b, .f = f, .device = u->device};
-    mt_tracker_foreach_live(t, visit, &c);
+    mt_breakdown *b = c->b;
+    if (!b) return 0;
     if (b->has_pool) {
-        uint64_t async = b->allocated_bytes - (tensors ? u->by_kind[MT_KIND_TENSOR] : 0);
-        b->pool_bytes = u->pool_reserved > async ? u->pool_reserved : async;
+        uint64_t async = b->allocated_bytes - (c->tensors ? c->tensor_bytes : 0);
+        b->pool_bytes = c->pool_reserved > async ? c->pool_reserved : async;
     }
     b->reserved_bytes = b->caching_bytes + b->pool_bytes;
     if (b->allocated_known)
         b->cached_free_bytes =
             b->reserved_bytes > b->allocated_bytes ? b->reserved_bytes - b->allocated_bytes : 0;
     /* owners, largest first; the tail summed into one entry so the list still adds up */
-    size_t n = c.owners.len, k = 0;
+    size_t n = c->owners.len, k = 0;
     mt_owner_bytes *all = n ? malloc(n * sizeof *all) : NULL;
     int rc = n && !all ? -1 : 0;
-    for (size_t i = 0; all && i < c.owners.cap; i++)
-        if (c.owners.slots[i].used)
-            all[k++] = (mt_owner_bytes){(const char *)(uintptr_t)c.owners.slots[i].key,
-                                        c.owners.slots[i].a, c.owners.slots[i].b};
+    for (size_t i = 0; all && i < c->owners.cap; i++)
+        if (c->owners.slots[i].used)
+            all[k++] = (mt_owner_bytes){(const char *)(uintptr_t)c->owners.slots[i].key,
+                                        c->owners.slots[i].a, c->owners.slots[i].b};
     if (k) qsort(all, k, sizeof *all, cmp_owner);
     for (size_t i = 0; i < k; i++) {
         if (k <= MT_MAX_OWNERS || i < MT_MAX_OWNERS - 1) {
@@ -107,7 +111,8 @@ int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, co
         rest->count += all[i].count;
     }
     free(all);
-    mt_u64map_destroy(&c.owners);
+    mt_u64map_destroy(&c->owners);
+    c->b = NULL;
     return rc;
 }
 

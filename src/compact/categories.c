@@ -307,33 +307,26 @@ static int phase_of(unsigned cat)
 }
 
 /* What outlives its phase: a backward tensor still live when the backward pass has ended is a
- * gradient, an optimizer temporary still live when the step has ended is state. */
-static void promote_backward(void *ctx, mt_lifetime *l)
+ * gradient, an optimizer temporary still live when the step has ended is state. The tracker
+ * asks for the tensors of the phase's temporary category only (it keeps them apart: a walk over
+ * the whole live set at every phase end made alternating phases quadratic). */
+unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l)
 {
-    mt_categorizer *c = ctx;
-    if (l->category != MT_CAT_BACKWARD_TEMP) return;
-    const mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
-    if (!s || !s->b) l->category = MT_CAT_GRADIENTS;
+    if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP) {
+        const mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
+        return !s || !s->b ? MT_CAT_GRADIENTS : l->category;
+    }
+    if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP)
+        return MT_CAT_OPTIMIZER_STATE;
+    return l->category;
 }
 
-static void promote_optimizer(void *ctx, mt_lifetime *l)
-{
-    (void)ctx;
-    if (l->category == MT_CAT_OPTIMIZER_TEMP) l->category = MT_CAT_OPTIMIZER_STATE;
-}
-
-static int end_phase(mt_categorizer *c, mt_tracker *t)
+static int end_phase(mt_categorizer *c)
 {
     int ended = c->phase;
-    if (ended == MT_PHASE_BACKWARD) {
-        c->backward_ends++;
-        mt_tracker_foreach_live_mut(t, promote_backward, c);
-    } else if (ended == MT_PHASE_OPTIMIZER) {
-        c->optimizer_ends++;
-        mt_tracker_foreach_live_mut(t, promote_optimizer, c);
-    } else {
-        ended = MT_PHASE_NONE;
-    }
+    if (ended == MT_PHASE_BACKWARD) c->backward_ends++;
+    else if (ended == MT_PHASE_OPTIMIZER) c->optimizer_ends++;
+    else ended = MT_PHASE_NONE;
     return ended;
 }
 
@@ -341,8 +334,7 @@ static int end_phase(mt_categorizer *c, mt_tracker *t)
  * backward() waits: it has ended at the first tensor event of another thread (SGD's step allocates
  * nothing, and zero_grad's frees may be the first sign). Other phases end when a tensor of another
  * phase is allocated. */
-int mt_categorizer_phase(mt_categorizer *c, mt_tracker *t, unsigned cat, uint32_t tid,
-                         int is_alloc)
+int mt_categorizer_phase(mt_categorizer *c, unsigned cat, uint32_t tid, int is_alloc)
 {
     int ph = is_alloc ? phase_of(cat) : MT_PHASE_NONE, ended = MT_PHASE_NONE;
     if (c->phase == MT_PHASE_BACKWARD) {
@@ -351,9 +343,9 @@ int mt_categorizer_phase(mt_categorizer *c, mt_tracker *t, unsigned cat, uint32_
             return MT_PHASE_NONE;
         }
         if (tid == c->backward_tid && ph == MT_PHASE_NONE) return MT_PHASE_NONE;
-        ended = end_phase(c, t);
+        ended = end_phase(c);
     } else if (ph != MT_PHASE_NONE && ph != c->phase) {
-        ended = end_phase(c, t);
+        ended = end_phase(c);
     }
     if (ph != MT_PHASE_NONE) c->phase = ph;
     if (ph == MT_PHASE_BACKWARD) c->backward_tid = tid;
@@ -406,7 +398,7 @@ int mt_category_fit_compute(const uint64_t *params, size_t np, const uint64_t *s
         free(p), free(t), free(left), free(done);
         return -1;
     }
-    memcpy(p, params, np * sizeof *p);
+    if (np) memcpy(p, params, np * sizeof *p); /* params may be NULL when np is 0 */
     memcpy(t, sizes, n * sizeof *t);
     qsort(p, np, sizeof *p, cmp_u64_desc);
     qsort(t, n, sizeof *t, cmp_u64_desc);

@@ -265,6 +265,7 @@ struct mt_view_cache {
     size_t n_owned, cap_owned;
     mt_u64map first[MT_NAME_STYLES_]; /* leaf -> first user frame name */
     mt_u64map owners; /* leaf -> a: owner name, b: is an allocator */
+    mt_u64map libs;   /* leaf -> a: the innermost library that asked (NULL: none), b: 1 */
     /* two paths of one stack: every frame in the long style (roles are read from the whole
      * signature) and in the style asked for (what is shown) */
     const char **lng, **shw;
@@ -277,6 +278,7 @@ void mt_view_cache_forget(mt_view_cache *v)
     if (!v) return;
     for (int s = 0; s < MT_NAME_STYLES_; s++) mt_u64map_clear(&v->first[s]);
     mt_u64map_clear(&v->owners);
+    mt_u64map_clear(&v->libs);
 }
 
 void mt_view_cache_free(mt_view_cache *v)
@@ -287,6 +289,7 @@ void mt_view_cache_free(mt_view_cache *v)
     mt_u64map_destroy(&v->roles);
     for (int s = 0; s < MT_NAME_STYLES_; s++) mt_u64map_destroy(&v->first[s]);
     mt_u64map_destroy(&v->owners);
+    mt_u64map_destroy(&v->libs);
     free(v->lng);
     free(v->shw);
     free(v->flg);
@@ -513,14 +516,26 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
         *holder = owner;
         return MT_HOLD_CACHE;
     }
+    /* the innermost library that asked for it: once per stack (this runs for every allocation
+     * live at the end, and a path costs its depth) */
     mt_view_cache *v = cache_of(f);
-    size_t n = v && l->stack ? both_paths(f, v, l->stack, MT_NAME_SHORT) : 0;
-    for (size_t k = n; k-- > 0;) { /* innermost library that asked for it */
-        const char *user;
-        if ((v->flg[k] & MT_FF_NATIVE) && role(v, v->lng[k], &user) == MT_ROLE_LIBRARY) {
-            *holder = user;
-            return MT_HOLD_LIBRARY;
+    mt_u64map_slot *c = v ? mt_u64map_find(&v->libs, l->stack) : NULL;
+    const char *lib = c ? (const char *)(uintptr_t)c->a : NULL;
+    if (!c) {
+        size_t n = v && l->stack ? both_paths(f, v, l->stack, MT_NAME_SHORT) : 0;
+        for (size_t k = n; k-- > 0 && !lib;) {
+            const char *user;
+            if ((v->flg[k] & MT_FF_NATIVE) && role(v, v->lng[k], &user) == MT_ROLE_LIBRARY)
+                lib = user;
         }
+        if (v && (c = mt_u64map_upsert(&v->libs, l->stack))) {
+            c->a = (uint64_t)(uintptr_t)lib;
+            c->b = 1;
+        }
+    }
+    if (lib) {
+        *holder = lib;
+        return MT_HOLD_LIBRARY;
     }
     *holder = "program";
     return MT_HOLD_PROGRAM;

@@ -18,6 +18,13 @@
  * Records may come in any order (symbols are appended to a trace after recording), so lookups
  * are built lazily at the first naming call after new records arrived, and names are cached per
  * node once built.
+ *
+ * A trace is untrusted input, so memory and time stay proportional to its records: nodes live in
+ * a vector found through a hash of their id (a single node with id 2^26 - 1 once made this
+ * allocate 3 GiB), a node whose parent id is not below its own id is cut from its parent (the
+ * recorder hands out ids in order, so a parent always has the smaller id; the rule makes parent
+ * cycles impossible), and a path is cut after MAX_DEPTH frames (the recorder writes at most
+ * MT_MAX_FRAMES = 128).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,12 +34,14 @@
 
 #include "internal.h"
 
-#define MAX_NODE_ID (1u << 26) /* ids beyond this are treated as unknown (corrupt input) */
-#define MAX_DEPTH 4096         /* a parent chain longer than this is a cycle (corrupt input) */
+#define MAX_DEPTH 256 /* frames kept of one path, innermost first: twice what the recorder writes */
+#define NO_NODE UINT32_MAX
 
 typedef struct node {
-    uint32_t parent;
-    uint8_t kind, present;
+    uint32_t id, parent; /* as written */
+    uint32_t parent_ix;  /* index of the parent; NO_NODE = none (root, unknown, or not below id);
+                            resolved by link_nodes */
+    uint8_t kind;
     uint64_t ip;
     uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
     uint8_t is_vendor;                   /* native frame inside an NVIDIA library (cuBLAS...) */
@@ -58,8 +67,11 @@ typedef struct pycode {
 } pycode;
 
 struct mt_frames {
-    node *nodes;
-    size_t n_nodes; /* array size (max id + 1) */
+    node *nodes; /* in the order first seen */
+    size_t n_nodes, cap_nodes;
+    mt_u64map node_index; /* id -> a: index in nodes */
+    int nodes_linked;     /* parent_ix is valid for every node */
+    uint64_t bad_nodes;   /* nodes whose parent id was not below their own */
     module *mods;
     size_t n_mods, cap_mods;
     int mods_sorted;
@@ -111,6 +123,7 @@ void mt_frames_free(mt_frames *f)
     free(f->base_dir);
     mt_u64map_destroy(&f->sym_index);
     mt_u64map_destroy(&f->code_index);
+    mt_u64map_destroy(&f->node_index);
     free(f->nodes);
     free(f->mods);
     free(f->syms);
@@ -148,18 +161,21 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
     switch (r->type) {
     case MT_REC_STACK_NODE: {
         const mt_stack_node *n = &r->u.node;
-        if (n->id == 0 || n->id >= MAX_NODE_ID) return 1;
-        if (n->id >= f->n_nodes) {
-            size_t ncap = f->n_nodes ? f->n_nodes : 1024;
-            while (ncap <= n->id) ncap *= 2;
-            node *nn = realloc(f->nodes, ncap * sizeof *nn);
-            if (!nn) return -1;
-            memset(nn + f->n_nodes, 0, (ncap - f->n_nodes) * sizeof *nn);
-            f->nodes = nn;
-            f->n_nodes = ncap;
+        if (n->id == 0) return 1;
+        mt_u64map_slot *s = mt_u64map_upsert(&f->node_index, n->id);
+        if (!s) return -1;
+        if (!s->b) { /* new id (b marks the slot used, a is the index) */
+            if (grow((void **)&f->nodes, &f->cap_nodes, f->n_nodes + 1, sizeof *f->nodes) < 0)
+                return -1;
+            s->a = f->n_nodes++;
+            s->b = 1;
+        } else { /* an id written twice (corrupt input): the last one wins */
+            f->bad_nodes += f->nodes[s->a].parent >= f->nodes[s->a].id;
         }
-        f->nodes[n->id] = (node){.parent = n->parent, .kind = n->frame_kind, .present = 1,
-                                 .ip = n->ip};
+        f->nodes[s->a] = (node){.id = n->id, .parent = n->parent, .parent_ix = NO_NODE,
+                                .kind = n->frame_kind, .ip = n->ip};
+        if (n->parent >= n->id) f->bad_nodes++;
+        f->nodes_linked = 0;
         return 1;
     }
     case MT_REC_MODULE: {
@@ -225,8 +241,27 @@ static void forget_names(mt_frames *f)
     mt_view_cache_forget(f->view); /* owners are named from frame names: redo them too */
 }
 
+/* Index of node id, NO_NODE when the trace has none. */
+static uint32_t index_of(const mt_frames *f, uint32_t id)
+{
+    const mt_u64map_slot *s = id ? mt_u64map_find(&f->node_index, id) : NULL;
+    return s ? (uint32_t)s->a : NO_NODE;
+}
+
+/* Resolves every node's parent to an index once, so walks need no hashing. */
+static void link_nodes(mt_frames *f)
+{
+    if (f->nodes_linked) return;
+    for (size_t i = 0; i < f->n_nodes; i++) {
+        node *n = &f->nodes[i];
+        n->parent_ix = n->parent < n->id ? index_of(f, n->parent) : NO_NODE;
+    }
+    f->nodes_linked = 1;
+}
+
 static int prepare(mt_frames *f)
 {
+    link_nodes(f);
     if (!f->mods_sorted) {
         if (f->n_mods) qsort(f->mods, f->n_mods, sizeof *f->mods, cmp_mod);
         f->mods_sorted = 1;
@@ -338,7 +373,7 @@ static const char *short_path(const mt_frames *f, const char *path)
     return prev > path ? prev : path + (path[0] == '/');
 }
 
-/* Builds the names of node id (pushes them onto f->names) and caches where they are. */
+/* Builds the names of node ix (pushes them onto f->names) and caches where they are. */
 static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
 {
     node *n = &f->nodes[id];
@@ -381,18 +416,14 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
     return 0;
 }
 
-static int node_known(const mt_frames *f, uint32_t id)
-{
-    return id < f->n_nodes && f->nodes[id].present;
-}
-
-/* Node ids of the path to leaf, leaf first, in f->scratch. Returns the count. */
+/* Node indexes of the path to leaf (an index), leaf first, in f->scratch. Returns the count. */
 static size_t collect(mt_frames *f, uint32_t leaf)
 {
+    link_nodes(f);
     size_t n = 0;
-    for (uint32_t id = leaf; id != 0 && node_known(f, id) && n < MAX_DEPTH; id = f->nodes[id].parent) {
+    for (uint32_t ix = leaf; ix != NO_NODE && n < MAX_DEPTH; ix = f->nodes[ix].parent_ix) {
         if (grow((void **)&f->scratch, &f->cap_scratch, n + 1, sizeof *f->scratch) < 0) break;
-        f->scratch[n++] = id;
+        f->scratch[n++] = ix;
     }
     return n;
 }
@@ -434,12 +465,13 @@ size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_fr
         if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
-    if (prepare(f) < 0 || !node_known(f, leaf)) {
+    uint32_t leaf_ix = index_of(f, leaf);
+    if (prepare(f) < 0 || leaf_ix == NO_NODE) {
         if (cap) out[0] = "[unknown stack]";
         if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
-    size_t depth = collect(f, leaf), total = 0;
+    size_t depth = collect(f, leaf_ix), total = 0;
     for (size_t k = depth; k-- > 0;) {
         uint32_t id = f->scratch[k];
         if (!keep_frame(&f->nodes[id], filter)) continue;
@@ -507,8 +539,9 @@ int mt_python_file_matches(const char *recorded, const char *wanted)
 int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_t *code,
                           uint32_t *line)
 {
-    if (leaf == 0 || !node_known(f, leaf)) return 0;
-    size_t depth = collect(f, leaf);
+    uint32_t leaf_ix = index_of(f, leaf);
+    if (leaf_ix == NO_NODE) return 0;
+    size_t depth = collect(f, leaf_ix);
     for (size_t k = 0; k < depth; k++) { /* innermost first */
         const node *n = &f->nodes[f->scratch[k]];
         if (n->kind != MT_FRAME_PYTHON) continue;
@@ -523,6 +556,11 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
         return 1;
     }
     return 0;
+}
+
+uint64_t mt_frames_bad_nodes(const mt_frames *f)
+{
+    return f->bad_nodes;
 }
 
 const char *mt_frames_short_path(const mt_frames *f, const char *path)

@@ -51,6 +51,57 @@ int mt_live_insert(mt_live_table *t, const mt_lifetime *l);
 void mt_live_remove(mt_live_table *t, mt_lifetime *p);
 void mt_live_destroy(mt_live_table *t);
 
+/* ---- mapped VMM ranges, ordered by start (ranges.c) --------------------------------------- */
+typedef struct mt_range {
+    uint64_t start, end, handle;
+    uint64_t serial; /* set by mt_ranges_insert: unique among the ranges a set ever held */
+    uint32_t context;
+    int32_t device;
+} mt_range;
+
+typedef struct mt_range_set mt_range_set;
+
+mt_range_set *mt_ranges_new(void);
+void mt_ranges_free(mt_range_set *s);
+size_t mt_ranges_count(const mt_range_set *s);
+/* Adds a copy of r; returns its id (valid until it is removed), or -1 when out of memory. */
+long mt_ranges_insert(mt_range_set *s, const mt_range *r);
+void mt_ranges_remove(mt_range_set *s, uint32_t id);
+mt_range *mt_ranges_get(mt_range_set *s, uint32_t id); /* NULL when id is not in the set */
+/* The ids of the ranges overlapping [a, b) (start < b, end > a), in start order, into *ids (grown
+ * as needed, capacity *cap). Returns the count, -1 when out of memory. */
+long mt_ranges_overlapping(mt_range_set *s, uint64_t a, uint64_t b, uint32_t **ids, size_t *cap);
+
+/* ---- members of CUDA contexts (ctx_members.c) ---------------------------------------------- */
+typedef struct mt_ctx_member {
+    uint64_t a, b, c; /* what the owner needs to find the member again, with a serial number */
+} mt_ctx_member;
+
+typedef struct mt_ctx_list {
+    mt_ctx_member *v;
+    size_t n, cap;
+    uint64_t live; /* members that joined and did not leave */
+} mt_ctx_list;
+
+typedef struct mt_ctx_registry {
+    mt_u64map index; /* context -> a: index in lists, b: 1 */
+    mt_ctx_list *lists;
+    size_t n_lists, cap_lists;
+    int have_last; /* the last context looked up, and its list */
+    uint32_t last_ctx;
+    size_t last_ix;
+} mt_ctx_registry;
+
+/* Does member m still belong to context ctx? (compaction asks) */
+typedef int (*mt_ctx_still_fn)(void *arg, uint32_t ctx, mt_ctx_member m);
+int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_fn still,
+                void *arg); /* -1 when out of memory */
+void mt_ctx_leave(mt_ctx_registry *r, uint32_t ctx);
+/* Hands over the context's list (malloc'd, caller frees): every member that may still belong,
+ * some perhaps gone or repeated. The context starts empty again. */
+mt_ctx_member *mt_ctx_take(mt_ctx_registry *r, uint32_t ctx, size_t *n);
+void mt_ctx_registry_destroy(mt_ctx_registry *r);
+
 /* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
 static inline int mt_kind_counts(unsigned kind)
 {
@@ -100,6 +151,14 @@ static inline uint64_t mt_stack_key(uint32_t stack, int driver)
 /* Turns the entries of m whose key has `prefix` in bits 40.. (prefix = ~0 for all) into a
  * sorted list. -1 when out of memory. */
 int mt_stack_list_from_map(const mt_u64map *m, uint64_t prefix, mt_stack_list *out);
+/* The `top` largest entries of m (mt_stack_list_from_map's order, all prefixes; entries whose
+ * count b is 0 are skipped) into out, in O(n log top); what is left out added to *rest_bytes,
+ * *rest_count, *rest_stacks. -1 on OOM. */
+int mt_stack_list_top_from_map(const mt_u64map *m, size_t top, mt_stack_list *out,
+                               uint64_t *rest_bytes, uint64_t *rest_count, uint64_t *rest_stacks);
+/* The same for every prefix at once, in one walk: lists[k] gets the entries with prefix k
+ * (k < n; entries with a larger prefix are left out). -1 when out of memory. */
+int mt_stack_lists_by_prefix(const mt_u64map *m, mt_stack_list *lists, size_t n);
 
 /* ---- frame names (frame_names.c) ------------------------------------------------------------ */
 /* The short name of a demangled C++ function (see frame_names.c) into out (always terminated;
@@ -137,19 +196,36 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
 /* The category of a new lifetime l (MT_CAT_NONE unless a tensor), from its stack (cached). */
 unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l);
 /* Called for each tensor event before it is applied (an allocation with its category; a free
- * with MT_CAT_NONE, is_alloc 0): when it ends the backward pass or an optimizer step, promotes t's
- * live tensors (see categories.c) and returns the phase ended (MT_PHASE_*), else MT_PHASE_NONE. */
-int mt_categorizer_phase(mt_categorizer *c, mt_tracker *t, unsigned category, uint32_t tid,
-                         int is_alloc);
+ * with MT_CAT_NONE, is_alloc 0): when it ends the backward pass or an optimizer step, returns the
+ * phase ended (MT_PHASE_*), else MT_PHASE_NONE. The caller then promotes the live tensors of
+ * that phase's temporary category (mt_categorizer_promote). */
+int mt_categorizer_phase(mt_categorizer *c, unsigned category, uint32_t tid, int is_alloc);
+/* The category live tensor l takes when `phase` ends (its own when it stays). */
+unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l);
 /* Forgets the phase a replay was in (a new replay starts). */
 void mt_categorizer_restart(mt_categorizer *c);
-/* Every live lifetime, writable (only the category may be changed). */
-void mt_tracker_foreach_live_mut(mt_tracker *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
+/* Phase ends (backward passes and optimizer steps) the tracker has applied so far. */
+uint32_t mt_tracker_phase_ends(const mt_tracker *t);
+/* The category lifetime l had right after the phase end numbered phase_ends (it may have been
+ * promoted at a later one). */
+unsigned mt_category_at(const mt_lifetime *l, uint32_t phase_ends);
 
 /* ---- reconciliation (breakdown.c) --------------------------------------------------------------- */
-/* Fills b from the tracker's live set on usage slot u (a GPU device) at time_rel (since start). */
-int mt_breakdown_snapshot(mt_breakdown *b, mt_frames *f, const mt_tracker *t, const mt_usage *u,
-                          uint64_t time_rel);
+/* b is filled from usage slot u (a GPU device) at time_rel (since start) and from the live
+ * lifetimes given to mt_breakdown_add (those of other devices are passed over); mt_breakdown_end
+ * finishes it. -1 when out of memory (the owner list is then short). */
+typedef struct mt_breakdown_acc {
+    mt_breakdown *b; /* NULL: not begun, or ended */
+    mt_frames *f;
+    int32_t device;
+    int tensors;                  /* the device has TENSOR blocks (record --tensors) */
+    uint64_t pool_reserved, tensor_bytes; /* of u at the moment */
+    mt_u64map owners; /* owner name pointer -> a: bytes, b: count */
+} mt_breakdown_acc;
+void mt_breakdown_begin(mt_breakdown_acc *acc, mt_breakdown *b, mt_frames *f, const mt_usage *u,
+                        uint64_t time_rel);
+void mt_breakdown_add(mt_breakdown_acc *acc, const mt_lifetime *l);
+int mt_breakdown_end(mt_breakdown_acc *acc);
 /* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
  * (driver-internal included), with the async allocations of a pool replaced by the pool's
  * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */

@@ -54,7 +54,7 @@ int mt_kind_peak_stacks(const mt_analysis *a, const mt_device_report *d, unsigne
     if (kind >= MT_KIND_MAX_ || d->u.is_host || d->u.by_kind_peak[kind] == 0) return 0;
     replay r = {.device = d->u.device, .kind = kind, .target = d->u.by_kind_peak[kind],
                 .start = a->header.start_monotonic_ns};
-    mt_reader *rd = mt_reader_open(a->path, err, errlen);
+    mt_reader *rd = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!rd) return -1;
     mt_tracker_hooks hooks = {.ctx = &r, .on_usage = on_usage};
     mt_tracker *t = mt_tracker_new(&hooks);

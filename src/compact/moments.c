@@ -13,9 +13,10 @@
  *             and the last point,             in_use) otherwise: every peak stays exact and the
  *                                             curve ends each bucket where it really was;
  *           and per time span (`spans` of them) the highest point: the moments to snapshot.
- *   read 2  a fresh tracker, no hooks, up to the last chosen moment: after the event of each
- *           moment (event numbers are the same in both reads and in the analysis) the device's
- *           live set is summed by stack and cut to the `top` largest stacks plus "the rest".
+ *   read 2  a fresh tracker up to the last chosen moment, whose on_start/on_release keep each
+ *           device's live bytes by stack; after the event of each moment (event numbers are the
+ *           same in both reads and in the analysis) the device's stacks are cut to the `top`
+ *           largest plus "the rest".
  * Both reads stop early or fail cleanly on a damaged file exactly as the analysis did: the same
  * reader gives the same events.
  */
@@ -271,7 +272,7 @@ static void slot_free(slot *s)
 static int replay(const mt_analysis *a, mt_tracker *t, uint64_t until, const mt_moments_options *opt,
                   int read, int (*after)(void *ctx), void *ctx, char *err, size_t errlen)
 {
-    mt_reader *r = mt_reader_open(a->path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen); /* a spooled pipe too */
     if (!r) return -1;
     mt_record rec;
     uint64_t n = 0;
@@ -401,57 +402,97 @@ typedef struct want {
     mt_moment *m;
 } want;
 
+/* Read 2 keeps, for every device with moments, its live bytes and allocations by stack as
+ * allocations start and end (the tracker's on_start/on_release: the live set is exactly what
+ * started and has not been released), so a snapshot costs the stacks live on that device, not
+ * a walk of every live allocation of every device: a trace of 256 devices over a live set of
+ * 600 000 would otherwise walk it for each device's peak. */
+typedef struct dev_stacks {
+    mt_u64map map;  /* stack key -> a: bytes, b: allocations (0: none live now) */
+    size_t nonzero; /* keys with allocations live */
+    int wanted;
+} dev_stacks;
+
+#define HOST_SLOT (MT_MAX_DEVICE_ORDINAL + 1)
+
 typedef struct read2 {
     mt_tracker *t;
     want *w;
     size_t n, next;
     size_t top;
-    mt_u64map map;
+    dev_stacks dev[HOST_SLOT + 1]; /* device ordinals 0..MT_MAX_DEVICE_ORDINAL, then the host */
+    int oom;
 } read2;
 
-typedef struct snap {
-    mt_u64map *map;
-    int32_t device;
-    int is_host;
-    int oom;
-} snap;
-
-static void snap_one(void *ctx, const mt_lifetime *l)
+static dev_stacks *stacks_of(read2 *r, const mt_lifetime *l)
 {
-    snap *s = ctx;
-    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
+    if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return NULL;
     int host = mt_kind_is_host(l->kind);
-    if (host != s->is_host || (!host && l->device != s->device)) return;
-    mt_u64map_slot *m = mt_u64map_upsert(s->map, mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER));
+    if (!host && (l->device < 0 || l->device > MT_MAX_DEVICE_ORDINAL)) return NULL;
+    dev_stacks *d = &r->dev[host ? HOST_SLOT : l->device];
+    return d->wanted ? d : NULL;
+}
+
+static void r2_start(void *ctx, const mt_lifetime *l)
+{
+    read2 *r = ctx;
+    dev_stacks *d = stacks_of(r, l);
+    if (!d) return;
+    mt_u64map_slot *m = mt_u64map_upsert(&d->map, mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER));
     if (!m) {
-        s->oom = 1;
+        r->oom = 1;
         return;
     }
+    if (m->b++ == 0) d->nonzero++;
     m->a += l->bytes;
-    m->b++;
+}
+
+static void r2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+{
+    (void)end_ns;
+    (void)why;
+    read2 *r = ctx;
+    dev_stacks *d = stacks_of(r, l);
+    mt_u64map_slot *m = d ? mt_u64map_find(&d->map, mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER))
+                          : NULL;
+    if (!m || !m->b) return; /* started before an out-of-memory: r->oom already says so */
+    m->a -= l->bytes;
+    if (--m->b == 0) d->nonzero--;
+}
+
+/* Drops the keys with nothing live when they are most of the map, so a snapshot's cost stays
+ * the stacks live now (plus those started since the last one), not every stack ever seen. */
+static int compact_stacks(dev_stacks *d)
+{
+    if (d->map.len <= 2 * d->nonzero + 64) return 0;
+    mt_u64map fresh = {0};
+    for (size_t i = 0; i < d->map.cap; i++) {
+        const mt_u64map_slot *s = &d->map.slots[i];
+        if (!s->used || !s->b) continue;
+        mt_u64map_slot *n = mt_u64map_upsert(&fresh, s->key);
+        if (!n) {
+            mt_u64map_destroy(&fresh);
+            return -1;
+        }
+        n->a = s->a;
+        n->b = s->b;
+    }
+    mt_u64map_destroy(&d->map);
+    d->map = fresh;
+    return 0;
 }
 
 static int snapshot(read2 *r, const want *w)
 {
-    snap s = {.map = &r->map, .device = w->d->device, .is_host = w->d->is_host};
-    mt_tracker_foreach_live(r->t, snap_one, &s);
+    if (r->oom) return -1;
+    int32_t dev = w->d->device;
+    if (!w->d->is_host && (dev < 0 || dev > MT_MAX_DEVICE_ORDINAL)) return 0; /* none such */
+    dev_stacks *d = &r->dev[w->d->is_host ? HOST_SLOT : dev];
+    if (compact_stacks(d) < 0) return -1;
     mt_moment *m = w->m;
-    int rc = s.oom || mt_stack_list_from_map(&r->map, ~0ull, &m->top) < 0 ? -1 : 0;
-    mt_u64map_clear(&r->map);
-    if (rc < 0) return -1;
-    if (m->top.n > r->top) {
-        for (size_t i = r->top; i < m->top.n; i++) {
-            m->rest_bytes += m->top.v[i].bytes;
-            m->rest_count += m->top.v[i].count;
-            m->rest_stacks++;
-        }
-        m->top.n = r->top;
-        if (!m->top.n) {
-            free(m->top.v);
-            m->top.v = NULL;
-        }
-    }
-    return 0;
+    /* the top stacks by a bounded heap (keys with nothing live are skipped) */
+    return mt_stack_list_top_from_map(&d->map, r->top, &m->top, &m->rest_bytes, &m->rest_count,
+                                      &m->rest_stacks);
 }
 
 static int after_read2(void *ctx)
@@ -489,11 +530,18 @@ static int run_read2(const mt_analysis *a, mt_moments *mo, const mt_moments_opti
             if (m->seq > last) last = m->seq;
         }
     qsort(r.w, r.n, sizeof *r.w, cmp_want);
-    r.t = mt_tracker_new(NULL);
+    for (size_t i = 0; i < mo->n_devices; i++) {
+        const mt_device_moments *d = &mo->devices[i];
+        if (!d->n_moments) continue;
+        if (d->is_host) r.dev[HOST_SLOT].wanted = 1;
+        else if (d->device >= 0 && d->device <= MT_MAX_DEVICE_ORDINAL) r.dev[d->device].wanted = 1;
+    }
+    mt_tracker_hooks hooks = {.ctx = &r, .on_start = r2_start, .on_release = r2_release};
+    r.t = mt_tracker_new(&hooks);
     int rc = r.t ? replay(a, r.t, last, opt, 2, after_read2, &r, err, errlen) : -1;
     if (rc < 0 && !err[0]) snprintf(err, errlen, "%s: out of memory", a->path);
     mt_tracker_free(r.t);
-    mt_u64map_destroy(&r.map);
+    for (size_t i = 0; i <= HOST_SLOT; i++) mt_u64map_destroy(&r.dev[i].map);
     free(r.w);
     return rc;
 }

@@ -54,6 +54,143 @@ static int cmp_named(const void *pa, const void *pb)
     return strcmp(a->name, b->name);
 }
 
+/* ---- the peak's stacks by name, in time and memory linear in the number of stacks -------------
+ * Stacks equal in the user view are one. Their names could be long (a trace's strings run to
+ * megabytes) and a peak can hold 10^5 stacks, so the joined names are not made for every stack:
+ * each stack gets a 64-bit hash of its names (each distinct name string hashed once: the frame
+ * table keeps one string per frame for the analysis' life), stacks are grouped by it, and only the
+ * MT_RANK_STACKS groups kept (largest first, then by name as before) get their joined names. */
+
+typedef struct group {
+    uint64_t hash, bytes, count;
+    size_t first; /* index of its first stack in the list */
+} group;
+
+static uint64_t fnv(const char *p)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The hash of a stack's key (what stack_key joins), or 0 out of memory. */
+static uint64_t key_hash(mt_frames *f, mt_u64map *memo, uint32_t stack, int driver)
+{
+    if (driver) return mix64(fnv("[driver internal]")) | 1;
+    const char *names[512];
+    mt_frame_filter filter = mt_frames_resolve(f, MT_FRAMES_AUTO);
+    size_t n = mt_frames_path_ex(f, stack, MT_NAME_SHORT, filter, names, NULL,
+                                 sizeof names / sizeof *names);
+    if (n > sizeof names / sizeof *names) n = sizeof names / sizeof *names;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        mt_u64map_slot *m = mt_u64map_upsert(memo, (uint64_t)(uintptr_t)names[i]);
+        if (!m) return 0;
+        if (!m->b) {
+            m->a = fnv(names[i]);
+            m->b = 1;
+        }
+        h = mix64(h ^ m->a) + i;
+    }
+    return h | 1; /* never 0 */
+}
+
+static int by_bytes_desc(const void *pa, const void *pb)
+{
+    const group *x = pa, *y = pb;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int top_named(mt_frames *f, const mt_stack_list *l, mt_named_bytes **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t n = l->n, ng = 0;
+    if (!n) return 0;
+    group *g = malloc(n * sizeof *g);
+    mt_u64map memo = {0}, index = {0};
+    int rc = g ? 0 : -1;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const mt_stack_stat *st = &l->v[i];
+        uint64_t h = key_hash(f, &memo, st->stack, st->driver);
+        mt_u64map_slot *m = h ? mt_u64map_upsert(&index, h) : NULL;
+        if (!m) {
+            rc = -1;
+            break;
+        }
+        if (!m->a) {
+            g[ng] = (group){.hash = h, .first = i};
+            m->a = ++ng;
+        }
+        g[m->a - 1].bytes += st->bytes;
+        g[m->a - 1].count += st->count;
+    }
+    mt_u64map_destroy(&memo);
+    mt_u64map_destroy(&index);
+    if (rc < 0) {
+        free(g);
+        return -1;
+    }
+    qsort(g, ng, sizeof *g, by_bytes_desc);
+    /* every group above the MT_RANK_STACKS-th's bytes is kept; of those tied with it, the first by
+     * name (at most MT_RANK_STACKS names are held at once) */
+    size_t keep = ng < MT_RANK_STACKS ? ng : MT_RANK_STACKS;
+    mt_named_bytes *v = calloc(keep ? keep : 1, sizeof *v);
+    size_t k = 0, i = 0;
+    if (!v) rc = -1;
+    uint64_t edge = keep ? g[keep - 1].bytes : 0;
+    for (; rc == 0 && i < ng && g[i].bytes > edge; i++) {
+        const mt_stack_stat *st = &l->v[g[i].first];
+        char *name = stack_key(f, st->stack, st->driver);
+        if (!name) rc = -1;
+        else v[k++] = (mt_named_bytes){name, g[i].bytes, g[i].count};
+    }
+    size_t fixed = k;
+    for (; rc == 0 && i < ng && g[i].bytes == edge; i++) {
+        const mt_stack_stat *st = &l->v[g[i].first];
+        char *name = stack_key(f, st->stack, st->driver);
+        if (!name) {
+            rc = -1;
+            break;
+        }
+        /* insert among the tied ones kept so far (name order), dropping the last when full */
+        size_t at = k;
+        while (at > fixed && strcmp(v[at - 1].name, name) > 0) at--;
+        if (at == keep) {
+            free(name);
+            continue;
+        }
+        if (k == keep) free(v[--k].name);
+        memmove(&v[at + 1], &v[at], (k - at) * sizeof *v);
+        v[at] = (mt_named_bytes){name, g[i].bytes, g[i].count};
+        k++;
+    }
+    free(g);
+    if (rc < 0) {
+        for (size_t j = 0; j < k; j++) free(v[j].name);
+        free(v);
+        return -1;
+    }
+    if (k) qsort(v, k, sizeof *v, cmp_named);
+    else {
+        free(v);
+        v = NULL;
+    }
+    *out = v;
+    *n_out = k;
+    return 0;
+}
+
 /* The device whose peak is the rank's: the largest GPU peak (the host only without GPUs). */
 static const mt_device_report *peak_device(const mt_analysis *a)
 {
@@ -99,28 +236,9 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     s->tensor_peak = d->u.by_kind_peak[MT_KIND_TENSOR];
     s->segment_peak = d->u.segment_peak;
     /* the peak's stacks, by name (the top MT_RANK_STACKS; the rest summed) */
-    size_t n = d->peak_stacks.n;
-    mt_named_bytes *v = n ? calloc(n, sizeof *v) : NULL;
-    if (n && !v) return -1;
+    mt_named_bytes *v = NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const mt_stack_stat *st = &d->peak_stacks.v[i];
-        char *key = stack_key(a->frames, st->stack, st->driver);
-        if (!key) break;
-        size_t j = 0; /* stacks equal in the user view are one */
-        while (j < k && strcmp(v[j].name, key) != 0) j++;
-        if (j < k) {
-            v[j].bytes += st->bytes;
-            v[j].count += st->count;
-            free(key);
-        } else {
-            v[k++] = (mt_named_bytes){.name = key, .bytes = st->bytes, .count = st->count};
-        }
-    }
-    if (k) qsort(v, k, sizeof *v, cmp_named);
-    while (k > MT_RANK_STACKS) {
-        free(v[--k].name);
-    }
+    if (top_named(a->frames, &d->peak_stacks, &v, &k) < 0) return -1;
     s->stacks = v;
     s->n_stacks = k;
     if (k) {

@@ -30,6 +30,13 @@
  *    drops one; the last one ends the lifetime. A handle flagged IMPORTED is a peer process's
  *    memory: tracked so its release matches, counted on nobody here.
  *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
+ *  - An event naming a device ordinal outside -1..MT_MAX_DEVICE_ORDINAL is counted (bad_devices)
+ *    and ignored: no machine has that many GPUs, and a bounded number of devices keeps every
+ *    per-device step (lookups here, snapshots and lists in analyze.c) linear in the trace.
+ *
+ * Every event costs O(1) amortized (O(log n) for mappings), whatever the trace holds: usage slots
+ * are found by ordinal, pools by handle (a hash), mappings in an interval treap (ranges.c), and a
+ * context's destruction visits only what that context owns (ctx_members.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,12 +44,6 @@
 #include "internal.h"
 
 #define FREED_CACHE_BITS 16
-
-typedef struct map_range {
-    uint64_t start, end, handle;
-    uint32_t context;
-    int32_t device;
-} map_range;
 
 typedef struct pool_entry {
     uint64_t handle, bytes;
@@ -54,12 +55,20 @@ struct mt_tracker {
     mt_live_table live;
     mt_usage *usages;
     size_t n_usages, cap_usages;
-    int32_t ord_index[256]; /* ordinal -> usage index + 1 (0 = not seen); other ordinals: scan */
+    int32_t ord_index[MT_MAX_DEVICE_ORDINAL + 1]; /* ordinal -> usage index + 1 (0 = not seen) */
+    int32_t unknown_index;  /* usage index + 1 of the unknown device (-1) */
     int32_t host_index;     /* usage index + 1 of the host slot */
-    map_range *maps;        /* sorted by start; UVA keeps ranges of all devices disjoint */
-    size_t n_maps, cap_maps;
+    mt_range_set *maps;     /* mapped ranges (UVA keeps ranges of all devices disjoint) */
+    uint32_t *hits;         /* scratch: ids of the ranges an unmap touches */
+    size_t cap_hits;
     pool_entry *pools;
     size_t n_pools, cap_pools;
+    mt_u64map pool_index;   /* pool handle -> a: index in pools */
+    mt_ctx_registry ctx_lifetimes; /* context -> live allocations (a: address, b: device, family) */
+    mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
+    mt_ctx_registry temps;         /* with a categorizer: the live tensors of each temporary
+                                      category (keyed by category), promoted at a phase end */
+    uint32_t phase_ends;           /* backward passes and optimizer steps ended so far */
     uint64_t seq, serial;
     mt_anomalies an;
     uint64_t freed[1u << FREED_CACHE_BITS]; /* hashed keys of recently freed allocations */
@@ -84,7 +93,12 @@ static inline int is_host_family(unsigned fam)
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks)
 {
     mt_tracker *t = calloc(1, sizeof *t);
-    if (t && hooks) t->hooks = *hooks;
+    if (!t) return NULL;
+    if (!(t->maps = mt_ranges_new())) {
+        free(t);
+        return NULL;
+    }
+    if (hooks) t->hooks = *hooks;
     return t;
 }
 
@@ -93,9 +107,23 @@ void mt_tracker_free(mt_tracker *t)
     if (!t) return;
     mt_live_destroy(&t->live);
     free(t->usages);
-    free(t->maps);
+    mt_ranges_free(t->maps);
+    free(t->hits);
     free(t->pools);
+    mt_u64map_destroy(&t->pool_index);
+    mt_ctx_registry_destroy(&t->ctx_lifetimes);
+    mt_ctx_registry_destroy(&t->ctx_maps);
+    mt_ctx_registry_destroy(&t->temps);
     free(t);
+}
+
+const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_host)
+{
+    int32_t ix = is_host ? t->host_index
+                 : device == -1 ? t->unknown_index
+                 : device >= 0 && device <= MT_MAX_DEVICE_ORDINAL ? t->ord_index[device]
+                                                                   : 0;
+    return ix ? &t->usages[ix - 1] : NULL;
 }
 
 void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
@@ -112,17 +140,50 @@ static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
            mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE && l->category < MT_CAT_MAX;
 }
 
-/* After a promotion: every slot's by_category from the live set again. */
-static void recount_categories(mt_tracker *t)
+static int is_temp_category(unsigned cat)
 {
-    for (size_t i = 0; i < t->n_usages; i++)
-        memset(t->usages[i].by_category, 0, sizeof t->usages[i].by_category);
-    for (size_t i = 0; i < t->live.cap; i++) {
-        const mt_lifetime *l = &t->live.slots[i];
-        if (l->family == MT_LIVE_EMPTY || !counts_by_category(t, l) || l->device < 0) continue;
-        long s = slot_index(t, l->device, 0, 0);
-        if (s >= 0) t->usages[s].by_category[l->category] += l->bytes;
+    return cat == MT_CAT_BACKWARD_TEMP || cat == MT_CAT_OPTIMIZER_TEMP;
+}
+
+static mt_ctx_member lifetime_member(const mt_lifetime *l);
+static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m);
+static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m);
+
+/* A backward pass or optimizer step (`phase`) has ended: its temporaries still live take their
+ * final category, the slots' by_category follow. Only that category's tensors are visited, each
+ * once: a promoted tensor is no temporary any more. */
+static void promote(mt_tracker *t, int phase)
+{
+    unsigned temp = phase == MT_PHASE_BACKWARD    ? MT_CAT_BACKWARD_TEMP
+                  : phase == MT_PHASE_OPTIMIZER   ? MT_CAT_OPTIMIZER_TEMP
+                                                  : MT_CAT_MAX;
+    if (temp == MT_CAT_MAX) return;
+    t->phase_ends++;
+    size_t n;
+    mt_ctx_member *v = mt_ctx_take(&t->temps, temp, &n);
+    for (size_t i = 0; i < n; i++) {
+        mt_lifetime *l = member_lifetime(t, v[i]);
+        if (!l || l->category != temp) continue;
+        unsigned cat = mt_categorizer_promote(t->categorizer, phase, l);
+        if (cat == l->category) continue;
+        long s = counts_by_category(t, l) && l->device >= 0 ? slot_index(t, l->device, 0, 0) : -1;
+        if (s >= 0) t->usages[s].by_category[l->category] -= l->bytes;
+        l->prior_category = l->category;
+        l->category = (uint8_t)cat;
+        l->promoted_at = t->phase_ends;
+        if (s >= 0 && counts_by_category(t, l)) t->usages[s].by_category[l->category] += l->bytes;
     }
+    free(v);
+}
+
+uint32_t mt_tracker_phase_ends(const mt_tracker *t)
+{
+    return t->phase_ends;
+}
+
+unsigned mt_category_at(const mt_lifetime *l, uint32_t phase_ends)
+{
+    return l->promoted_at && l->promoted_at > phase_ends ? l->prior_category : l->category;
 }
 uint64_t mt_tracker_seq(const mt_tracker *t) { return t->seq; }
 size_t mt_tracker_live_count(const mt_tracker *t) { return t->live.len; }
@@ -134,15 +195,23 @@ size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out)
     return t->n_usages;
 }
 
+static int device_ok(int32_t device)
+{
+    return device >= -1 && device <= MT_MAX_DEVICE_ORDINAL;
+}
+
+/* Where slot_index keeps the index of (device, is_host); device must be device_ok. */
+static int32_t *slot_ref(mt_tracker *t, int32_t device, int is_host)
+{
+    if (is_host) return &t->host_index;
+    return device < 0 ? &t->unknown_index : &t->ord_index[device];
+}
+
 /* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
 static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
 {
-    if (is_host && t->host_index) return t->host_index - 1;
-    if (!is_host && device >= 0 && device < 256 && t->ord_index[device])
-        return t->ord_index[device] - 1;
-    if (!is_host && (device < 0 || device >= 256))
-        for (size_t i = 0; i < t->n_usages; i++)
-            if (!t->usages[i].is_host && t->usages[i].device == device) return (long)i;
+    int32_t *ref = slot_ref(t, device, is_host);
+    if (*ref) return *ref - 1;
     if (t->n_usages == t->cap_usages) {
         size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
         mt_usage *nu = realloc(t->usages, ncap * sizeof *nu);
@@ -153,8 +222,7 @@ static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
     size_t i = t->n_usages++;
     t->usages[i] = (mt_usage){.device = is_host ? -1 : device, .is_host = is_host,
                               .peak_time = now, .api_peak_time = now, .peak_seq = t->seq};
-    if (is_host) t->host_index = (int32_t)i + 1;
-    else if (device >= 0 && device < 256) t->ord_index[device] = (int32_t)i + 1;
+    *ref = (int32_t)i + 1;
     return (long)i;
 }
 
@@ -207,6 +275,40 @@ static void usage_hook(mt_tracker *t, size_t slot, uint64_t now)
     if (t->hooks.on_usage) t->hooks.on_usage(t->hooks.ctx, &t->usages[slot], now);
 }
 
+/* ---- context membership ------------------------------------------------------------------ */
+
+/* Members of a context: a lifetime is (address, serial, device << 8 | family); a mapping is
+ * (range id, serial). The serial tells a member from a later one at the same place. */
+static mt_ctx_member lifetime_member(const mt_lifetime *l)
+{
+    return (mt_ctx_member){l->address, l->serial, (uint64_t)(uint32_t)l->device << 8 | l->family};
+}
+
+/* The lifetime member m names, if it is still live. */
+static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m)
+{
+    mt_lifetime *l = mt_live_find(&t->live, (int32_t)(uint32_t)(m.c >> 8), (uint8_t)m.c, m.a);
+    return l && l->serial == m.b ? l : NULL;
+}
+
+static const mt_range *member_range(mt_tracker *t, mt_ctx_member m)
+{
+    const mt_range *r = mt_ranges_get(t->maps, (uint32_t)m.a);
+    return r && r->serial == m.b ? r : NULL;
+}
+
+static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m)
+{
+    (void)ctx; /* a lifetime never changes context */
+    return member_lifetime(arg, m) != NULL;
+}
+
+static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)
+{
+    (void)ctx;
+    return member_range(arg, m) != NULL;
+}
+
 /* Ends lifetime p: tells the hook, takes its bytes off its slot, removes it. */
 static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
 {
@@ -215,54 +317,38 @@ static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason w
     long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
+    mt_ctx_leave(&t->ctx_lifetimes, p->context);
+    if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
     mt_live_remove(&t->live, p);
 }
 
 /* ---- VMM mappings ------------------------------------------------------------------------------ */
 
-static size_t first_map_ending_after(const mt_tracker *t, uint64_t addr)
+static int add_map(mt_tracker *t, const mt_range *r)
 {
-    size_t lo = 0, hi = t->n_maps;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (t->maps[mid].end <= addr) lo = mid + 1;
-        else hi = mid;
+    long id = mt_ranges_insert(t->maps, r);
+    if (id < 0) return -1;
+    mt_ctx_member m = {(uint64_t)id, mt_ranges_get(t->maps, (uint32_t)id)->serial, 0};
+    if (mt_ctx_join(&t->ctx_maps, r->context, m, map_still, t) < 0) {
+        mt_ranges_remove(t->maps, (uint32_t)id);
+        return -1;
     }
-    return lo;
-}
-
-static int map_insert_at(mt_tracker *t, size_t i, const map_range *r)
-{
-    if (t->n_maps == t->cap_maps) {
-        size_t ncap = t->cap_maps ? t->cap_maps * 2 : 16;
-        map_range *nm = realloc(t->maps, ncap * sizeof *nm);
-        if (!nm) return -1;
-        t->maps = nm;
-        t->cap_maps = ncap;
-    }
-    memmove(&t->maps[i + 1], &t->maps[i], (t->n_maps - i) * sizeof *t->maps);
-    t->maps[i] = *r;
-    t->n_maps++;
     return 0;
 }
 
-static void map_remove_at(mt_tracker *t, size_t i)
+static void drop_map(mt_tracker *t, uint32_t id)
 {
-    memmove(&t->maps[i], &t->maps[i + 1], (t->n_maps - i - 1) * sizeof *t->maps);
-    t->n_maps--;
+    const mt_range *r = mt_ranges_get(t->maps, id);
+    if (!r) return;
+    mt_ctx_leave(&t->ctx_maps, r->context);
+    mt_ranges_remove(t->maps, id);
 }
 
 static int do_map(mt_tracker *t, const mt_event *e, size_t slot)
 {
-    map_range r = {e->address, e->address + e->bytes, e->aux, e->context, e->device};
-    /* Insert after every range starting at or before this one, keeping the array sorted. */
-    size_t lo = 0, hi = t->n_maps;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (t->maps[mid].start <= r.start) lo = mid + 1;
-        else hi = mid;
-    }
-    if (map_insert_at(t, lo, &r) < 0) return -1;
+    mt_range r = {.start = e->address, .end = e->address + e->bytes, .handle = e->aux,
+                  .context = e->context, .device = e->device};
+    if (add_map(t, &r) < 0) return -1;
     t->usages[slot].vmm_mapped += e->bytes;
     t->usages[slot].by_kind[MT_KIND_VMM_MAP] += e->bytes;
     return 0;
@@ -271,38 +357,31 @@ static int do_map(mt_tracker *t, const mt_event *e, size_t slot)
 /* UNMAP [address, address+bytes); bytes = 0 means "the range that starts at address". */
 static int do_unmap(mt_tracker *t, const mt_event *e, uint64_t now)
 {
-    uint64_t a = e->address, b = a + e->bytes;
+    uint64_t a = e->address, b = e->bytes ? a + e->bytes : a + 1;
+    if (b <= a) b = UINT64_MAX; /* a range reaching the top of the address space */
+    long n = mt_ranges_overlapping(t->maps, a, b, &t->hits, &t->cap_hits);
+    if (n < 0) return -1;
     int matched = 0, partial = 0;
-    for (size_t i = first_map_ending_after(t, a); i < t->n_maps;) {
-        map_range *r = &t->maps[i];
-        if (e->bytes == 0 ? r->start > a : r->start >= b) break;
-        if ((e->device >= 0 && r->device != e->device) || (e->bytes == 0 && r->start != a)) {
-            i++;
-            continue;
-        }
-        uint64_t lo = r->start > a ? r->start : a;
-        uint64_t hi = e->bytes == 0 ? r->end : (r->end < b ? r->end : b);
-        long s = slot_index(t, r->device, 0, now);
+    for (long i = 0; i < n; i++) {
+        const mt_range *hit = mt_ranges_get(t->maps, t->hits[i]);
+        if (!hit) continue;
+        mt_range r = *hit;
+        if ((e->device >= 0 && r.device != e->device) || (e->bytes == 0 && r.start != a)) continue;
+        uint64_t lo = r.start > a ? r.start : a;
+        uint64_t hi = e->bytes == 0 ? r.end : (r.end < b ? r.end : b);
+        long s = slot_index(t, r.device, 0, now);
         if (s < 0) return -1;
         t->usages[s].vmm_mapped -= hi - lo;
         t->usages[s].by_kind[MT_KIND_VMM_MAP] -= hi - lo;
         matched = 1;
-        int keep_left = r->start < lo, keep_right = r->end > hi;
-        if (keep_left || keep_right) partial = 1;
-        if (keep_left && keep_right) {
-            map_range right = *r;
+        drop_map(t, t->hits[i]);
+        if (r.start < lo || r.end > hi) { /* what stays mapped of it, left and right */
+            partial = 1;
+            mt_range left = r, right = r;
+            left.end = lo;
             right.start = hi;
-            r->end = lo;
-            if (map_insert_at(t, i + 1, &right) < 0) return -1;
-            i += 2;
-        } else if (keep_left) {
-            r->end = lo;
-            i++;
-        } else if (keep_right) {
-            r->start = hi;
-            i++;
-        } else {
-            map_remove_at(t, i);
+            if ((r.start < lo && add_map(t, &left) < 0) || (r.end > hi && add_map(t, &right) < 0))
+                return -1;
         }
         usage_hook(t, (size_t)s, now);
     }
@@ -328,17 +407,29 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
     if (*fc == h) *fc = 0;
     mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
                      .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
+                     .start_seq = t->seq,
                      .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
                      .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
     if (t->categorizer && kind == MT_KIND_TENSOR) {
         /* categorized before it joins the live set: a phase that this tensor ends promotes what
          * was live before it, not the tensor itself */
         l.category = (uint8_t)mt_categorize(t->categorizer, &l);
-        int ended = mt_categorizer_phase(t->categorizer, t, l.category, e->tid, 1);
-        if (ended) recount_categories(t);
+        int ended = mt_categorizer_phase(t->categorizer, l.category, e->tid, 1);
+        if (ended) promote(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     if (mt_live_insert(&t->live, &l) < 0) return -1;
+    if (t->categorizer && is_temp_category(l.category) &&
+        mt_ctx_join(&t->temps, l.category, lifetime_member(&l), lifetime_still, t) < 0) {
+        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+        if (p) mt_live_remove(&t->live, p);
+        return -1;
+    }
+    if (mt_ctx_join(&t->ctx_lifetimes, e->context, lifetime_member(&l), lifetime_still, t) < 0) {
+        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+        if (p) mt_live_remove(&t->live, p);
+        return -1;
+    }
     if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
         t->an.unknown_device++;
@@ -373,8 +464,8 @@ static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
 static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
 {
     if (t->categorizer && fam == MT_FAM_TENSOR) { /* a free may end the backward pass */
-        int ended = mt_categorizer_phase(t->categorizer, t, MT_CAT_NONE, e->tid, 0);
-        if (ended) recount_categories(t);
+        int ended = mt_categorizer_phase(t->categorizer, MT_CAT_NONE, e->tid, 0);
+        if (ended) promote(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
@@ -408,10 +499,9 @@ static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev,
 
 static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
 {
-    pool_entry *pe = NULL;
-    for (size_t i = 0; i < t->n_pools; i++)
-        if (t->pools[i].handle == e->address) pe = &t->pools[i];
-    if (!pe) {
+    mt_u64map_slot *ix = mt_u64map_upsert(&t->pool_index, e->address);
+    if (!ix) return -1;
+    if (!ix->b) { /* a pool not seen before */
         if (t->n_pools == t->cap_pools) {
             size_t ncap = t->cap_pools ? t->cap_pools * 2 : 8;
             pool_entry *np = realloc(t->pools, ncap * sizeof *np);
@@ -419,9 +509,11 @@ static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
             t->pools = np;
             t->cap_pools = ncap;
         }
-        pe = &t->pools[t->n_pools++];
-        *pe = (pool_entry){.handle = e->address, .slot = slot};
+        ix->a = t->n_pools++;
+        ix->b = 1;
+        t->pools[ix->a] = (pool_entry){.handle = e->address, .slot = slot};
     }
+    pool_entry *pe = &t->pools[ix->a];
     t->usages[pe->slot].pool_reserved -= pe->bytes;
     pe->bytes = e->bytes;
     pe->slot = slot;
@@ -432,42 +524,32 @@ static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
 
 static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
 {
-    /* Collect first: removing from an open-addressing table while walking it moves entries. */
-    size_t n = 0, cap = 0;
-    mt_lifetime *victims = NULL;
-    for (size_t i = 0; i < t->live.cap; i++) {
-        const mt_lifetime *l = &t->live.slots[i];
-        if (l->family == MT_LIVE_EMPTY || l->context != e->context) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            mt_lifetime *nv = realloc(victims, cap * sizeof *nv);
-            if (!nv) {
-                free(victims);
-                return -1;
-            }
-            victims = nv;
-        }
-        victims[n++] = *l;
-    }
+    /* What the context owns, in the order it was allocated; members that left meanwhile find
+     * nothing and are passed over. */
+    size_t n;
+    mt_ctx_member *v = mt_ctx_take(&t->ctx_lifetimes, e->context, &n);
+    uint64_t released = 0;
     for (size_t i = 0; i < n; i++) {
-        mt_lifetime *p = mt_live_find(&t->live, victims[i].device, victims[i].family,
-                                      victims[i].address);
-        if (p) release(t, p, now, MT_END_CTX_DESTROY);
-    }
-    t->an.ctx_destroy_released += n;
-    free(victims);
-    for (size_t i = 0; i < t->n_maps;) {
-        if (t->maps[i].context != e->context) {
-            i++;
-            continue;
+        mt_lifetime *p = member_lifetime(t, v[i]);
+        if (p) {
+            release(t, p, now, MT_END_CTX_DESTROY);
+            released++;
         }
-        long s = slot_index(t, t->maps[i].device, 0, now);
+    }
+    free(v);
+    t->an.ctx_destroy_released += released;
+    v = mt_ctx_take(&t->ctx_maps, e->context, &n);
+    for (size_t i = 0; i < n; i++) {
+        const mt_range *r = member_range(t, v[i]);
+        if (!r) continue;
+        long s = slot_index(t, r->device, 0, now);
         if (s >= 0) {
-            t->usages[s].vmm_mapped -= t->maps[i].end - t->maps[i].start;
-            t->usages[s].by_kind[MT_KIND_VMM_MAP] -= t->maps[i].end - t->maps[i].start;
+            t->usages[s].vmm_mapped -= r->end - r->start;
+            t->usages[s].by_kind[MT_KIND_VMM_MAP] -= r->end - r->start;
         }
-        map_remove_at(t, i);
+        drop_map(t, (uint32_t)v[i].a);
     }
+    free(v);
     for (size_t i = 0; i < t->n_usages; i++) usage_hook(t, i, now);
     return 0;
 }
@@ -480,6 +562,10 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
     unsigned fam = family_of_kind[kind];
     int host = is_host_family(fam);
     int32_t dev = host ? -1 : e->device;
+    if (!device_ok(dev) || (e->op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
+        t->an.bad_devices++;
+        return 0;
+    }
     switch (e->op) {
     case MT_OP_ALLOC: {
         /* The recorder names every device allocation's device; one it could not (an older
@@ -546,8 +632,3 @@ void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt
         if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
 }
 
-void mt_tracker_foreach_live_mut(mt_tracker *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx)
-{
-    for (size_t i = 0; i < t->live.cap; i++)
-        if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
-}

@@ -14,7 +14,7 @@
 /* CRC32 of a whole file, as .gnu_debuglink stores it (the zlib polynomial and conditioning). */
 static int file_crc32(const char *path, uint32_t *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mt_open_regular(path);
     if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {

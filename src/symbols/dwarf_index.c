@@ -269,7 +269,7 @@ static void index_from_aranges(mt_dwarf *d)
     }
     dwarf_dealloc(d->dbg, ar, DW_DLA_LIST);
     d->have_aranges = d->nindex > 0;
-    qsort(d->index, d->nindex, sizeof *d->index, range_cmp);
+    if (d->nindex) qsort(d->index, d->nindex, sizeof *d->index, range_cmp);
 }
 
 /* Fallback: read every CU's top DIE (not its children) for its ranges. */
@@ -298,7 +298,7 @@ static void index_from_cu_dies(mt_dwarf *d)
         }
         dwarf_dealloc(d->dbg, cu, DW_DLA_DIE);
     }
-    qsort(d->index, d->nindex, sizeof *d->index, range_cmp);
+    if (d->nindex) qsort(d->index, d->nindex, sizeof *d->index, range_cmp);
 }
 
 static const cu_range *index_find(const mt_dwarf *d, uint64_t addr)
@@ -357,7 +357,7 @@ static void load_lines(mt_dwarf *d, cu_info *cu, Dwarf_Die cu_die)
             if (!OK(dwarf_line_srcfileno(lines[i], &file, &d->err))) file = 0;
             cu->spans[cu->nspans++] = (line_span){a0, a1, (uint32_t)line, (uint32_t)file};
         }
-        qsort(cu->spans, cu->nspans, sizeof *cu->spans, span_cmp);
+        if (cu->nspans) qsort(cu->spans, cu->nspans, sizeof *cu->spans, span_cmp);
     }
     dwarf_srclines_dealloc_b(ctx);
 }
@@ -479,7 +479,7 @@ mt_dwarf *mt_dwarf_open(const char *path)
 {
     mt_dwarf *d = calloc(1, sizeof *d);
     if (!d) return NULL;
-    d->fd = open(path, O_RDONLY | O_CLOEXEC);
+    d->fd = mt_open_regular(path);
     if (d->fd < 0 ||
         dwarf_init_b(d->fd, DW_DLC_READ, DW_GROUPNUMBER_ANY, NULL, NULL, &d->dbg, &d->err) !=
             DW_DLV_OK) {

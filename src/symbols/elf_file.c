@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "symbols_internal.h"
@@ -53,6 +54,22 @@ static void read_debuglink(mt_elf_file *f, Elf_Scn *scn)
     f->debuglink_crc = crc; /* x86-64 and aarch64 objects are little endian like the host */
 }
 
+int mt_open_regular(const char *path)
+{
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 int mt_elf_open(mt_elf_file *f, const char *path, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
@@ -61,9 +78,10 @@ int mt_elf_open(mt_elf_file *f, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "libelf: %s", elf_errmsg(-1));
         return -1;
     }
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = mt_open_regular(path);
     if (f->fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", path,
+                 errno == EINVAL ? "not a regular file" : strerror(errno));
         return -1;
     }
     Elf *elf = elf_begin(f->fd, ELF_C_READ_MMAP, NULL);
@@ -146,7 +164,7 @@ void mt_elf_load_symbols(mt_elf_file *f)
         }
     }
 sort:
-    qsort(f->syms, f->nsyms, sizeof *f->syms, sym_cmp);
+    if (f->nsyms) qsort(f->syms, f->nsyms, sizeof *f->syms, sym_cmp);
     size_t out = 0; /* one symbol per address: the first after sorting wins */
     for (size_t i = 0; i < f->nsyms; i++) {
         if (out > 0 && f->syms[out - 1].addr == f->syms[i].addr) continue;

@@ -9,12 +9,20 @@
  *      else chunks appended after the garbage would never be reached by a reader;
  *   3. ips grouped by module, sorted; each module opened once (ELF + lazily its DWARF);
  *   4. records appended with mt_writer_open_fd(fd opened O_APPEND, NULL header).
+ *
+ * The trace may still be open in a process that outlived the command `record` waited for, and
+ * appending behind a writer's back corrupts both. So: the file must be a regular file; it is
+ * locked (flock LOCK_EX, not waiting: a recorder or another symbolize holding it means "not now");
+ * it is read in strict mode (damage may be a writer's chunk in progress); and its size is checked
+ * again after the scan: a file that grew meanwhile is being written, and is left untouched.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,10 +122,14 @@ static void scan_free(scan *s)
 }
 
 /* Pass 1. Returns 0, or -1 with err set. *cut_at = offset of a partial last chunk, else 0. */
-static int scan_trace(const char *path, scan *s, uint64_t *cut_at, char *err, size_t errlen)
+static int scan_trace(int fd, const char *path, scan *s, uint64_t *cut_at, char *err,
+                      size_t errlen)
 {
-    mt_reader *r = mt_reader_open(path, err, errlen);
+    mt_reader *r = mt_reader_open_fd(fd, path, err, errlen);
     if (!r) return -1;
+    /* Symbols are appended to this file: one that looks damaged (perhaps because another process
+     * is still writing it) is left alone. report and export read it, stepping over the damage. */
+    mt_reader_set_strict(r, 1);
     mt_record rec;
     mt_read_status st;
     int rc = 0;
@@ -204,9 +216,38 @@ int mt_symbolize_trace(const char *path, mt_symbolize_stats *stats, char *err, s
     mt_u64_map_init(&s.ip_index);
     mt_u64_map_init(&s.done);
     uint64_t cut_at = 0;
-    int rc = -1, fd = -1;
+    int rc = -1, readonly = 0;
     mt_writer *w = NULL;
-    if (scan_trace(path, &s, &cut_at, err, errlen) != 0) goto out;
+    struct stat before, after;
+    int fd = open(path, O_RDWR | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+        readonly = 1; /* enough when there is nothing to add */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (fstat(fd, &before) != 0 || !S_ISREG(before.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (symbolize adds to the trace file in place)",
+                 path);
+        goto out;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "%s: %s", path,
+                 errno == EWOULDBLOCK ? "locked by another process (still being recorded, or "
+                                        "being symbolized): not touched"
+                                      : strerror(errno));
+        goto out;
+    }
+    if (scan_trace(fd, path, &s, &cut_at, err, errlen) != 0) goto out;
+    if (fstat(fd, &after) != 0 || after.st_size != before.st_size) {
+        snprintf(err, errlen, "%s: grew from %lld to %lld bytes while it was read: another "
+                 "process is still writing it; not touched", path, (long long)before.st_size,
+                 (long long)after.st_size);
+        goto out;
+    }
 
     /* Keep the ips still to do, each with its module (nodes read before their module record
      * get it now, from the full map). */
@@ -225,12 +266,11 @@ int mt_symbolize_trace(const char *path, mt_symbolize_stats *stats, char *err, s
         s.ips[n++] = p;
     }
     st.ips_total = n;
-    qsort(s.ips, n, sizeof *s.ips, by_module_then_ip);
+    if (n) qsort(s.ips, n, sizeof *s.ips, by_module_then_ip);
 
     if (n > 0 || cut_at) {
-        fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-        if (fd < 0) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (readonly) {
+            snprintf(err, errlen, "%s: cannot add symbols: the file is not writable", path);
             goto out;
         }
         if (cut_at) {

@@ -31,6 +31,11 @@ typedef struct mt_elf_file {
 
 /* 0 ok; -1 with errno-ish reason in err (missing, not ELF). Reads headers and notes only. */
 int mt_elf_open(mt_elf_file *f, const char *path, char *err, size_t errlen);
+/* Opens path read-only only if it is a regular file: every file symbolization opens is named by
+ * the trace (module paths, debug links), which is untrusted, and a FIFO there would block the
+ * open or the read forever, a device would be read without end. -1 with errno (EINVAL for
+ * "not a regular file"). */
+int mt_open_regular(const char *path);
 /* Loads .symtab and .dynsym function symbols (once). */
 void mt_elf_load_symbols(mt_elf_file *f);
 /* Symbol covering addr (or the nearest one below it when its size is 0), NULL if none. */

@@ -45,7 +45,7 @@ function report(files) {
 }
 function exportHtml(out, files, extra = []) {
   const t0 = Date.now();
-  run(opt.memtrace, ['export', '--format', 'html', '-o', out, ...extra, ...files]);
+  run(opt.memtrace, ['export', '--format', 'html', '--force', '-o', out, ...extra, ...files]);
   return Date.now() - t0;
 }
 const settle = (page) =>

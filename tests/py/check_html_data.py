@@ -122,7 +122,7 @@ def check_trace(t, rep):
 
 def check(memtrace, paths, tmp, source_root):
     out = os.path.join(tmp, "r.html")
-    run(memtrace, "export", "--format", "html", "-o", out, "--source-root", source_root, *paths)
+    run(memtrace, "export", "--format", "html", "--force", "-o", out, "--source-root", source_root, *paths)
     with open(out, encoding="utf-8") as f:
         data = page_data(f.read())
     whole = json.loads(run(memtrace, "report", "--json", "--by-line", *paths))
