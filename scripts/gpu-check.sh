@@ -391,6 +391,7 @@ if want hardening; then
   # CI gates on fresh recordings (issue 15): budgets at PyTorch's own number, and a diff
   for b in 256 512; do
     (cd "$W" && "$MT" record -q -f --tensors -o "$W/gate$b.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5 --batch $b) > "$W/gate$b.out" 2>> "$LOG"
+    settle_trace "$W/gate$b.mtrace"
   done
   ma=$(sed -n 's/.*max_memory_allocated=\([0-9]*\).*/\1/p' "$W/gate256.out")
   "$MT" check --max-allocated-peak "$ma" "$W/gate256.mtrace" >> "$LOG" 2>&1; check "check at max_memory_allocated passes" 0 $?

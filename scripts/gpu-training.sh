@@ -23,9 +23,11 @@ W=$(mktemp -d /tmp/memtrace-training.XXXXXX)
 mkdir -p "$OUT" "$W/t"
 LOG=$OUT/training.log
 : > "$LOG"
+. "$(dirname "$0")/settle-trace.sh" # record adds the pid to a name: settle_trace takes it off
 rec() { # rec NAME RECORD-OPTS -- TRAIN-ARGS
   local name=$1 opts=$2; shift 3
   (cd "$W" && SAMPLE_STATS="$W/t/$name.stats.json" timeout 300 "$MT" record -q $opts -o "$W/t/$name.mtrace" -- $PY "$S/train.py" "$@") >> "$LOG" 2>&1
+  settle_trace "$W/t/$name.mtrace"
   echo "$name rc=$? $(stat -c %s "$W/t/$name.mtrace" 2>/dev/null) bytes" | tee -a "$LOG"
 }
 rec resnet18_tensors --tensors -- --model resnet18 --steps 4 --warmup 2
@@ -39,6 +41,7 @@ for m in resnet18 gpt2; do
     for i in 1 2; do
       if [ $what = memtrace ]; then
         (cd "$W" && SAMPLE_STATS="$W/ab.json" timeout 300 "$MT" record -q --tensors -o "$W/ab.mtrace" -f -- $PY "$S/train.py" --model $m --steps 400 --warmup 20 --ab 20) >> "$LOG" 2>&1
+        settle_trace "$W/ab.mtrace"
         note=$("$MT" dump "$W/ab.mtrace" | grep -o 'tensor reports: [^"]*\|stack capture: [^"]*' | tr '\n' ' ')
       else
         (cd "$W" && SAMPLE_STATS="$W/ab.json" timeout 300 $PY "$S/train.py" --model $m --steps 400 --warmup 20 --ab 20 --ab-what history) >> "$LOG" 2>&1

@@ -307,7 +307,8 @@ Test(record_sink, rings_of_exited_threads_are_freed_and_nothing_is_lost)
     }
     mt_sink_stats st;
     mt_sink_stop(s, &st);
-    cr_expect_geq(st.rings_freed, 3 * THREADS, "rings of exited threads freed while running");
+    cr_expect_geq(st.rings_freed + st.rings_reused, 3 * THREADS,
+                  "rings of exited threads freed or taken over while running");
     readback rb;
     read_all(path, &rb);
     cr_expect_eq(rb.events + rb.dropped_total, 4 * THREADS * 500);
@@ -487,5 +488,28 @@ Test(record_sink, a_stopped_sink_kept_in_memory_refuses_producers_at_once)
     read_all(path, &rb);
     cr_expect_eq(rb.ends, 1);
     cr_expect_eq(rb.events, 0);
+    unlink(path);
+}
+
+/* Issue 13: a program that makes threads one after another (one per request) keeps one ring, not
+ * one per thread until the writer frees it: each new thread takes over the last one's ring, and
+ * every event arrives. */
+Test(record_sink, sequential_threads_take_over_the_ring_of_the_last)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sink-churn.mtrace");
+    mt_sink *s = start(path, 1024, 1000); /* the writer's own drains far apart */
+    for (int i = 0; i < 200; i++) {
+        pthread_t th;
+        producer p = {.sink = s, .tid = 1 + (uint32_t)(i % THREADS), .events = 5, .node_base = i * 10};
+        pthread_create(&th, NULL, produce, &p);
+        pthread_join(th, NULL);
+    }
+    mt_sink_stats st;
+    mt_sink_stop(s, &st);
+    cr_expect_geq(st.rings_reused, 199, "every thread but the first took a ring over");
+    readback rb;
+    read_all(path, &rb);
+    cr_expect_eq(rb.events, 200 * 5);
     unlink(path);
 }

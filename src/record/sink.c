@@ -186,13 +186,25 @@ static void retire_ring(void *ring)
 static mt_ring *ring_for_this_thread(mt_sink *s)
 {
     if (tls_ring.generation == s->generation) return tls_ring.ring;
-    mt_ring *r = calloc(1, sizeof *r + (size_t)s->ring_slots * sizeof(mt_slot));
-    if (!r) return NULL;
-    r->mask = s->ring_slots - 1;
+    /* An exited thread's ring first, drained or not: its events all come before ours, and a
+     * program that makes threads by the thousand (one per request) then keeps as many rings as it
+     * has threads at once, not one per thread the writer has not freed yet (1.4 MiB each). */
     pthread_mutex_lock(&s->lock);
-    r->next = s->rings;
-    s->rings = r;
+    mt_ring *r = s->rings;
+    while (r && !atomic_load_explicit(&r->retired, memory_order_acquire)) r = r->next;
+    if (r) {
+        atomic_store_explicit(&r->retired, 0, memory_order_relaxed); /* ours now: never freed */
+        s->stats.rings_reused++;
+    }
     pthread_mutex_unlock(&s->lock);
+    if (!r && (r = calloc(1, sizeof *r + (size_t)s->ring_slots * sizeof(mt_slot)))) {
+        r->mask = s->ring_slots - 1;
+        pthread_mutex_lock(&s->lock);
+        r->next = s->rings;
+        s->rings = r;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!r) return NULL;
     if (s->has_key) pthread_setspecific(s->thread_exit, r);
     tls_ring.generation = s->generation;
     tls_ring.ring = r;
