@@ -507,7 +507,10 @@ Test(record_sink, sequential_threads_take_over_the_ring_of_the_last)
     }
     mt_sink_stats st;
     mt_sink_stop(s, &st);
-    cr_expect_geq(st.rings_reused, 199, "every thread but the first took a ring over");
+    /* a ring is made only when none is retired: the first thread's, and one after each time the
+     * writer happened to free the retired one first */
+    cr_expect_leq(200 - st.rings_reused, 10, "rings made for 200 threads: %llu (%llu freed)",
+                  (unsigned long long)(200 - st.rings_reused), (unsigned long long)st.rings_freed);
     readback rb;
     read_all(path, &rb);
     cr_expect_eq(rb.events, 200 * 5);
