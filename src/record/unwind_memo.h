@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "memtrace/record.h"
 #include "unwind_rule.h"
 
@@ -78,7 +79,7 @@ typedef enum mt_walk_end {
  * by). Offsets are from sp0, which a match requires equal: every word was within this thread's
  * stack when the walk loaded it, so it still is, and the check needs no bounds test. A word more
  * than 512 KiB above sp0 leaves the memo without a whole check (its steps still serve walk()). */
-#define MT_CHECK_C0 0x9e3779b97f4a7c15ull
+#define MT_CHECK_C0 MT_GOLDEN64
 #define MT_CHECK_DC 0xd6e8feb86659fd92ull /* even: every factor stays odd */
 #define MT_CHECK_MAX_WORD 0xffffu
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mix64.h"
+#include "hash.h"
 #include "recorder.h"
 
 /* ---- Python code objects -> small ids ------------------------------------------------------ */
@@ -35,7 +35,7 @@ static uint32_t next_code_id = 1;
 
 static uint32_t code_id(mt_recorder *r, uintptr_t code)
 {
-    size_t h = (size_t)((code >> 4) * 0x9E3779B97F4A7C15ull) & (CODE_SLOTS - 1);
+    size_t h = (size_t)((code >> 4) * MT_GOLDEN64) & (CODE_SLOTS - 1);
     for (size_t i = 0; i < CODE_SLOTS; i++) {
         size_t s = (h + i) & (CODE_SLOTS - 1);
         uintptr_t c = atomic_load_explicit(&code_ids[s].code, memory_order_acquire);
@@ -185,7 +185,7 @@ static stack_tls *this_thread_stack_tls(void)
 
 static inline uint64_t leaf_key(uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
 {
-    return mt_mix64(mt_mix64(py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull)) ^ api_ip) | 1;
+    return mt_mix64(mt_mix64(py_sig ^ (walk_id * MT_GOLDEN64)) ^ api_ip) | 1;
 }
 
 /* Where the leaves of the stack under `key` would be, and how many ways there are. A walk id
