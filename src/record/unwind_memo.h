@@ -56,9 +56,8 @@ typedef enum mt_walk_end {
  * Why it is laid out for latency: in a training step the program evicts the memo and most of the
  * stack between two allocations from the same call site, so each cache line is a miss, and what
  * costs is the number of misses that wait on each other: the set's tags, then the memo's header,
- * then where its words are, then the words. Measured on the GPU machine, halving the lines the
- * check reads (16 -> 4 for cifar.py) saved nothing; the chain of dependent misses is what this
- * layout shortens. The header, the caller's slot and the word offsets are one run of lines
+ * then where its words are, then the words: the chain of dependent misses is what this layout
+ * shortens (docs/performance.md: fewer lines alone saved nothing). The header, the caller's slot and the word offsets are one run of lines
  * from the 64-byte-aligned start, fetched together (mt_walk_memo_prefetch) as soon as the memo's
  * address is known; the return addresses, read only when the frames are wanted, come after.
  *
