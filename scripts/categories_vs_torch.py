@@ -37,10 +37,11 @@ def main():
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
         if f.get("unpaired_count", 1):
             errs.append(f"{what}: {f.get('unpaired_count')} tensors paired with no parameter")
+    grads_after = {c["name"]: c["bytes"] for c in ab.get("by_category", [])}.get("gradients", 0)
     print(f"parameters {rows.get('parameters', 0)} (PyTorch {st['param_bytes']}); optimizer state "
           f"{rows.get('optimizer state', 0)}, paired {state.get('paired_bytes')} (PyTorch "
           f"{st['optimizer_state_bytes']}), {state.get('larger_bytes')} in {state.get('larger_count')} "
-          f"larger blocks; gradients after backward {{c["name"]: c["bytes"] for c in ab.get("by_category", [])}.get("gradients", 0)}, "
+          f"larger blocks; gradients after backward {grads_after}, "
           f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
           f"in {grads.get('larger_count')} larger blocks")
     if rows.get("other", 0):
