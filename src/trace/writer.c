@@ -17,9 +17,15 @@
 #include "layout.h"
 #include "memtrace/trace.h"
 
-/* Speed vs size: level 6 (zlib's default) is within ~2% of level 9 on event streams and several
- * times faster, and the writer runs inside the traced program. */
-#define MT_DEFLATE_LEVEL 6
+/* Speed vs size: the writer runs inside the traced program, and under a burst of allocations its
+ * deflate is what every producer ends up waiting for (72% of the writer thread's time at level 6,
+ * bench_sink). Level 1 compresses an event stream 2.3-3x faster than level 6 for 4% more bytes
+ * (bench_trace_size: 6.91 vs 6.65 B/event; bench_sink: 1.87 vs 1.67) on this project's 2-core
+ * machine. A trace is read far more often than it is written, so size is won in the encoding
+ * (docs/trace-format.md), not by making the program wait on deflate. */
+#ifndef MT_DEFLATE_LEVEL
+#define MT_DEFLATE_LEVEL 1
+#endif
 
 struct mt_writer {
     int fd;
