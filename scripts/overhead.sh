@@ -14,6 +14,9 @@
 # BASE=OTHER_BUILD_DIR adds ab_tensors_base and ab_tensors_python_base: the same A/B with another
 # build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
 # BUILDS="NAME=DIR ..." adds ab_tensors_NAME and ab_tensors_python_NAME for each (variants).
+# WORKLOAD=resnet18|gpt2 measures samples/train.py instead (a torchvision ResNet-18 or a GPT-2-like
+# transformer, AdamW; WARGS="--batch 8" etc. passed on); step_ms then comes from its SAMPLE_STATS
+# file, and only the settings train.py supports are offered (no --record-history: use ab_history).
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 . "$(dirname "$0")/settle-trace.sh"
@@ -22,7 +25,9 @@ MT=$PWD/$BUILD/src/cli/memtrace
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/overhead-out}; mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-overhead.XXXXXX)
-CIFAR=$PWD/samples/cifar.py
+WORKLOAD=${WORKLOAD:-cifar}
+if [ "$WORKLOAD" = cifar ]; then CIFAR=$PWD/samples/cifar.py
+else CIFAR="$PWD/samples/train.py --model $WORKLOAD --warmup 20 ${WARGS:-}"; fi
 declare -A CMD
 CMD[untraced_default]="$PY $CIFAR"
 CMD[record_history]="$PY $CIFAR --record-history"
@@ -51,12 +56,14 @@ CMD[tensors_python_bare]="env MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q 
 CMD[tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_nostack]="$MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
+[ "$WORKLOAD" = cifar ] || ORDER=${ORDER:-"untraced_default traced_default tensors_both ab_tensors ab_history ab_default"}
 ORDER=${ORDER:-"untraced_default record_history traced_default untraced_async tensors_both tensors_python tensors_native tensors_nostack tensors_noactivity tensors_nonvml"}
 for r in $(seq "$REPEATS"); do
   for c in $ORDER; do
-    (cd "$W" && ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
+    (cd "$W" && SAMPLE_STATS="$W/$c.$r.json" ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
+    [ "$WORKLOAD" = cifar ] || $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["step_ms"]) if "step_ms" in d else None' "$W/$c.$r.json" >> "$W/$c.ms" 2>/dev/null
     grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
     case $c in tensors*|ab_tensors*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
