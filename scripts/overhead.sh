@@ -63,7 +63,14 @@ for r in $(seq "$REPEATS"); do
     (cd "$W" && SAMPLE_STATS="$W/$c.$r.json" ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
     sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
-    [ "$WORKLOAD" = cifar ] || $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["step_ms"]) if "step_ms" in d else None' "$W/$c.$r.json" >> "$W/$c.ms" 2>/dev/null
+    [ "$WORKLOAD" = cifar ] || $PY - "$W/$c.$r.json" "$W/$c.ms" "$W/$c.ab" <<'PYEOF' 2>> "$W/failures"
+import json, sys
+d = json.load(open(sys.argv[1]))
+if "step_ms" in d:
+    open(sys.argv[2], "a").write("%s\n" % d["step_ms"])
+if "ab_off_ms" in d:
+    open(sys.argv[3], "a").write(" ".join("%s=%s" % (k, d[k]) for k in ("ab_off_ms", "ab_on_ms", "ab_overhead_pct", "ab_pairs")) + "\n")
+PYEOF
     grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
     case $c in tensors*|ab_tensors*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
@@ -74,8 +81,9 @@ done
   printf "%-20s %9s %9s  %s\n" config median_ms overhead runs_ms
   for c in $ORDER; do
     case $c in ab_*) continue ;; esac
+    # --tensors leaves PyTorch's allocator as it is (docs/tensor-mode.md): every setting is
+    # compared with the untraced default allocator
     base=untraced_default
-    case $c in tensors*|untraced_async|subscribed_only) base=untraced_async ;; esac
     $PY - "$W/$c.ms" "$W/$base.ms" "$c" <<'PYEOF'
 import statistics, sys
 v = [float(x) for x in open(sys.argv[1]) if x.strip()]
