@@ -294,7 +294,7 @@ static long stack_index(tables *t, const mt_stack_stat *s)
         (all = path_node(t)) < -1)
         return -1;
     first = name_index(t, s->driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
-                                    : mt_frames_first_user_ex(t->f, s->stack, t->names));
+                                    : mt_frames_first_user(t->f, s->stack, t->names));
     if (first < 0 || grow((void **)&t->stack, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stack) < 0)
         return -1;
     t->stack[t->n_stacks] = (stack_ref){(int32_t)view, (int32_t)all, (uint32_t)first};

@@ -218,7 +218,8 @@ static int stack_frames(mt_frames *f, const mt_stack_stat *st, mt_frame_filter f
             v = malloc(cap * sizeof *v);
             fl = malloc(cap);
             if (!v || !fl) break;
-            got = mt_frames_path_ex(f, st->stack, MT_NAME_SHORT, filter, v, fl, cap);
+            mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = filter, .flags = fl};
+            got = mt_frames_path(f, st->stack, opts, v, cap);
             if (got <= cap) break;
             cap = got;
         }

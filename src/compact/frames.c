@@ -455,9 +455,12 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
 }
 
-size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
-                         const char **out, uint8_t *flags, size_t cap)
+size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char **out,
+                      size_t cap)
 {
+    mt_name_style style = opts.style;
+    mt_frame_filter filter = opts.filter;
+    uint8_t *flags = opts.flags;
     if (filter == MT_FRAMES_AUTO) filter = mt_frames_resolve(f, filter);
     if (filter == MT_FRAMES_USER) return mt_frames_user_path(f, leaf, style, out, flags, cap);
     if (leaf == 0) {
@@ -484,12 +487,6 @@ size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_fr
         }
     }
     return total;
-}
-
-size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
-                      size_t cap)
-{
-    return mt_frames_path_ex(f, leaf, style, MT_FRAMES_ALL, out, NULL, cap);
 }
 
 void mt_frames_set_base_dir(mt_frames *f, const char *dir)
