@@ -44,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "html.h"
 #include "util.h"
 
@@ -223,18 +224,6 @@ static int name_eq(void *ctx, uint32_t index)
     return strcmp(t->name[index], t->probe) == 0;
 }
 
-static int grow(void **v, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 256;
-    while (nc < need) nc *= 2;
-    void *nv = realloc(*v, nc * size);
-    if (!nv) return -1;
-    *v = nv;
-    *cap = nc;
-    return 0;
-}
-
 static long name_index(tables *t, const char *s)
 {
     int found;
@@ -242,7 +231,7 @@ static long name_index(tables *t, const char *s)
     uint32_t *slot = imap_slot(&t->name_ix, hash_str(s), &found, name_eq, t);
     if (!slot) return -1;
     if (found) return (long)*slot - 1;
-    if (grow((void **)&t->name, &t->cap_names, t->n_names + 1, sizeof *t->name) < 0) return -1;
+    if (MT_GROW(t->name, t->cap_names, t->n_names + 1) < 0) return -1;
     t->name[t->n_names] = s;
     *slot = (uint32_t)++t->n_names;
     t->name_ix.len++;
@@ -256,7 +245,7 @@ static long node_index(tables *t, long parent, long name)
     uint32_t *slot = imap_slot(&t->node_ix, k, &found, NULL, NULL);
     if (!slot) return -1;
     if (found) return (long)*slot - 1;
-    if (grow((void **)&t->node, &t->cap_nodes, 2 * (t->n_nodes + 1), sizeof *t->node) < 0)
+    if (MT_GROW(t->node, t->cap_nodes, 2 * (t->n_nodes + 1)) < 0)
         return -1;
     t->node[2 * t->n_nodes] = (int32_t)parent;
     t->node[2 * t->n_nodes + 1] = (int32_t)name;
@@ -295,7 +284,7 @@ static long stack_index(tables *t, const mt_stack_stat *s)
         return -1;
     first = name_index(t, s->driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
                                     : mt_frames_first_user(t->f, s->stack, t->names));
-    if (first < 0 || grow((void **)&t->stack, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stack) < 0)
+    if (first < 0 || MT_GROW(t->stack, t->cap_stacks, t->n_stacks + 1) < 0)
         return -1;
     t->stack[t->n_stacks] = (stack_ref){(int32_t)view, (int32_t)all, (uint32_t)first};
     *slot = (uint32_t)++t->n_stacks;
