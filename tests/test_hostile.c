@@ -53,7 +53,8 @@ static mt_analysis *analyze_within(const char *path, double seconds)
     mt_report_options ro = {.top = 10};
     cr_assert_eq(mt_report_text(o, a, &ro), 0);
     cr_assert_eq(mt_report_json(o, &a, 1, &ro), 0);
-    cr_assert_eq(mt_export_folded(o, &a, 1, MT_METRIC_PEAK), 0);
+    mt_folded_options fo = {.metric = MT_METRIC_PEAK, .device = MT_DEVICE_AUTO};
+    cr_assert_eq(mt_export_folded(o, &a, 1, &fo), 0);
     mt_chrome_options co = {0};
     cr_assert_eq(mt_export_chrome(o, &a, 1, &co, err, sizeof err), 0, "%s", err);
     cr_assert_eq(mt_out_close(o), 0);
