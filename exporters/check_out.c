@@ -233,7 +233,7 @@ static int json_stacks(mt_json *j, mt_analysis *a, const mt_verdict *v, size_t t
         mt_json_u64(j, "count", s->count);
         mt_json_double(j, "share", v->stacks_whole ? (double)s->bytes / (double)v->stacks_whole : 0);
         mt_json_str(j, "first_user_frame",
-                    s->driver ? nb->v[0] : mt_frames_first_user_ex(a->frames, s->stack, MT_NAME_SHORT));
+                    s->driver ? nb->v[0] : mt_frames_first_user(a->frames, s->stack, MT_NAME_SHORT));
         mt_json_array(j, "frames");
         for (size_t k = 0; k < nb->n; k++) mt_json_str(j, NULL, nb->v[k]);
         mt_json_end(j, ']');

@@ -77,15 +77,9 @@ const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric 
     }
 }
 
-int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric)
-{
-    mt_folded_options opt = {.metric = metric, .device = MT_DEVICE_AUTO};
-    return mt_export_folded_opt(o, a, n, &opt);
-}
-
 /* Filtering only drops frames from a line, never a line: a device's lines keep their sum (lines
  * that become equal are merged by the flame graph tools). */
-int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt)
+int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt)
 {
     mt_namebuf nb = {0};
     char root[32], prefix[300];

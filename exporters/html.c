@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "html.h"
 #include "util.h"
 
@@ -71,15 +72,9 @@ mt_html_stream *mt_html_begin(mt_out *o, const mt_html_options *opt, char *err, 
 
 int mt_html_add(mt_html_stream *s, mt_analysis *a, char *err, size_t errlen)
 {
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 8;
-        mt_rank_summary *nr = realloc(s->ranks, ncap * sizeof *nr);
-        if (!nr) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        s->ranks = nr;
-        s->cap = ncap;
+    if (MT_GROW(s->ranks, s->cap, s->n + 1) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
     mt_rank_summary *r = &s->ranks[s->n];
     if (mt_rank_summarize(a, r) < 0) {

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "html.h"
 #include "util.h"
 
@@ -55,50 +56,11 @@
 
 /* ---- JSON safe inside <script> ----------------------------------------------------------------- */
 
-static size_t utf8_len(const unsigned char *s)
-{
-    if (s[0] < 0x80) return 1;
-    size_t n = (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
-    if (n == 2 && s[0] < 0xc2) return 0; /* overlong */
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    return n;
-}
-
-/* A JSON string in which '<', '>' and '&' are \u escapes: no "</script>" or "<!--" can appear. */
-static void jstr(mt_out *o, const char *s)
-{
-    mt_out_write(o, "\"", 1);
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    while (*p) {
-        const unsigned char *run = p;
-        while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\' && *p != '<' && *p != '>' &&
-               *p != '&')
-            p++;
-        if (p > run) mt_out_write(o, run, (size_t)(p - run));
-        if (!*p) break;
-        if (*p == '"' || *p == '\\') {
-            char esc[2] = {'\\', (char)*p++};
-            mt_out_write(o, esc, 2);
-        } else if (*p < 0x80) {
-            mt_out_printf(o, "\\u%04x", *p++);
-        } else {
-            size_t n = utf8_len(p);
-            if (n) {
-                mt_out_write(o, p, n);
-                p += n;
-            } else {
-                mt_out_puts(o, "\\ufffd"); /* JSON must be valid UTF-8 */
-                p++;
-            }
-        }
-    }
-    mt_out_write(o, "\"", 1);
-}
-
+/* Every string goes through mt_out_json_string_html (out.c): '<', '>' and '&' are \u escapes, so
+ * no "</script>" or "<!--" can appear. */
 static void key(mt_out *o, const char *k)
 {
-    jstr(o, k);
+    mt_out_json_string_html(o, k);
     mt_out_write(o, ":", 1);
 }
 
@@ -111,7 +73,7 @@ static void u64k(mt_out *o, const char *k, uint64_t v)
 static void strk(mt_out *o, const char *k, const char *v)
 {
     key(o, k);
-    jstr(o, v);
+    mt_out_json_string_html(o, v);
     mt_out_write(o, ",", 1);
 }
 
@@ -223,18 +185,6 @@ static int name_eq(void *ctx, uint32_t index)
     return strcmp(t->name[index], t->probe) == 0;
 }
 
-static int grow(void **v, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 256;
-    while (nc < need) nc *= 2;
-    void *nv = realloc(*v, nc * size);
-    if (!nv) return -1;
-    *v = nv;
-    *cap = nc;
-    return 0;
-}
-
 static long name_index(tables *t, const char *s)
 {
     int found;
@@ -242,7 +192,7 @@ static long name_index(tables *t, const char *s)
     uint32_t *slot = imap_slot(&t->name_ix, hash_str(s), &found, name_eq, t);
     if (!slot) return -1;
     if (found) return (long)*slot - 1;
-    if (grow((void **)&t->name, &t->cap_names, t->n_names + 1, sizeof *t->name) < 0) return -1;
+    if (MT_GROW(t->name, t->cap_names, t->n_names + 1) < 0) return -1;
     t->name[t->n_names] = s;
     *slot = (uint32_t)++t->n_names;
     t->name_ix.len++;
@@ -256,7 +206,7 @@ static long node_index(tables *t, long parent, long name)
     uint32_t *slot = imap_slot(&t->node_ix, k, &found, NULL, NULL);
     if (!slot) return -1;
     if (found) return (long)*slot - 1;
-    if (grow((void **)&t->node, &t->cap_nodes, 2 * (t->n_nodes + 1), sizeof *t->node) < 0)
+    if (MT_GROW(t->node, t->cap_nodes, 2 * (t->n_nodes + 1)) < 0)
         return -1;
     t->node[2 * t->n_nodes] = (int32_t)parent;
     t->node[2 * t->n_nodes + 1] = (int32_t)name;
@@ -294,8 +244,8 @@ static long stack_index(tables *t, const mt_stack_stat *s)
         (all = path_node(t)) < -1)
         return -1;
     first = name_index(t, s->driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
-                                    : mt_frames_first_user_ex(t->f, s->stack, t->names));
-    if (first < 0 || grow((void **)&t->stack, &t->cap_stacks, t->n_stacks + 1, sizeof *t->stack) < 0)
+                                    : mt_frames_first_user(t->f, s->stack, t->names));
+    if (first < 0 || MT_GROW(t->stack, t->cap_stacks, t->n_stacks + 1) < 0)
         return -1;
     t->stack[t->n_stacks] = (stack_ref){(int32_t)view, (int32_t)all, (uint32_t)first};
     *slot = (uint32_t)++t->n_stacks;
@@ -451,7 +401,7 @@ static int by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const m
         if (p && mt_source_line(&sc, p, v[i].line, src, sizeof src)) {
             mt_out_write(o, ",", 1);
             key(o, "source");
-            jstr(o, src);
+            mt_out_json_string_html(o, src);
         }
         mt_out_write(o, "}", 1);
     }
@@ -472,7 +422,7 @@ static void timeline(mt_out *o, const mt_moments *m, const mt_device_moments *dm
     for (size_t s = 0; s < m->n_series; s++)
         if (keep[s]) {
             mt_out_puts(o, first ? "" : ",");
-            jstr(o, m->series_names[s]);
+            mt_out_json_string_html(o, m->series_names[s]);
             first = 0;
         }
     mt_out_puts(o, "],");
@@ -653,7 +603,7 @@ static void tables_out(mt_out *o, const tables *t)
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < t->n_names; i++) {
         if (i) mt_out_write(o, ",", 1);
-        jstr(o, t->name[i]);
+        mt_out_json_string_html(o, t->name[i]);
     }
     mt_out_puts(o, "],");
     key(o, "nodes");
@@ -734,20 +684,23 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     u64k(o, "dropped", a->dropped);
     boolk(o, "ended_cleanly", a->ended_cleanly);
     key(o, "truncated");
-    if (a->truncated) jstr(o, a->truncated_msg ? a->truncated_msg : "the file ends inside a chunk");
+    if (a->truncated)
+        mt_out_json_string_html(o, a->truncated_msg ? a->truncated_msg
+                                                    : "the file ends inside a chunk");
     else mt_out_puts(o, "null");
     mt_out_write(o, ",", 1);
     u64k(o, "damaged_chunks", a->damaged_chunks); /* stepped over: their records are missing */
     u64k(o, "damaged_bytes", a->damaged_bytes);
     key(o, "damage_reason");
-    if (a->damage_msg) jstr(o, a->damage_msg);
+    if (a->damage_msg)
+        mt_out_json_string_html(o, a->damage_msg);
     else mt_out_puts(o, "null");
     mt_out_write(o, ",", 1);
     key(o, "warnings");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_warnings; i++) {
         if (i) mt_out_write(o, ",", 1);
-        jstr(o, a->warnings[i]);
+        mt_out_json_string_html(o, a->warnings[i]);
     }
     mt_out_puts(o, "],");
     const mt_anomalies *an = &a->anomalies;
@@ -798,7 +751,7 @@ static void names_array(mt_out *o, const char *joined)
         char name[1024];
         snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
         if (p != joined) mt_out_write(o, ",", 1);
-        jstr(o, name);
+        mt_out_json_string_html(o, name);
         p += n + (semi != NULL);
     }
     mt_out_write(o, "]", 1);

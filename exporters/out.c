@@ -152,19 +152,22 @@ static size_t utf8_len(const unsigned char *s)
     return n;
 }
 
-void mt_out_json_string(mt_out *o, const char *s)
+/* html: '<', '>' and '&' as \u escapes too (mt_out_json_string_html). */
+static void json_string(mt_out *o, const char *s, int html)
 {
     mt_out_write(o, "\"", 1);
     const unsigned char *p = (const unsigned char *)(s ? s : "");
     while (*p) {
         const unsigned char *run = p;
-        while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\' &&
+               !(html && (*p == '<' || *p == '>' || *p == '&')))
+            p++;
         if (p > run) mt_out_write(o, run, (size_t)(p - run));
         if (!*p) break;
         if (*p == '"' || *p == '\\') {
             char esc[2] = {'\\', (char)*p++};
             mt_out_write(o, esc, 2);
-        } else if (*p < 0x20) {
+        } else if (*p < 0x80) { /* a control character, or one that html asks to escape */
             mt_out_printf(o, "\\u%04x", *p++);
         } else {
             size_t n = utf8_len(p);
@@ -178,6 +181,15 @@ void mt_out_json_string(mt_out *o, const char *s)
         }
     }
     mt_out_write(o, "\"", 1);
+}
+
+void mt_out_json_string(mt_out *o, const char *s)
+{
+    json_string(o, s, 0);
+}
+void mt_out_json_string_html(mt_out *o, const char *s)
+{
+    json_string(o, s, 1);
 }
 
 /* Flushes and closes the library stream, then commits the file. */

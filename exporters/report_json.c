@@ -38,7 +38,7 @@ static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64
         mt_out_printf(o, "%.6f,", whole ? (double)s->bytes / (double)whole : 0.0);
         key(o, "first_user_frame");
         mt_out_json_string(o, s->driver ? nb->v[0]
-                                        : mt_frames_first_user_ex(a->frames, s->stack, ro->names));
+                                        : mt_frames_first_user(a->frames, s->stack, ro->names));
         mt_out_write(o, ",", 1);
         key(o, "frames");
         mt_out_write(o, "[", 1);

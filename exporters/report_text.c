@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "util.h"
 
 typedef struct tnode {
@@ -35,13 +36,7 @@ static tnode *child(tnode *t, const char *name)
 {
     for (size_t i = 0; i < t->n_kids; i++)
         if (t->kids[i].name == name || strcmp(t->kids[i].name, name) == 0) return &t->kids[i];
-    if (t->n_kids == t->cap_kids) {
-        size_t ncap = t->cap_kids ? t->cap_kids * 2 : 4;
-        tnode *nk = realloc(t->kids, ncap * sizeof *nk);
-        if (!nk) return NULL;
-        t->kids = nk;
-        t->cap_kids = ncap;
-    }
+    if (MT_GROW(t->kids, t->cap_kids, t->n_kids + 1) < 0) return NULL;
     t->kids[t->n_kids] = (tnode){.name = name};
     return &t->kids[t->n_kids++];
 }

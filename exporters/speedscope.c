@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "util.h"
 
 /* Frame name -> index in the shared list: open addressing over a hash of the string. */
@@ -57,13 +58,7 @@ static long frame_index(frame_table *t, const char *name)
     size_t j = hash_str(name) & (t->n_slots - 1);
     for (; t->slots[j]; j = (j + 1) & (t->n_slots - 1))
         if (strcmp(t->names[t->slots[j] - 1], name) == 0) return (long)t->slots[j] - 1;
-    if (t->n == t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        const char **nn = realloc(t->names, nc * sizeof *nn);
-        if (!nn) return -1;
-        t->names = nn;
-        t->cap = nc;
-    }
+    if (MT_GROW(t->names, t->cap, t->n + 1) < 0) return -1;
     t->names[t->n] = name;
     t->slots[j] = (uint32_t)++t->n;
     return (long)t->n - 1;

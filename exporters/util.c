@@ -30,7 +30,8 @@ long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
         return 1;
     }
     for (;;) {
-        size_t n = mt_frames_path_ex(f, s->stack, style, filter, b->v, b->flags, b->cap);
+        mt_path_opts opts = {.style = style, .filter = filter, .flags = b->flags};
+        size_t n = mt_frames_path(f, s->stack, opts, b->v, b->cap);
         if (n <= b->cap) {
             /* The CUDA stack's own frames at the leaf end say nothing about who allocated; a
              * stack made only of them is kept whole. */

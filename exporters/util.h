@@ -47,6 +47,8 @@ const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size
 
 /* Writes everything f holds (a temporary file of parts written earlier) to o. 0, -1 on error. */
 int mt_copy_file(mt_out *o, FILE *f);
+/* mt_out_json_string with '<', '>' and '&' as \u escapes too: safe inside an HTML <script>. */
+void mt_out_json_string_html(mt_out *o, const char *s);
 
 /* ---- one-line stacks (util.c) ---- */
 #define MT_CHAIN_MAX 6 /* frames a one-line stack shows */

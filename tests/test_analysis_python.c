@@ -138,30 +138,42 @@ Test(analysis, python_frames_and_filters)
     mt_analysis *a = fx_analyze(f.path);
     const char *names[16];
     uint8_t flags[16];
-    size_t n = mt_frames_path_ex(a->frames, 6, MT_NAME_LONG, MT_FRAMES_ALL, names, flags, 16);
+    size_t n = mt_frames_path(
+        a->frames, 6,
+        (mt_path_opts){.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL, .flags = flags}, names, 16);
     cr_assert_eq(n, 6);
     cr_expect_str_eq(names[1], "Net.forward (" CIFAR ":23)", "long names keep the full path");
     cr_expect_eq(flags[2], MT_FF_PYTHON | MT_FF_PYLIB);
     cr_expect_eq(flags[5], MT_FF_NATIVE | MT_FF_CUDA);
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
+    n = mt_frames_path(a->frames, 6,
+                       (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_PYTHON}, names,
+                       16);
     cr_assert_eq(n, 3);
     cr_expect_str_eq(names[0], "<module> (proj/cifar.py:30)");
     cr_expect_str_eq(names[2], "Linear.forward (torch/nn/modules/linear.py:116)");
     mt_frames_set_base_dir(a->frames, "/home/u");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
+    n = mt_frames_path(a->frames, 6,
+                       (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_PYTHON}, names,
+                       16);
     cr_expect_str_eq(names[0], "<module> (proj/cifar.py:30)");
     mt_frames_set_base_dir(a->frames, "/home/u/proj");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_PYTHON, names, NULL, 16);
+    n = mt_frames_path(a->frames, 6,
+                       (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_PYTHON}, names,
+                       16);
     cr_expect_str_eq(names[0], "<module> (cifar.py:30)", "relative to the base dir");
     mt_frames_set_base_dir(a->frames, NULL);
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_LONG, MT_FRAMES_NATIVE, names, NULL, 16);
+    n = mt_frames_path(
+        a->frames, 6, (mt_path_opts){.style = MT_NAME_LONG, .filter = MT_FRAMES_NATIVE}, names, 16);
     cr_assert_eq(n, 3);
     cr_expect_str_eq(names[0], "at::linear(at::Tensor const&)");
     cr_expect_str_eq(names[2], "cuMemAlloc_v2");
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_NATIVE, names, NULL, 16);
+    n = mt_frames_path(a->frames, 6,
+                       (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_NATIVE}, names,
+                       16);
     cr_expect_str_eq(names[0], "at::linear");
     /* the user view (the default: the trace has Python frames) */
-    n = mt_frames_path_ex(a->frames, 6, MT_NAME_SHORT, MT_FRAMES_AUTO, names, NULL, 16);
+    n = mt_frames_path(a->frames, 6,
+                       (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_AUTO}, names, 16);
     cr_assert_eq(n, 4);
     cr_expect_str_eq(names[2], "Linear.forward (torch/nn/modules/linear.py:116)");
     cr_expect_str_eq(names[3], MT_OWNER_CACHING_ALLOCATOR, "the allocating library");

@@ -139,7 +139,7 @@ static inline char *fx_capture(mt_analysis *a, fx_export_fn fn, void *ctx, const
 /* ctx: mt_folded_options */
 static inline int fx_folded_fn(mt_out *o, mt_analysis *a, void *ctx)
 {
-    return mt_export_folded_opt(o, &a, 1, (const mt_folded_options *)ctx);
+    return mt_export_folded(o, &a, 1, (const mt_folded_options *)ctx);
 }
 
 /* The device selector of device report d. */

@@ -2,6 +2,10 @@
  * the first user frame, and names safe for folded output. */
 #include "test_compact_fixture.h"
 
+/* mt_frames_path options: every frame, short or long names */
+static const mt_path_opts short_all = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL};
+static const mt_path_opts long_all = {.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL};
+
 static mt_frames *frames_of(const mt_record *recs, size_t n)
 {
     mt_frames *f = mt_frames_new();
@@ -36,7 +40,7 @@ Test(frames, names_and_first_user_frame)
     };
     mt_frames *f = frames_of(recs, sizeof recs / sizeof *recs);
     const char *names[16];
-    size_t n = mt_frames_path(f, 5, MT_NAME_SHORT, names, 16);
+    size_t n = mt_frames_path(f, 5, short_all, names, 16);
     cr_assert_eq(n, 6);
     cr_expect_str_eq(names[0], "main (app.c:12)");
     cr_expect_str_eq(names[1], "inlined,helper (util.h:7)", "';' is replaced");
@@ -44,22 +48,23 @@ Test(frames, names_and_first_user_frame)
     cr_expect_str_eq(names[3], "libtorch.so+0x123");
     cr_expect_str_eq(names[4], "cudaMalloc");
     cr_expect_str_eq(names[5], "0x900000");
-    n = mt_frames_path(f, 5, MT_NAME_LONG, names, 16);
+    n = mt_frames_path(f, 5, long_all, names, 16);
     cr_assert_eq(n, 6);
     cr_expect_str_eq(names[0], "main (app.c:12)", "the same in both styles for a C function");
     cr_expect_str_eq(names[2], "Model.step (train.py:42)");
     /* A Python frame wins over native ones. */
-    cr_expect_str_eq(mt_frames_first_user(f, 5), "Model.step (train.py:42)");
+    cr_expect_str_eq(mt_frames_first_user(f, 5, MT_NAME_SHORT), "Model.step (train.py:42)");
     /* Without Python: the innermost frame outside the CUDA libraries. */
-    cr_expect_str_eq(mt_frames_first_user(f, 7), "libcudart.so.13+0x20", "all-CUDA stack: innermost");
-    cr_expect_str_eq(mt_frames_first_user(f, 1), "inlined,helper (util.h:7)");
-    n = mt_frames_path(f, 7, MT_NAME_SHORT, names, 16);
+    cr_expect_str_eq(mt_frames_first_user(f, 7, MT_NAME_SHORT), "libcudart.so.13+0x20",
+                     "all-CUDA stack: innermost");
+    cr_expect_str_eq(mt_frames_first_user(f, 1, MT_NAME_SHORT), "inlined,helper (util.h:7)");
+    n = mt_frames_path(f, 7, short_all, names, 16);
     cr_assert_eq(n, 2);
     cr_expect_str_eq(names[0], "[truncated]");
-    cr_expect_eq(mt_frames_path(f, 0, MT_NAME_SHORT, names, 16), 1);
+    cr_expect_eq(mt_frames_path(f, 0, short_all, names, 16), 1);
     cr_expect_str_eq(names[0], "[no stack]");
     /* cap smaller than the path: count is still the full depth */
-    cr_expect_eq(mt_frames_path(f, 5, MT_NAME_SHORT, names, 2), 6);
+    cr_expect_eq(mt_frames_path(f, 5, short_all, names, 2), 6);
     cr_expect_str_eq(names[1], "inlined,helper (util.h:7)");
     mt_frames_free(f);
 }
@@ -69,9 +74,9 @@ Test(frames, unknown_and_cyclic_nodes_do_not_hang)
     const mt_record recs[] = {NODE(1, 2, 0x10, MT_FRAME_NATIVE), NODE(2, 1, 0x20, MT_FRAME_NATIVE)};
     mt_frames *f = frames_of(recs, 2);
     const char *names[8];
-    size_t n = mt_frames_path(f, 1, MT_NAME_SHORT, names, 8);
+    size_t n = mt_frames_path(f, 1, short_all, names, 8);
     cr_expect(n > 0 && n <= 4096);
-    cr_expect_eq(mt_frames_path(f, 99, MT_NAME_SHORT, names, 8), 1);
+    cr_expect_eq(mt_frames_path(f, 99, short_all, names, 8), 1);
     cr_expect_str_eq(names[0], "[unknown stack]");
     mt_frames_free(f);
 }

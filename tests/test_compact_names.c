@@ -194,35 +194,47 @@ Test(names, user_view)
     cr_expect_eq(mt_frames_resolve(f, MT_FRAMES_AUTO), MT_FRAMES_USER);
     const char *names[32];
     uint8_t flags[32];
-    size_t n = mt_frames_path_ex(f, 8, MT_NAME_SHORT, MT_FRAMES_AUTO, names, flags, 32);
+    size_t n = mt_frames_path(
+        f, 8, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_AUTO, .flags = flags},
+        names, 32);
     const char *fwd[] = {"main (proj/train.py:10)", "Linear.forward (torch/nn/modules/linear.py:125)",
                          "aten::linear", "aten::addmm", MT_OWNER_CACHING_ALLOCATOR};
     cr_assert_eq(n, 5);
     for (size_t i = 0; i < n; i++) cr_expect_str_eq(names[i], fwd[i]);
     cr_expect(flags[2] & MT_FF_ROLE);
-    n = mt_frames_path_ex(f, 25, MT_NAME_SHORT, MT_FRAMES_USER, names, flags, 32);
+    n = mt_frames_path(
+        f, 25, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER, .flags = flags},
+        names, 32);
     const char *bwd[] = {"[autograd backward]", "ConvolutionBackward0", "aten::convolution_backward",
                          "cuDNN"};
     cr_assert_eq(n, 4);
     for (size_t i = 0; i < n; i++) cr_expect_str_eq(names[i], bwd[i]);
     /* no Python frame, no operator: the first frame a user wrote, then the allocator */
-    n = mt_frames_path_ex(f, 33, MT_NAME_SHORT, MT_FRAMES_USER, names, flags, 32);
+    n = mt_frames_path(
+        f, 33, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER, .flags = flags},
+        names, 32);
     cr_assert_eq(n, 2);
     cr_expect_str_eq(names[0], "make_buffer");
     cr_expect_str_eq(names[1], MT_OWNER_CACHING_ALLOCATOR);
     /* all frames, short and long */
-    n = mt_frames_path_ex(f, 8, MT_NAME_SHORT, MT_FRAMES_ALL, names, flags, 32);
+    n = mt_frames_path(
+        f, 8, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags},
+        names, 32);
     cr_assert_eq(n, 8);
     cr_expect_str_eq(names[2], "torch::autograd::THPVariable_linear");
     cr_expect_str_eq(names[6], "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block");
-    n = mt_frames_path_ex(f, 8, MT_NAME_LONG, MT_FRAMES_ALL, names, flags, 32);
+    n = mt_frames_path(
+        f, 8, (mt_path_opts){.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL, .flags = flags}, names,
+        32);
     cr_expect_str_eq(names[1], "Linear.forward (/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:125)");
     cr_expect(strstr(names[3], "(at::Tensor const&"), "%s", names[3]);
     /* first user frames: never the allocator or CUDA */
-    cr_expect_str_eq(mt_frames_first_user(f, 8), "Linear.forward (torch/nn/modules/linear.py:125)");
-    cr_expect_str_eq(mt_frames_first_user(f, 25), "ConvolutionBackward0");
-    cr_expect_str_eq(mt_frames_first_user(f, 33), "make_buffer");
-    cr_expect_str_eq(mt_frames_first_user(f, 5), "Linear.forward (torch/nn/modules/linear.py:125)");
+    cr_expect_str_eq(mt_frames_first_user(f, 8, MT_NAME_SHORT),
+                     "Linear.forward (torch/nn/modules/linear.py:125)");
+    cr_expect_str_eq(mt_frames_first_user(f, 25, MT_NAME_SHORT), "ConvolutionBackward0");
+    cr_expect_str_eq(mt_frames_first_user(f, 33, MT_NAME_SHORT), "make_buffer");
+    cr_expect_str_eq(mt_frames_first_user(f, 5, MT_NAME_SHORT),
+                     "Linear.forward (torch/nn/modules/linear.py:125)");
     /* owners: the innermost library or allocator */
     int alloc = 0;
     cr_expect_str_eq(mt_frames_owner(f, 8, &alloc), MT_OWNER_CACHING_ALLOCATOR);
@@ -247,11 +259,13 @@ Test(names, no_python_defaults_to_all)
     cr_expect_not(mt_frames_has_python(f));
     cr_expect_eq(mt_frames_resolve(f, MT_FRAMES_AUTO), MT_FRAMES_ALL);
     const char *names[8];
-    size_t n = mt_frames_path_ex(f, 31, MT_NAME_SHORT, MT_FRAMES_AUTO, names, NULL, 8);
+    size_t n = mt_frames_path(
+        f, 31, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_AUTO}, names, 8);
     cr_assert_eq(n, 2);
     cr_expect_str_eq(names[0], "run");
-    cr_expect_str_eq(mt_frames_first_user(f, 31), "run");
-    n = mt_frames_path_ex(f, 31, MT_NAME_SHORT, MT_FRAMES_USER, names, NULL, 8);
+    cr_expect_str_eq(mt_frames_first_user(f, 31, MT_NAME_SHORT), "run");
+    n = mt_frames_path(f, 31, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER},
+                       names, 8);
     cr_assert_eq(n, 1);
     cr_expect_str_eq(names[0], "run");
     mt_frames_free(f);
@@ -267,7 +281,7 @@ Test(names, late_symbols_redo_cached_answers)
         NODE(31, 30, 0x500020, MT_FRAME_NATIVE),
     };
     mt_frames *f = frames_of(recs, sizeof recs / sizeof *recs);
-    cr_expect_str_eq(mt_frames_first_user(f, 31), "app+0x20");
+    cr_expect_str_eq(mt_frames_first_user(f, 31, MT_NAME_SHORT), "app+0x20");
     int alloc = 1;
     cr_expect_str_eq(mt_frames_owner(f, 31, &alloc), "app+0x20");
     const mt_record late[] = {
@@ -275,7 +289,7 @@ Test(names, late_symbols_redo_cached_answers)
         SYM(0x500010, "train_step(Model&)"),
     };
     for (size_t i = 0; i < 2; i++) cr_assert_eq(mt_frames_add(f, &late[i]), 1);
-    cr_expect_str_eq(mt_frames_first_user(f, 31), "train_step");
+    cr_expect_str_eq(mt_frames_first_user(f, 31, MT_NAME_SHORT), "train_step");
     cr_expect_str_eq(mt_frames_owner(f, 31, &alloc), MT_OWNER_CACHING_ALLOCATOR);
     cr_expect(alloc);
     mt_frames_free(f);

@@ -14,6 +14,9 @@
 #include "memtrace/compact.h"
 #include "testutil.h"
 
+/* mt_frames_path options: every frame, short or long names */
+static const mt_path_opts long_all = {.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL};
+
 #define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
 #define MiB (1024ull * 1024ull)
 
@@ -48,7 +51,7 @@ static uint64_t printed(const char *name, const char *key)
 static int stack_has(mt_analysis *a, uint32_t leaf, const char *needle)
 {
     const char *names[256];
-    size_t n = mt_frames_path(a->frames, leaf, MT_NAME_LONG, names, 256);
+    size_t n = mt_frames_path(a->frames, leaf, long_all, names, 256);
     for (size_t i = 0; i < n && i < 256; i++)
         if (strstr(names[i], needle)) return 1;
     return 0;
@@ -107,7 +110,7 @@ Test(fixtures, cifar_default_allocator_segments_equal_max_memory_reserved)
     int c10 = 0, mangled = 0;
     for (size_t i = 0; i < d->peak_stacks.n; i++) {
         const char *names[256];
-        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[i].stack, MT_NAME_LONG, names, 256);
+        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[i].stack, long_all, names, 256);
         for (size_t k = 0; k < n && k < 256; k++) {
             c10 |= strstr(names[k], "c10::cuda::CUDACachingAllocator") != NULL;
             mangled |= strncmp(names[k], "_Z", 2) == 0;

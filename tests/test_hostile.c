@@ -15,6 +15,10 @@
 #include "memtrace/export.h"
 #include "testutil.h"
 
+/* mt_frames_path options: every frame, short or long names */
+static const mt_path_opts short_all = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL};
+static const mt_path_opts long_all = {.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL};
+
 #if defined(__SANITIZE_ADDRESS__)
 #define RSS_LIMIT_MIB 1024 /* AddressSanitizer's shadow memory and quarantine come on top */
 #define SLOWER 4           /* and its checks cost time */
@@ -49,7 +53,8 @@ static mt_analysis *analyze_within(const char *path, double seconds)
     mt_report_options ro = {.top = 10};
     cr_assert_eq(mt_report_text(o, a, &ro), 0);
     cr_assert_eq(mt_report_json(o, &a, 1, &ro), 0);
-    cr_assert_eq(mt_export_folded(o, &a, 1, MT_METRIC_PEAK), 0);
+    mt_folded_options fo = {.metric = MT_METRIC_PEAK, .device = MT_DEVICE_AUTO};
+    cr_assert_eq(mt_export_folded(o, &a, 1, &fo), 0);
     mt_chrome_options co = {0};
     cr_assert_eq(mt_export_chrome(o, &a, 1, &co, err, sizeof err), 0, "%s", err);
     cr_assert_eq(mt_out_close(o), 0);
@@ -70,7 +75,7 @@ Test(hostile, a_single_node_with_a_huge_id)
         cr_assert_eq(a->n_devices, 1);
         cr_assert_eq(a->devices[0].peak_stacks.n, 1);
         const char *names[4];
-        cr_expect_eq(mt_frames_path(a->frames, ids[i], MT_NAME_LONG, names, 4), 1,
+        cr_expect_eq(mt_frames_path(a->frames, ids[i], long_all, names, 4), 1,
                      "the node is found by its id");
         cr_expect_str_eq(names[0], "0x401000");
         mt_analysis_free(a);
@@ -113,9 +118,9 @@ Test(hostile, a_parent_cycle_with_many_leaves)
     cr_expect_eq(a->anomalies.bad_stack_nodes, 1, "node 1 names node 4 as its parent");
     /* leaf 5 hangs off node 1, whose parent link is cut: leaf and node 1 */
     const char *names[300];
-    cr_expect_eq(mt_frames_path(a->frames, 5, MT_NAME_SHORT, names, 300), 2);
+    cr_expect_eq(mt_frames_path(a->frames, 5, short_all, names, 300), 2);
     /* leaf 8 hangs off node 4: 4 -> 3 -> 2 -> 1, then the leaf */
-    cr_expect_eq(mt_frames_path(a->frames, 8, MT_NAME_SHORT, names, 300), 5);
+    cr_expect_eq(mt_frames_path(a->frames, 8, short_all, names, 300), 5);
     mt_analysis_free(a);
     unlink(path);
 }
@@ -127,7 +132,7 @@ Test(hostile, a_deep_chain_with_many_leaves)
     cr_assert_eq(mt_hostile_deep_chain(path, 5000, 20000), 0);
     mt_analysis *a = analyze_within(path, 3.0);
     const char *names[300];
-    cr_expect_eq(mt_frames_path(a->frames, 5001, MT_NAME_SHORT, names, 300), 256,
+    cr_expect_eq(mt_frames_path(a->frames, 5001, short_all, names, 300), 256,
                  "paths are cut at 256 frames");
     cr_expect_eq(a->anomalies.bad_stack_nodes, 0);
     mt_analysis_free(a);

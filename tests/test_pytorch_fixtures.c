@@ -164,8 +164,10 @@ Test(pytorch, names_and_views)
         for (size_t k = 0; k < d->peak_stacks.n; k++) {
             const char *names[512];
             uint8_t flags[512];
-            size_t n = mt_frames_path_ex(a->frames, d->peak_stacks.v[k].stack, MT_NAME_SHORT,
-                                         MT_FRAMES_ALL, names, flags, 512);
+            size_t n = mt_frames_path(
+                a->frames, d->peak_stacks.v[k].stack,
+                (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags},
+                names, 512);
             for (size_t f = 0; f < n && f < 512; f++) {
                 if (!(flags[f] & MT_FF_NATIVE)) continue;
                 char fn[512];
@@ -176,8 +178,10 @@ Test(pytorch, names_and_views)
                 cr_expect(!strchr(fn, '<') || (op && strchr(fn, '<') > op), "template arguments: %s", fn);
                 cr_expect(!strstr(fn, "const&") && !strstr(fn, ", "), "parameters: %s", fn);
             }
-            n = mt_frames_path_ex(a->frames, d->peak_stacks.v[k].stack, MT_NAME_SHORT,
-                                  MT_FRAMES_AUTO, names, flags, 512);
+            n = mt_frames_path(
+                a->frames, d->peak_stacks.v[k].stack,
+                (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_AUTO, .flags = flags},
+                names, 512);
             for (size_t f = 0; f < n && f < 512; f++) {
                 if (n_lens < 4096) lens[n_lens++] = strlen(names[f]);
                 cr_expect(flags[f] & (MT_FF_PYTHON | MT_FF_PSEUDO | MT_FF_ROLE) ||
@@ -192,7 +196,8 @@ Test(pytorch, names_and_views)
                 nodes += strstr(names[f], "Backward") != NULL;
             }
             /* the first user frame: never an allocator or CUDA frame */
-            const char *fu = mt_frames_first_user(a->frames, d->peak_stacks.v[k].stack);
+            const char *fu =
+                mt_frames_first_user(a->frames, d->peak_stacks.v[k].stack, MT_NAME_SHORT);
             cr_expect(!strstr(fu, "CUDACachingAllocator") && !strstr(fu, "cudaMalloc") &&
                           !strstr(fu, "cuMem") && !strstr(fu, "libcuda") &&
                           strcmp(fu, MT_OWNER_CACHING_ALLOCATOR) != 0,

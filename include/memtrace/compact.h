@@ -53,7 +53,7 @@ typedef enum mt_frame_filter {
                              (frame_names.c) */
 } mt_frame_filter;
 
-/* What one name of a path is (mt_frames_path_ex's flags). */
+/* What one name of a path is (mt_path_opts.flags). */
 enum {
     MT_FF_NATIVE = 1u << 0,
     MT_FF_PYTHON = 1u << 1,
@@ -77,16 +77,19 @@ void mt_frames_free(mt_frames *f);
 /* Keeps what it needs from STACK_NODE, MODULE, SYMBOL, PYCODE records (strings are copied).
  * Returns 1 if the record was one of those, 0 if not, -1 when out of memory. */
 int mt_frames_add(mt_frames *f, const mt_record *r);
-/* Names of the frames of stack `leaf`, root (outermost) first; an ip with inlined callees expands
- * into several names. Writes at most cap names into out and returns the full count. leaf 0 gives
- * the single pseudo frame "[no stack]". Names are owned by f and live as long as it does. */
-size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
+/* How mt_frames_path names a stack. Zero is short names, MT_FRAMES_AUTO, no flags. */
+typedef struct mt_path_opts {
+    mt_name_style style;
+    mt_frame_filter filter; /* the frames kept (MT_FRAMES_USER: names that stand for frames,
+                               "aten::linear", carry MT_FF_ROLE) */
+    uint8_t *flags;         /* NULL, or receives MT_FF_* of each name written (cap of them) */
+} mt_path_opts;
+/* Names of the frames of stack `leaf` that opts keeps, root (outermost) first; an ip with inlined
+ * callees expands into several names. Writes at most cap names into out and returns the full
+ * count. leaf 0 gives the single pseudo frame "[no stack]". Names are owned by f and live as long
+ * as it does. */
+size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char **out,
                       size_t cap);
-/* mt_frames_path keeping only the frames `filter` selects (MT_FRAMES_USER: names that stand for
- * frames, "aten::linear", carry MT_FF_ROLE); flags (may be NULL) receives MT_FF_* of each name
- * written. */
-size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
-                         const char **out, uint8_t *flags, size_t cap);
 /* MT_NAME_SHORT shows Python files under dir relative to it (the CLI passes its cwd). NULL: none. */
 void mt_frames_set_base_dir(mt_frames *f, const char *dir);
 /* 1 when the trace has Python code objects (then MT_FRAMES_AUTO means MT_FRAMES_USER). */
@@ -118,8 +121,10 @@ const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
  * frame; else the autograd node ("ConvolutionBackward0") or, without one, the outermost ATen
  * operator ("aten::linear"); else the innermost native frame outside the CUDA stack, NVIDIA's
  * libraries and the allocators; else the innermost frame. Owned by f. */
-const char *mt_frames_first_user(mt_frames *f, uint32_t leaf);
-const char *mt_frames_first_user_ex(mt_frames *f, uint32_t leaf, mt_name_style style);
+const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style style);
+/* The name exporters/chrome.c still calls it by (that file is being rewritten elsewhere; drop
+ * this when it is). */
+#define mt_frames_first_user_ex mt_frames_first_user
 
 /* ---- Tracker ----------------------------------------------------------------------------------- */
 

@@ -146,9 +146,7 @@ const char *mt_metric_title(mt_folded_metric m); /* "live at the peak", ... */
  * device's graph never adds another device's or the host's bytes). With n > 1 each line starts
  * with a "comm[pid]" frame. Lines with 0 bytes are left out. Every line is one flamegraph.pl
  * reads: no empty frame, no ';' or newline inside a frame, the count an integer. */
-int mt_export_folded_opt(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt);
-/* Defaults, the given metric. */
-int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, mt_folded_metric metric);
+int mt_export_folded(mt_out *o, mt_analysis *const *a, size_t n, const mt_folded_options *opt);
 
 /* speedscope's file format (https://www.speedscope.app/file-format-schema.json): one "sampled"
  * profile per trace, device and metric, weights in bytes, frames shared. */

@@ -333,7 +333,8 @@ void mt_reader_close(mt_reader *r);
 const char *mt_op_name(unsigned op);     /* "alloc", "free", ... ; "?" if out of range */
 const char *mt_kind_name(unsigned kind); /* "device", "async", ... */
 const char *mt_pseudo_name(uint64_t id); /* "[driver internal]", ... */
-/* CUPTI driver callback id -> API name ("cuMemAlloc_v2"); "" if not a memory API we trace. */
+/* CUPTI driver callback id -> API name ("cuMemAlloc_v2"); "" if not a call listed in
+ * memtrace/driver_calls.h (the calls the recorder traces, and a few older ones). */
 const char *mt_api_name(unsigned cbid);
 
 #ifdef __cplusplus

@@ -201,7 +201,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             fo->trace_frame = n > 1;
             for (int i = 0; i < n && rc == 0 && !status; i++) {
                 if (!as[i] && (status = analyze_one(paths[i], rules, &as[i], strict)) != 0) break;
-                rc = mt_export_folded_opt(out, &as[i], 1, fo);
+                rc = mt_export_folded(out, &as[i], 1, fo);
                 mt_analysis_free(as[i]);
                 as[i] = NULL;
             }

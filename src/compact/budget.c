@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "internal.h"
 
 const char *mt_budget_name(mt_budget_kind k)
@@ -68,13 +69,7 @@ typedef struct vlist {
 static mt_verdict *push(vlist *l, mt_budget_kind k, const mt_device_report *d, uint64_t value,
                         uint64_t limit)
 {
-    if (l->n == l->cap) {
-        size_t ncap = l->cap ? l->cap * 2 : 8;
-        mt_verdict *nv = realloc(l->v, ncap * sizeof *nv);
-        if (!nv) return NULL;
-        l->v = nv;
-        l->cap = ncap;
-    }
+    if (MT_GROW(l->v, l->cap, l->n + 1) < 0) return NULL;
     mt_verdict *v = &l->v[l->n++];
     *v = (mt_verdict){.kind = k, .d = d, .value = value, .limit = limit, .exceeded = value > limit};
     return v;

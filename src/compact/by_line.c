@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "internal.h"
 
 typedef struct acc {
@@ -18,13 +19,7 @@ static mt_line_stat *entry(acc *a, mt_frames *f, uint32_t code, uint32_t line)
     mt_u64map_slot *s = mt_u64map_upsert(&a->index, MT_PY_IP(code, line));
     if (!s) return NULL;
     if (s->b) return &a->v[s->a];
-    if (a->n == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 16;
-        mt_line_stat *nv = realloc(a->v, ncap * sizeof *nv);
-        if (!nv) return NULL;
-        a->v = nv;
-        a->cap = ncap;
-    }
+    if (MT_GROW(a->v, a->cap, a->n + 1) < 0) return NULL;
     s->a = a->n;
     s->b = 1;
     mt_line_stat *e = &a->v[a->n++];

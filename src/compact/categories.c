@@ -211,7 +211,8 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
 {
     const char *names[512];
     uint8_t flags[512];
-    size_t n = mt_frames_path_ex(c->f, stack, MT_NAME_SHORT, MT_FRAMES_ALL, names, flags, 512);
+    mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags};
+    size_t n = mt_frames_path(c->f, stack, opts, names, 512);
     if (n > 512) n = 512;
     for (size_t r = 0; r < c->n_rules; r++)
         for (size_t i = 0; i < n; i++)

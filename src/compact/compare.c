@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "internal.h"
 
 struct mt_diff_arena {
@@ -32,15 +33,9 @@ struct mt_diff_arena {
 static void *arena_keep(struct mt_diff_arena *a, void *p)
 {
     if (!p) return NULL;
-    if (a->n == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 64;
-        void **nv = realloc(a->v, ncap * sizeof *nv);
-        if (!nv) {
-            free(p);
-            return NULL;
-        }
-        a->v = nv;
-        a->cap = ncap;
+    if (MT_GROW(a->v, a->cap, a->n + 1) < 0) {
+        free(p);
+        return NULL;
     }
     a->v[a->n++] = p;
     return p;
@@ -143,13 +138,7 @@ typedef struct side {
 
 static item *side_push(side *s)
 {
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 64;
-        item *nv = realloc(s->v, ncap * sizeof *nv);
-        if (!nv) return NULL;
-        s->v = nv;
-        s->cap = ncap;
-    }
+    if (MT_GROW(s->v, s->cap, s->n + 1) < 0) return NULL;
     item *it = &s->v[s->n++];
     memset(it, 0, sizeof *it);
     return it;
@@ -218,7 +207,8 @@ static int stack_frames(mt_frames *f, const mt_stack_stat *st, mt_frame_filter f
             v = malloc(cap * sizeof *v);
             fl = malloc(cap);
             if (!v || !fl) break;
-            got = mt_frames_path_ex(f, st->stack, MT_NAME_SHORT, filter, v, fl, cap);
+            mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = filter, .flags = fl};
+            got = mt_frames_path(f, st->stack, opts, v, cap);
             if (got <= cap) break;
             cap = got;
         }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "internal.h"
 
 static mt_ctx_list *list_of(mt_ctx_registry *r, uint32_t ctx, int create)
@@ -21,13 +22,7 @@ static mt_ctx_list *list_of(mt_ctx_registry *r, uint32_t ctx, int create)
     mt_u64map_slot *s = create ? mt_u64map_upsert(&r->index, ctx) : mt_u64map_find(&r->index, ctx);
     if (!s) return NULL;
     if (!s->b) { /* new context: b marks it, a is its list */
-        if (r->n_lists == r->cap_lists) {
-            size_t ncap = r->cap_lists ? r->cap_lists * 2 : 8;
-            mt_ctx_list *nl = realloc(r->lists, ncap * sizeof *nl);
-            if (!nl) return NULL;
-            r->lists = nl;
-            r->cap_lists = ncap;
-        }
+        if (MT_GROW(r->lists, r->cap_lists, r->n_lists + 1) < 0) return NULL;
         r->lists[r->n_lists] = (mt_ctx_list){0};
         s->a = r->n_lists++;
         s->b = 1;
@@ -54,13 +49,7 @@ int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_
     if (!l) return -1;
     if (l->n == l->cap) {
         if (l->n > 2 * l->live + 64) compact(l, ctx, still, arg);
-        if (l->n == l->cap) {
-            size_t ncap = l->cap ? l->cap * 2 : 16;
-            mt_ctx_member *nv = realloc(l->v, ncap * sizeof *nv);
-            if (!nv) return -1;
-            l->v = nv;
-            l->cap = ncap;
-        }
+        if (MT_GROW(l->v, l->cap, l->n + 1) < 0) return -1;
     }
     l->v[l->n++] = m;
     l->live++;

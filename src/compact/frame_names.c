@@ -345,9 +345,11 @@ static mt_frame_role role(mt_view_cache *v, const char *name, const char **user)
 static size_t both_paths(mt_frames *f, mt_view_cache *v, uint32_t leaf, mt_name_style style)
 {
     for (;;) {
-        size_t n = mt_frames_path_ex(f, leaf, MT_NAME_LONG, MT_FRAMES_ALL, v->lng, v->flg, v->cap);
+        mt_path_opts lng = {.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL, .flags = v->flg};
+        size_t n = mt_frames_path(f, leaf, lng, v->lng, v->cap);
         if (n <= v->cap) {
-            size_t m = mt_frames_path_ex(f, leaf, style, MT_FRAMES_ALL, v->shw, NULL, v->cap);
+            mt_path_opts shw = {.style = style, .filter = MT_FRAMES_ALL};
+            size_t m = mt_frames_path(f, leaf, shw, v->shw, v->cap);
             return m == n ? n : 0;
         }
         size_t ncap = n + 64;
@@ -377,7 +379,10 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
 {
     mt_view_cache *v = cache_of(f);
     size_t n = v ? both_paths(f, v, leaf, style) : 0;
-    if (!n) return mt_frames_path_ex(f, leaf, style, MT_FRAMES_PYTHON, out, flags, cap);
+    if (!n) { /* the view could not be built (out of memory): the Python frames alone */
+        mt_path_opts py = {.style = style, .filter = MT_FRAMES_PYTHON, .flags = flags};
+        return mt_frames_path(f, leaf, py, out, cap);
+    }
     size_t total = 0;
     int meaningful = 0; /* a Python frame or a role was kept */
     const char *lib = NULL, *run_last = NULL; /* run_last: the last operator of a run not shown */
@@ -440,7 +445,7 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
     return total;
 }
 
-const char *mt_frames_first_user_ex(mt_frames *f, uint32_t leaf, mt_name_style style)
+const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style style)
 {
     if (leaf == 0) return mt_pseudo_name(MT_PSEUDO_NO_STACK);
     mt_view_cache *v = cache_of(f);
@@ -466,11 +471,6 @@ const char *mt_frames_first_user_ex(mt_frames *f, uint32_t leaf, mt_name_style s
     return pick;
 }
 
-const char *mt_frames_first_user(mt_frames *f, uint32_t leaf)
-{
-    return mt_frames_first_user_ex(f, leaf, MT_NAME_SHORT);
-}
-
 const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator)
 {
     mt_view_cache *v = cache_of(f);
@@ -491,7 +491,7 @@ const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator)
             alloc = r == MT_ROLE_ALLOCATOR;
         }
     }
-    if (!owner) owner = mt_frames_first_user(f, leaf);
+    if (!owner) owner = mt_frames_first_user(f, leaf, MT_NAME_SHORT);
     if (v && (c = mt_u64map_upsert(&v->owners, leaf))) {
         c->a = (uint64_t)(uintptr_t)owner;
         c->b = (uint64_t)alloc;

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "grow.h"
 #include "internal.h"
 
 #define MAX_DEPTH 256 /* frames kept of one path, innermost first: twice what the recorder writes */
@@ -89,18 +90,6 @@ struct mt_frames {
     char *base_dir;      /* MT_NAME_SHORT shows Python files under it relative to it; NULL = none */
     mt_view_cache *view;   /* roles of names, user-view names, owners per leaf (frame_names.c) */
 };
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need) ncap *= 2;
-    void *np = realloc(*p, ncap * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = ncap;
-    return 0;
-}
 
 static char *dup(const char *s) { return strdup(s ? s : ""); }
 
@@ -165,7 +154,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         mt_u64map_slot *s = mt_u64map_upsert(&f->node_index, n->id);
         if (!s) return -1;
         if (!s->b) { /* new id (b marks the slot used, a is the index) */
-            if (grow((void **)&f->nodes, &f->cap_nodes, f->n_nodes + 1, sizeof *f->nodes) < 0)
+            if (MT_GROW(f->nodes, f->cap_nodes, f->n_nodes + 1) < 0)
                 return -1;
             s->a = f->n_nodes++;
             s->b = 1;
@@ -179,7 +168,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         return 1;
     }
     case MT_REC_MODULE: {
-        if (grow((void **)&f->mods, &f->cap_mods, f->n_mods + 1, sizeof *f->mods) < 0) return -1;
+        if (MT_GROW(f->mods, f->cap_mods, f->n_mods + 1) < 0) return -1;
         const char *path = r->u.module.path ? r->u.module.path : "";
         const char *slash = strrchr(path, '/');
         module *m = &f->mods[f->n_mods];
@@ -194,7 +183,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         return 1;
     }
     case MT_REC_SYMBOL: {
-        if (grow((void **)&f->syms, &f->cap_syms, f->n_syms + 1, sizeof *f->syms) < 0) return -1;
+        if (MT_GROW(f->syms, f->cap_syms, f->n_syms + 1) < 0) return -1;
         symbol *s = &f->syms[f->n_syms];
         *s = (symbol){.ip = r->u.symbol.ip, .depth = r->u.symbol.depth,
                       .line = r->u.symbol.line, .function = dup(r->u.symbol.function),
@@ -205,7 +194,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         return 1;
     }
     case MT_REC_PYCODE: {
-        if (grow((void **)&f->codes, &f->cap_codes, f->n_codes + 1, sizeof *f->codes) < 0)
+        if (MT_GROW(f->codes, f->cap_codes, f->n_codes + 1) < 0)
             return -1;
         pycode *c = &f->codes[f->n_codes];
         *c = (pycode){.filename = dup(r->u.pycode.filename), .qualname = dup(r->u.pycode.qualname)};
@@ -312,7 +301,7 @@ static char *clean(char *s)
 static int push_name(mt_frames *f, char *name)
 {
     if (!name) return -1;
-    if (grow((void **)&f->names, &f->cap_names, f->n_names + 1, sizeof *f->names) < 0) {
+    if (MT_GROW(f->names, f->cap_names, f->n_names + 1) < 0) {
         free(name);
         return -1;
     }
@@ -422,7 +411,7 @@ static size_t collect(mt_frames *f, uint32_t leaf)
     link_nodes(f);
     size_t n = 0;
     for (uint32_t ix = leaf; ix != NO_NODE && n < MAX_DEPTH; ix = f->nodes[ix].parent_ix) {
-        if (grow((void **)&f->scratch, &f->cap_scratch, n + 1, sizeof *f->scratch) < 0) break;
+        if (MT_GROW(f->scratch, f->cap_scratch, n + 1) < 0) break;
         f->scratch[n++] = ix;
     }
     return n;
@@ -455,9 +444,12 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
 }
 
-size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_frame_filter filter,
-                         const char **out, uint8_t *flags, size_t cap)
+size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char **out,
+                      size_t cap)
 {
+    mt_name_style style = opts.style;
+    mt_frame_filter filter = opts.filter;
+    uint8_t *flags = opts.flags;
     if (filter == MT_FRAMES_AUTO) filter = mt_frames_resolve(f, filter);
     if (filter == MT_FRAMES_USER) return mt_frames_user_path(f, leaf, style, out, flags, cap);
     if (leaf == 0) {
@@ -484,12 +476,6 @@ size_t mt_frames_path_ex(mt_frames *f, uint32_t leaf, mt_name_style style, mt_fr
         }
     }
     return total;
-}
-
-size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
-                      size_t cap)
-{
-    return mt_frames_path_ex(f, leaf, style, MT_FRAMES_ALL, out, NULL, cap);
 }
 
 void mt_frames_set_base_dir(mt_frames *f, const char *dir)

@@ -162,7 +162,7 @@ mt_view_cache **mt_frames_view_cache(mt_frames *f);
 /* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
  * string or owned by f. */
 mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char **holder);
-/* mt_frames_path_ex for MT_FRAMES_USER. */
+/* mt_frames_path for MT_FRAMES_USER. */
 size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                            uint8_t *flags, size_t cap);
 

@@ -31,8 +31,8 @@ static char *stack_key(mt_frames *f, uint32_t stack, int driver)
     if (driver) return strdup("[driver internal]");
     const char *names[512]; /* the longest stack the recorder writes, inlined frames expanded */
     mt_frame_filter filter = mt_frames_resolve(f, MT_FRAMES_AUTO);
-    size_t n = mt_frames_path_ex(f, stack, MT_NAME_SHORT, filter, names, NULL,
-                                 sizeof names / sizeof *names);
+    size_t n = mt_frames_path(f, stack, (mt_path_opts){.style = MT_NAME_SHORT, .filter = filter},
+                              names, sizeof names / sizeof *names);
     if (n > sizeof names / sizeof *names) n = sizeof names / sizeof *names;
     size_t len = 1;
     for (size_t i = 0; i < n; i++) len += strlen(names[i]) + 1;
@@ -89,8 +89,8 @@ static uint64_t key_hash(mt_frames *f, mt_u64map *memo, uint32_t stack, int driv
     if (driver) return mix64(fnv("[driver internal]")) | 1;
     const char *names[512];
     mt_frame_filter filter = mt_frames_resolve(f, MT_FRAMES_AUTO);
-    size_t n = mt_frames_path_ex(f, stack, MT_NAME_SHORT, filter, names, NULL,
-                                 sizeof names / sizeof *names);
+    size_t n = mt_frames_path(f, stack, (mt_path_opts){.style = MT_NAME_SHORT, .filter = filter},
+                              names, sizeof names / sizeof *names);
     if (n > sizeof names / sizeof *names) n = sizeof names / sizeof *names;
     uint64_t h = MT_GOLDEN64 ^ n;
     for (size_t i = 0; i < n; i++) {
@@ -249,7 +249,7 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
         int is_allocator = 0;
         const char *owner = top->driver ? "[driver internal]"
                                         : mt_frames_owner(a->frames, top->stack, &is_allocator);
-        s->top_frame = strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack) : owner);
+        s->top_frame = strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack, MT_NAME_SHORT) : owner);
         s->top_bytes = top->bytes;
     }
     return 0;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "symbols_internal.h"
 
 typedef struct cu_range {
@@ -81,16 +82,6 @@ static int ok_(mt_dwarf *d, int res)
     return res == DW_DLV_OK;
 }
 #define OK(call) ok_(d, (call))
-
-static void *grow(void *p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return p;
-    size_t ncap = *cap ? *cap * 2 : 64;
-    while (ncap < need) ncap *= 2;
-    void *np = realloc(p, ncap * elem);
-    if (np) *cap = ncap;
-    return np;
-}
 
 /* ---- attributes ---------------------------------------------------------------------------- */
 
@@ -160,9 +151,7 @@ typedef struct range_vec {
 static void range_add(range_vec *rv, uint64_t lo, uint64_t hi)
 {
     if (hi <= lo) return;
-    pc_range *nv = grow(rv->v, &rv->cap, rv->n + 1, sizeof *nv);
-    if (!nv) return;
-    rv->v = nv;
+    if (MT_GROW(rv->v, rv->cap, rv->n + 1) < 0) return;
     rv->v[rv->n++] = (pc_range){lo, hi};
 }
 
@@ -242,9 +231,7 @@ static void die_ranges(mt_dwarf *d, Dwarf_Die die, Dwarf_Half version, uint64_t 
 static void index_add(mt_dwarf *d, uint64_t lo, uint64_t hi, uint64_t off)
 {
     if (hi <= lo) return;
-    cu_range *ni = grow(d->index, &d->cap_index, d->nindex + 1, sizeof *ni);
-    if (!ni) return;
-    d->index = ni;
+    if (MT_GROW(d->index, d->cap_index, d->nindex + 1) < 0) return;
     d->index[d->nindex++] = (cu_range){lo, hi, off};
 }
 
@@ -364,12 +351,9 @@ static void load_lines(mt_dwarf *d, cu_info *cu, Dwarf_Die cu_die)
 
 static int add_scope(cu_info *cu, int parent, Dwarf_Die die, mt_dwarf *d, range_vec *rv)
 {
-    scope *ns = grow(cu->scopes, &cu->cap_scopes, cu->nscopes + 1, sizeof *ns);
-    if (!ns) return -1;
-    cu->scopes = ns;
-    pc_range *nr = grow(cu->ranges, &cu->cap_ranges, cu->nranges + rv->n, sizeof *nr);
-    if (!nr) return -1;
-    cu->ranges = nr;
+    if (MT_GROW(cu->scopes, cu->cap_scopes, cu->nscopes + 1) < 0 ||
+        MT_GROW(cu->ranges, cu->cap_ranges, cu->nranges + rv->n) < 0)
+        return -1;
     memcpy(cu->ranges + cu->nranges, rv->v, rv->n * sizeof *rv->v);
     scope s = {parent, parent < 0 ? 0 : cu->scopes[parent].depth + 1, cu->nranges, rv->n, NULL,
                0, 0};
@@ -426,9 +410,8 @@ static cu_info *cu_get(mt_dwarf *d, uint64_t off)
     if (!slot) return NULL;
     if (slot->b) return slot->a ? &d->cus[slot->a - 1] : NULL;
     slot->b = 1;
-    cu_info *nc = grow(d->cus, &d->cap_cus, d->ncus + 1, sizeof *nc);
-    if (!nc) return NULL; /* a stays 0: the CU will look "failed" below */
-    d->cus = nc;
+    if (MT_GROW(d->cus, d->cap_cus, d->ncus + 1) < 0)
+        return NULL; /* a stays 0: the CU will look "failed" below */
     memset(&d->cus[d->ncus], 0, sizeof *d->cus);
     d->cus[d->ncus].off = off;
     slot->a = ++d->ncus;

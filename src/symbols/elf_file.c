@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "symbols_internal.h"
 
 #ifndef NT_GNU_BUILD_ID
@@ -136,13 +137,7 @@ static int add_symbols(mt_elf_file *f, Elf_Scn *scn, const GElf_Shdr *sh, size_t
             continue;
         const char *name = elf_strptr(f->elf, sh->sh_link, s.st_name);
         if (!name || !*name) continue;
-        if (f->nsyms == *cap) {
-            size_t ncap = *cap ? *cap * 2 : 1024;
-            mt_elf_sym *ns = realloc(f->syms, ncap * sizeof *ns);
-            if (!ns) return -1;
-            f->syms = ns;
-            *cap = ncap;
-        }
+        if (MT_GROW(f->syms, *cap, f->nsyms + 1) < 0) return -1;
         f->syms[f->nsyms++] = (mt_elf_sym){s.st_value, s.st_size, name, NULL, rank};
     }
     return 0;

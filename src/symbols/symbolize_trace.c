@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "memtrace/trace.h"
+#include "grow.h"
 #include "symbols_internal.h"
 
 typedef struct module_rec {
@@ -75,13 +76,7 @@ static int add_module(scan *s, const mt_module *m)
     if (dst) {
         free(dst->path);
     } else {
-        if (s->nmods == s->cap_mods) {
-            size_t ncap = s->cap_mods ? s->cap_mods * 2 : 64;
-            module_rec *n = realloc(s->mods, ncap * sizeof *n);
-            if (!n) return -1;
-            s->mods = n;
-            s->cap_mods = ncap;
-        }
+        if (MT_GROW(s->mods, s->cap_mods, s->nmods + 1) < 0) return -1;
         dst = &s->mods[s->nmods++];
     }
     dst->id = m->id;
@@ -100,13 +95,7 @@ static int add_ip(scan *s, uint64_t ip)
     if (!slot) return -1;
     if (slot->b) return 0;
     slot->b = 1; /* seen, even if the list below cannot grow */
-    if (s->nips == s->cap_ips) {
-        size_t ncap = s->cap_ips ? s->cap_ips * 2 : 1024;
-        pending_ip *n = realloc(s->ips, ncap * sizeof *n);
-        if (!n) return -1;
-        s->ips = n;
-        s->cap_ips = ncap;
-    }
+    if (MT_GROW(s->ips, s->cap_ips, s->nips + 1) < 0) return -1;
     s->ips[s->nips] = (pending_ip){ip, module_at(s, ip)};
     slot->a = ++s->nips;
     return 0;

@@ -1,12 +1,13 @@
 /* names.c — printable names for the enums of trace.h and for CUPTI driver callback ids.
  *
- * The callback ids are copied from CUDA 13.0's cupti_driver_cbid.h (CUPTI_DRIVER_TRACE_CBID_*)
- * rather than included, so that the trace library, and every tool reading traces, builds on a
- * machine without the CUDA toolkit. CUPTI only ever appends ids, so these numbers stay valid.
- * Only the memory APIs the recorder traces are listed: anything else is "".
+ * The callback ids come from memtrace/driver_calls.h, where they are written out (CUDA 13.0's
+ * cupti_driver_cbid.h) rather than included, so that the trace library, and every tool reading
+ * traces, builds on a machine without the CUDA toolkit. Only the calls listed there are named:
+ * anything else is "".
  */
 #include <stddef.h>
 
+#include "memtrace/driver_calls.h"
 #include "memtrace/trace.h"
 
 const char *mt_op_name(unsigned op)
@@ -55,63 +56,17 @@ const char *mt_pseudo_name(uint64_t id)
     }
 }
 
-/* CUPTI_DRIVER_TRACE_CBID_<name> = <id>, CUDA 13.0. Sorted by id. */
-static const struct {
-    unsigned cbid;
-    const char *name;
-} api_names[] = {
-    {11, "cuCtxDestroy"},
-    {29, "cuMemAlloc"},
-    {31, "cuMemAllocPitch"},
-    {33, "cuMemFree"},
-    {37, "cuMemAllocHost"},
-    {38, "cuMemFreeHost"},
-    {39, "cuMemHostAlloc"},
-    {243, "cuMemAlloc_v2"},
-    {244, "cuMemAllocPitch_v2"},
-    {245, "cuMemFree_v2"},
-    {271, "cuMemHostAlloc_v2"},
-    {294, "cuMemAllocHost_v2"},
-    {301, "cuMemHostRegister"},
-    {302, "cuMemHostUnregister"},
-    {322, "cuCtxDestroy_v2"},
-    {371, "cuMemAllocManaged"},
-    {379, "cuMemHostRegister_v2"},
-    {387, "cuDevicePrimaryCtxRelease"},
-    {389, "cuDevicePrimaryCtxReset"},
-    {544, "cuDevicePrimaryCtxRelease_v2"},
-    {545, "cuDevicePrimaryCtxReset_v2"},
-    {547, "cuMemAddressReserve"},
-    {548, "cuMemAddressFree"},
-    {549, "cuMemCreate"},
-    {550, "cuMemRelease"},
-    {551, "cuMemMap"},
-    {552, "cuMemUnmap"},
-    {555, "cuMemImportFromShareableHandle"},
-    {565, "cuMemRetainAllocationHandle"},
-    {598, "cuMemAllocAsync"},
-    {599, "cuMemAllocAsync_ptsz"},
-    {600, "cuMemFreeAsync"},
-    {601, "cuMemFreeAsync_ptsz"},
-    {602, "cuMemPoolTrimTo"},
-    {607, "cuMemPoolCreate"},
-    {608, "cuMemPoolDestroy"},
-    {611, "cuMemAllocFromPoolAsync"},
-    {612, "cuMemAllocFromPoolAsync_ptsz"},
-    {638, "cuGraphAddMemAllocNode"},
-    {639, "cuGraphAddMemFreeNode"},
-};
-
+/* The names of the driver calls in memtrace/driver_calls.h, the table the recorder enables its
+ * callbacks from. A switch: the compiler finds the id (and refuses an id listed twice). */
 const char *mt_api_name(unsigned cbid)
 {
-    size_t lo = 0, hi = sizeof api_names / sizeof api_names[0];
-    while (lo < hi) { /* binary search: the table is sorted by id */
-        size_t mid = lo + (hi - lo) / 2;
-        if (api_names[mid].cbid == cbid) return api_names[mid].name;
-        if (api_names[mid].cbid < cbid)
-            lo = mid + 1;
-        else
-            hi = mid;
+    switch (cbid) {
+#define TRACED_NAME(name, id, what) case id: return #name;
+#define NAMED_NAME(name, id) case id: return #name;
+        MT_TRACED_DRIVER_CALLS(TRACED_NAME)
+        MT_NAMED_DRIVER_CALLS(NAMED_NAME)
+#undef TRACED_NAME
+#undef NAMED_NAME
+    default: return "";
     }
-    return "";
 }

@@ -54,8 +54,10 @@ void mt_fuzz_use_trace(const char *path)
             mt_rank_table_json(o, &rs, 1, &ro);
             mt_rank_summary_free(&rs);
         }
-        for (int m = 0; m < MT_METRICS_; m++)
-            mt_export_folded(o, &a, 1, (mt_folded_metric)m);
+        for (int m = 0; m < MT_METRICS_; m++) {
+            mt_folded_options fm = {.metric = (mt_folded_metric)m, .device = MT_DEVICE_AUTO};
+            mt_export_folded(o, &a, 1, &fm);
+        }
         mt_folded_options fo = {.all_metrics = 1, .device = MT_DEVICE_AUTO};
         mt_export_speedscope(o, &a, 1, &fo);
         mt_chrome_options co = {.top_allocs = 64, .driver_slices = 1};

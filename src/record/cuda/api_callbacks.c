@@ -19,10 +19,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "memtrace/driver_calls.h"
 #include "recorder.h"
 
-/* Every driver call the recorder listens to, and what it is to the recorder. One table: the
- * enabling, the activity-record bookkeeping and the hooks' takeover all read it. */
+/* What a traced call is to the recorder: the third column of MT_TRACED_DRIVER_CALLS, which lists
+ * every driver call the recorder listens to (memtrace/driver_calls.h, shared with the names the
+ * trace library gives the ids). The enabling, the activity-record bookkeeping and the hooks'
+ * takeover all read that one table. */
 enum {
     CALL_MEMORY2 = 1 << 0,        /* makes a MEMORY2 activity record (a duplicate of ours, not a
                                      driver-internal allocation) */
@@ -31,58 +34,36 @@ enum {
     CALL_CAPTURE = 1 << 3,        /* begins or ends a CUDA graph capture (capture.c) */
 };
 
+/* The table's ids are written out for the trace library, which builds without CUDA: each must be
+ * the one the CUPTI header we build against gives that name. */
+#define CHECK_ID(name, cbid, ...)                                                                  \
+    _Static_assert(cbid == CUPTI_DRIVER_TRACE_CBID_##name, "driver_calls.h: id of " #name);
+MT_TRACED_DRIVER_CALLS(CHECK_ID)
+MT_NAMED_DRIVER_CALLS(CHECK_ID)
+#undef CHECK_ID
+
 static const struct traced_call {
     CUpti_CallbackId cbid;
     unsigned what;
 } traced[] = {
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CALL_MEMORY2 | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CALL_MEMORY2 | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, CALL_MEMORY2 | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemCreate, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemRetainAllocationHandle, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemImportFromShareableHandle, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemRelease, CALL_RELEASE},
-    /* mapped ranges show up as device memory records */
-    {CUPTI_DRIVER_TRACE_CBID_cuMemMap, CALL_MEMORY2},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, CALL_MEMORY2 | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, CALL_MEMORY2 | CALL_STREAM_ORDERED},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
-     CALL_MEMORY2 | CALL_STREAM_ORDERED | CALL_RELEASE},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, CALL_MEMORY2 | CALL_STREAM_ORDERED},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CALL_MEMORY2 | CALL_STREAM_ORDERED},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode, 0},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, CALL_CAPTURE},
-    {CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz, CALL_CAPTURE},
+#define TRACED(name, cbid, what) {CUPTI_DRIVER_TRACE_CBID_##name, what},
+    MT_TRACED_DRIVER_CALLS(TRACED)
+#undef TRACED
 };
 
 #define N_TRACED (sizeof traced / sizeof *traced)
 
+/* A switch rather than a walk over traced[]: one indexed jump on every callback, and a duplicate
+ * id in the table is a compile error. */
 static unsigned what_is(CUpti_CallbackId cbid)
 {
-    for (size_t i = 0; i < N_TRACED; i++)
-        if (traced[i].cbid == cbid) return traced[i].what;
-    return 0;
+    switch (cbid) {
+#define WHAT(name, cbid, what)                                                                     \
+    case CUPTI_DRIVER_TRACE_CBID_##name: return what;
+        MT_TRACED_DRIVER_CALLS(WHAT)
+#undef WHAT
+    default: return 0;
+    }
 }
 
 /* Which of the traced calls to enable. */

@@ -12,6 +12,7 @@
 #include "recorder.h"
 
 #define CENSUS_IDS 2048
+#define CENSUS_TOP 12 /* calls named in each note, most frequent first */
 
 static struct {
     _Atomic uint64_t driver[CENSUS_IDS], runtime[CENSUS_IDS];
@@ -44,7 +45,7 @@ static void note_domain(mt_recorder *r, const char *what, CUpti_CallbackDomain d
     char text[900];
     int len = snprintf(text, sizeof text, "census: %" PRIu64 " %s API calls; most frequent:", total,
                        what);
-    for (int k = 0; k < 12 && len < (int)sizeof text - 100; k++) {
+    for (int k = 0; k < CENSUS_TOP && len < (int)sizeof text - 100; k++) {
         int best = -1;
         for (int i = 0; i < CENSUS_IDS; i++)
             if (c[i] && (best < 0 || c[i] > c[best])) best = i;

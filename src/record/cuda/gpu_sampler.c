@@ -21,6 +21,7 @@
 #include "recorder.h"
 
 #define SAMPLE_MS 50
+#define PROC_LISTED_WITHIN_MS 5000 /* NVML lists a process by then, or never will */
 #define MAX_DEVICES 64
 #define MAX_PROCS 256
 
@@ -117,7 +118,7 @@ static void *sampler_main(void *arg)
             }
         }
         if (mapped) sample_once(g);
-        if (mapped && ++rounds == 100 && !g->proc_seen) /* 5 s and NVML never listed us */
+        if (mapped && ++rounds == PROC_LISTED_WITHIN_MS / SAMPLE_MS && !g->proc_seen)
             mt_trace_note(MT_NOTE_WARNING, "NVML does not list this process (pid namespace?): "
                                            "only device-wide used memory is sampled");
         struct timespec ts = {0, SAMPLE_MS * 1000000L};

@@ -16,10 +16,21 @@
  *   stacks.c                        the caller's stack -> a trie leaf id
  *
  * All state lives in one struct, `mt_rec` (defined in inject.c): a reader looking for global state
- * finds it there (the sink, unwinder and trie keep theirs behind their handles), with three
- * exceptions kept beside the only code that touches them: cupti_mux.c's mutex (it may be needed
- * before InitializeInjection runs), stacks.c's table of Python code ids and its per-thread memos,
- * and the per-thread caches of api_callbacks.c and async_hooks.c (__thread).
+ * finds it there (the sink, unwinder and trie keep theirs behind their handles), with these
+ * exceptions, each kept beside the only code that touches it:
+ *   cupti_mux.c     mux_lock: it may be needed before InitializeInjection runs
+ *   stacks.c        the table of Python code ids (code_ids, code_lock, next_code_id) and each
+ *                   thread's leaf memos (tls_stack, freed by stack_key's destructor; tls_site_key,
+ *                   tls_had_no_python)
+ *   api_census.c    census: the per-id call counts of MEMTRACE_CALLBACKS=count (written from every
+ *                   thread, read once at exit)
+ *   notes.c         mt_warn_once's list of warnings already said, and its lock
+ *   api_callbacks.c per-thread caches (__thread): the last context's device, the thread's name
+ *                   and whether it is an autograd thread, the current call's entry stamp
+ *   async_hooks.c   per-thread cache (__thread): the last context's id
+ * The recorder core (src/record/, outside cuda/) has its own per-thread state: sink.c's tls_ring (this
+ * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds) and unwind_stats,
+ * unwind_memo.c's per-thread memos (memo_key), pyframes.c's unknown_version_msg.
  */
 #ifndef MT_RECORDER_H
 #define MT_RECORDER_H

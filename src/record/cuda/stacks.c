@@ -22,7 +22,7 @@
 
 /* ---- Python code objects -> small ids ------------------------------------------------------ */
 
-/* Open addressing, insert under py_lock, lookups without it (entries are published with release
+/* Open addressing, insert under code_lock, lookups without it (entries are published with release
  * stores and never removed). Code objects live as long as their functions: a few thousand. */
 #define CODE_SLOTS 16384
 
