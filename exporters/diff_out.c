@@ -68,6 +68,73 @@ static void run_line(const mt_analysis *a, char *buf, size_t len)
              a->cmdline[0] ? a->cmdline : a->comm);
 }
 
+/* How the outputs name a run beside the other: "rank 0" when both are ranks and not the same one,
+ * else "base" and "new". */
+static const char *run_name(const mt_diff *d, int is_new, char *buf, size_t len)
+{
+    const mt_analysis *b = d->base, *n = d->new_, *a = is_new ? n : b;
+    int ranks = (b->header.flags & MT_HDR_RANK) && (n->header.flags & MT_HDR_RANK) &&
+                b->header.rank >= 0 && n->header.rank >= 0 && b->header.rank != n->header.rank;
+    if (ranks) snprintf(buf, len, "rank %d", (int)a->header.rank);
+    else snprintf(buf, len, "%s", is_new ? "new" : "base");
+    return buf;
+}
+
+/* GPUs of the two runs paired across ordinals (own GPUs, --devices) */
+static int crossed(const mt_device_delta *dd)
+{
+    return dd->base && dd->new_ && dd->base->u.device != dd->new_->u.device;
+}
+
+/* A delta's title: "cuda:0", or "rank 0 cuda:0 vs rank 1 cuda:1" for GPUs paired across
+ * ordinals. */
+static const char *pair_title(const mt_diff *d, const mt_device_delta *dd, char *buf, size_t len)
+{
+    char r1[32], r2[32], n1[32], n2[32];
+    if (d->paired_by != MT_PAIR_ORDINAL && (!dd->base || !dd->new_)) {
+        /* "rank 1 cuda:0": whose, when ordinals do not say it */
+        snprintf(buf, len, "%s %s", run_name(d, dd->new_ != NULL, n1, sizeof n1),
+                 mt_device_root_name(dd->new_ ? dd->new_ : dd->base, r1, sizeof r1));
+        return buf;
+    }
+    if (!crossed(dd)) return mt_device_root_name(dd->new_ ? dd->new_ : dd->base, buf, len);
+    snprintf(buf, len, "%s %s vs %s %s", run_name(d, 0, n1, sizeof n1),
+             mt_device_root_name(dd->base, r1, sizeof r1), run_name(d, 1, n2, sizeof n2),
+             mt_device_root_name(dd->new_, r2, sizeof r2));
+    return buf;
+}
+
+/* "GPUs paired: rank 0 cuda:0 vs rank 1 cuda:1 (each run's own GPU, as the runs are different
+ * ranks: rank 0's by LOCAL_RANK, rank 1's by LOCAL_RANK); other GPUs by ordinal", or NULL when
+ * every GPU paired by ordinal. */
+static const char *pairing_line(const mt_diff *d, char *buf, size_t len)
+{
+    if (d->paired_by == MT_PAIR_ORDINAL || !d->n_devices) return NULL;
+    char title[160], n1[32], n2[32];
+    pair_title(d, &d->devices[0], title, sizeof title);
+    if (d->paired_by == MT_PAIR_CHOSEN)
+        snprintf(buf, len, "GPUs paired: %s (--devices); other GPUs by ordinal", title);
+    else
+        snprintf(buf, len, "GPUs paired: %s (each run's own GPU, as %s: %s's by %s, %s's by %s); "
+                           "other GPUs by ordinal", title, d->pairing_reason,
+                 run_name(d, 0, n1, sizeof n1), d->base_own_why, run_name(d, 1, n2, sizeof n2),
+                 d->new_own_why);
+    return buf;
+}
+
+/* " (only in new)", with what a GPU holding nothing but the driver's memory is. */
+static const char *presence(const mt_device_delta *dd, char *buf, size_t len)
+{
+    const mt_device_report *any = dd->new_ ? dd->new_ : dd->base;
+    int stray = (!dd->base || mt_gpu_is_stray(dd->base)) && (!dd->new_ || mt_gpu_is_stray(dd->new_));
+    const char *only = !dd->base ? "only in new" : !dd->new_ ? "only in base" : NULL;
+    const char *ctx = stray && any->u.peak ? "driver-internal memory only: a CUDA context, no "
+                                             "allocation" : NULL;
+    if (!only && !ctx) buf[0] = 0;
+    else snprintf(buf, len, " (%s%s%s)", only ? only : "", only && ctx ? "; " : "", ctx ? ctx : "");
+    return buf;
+}
+
 static const char *alloc_what(const mt_allocator_peaks *p)
 {
     return p->allocated_kind == MT_KIND_ASYNC ? "cudaMallocAsync: max_memory_allocated"
@@ -231,11 +298,12 @@ static void text_lines(mt_out *o, const mt_line_delta *v, size_t n, size_t top)
 
 static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
 {
-    char line[1024], root[32], v1[32], v2[32], c[32], p[32];
+    char line[1024], root[160], v1[32], v2[32], c[32], p[32], where[128];
     run_line(d->base, line, sizeof line);
     mt_out_printf(o, "memtrace diff\n  base  %s\n", line);
     run_line(d->new_, line, sizeof line);
     mt_out_printf(o, "  new   %s\n", line);
+    if (pairing_line(d, line, sizeof line)) mt_out_printf(o, "%s\n", line);
     if (d->modes_differ)
         mt_out_puts(o, "NOTE: one run was recorded with tensors (record --tensors) and the other not: "
                        "their peaks count different things (tensors, or the allocator's whole "
@@ -251,10 +319,9 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
     for (size_t i = 0; i < d->n_devices; i++) {
         const mt_device_delta *dd = &d->devices[i];
         const mt_device_report *any = dd->new_ ? dd->new_ : dd->base;
-        mt_out_printf(o, "\n%s", mt_device_root_name(any, root, sizeof root));
+        mt_out_printf(o, "\n%s", pair_title(d, dd, root, sizeof root));
         if (any->name) mt_out_printf(o, " — %s", any->name);
-        if (!dd->base) mt_out_puts(o, " (only in new)");
-        if (!dd->new_) mt_out_puts(o, " (only in base)");
+        mt_out_puts(o, presence(dd, where, sizeof where));
         mt_out_printf(o, "\n  %-28s %12s %12s %12s\n", "", "base", "new", "change");
         row rows[8];
         size_t nr = device_rows(dd, rows);
@@ -280,8 +347,7 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
             if (!(x > opt->fail_pct)) continue;
             any = 1;
             mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n",
-                          mt_device_root_name(d->devices[i].new_ ? d->devices[i].new_ : d->devices[i].base,
-                                              root, sizeof root),
+                          pair_title(d, &d->devices[i], root, sizeof root),
                           isinf(x) ? "all of it (none in base)" : (snprintf(p, sizeof p, "%.1f%%", x), p),
                           opt->fail_pct);
         }
@@ -393,12 +459,34 @@ static void json_lines(mt_json *j, const mt_line_delta *v, size_t n, size_t top)
 static int diff_json(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
 {
     mt_json j = {.o = o};
-    char root[32];
+    char root[160];
     mt_json_object(&j, NULL);
     mt_json_u64(&j, "schema", MT_JSON_SCHEMA);
     json_run(&j, "base", d->base);
     json_run(&j, "new", d->new_);
     mt_json_bool(&j, "modes_differ", d->modes_differ);
+    {
+        static const char *const by[] = {[MT_PAIR_ORDINAL] = "ordinal", [MT_PAIR_OWN] = "own_gpu",
+                                          [MT_PAIR_CHOSEN] = "chosen"};
+        const mt_device_delta *x = d->paired_by != MT_PAIR_ORDINAL && d->n_devices ? &d->devices[0]
+                                                                                   : NULL;
+        mt_json_object(&j, "pairing");
+        mt_json_str(&j, "by", by[d->paired_by]);
+        if (x) {
+            mt_json_str(&j, "reason", d->pairing_reason);
+            mt_json_i64(&j, "base_device", x->base->u.device);
+            mt_json_i64(&j, "new_device", x->new_->u.device);
+            mt_json_str(&j, "base_device_why", d->base_own_why);
+            mt_json_str(&j, "new_device_why", d->new_own_why);
+        } else {
+            mt_json_null(&j, "reason");
+            mt_json_null(&j, "base_device");
+            mt_json_null(&j, "new_device");
+            mt_json_null(&j, "base_device_why");
+            mt_json_null(&j, "new_device_why");
+        }
+        mt_json_end(&j, '}');
+    }
     if (opt->gate) mt_json_double(&j, "fail_on_increase_pct", opt->fail_pct);
     else mt_json_null(&j, "fail_on_increase_pct");
     mt_json_bool(&j, "exceeded", opt->gate && mt_diff_exceeds(d, opt->fail_pct));
@@ -410,6 +498,13 @@ static int diff_json(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         mt_json_object(&j, NULL);
         mt_json_i64(&j, "device", dd->device);
         mt_json_str(&j, "root", mt_device_root_name(any, root, sizeof root));
+        mt_json_str(&j, "title", pair_title(d, dd, root, sizeof root));
+        if (dd->base) mt_json_i64(&j, "base_device", dd->base->u.device);
+        else mt_json_null(&j, "base_device");
+        if (dd->new_) mt_json_i64(&j, "new_device", dd->new_->u.device);
+        else mt_json_null(&j, "new_device");
+        mt_json_bool(&j, "driver_only", (!dd->base || mt_gpu_is_stray(dd->base)) &&
+                                            (!dd->new_ || mt_gpu_is_stray(dd->new_)));
         if (any->name) mt_json_str(&j, "name", any->name);
         else mt_json_null(&j, "name");
         mt_json_bool(&j, "in_base", dd->base != NULL);
@@ -493,11 +588,14 @@ static void md_line_table(mt_out *o, const char *root, const mt_line_delta *v, s
 
 static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
 {
-    char label[512], root[32], v1[32], v2[32], c[32], p[32], n1[48], n2[48], n3[48];
+    char label[512], root[256], v1[32], v2[32], c[32], p[32], n1[48], n2[48], n3[48], line[512];
+    char where[128];
     size_t top = opt->top ? opt->top : 5;
-    /* the heading says the result: the verdict with a gate, else the largest peak change */
-    const mt_device_delta *big = NULL;
-    for (size_t i = 0; i < d->n_devices; i++) {
+    /* the heading says the result: the verdict with a gate, else the largest peak change (the
+     * GPUs paired across ordinals when they are: two ranks' own GPUs, not a stray context) */
+    const mt_device_delta *big = d->paired_by != MT_PAIR_ORDINAL && d->n_devices ? &d->devices[0]
+                                                                                 : NULL;
+    for (size_t i = 0; !big && i < d->n_devices; i++) {
         const mt_device_delta *dd = &d->devices[i];
         double x = fabs(mt_peak_change_pct(dd));
         if (!big || x > fabs(mt_peak_change_pct(big))) big = dd;
@@ -505,11 +603,10 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
     mt_out_puts(o, "### memtrace diff");
     if (opt->gate) mt_out_puts(o, mt_diff_exceeds(d, opt->fail_pct) ? ": ❌" : ": ✅");
     if (big) {
-        const mt_device_report *any = big->new_ ? big->new_ : big->base;
         uint64_t b = big->base ? big->base->u.peak : 0, n = big->new_ ? big->new_->u.peak : 0;
         mt_out_printf(o, "%s peak %s", opt->gate ? "" : ":", signed_bytes(mt_delta(b, n), c, sizeof c));
         if (b) mt_out_printf(o, " (%s)", pct(b, n, p, sizeof p));
-        mt_out_printf(o, " on %s", mt_device_root_name(any, root, sizeof root));
+        mt_out_printf(o, " on %s", pair_title(d, big, root, sizeof root));
     }
     for (int r = 0; r < 2; r++) {
         /* "base `train.0.mtrace` (`rank 0 (host)`: `python3 train.py`)" */
@@ -526,15 +623,18 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
         mt_out_puts(o, ")");
     }
     mt_out_puts(o, "\n\n");
+    if (pairing_line(d, line, sizeof line)) {
+        mt_md_text(o, line);
+        mt_out_puts(o, "\n\n");
+    }
     if (opt->gate) {
         int any = 0;
         for (size_t i = 0; i < d->n_devices; i++) {
             double x = mt_peak_change_pct(&d->devices[i]);
             if (!(x > opt->fail_pct)) continue;
             any = 1;
-            const mt_device_report *r = d->devices[i].new_ ? d->devices[i].new_ : d->devices[i].base;
             mt_out_printf(o, "> ❌ the %s peak grew by %s, more than the %g%% allowed\n\n",
-                          mt_device_root_name(r, root, sizeof root),
+                          pair_title(d, &d->devices[i], root, sizeof root),
                           isinf(x) ? "all of it (none in base)" : (snprintf(p, sizeof p, "%.1f%%", x), p),
                           opt->fail_pct);
         }
@@ -557,7 +657,9 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
             const mt_device_delta *dd = &d->devices[i];
             row rows[8];
             size_t nr = device_rows(dd, rows);
-            mt_device_root_name(dd->new_ ? dd->new_ : dd->base, root, sizeof root);
+            pair_title(d, dd, root, sizeof root);
+            presence(dd, where, sizeof where);
+            if (strlen(root) + strlen(where) < sizeof root) strcat(root, where);
             for (size_t k = 0; k < nr; k++) {
                 const row *rw = &rows[k];
                 mt_out_printf(o, "| %s | %s | %s | %s | %s", k ? "" : root, rw->name,
@@ -573,7 +675,7 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
     }
     for (size_t i = 0; i < d->n_devices; i++) {
         const mt_device_delta *dd = &d->devices[i];
-        mt_device_root_name(dd->new_ ? dd->new_ : dd->base, root, sizeof root);
+        pair_title(d, dd, root, sizeof root);
         md_stack_table(o, root, dd->stacks, dd->n_stacks, 0, top);
         md_line_table(o, root, dd->lines, dd->n_lines, top);
         md_stack_table(o, root, dd->leaks, dd->n_leaks, 1, top);

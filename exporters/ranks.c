@@ -190,3 +190,113 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
     mt_out_write(o, "}", 1);
     return 0;
 }
+
+/* ---- Markdown (report --markdown over several traces) ------------------------------------------ */
+
+/* A stack's names ("a;b;c", root first) as code spans joined by " › ": the innermost MT_CHAIN_MAX
+ * of them, "… › " first when some were left out (the summaries keep names only, not the flags
+ * mt_md_chain picks frames by; they are already the user view). */
+static void md_names(mt_out *o, const char *joined)
+{
+    size_t n = 1;
+    for (const char *p = joined; *p; p++) n += *p == ';';
+    size_t skip = n > MT_CHAIN_MAX ? n - MT_CHAIN_MAX : 0, k = 0;
+    if (skip) mt_out_puts(o, "… › ");
+    for (const char *p = joined;; k++) {
+        const char *semi = strchr(p, ';');
+        size_t len = semi ? (size_t)(semi - p) : strlen(p);
+        if (k >= skip) {
+            char *name = strndup(p, len);
+            if (k > skip) mt_out_puts(o, " › ");
+            mt_md_code(o, name ? name : "?");
+            free(name);
+        }
+        if (!semi) break;
+        p = semi + 1;
+    }
+}
+
+static void md_bytes(mt_out *o, uint64_t v)
+{
+    char b[32], n[48];
+    mt_out_printf(o, " %s |", mt_md_nbsp(mt_format_bytes(v, b, sizeof b), n, sizeof n));
+}
+
+int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
+                           const mt_report_options *opt)
+{
+    size_t top = opt && opt->top ? opt->top : 5;
+    char b1[32], b2[32], b3[32], t[48], who[64], w1[64], w2[64], w3[64];
+    int32_t world = -1;
+    int any_tensors = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].world_size > world) world = s[i].world_size;
+        any_tensors |= s[i].tensor_peak != 0;
+    }
+    mt_out_printf(o, "#### Ranks: %zu traces", n);
+    if (world > 0) mt_out_printf(o, " (world size %d)", (int)world);
+    mt_out_puts(o, "\n\nEach rank's peak on its GPU with the largest; times on one wall clock "
+                   "(UTC).\n\n| rank | host | pid | GPUs | peak |");
+    if (any_tensors) mt_out_puts(o, " tensors |");
+    mt_out_puts(o, " peak at | at exit | failed | top stack at the peak |\n|---|---|--:|---|--:|");
+    if (any_tensors) mt_out_puts(o, "--:|");
+    mt_out_puts(o, "---|--:|--:|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        const mt_rank_summary *r = &s[i];
+        mt_out_puts(o, "| ");
+        mt_md_text(o, rank_name(r, who, sizeof who));
+        mt_out_puts(o, " | ");
+        if (r->host[0]) mt_md_code(o, r->host);
+        else mt_out_puts(o, "?");
+        mt_out_printf(o, " | %u | %s |", (unsigned)r->pid, r->devices[0] ? r->devices : "—");
+        md_bytes(o, r->peak);
+        if (any_tensors) {
+            if (r->tensor_peak) md_bytes(o, r->tensor_peak);
+            else mt_out_puts(o, " — |");
+        }
+        mt_out_printf(o, " %s |", r->peak ? clock_of(r->peak_unix_ns, t, sizeof t) : "—");
+        md_bytes(o, r->live_at_exit);
+        mt_out_printf(o, " %llu | ", (unsigned long long)r->failed);
+        if (r->top_frame) {
+            mt_md_code(o, r->top_frame);
+            if (r->top_bytes && r->peak)
+                mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
+        } else {
+            mt_out_puts(o, "—");
+        }
+        mt_out_puts(o, " |\n");
+    }
+    mt_out_puts(o, "\n");
+    mt_imbalance im;
+    if (n < 2 || mt_rank_imbalance(s, n, &im) < 0) return 0;
+    const mt_rank_summary *hi = &s[im.max], *med = &s[im.median], *lo = &s[im.min];
+    mt_out_printf(o, "**Imbalance**: max %s (%s), median %s (%s), min %s (%s)",
+                  mt_format_bytes(hi->peak, b1, sizeof b1), rank_name(hi, w1, sizeof w1),
+                  mt_format_bytes(med->peak, b2, sizeof b2), rank_name(med, w2, sizeof w2),
+                  mt_format_bytes(lo->peak, b3, sizeof b3), rank_name(lo, w3, sizeof w3));
+    if (med->peak) mt_out_printf(o, "; max/median %.3f", (double)hi->peak / (double)med->peak);
+    mt_out_puts(o, "\n\n");
+    if (im.max == im.median || hi->peak == med->peak) return 0;
+    mt_named_diff *d;
+    size_t nd;
+    if (mt_rank_stack_diff(hi, med, &d, &nd) < 0) return -1;
+    mt_out_printf(o, "%s against %s (the median), the stacks at their peaks that differ most:\n\n",
+                  w1, w2);
+    size_t shown = 0;
+    for (size_t i = 0; i < nd && shown < top && d[i].delta > 0; i++) {
+        if (!shown++)
+            mt_out_puts(o, "| difference | largest rank | median rank | stack |\n"
+                           "|--:|--:|--:|---|\n");
+        char sign[40], n1[48];
+        snprintf(sign, sizeof sign, "+%s", mt_format_bytes((uint64_t)d[i].delta, b1, sizeof b1));
+        mt_out_printf(o, "| %s |", mt_md_nbsp(sign, n1, sizeof n1));
+        md_bytes(o, d[i].a);
+        md_bytes(o, d[i].b);
+        mt_out_puts(o, " ");
+        md_names(o, d[i].name);
+        mt_out_puts(o, " |\n");
+    }
+    mt_out_puts(o, shown ? "\n" : "No stack is larger: the difference is spread thinly.\n\n");
+    free(d);
+    return 0;
+}

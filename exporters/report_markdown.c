@@ -10,7 +10,9 @@
  * comment stays short. Strings from the trace are code spans (markdown.c).
  *
  * Traces come one at a time (a job's ranks: the memory of the largest one): the table's rows and
- * warnings are kept in memory (a few hundred bytes a GPU), the sections are written at once.
+ * warnings are kept in memory (a few hundred bytes a GPU), the sections are written at once. With
+ * several traces the rank table (ranks.c: each rank's peak, when, its top stack, the imbalance and
+ * the stacks behind it) comes between the heading and the table of GPUs, as in the text report.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,8 +267,11 @@ int mt_md_report_add(mt_md_report *r, mt_out *o, mt_analysis *a)
     return rc;
 }
 
-int mt_md_report_end(mt_md_report *r, mt_out *o)
+int mt_md_report_end(mt_md_report *r, mt_out *o) { return mt_md_report_end_ranks(r, o, NULL, 0); }
+
+int mt_md_report_end_ranks(mt_md_report *r, mt_out *o, const mt_rank_summary *s, size_t n)
 {
+    mt_report_options ro = {.top = r ? r->top : 0};
     int rc = 0;
     if (!r) return 0;
     /* closing the memory streams sets rows/warn to what was written (they stay malloc'd) */
@@ -287,6 +292,10 @@ int mt_md_report_end(mt_md_report *r, mt_out *o)
             mt_out_printf(o, "### memtrace: GPU memory of %zu processes\n\n", r->n_traces);
         }
         if (r->warn_len) mt_out_write(o, r->warn, r->warn_len);
+        if (s && n > 1) {
+            if (mt_rank_table_markdown(o, s, n, &ro) < 0) rc = -1;
+            mt_out_puts(o, "#### GPUs\n\n");
+        }
         if (r->n_traces > 1) mt_out_puts(o, "| trace ");
         mt_out_puts(o, "| GPU | peak | allocated peak | reserved peak | live at exit | held by the "
                        "program at exit | failed requests |\n");

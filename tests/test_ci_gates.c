@@ -594,9 +594,20 @@ Test(ci_diff, a_gpu_only_in_new_grows_without_bound)
 {
     make_traces();
     char *out;
-    cr_expect_eq(run(&out, "%s diff --fail-on-increase 1000 %s/rank0.mtrace %s/rank1.mtrace",
-                     MEMTRACE, dir, dir), 1, "%s", out);
+    /* two ranks paired by ordinal (asked: on their own, ranks pair their own GPUs) */
+    cr_expect_eq(run(&out, "%s diff --devices ordinal --fail-on-increase 1000 %s/rank0.mtrace "
+                           "%s/rank1.mtrace", MEMTRACE, dir, dir), 1, "%s", out);
     cr_expect(has(out, "only in new") && has(out, "only in base"), "%s", out);
+    free(out);
+    /* rank 0's cuda:0 against rank 1's cuda:1: a change in percent, gated as any */
+    double pct = ((double)CI_RANK1_PEAK - (double)CI_RANK0_PEAK) * 100.0 / (double)CI_RANK0_PEAK;
+    cr_assert(pct > 0);
+    cr_expect_eq(run(&out, "%s diff --fail-on-increase %g %s/rank0.mtrace %s/rank1.mtrace",
+                     MEMTRACE, pct / 2, dir, dir), 1, "%s", out);
+    cr_expect(has(out, "rank 0 cuda:0 vs rank 1 cuda:1") && !has(out, "only in"), "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s diff --fail-on-increase %g %s/rank0.mtrace %s/rank1.mtrace",
+                     MEMTRACE, pct * 2, dir, dir), 0, "%s", out);
     free(out);
 }
 

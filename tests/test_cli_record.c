@@ -110,6 +110,19 @@ Test(cli_record, bad_arguments_are_one_line_and_status_2)
     cr_expect_eq(status_of(MEMTRACE " nosuchcommand 2>/dev/null"), 2);
 }
 
+/* --help names every code the recorder expands in -o (src/record/cuda/output.c): a job's ranks
+ * need %r to be found */
+Test(cli_record, help_names_every_output_pattern_code)
+{
+    static const char *const codes[] = {"%p = pid", "%r = rank", "%c = command name",
+                                        "%h = host name"};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, MEMTRACE " record --help | grep -qF '%s'", codes[i]);
+        cr_expect_eq(status_of(cmd), 0, "record --help does not say '%s'", codes[i]);
+    }
+}
+
 Test(cli_record, output_directory_is_checked_before_the_command_starts)
 {
     need_recorder();

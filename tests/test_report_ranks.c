@@ -1,5 +1,6 @@
 /* Several ranks of one job: the rank table, its imbalance, and the stacks that make the largest
  * rank larger, on synthetic traces whose headers carry ranks. */
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -154,4 +155,98 @@ Test(report_ranks, exports_put_ranks_side_by_side)
              out, dir, MT_SOURCE_DIR, out, out);
     int st = system(cmd);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
+}
+
+/* ---- memory: N ranks take the memory of the largest one ------------------------------------------
+ * A rank's trace here: `n` distinct stacks (each its own symbolized frame under main), one device
+ * allocation on each, all live at the peak. What an analysis keeps grows with n (the frames, the
+ * peak's and the end's stacks): kept for every trace, 64 of them would take 64 times one. */
+static void big_rank_trace(const char *dir, int rank, uint32_t n)
+{
+    char path[500];
+    snprintf(path, sizeof path, "%.400s/memtrace.python.r%d.mtrace", dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 1000 + (uint32_t)rank,
+                        .start_monotonic_ns = FX_T0, .start_realtime_ns = FX_REAL0,
+                        .flags = MT_HDR_RANK, .rank = rank, .local_rank = rank % 8,
+                        .world_size = 64, .node_rank = rank / 8};
+    fx f = {.fd = fd, .w = mt_writer_open_fd(fd, &h, 0)};
+    snprintf(f.path, sizeof f.path, "%s", path);
+    cr_assert(f.w);
+    mt_record pr = {.type = MT_REC_PROCESS};
+    pr.u.process = (mt_process){.pid = h.pid, .comm = "python", .cmdline = "python train.py",
+                                .hostname = "node0"};
+    fx_put(&f, &pr);
+    fx_module(&f, 1, "/usr/lib/libtrain.so", LIB, LIB + 0x1000000);
+    fx_node(&f, 1, 0, LIB + 0x100, MT_FRAME_NATIVE);
+    fx_symbol(&f, LIB + 0x100, 0, "main", "train.c", 1);
+    char fn[128];
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t ip = LIB + 0x1000 + 16ull * i;
+        fx_node(&f, 2 + i, 1, ip, MT_FRAME_NATIVE);
+        snprintf(fn, sizeof fn, "layer_%u_of_rank_%d::forward_with_a_rather_long_name", i, rank);
+        fx_symbol(&f, ip, 0, fn, "model.c", 10 + i);
+    }
+    int dev = rank % 8;
+    for (uint32_t i = 0; i < n; i++)
+        fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, dev, A + 4096ull * i, 4096 + (uint64_t)rank, 1 + i / 1000,
+              2 + i);
+    fx_end(&f, 100, n, 0);
+    fx_close(&f);
+}
+
+/* Peak resident set of `memtrace ARGS > /dev/null`, in KiB (wait4's rusage of that child). */
+static long peak_rss_kib(const char *args)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "exec " MEMTRACE " %s > /dev/null", args);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    cr_assert_eq(wait4(pid, &st, 0, &ru), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "memtrace %s: status %d", args, st);
+    return ru.ru_maxrss;
+}
+
+Test(report_ranks, sixty_four_ranks_take_the_memory_of_the_largest_one, .timeout = 600)
+{
+    enum { RANKS = 64, STACKS = 10000 };
+    char job[400], two[400], tiny[400], args[2048];
+    mt_test_tmpname(job, sizeof job, "job64");
+    mt_test_tmpname(two, sizeof two, "job2");
+    mt_test_tmpname(tiny, sizeof tiny, "tiny");
+    cr_assert(mkdir(job, 0755) == 0 && mkdir(two, 0755) == 0 && mkdir(tiny, 0755) == 0);
+    for (int r = 0; r < RANKS; r++) big_rank_trace(job, r, STACKS);
+    big_rank_trace(two, 0, STACKS);
+    big_rank_trace(two, 1, STACKS);
+    big_rank_trace(tiny, 0, 10);
+    big_rank_trace(tiny, 1, 10);
+    static const char *const modes[] = {"", "--json", "--markdown"};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        snprintf(args, sizeof args, "report %s %s", modes[m], tiny);
+        long base = peak_rss_kib(args);
+        snprintf(args, sizeof args, "report %s %s", modes[m], two);
+        long rss2 = peak_rss_kib(args);
+        snprintf(args, sizeof args, "report %s %s", modes[m], job);
+        long rss64 = peak_rss_kib(args);
+        /* what one trace's analysis costs: the test can only tell when that is well above noise */
+        long per_trace = rss2 - base;
+        cr_assert_gt(per_trace, 4096, "report %s: one trace of %d stacks takes %ld KiB: too little "
+                     "to tell kept traces from noise", modes[m], STACKS, per_trace);
+        /* 64 kept traces would add 62 * per_trace over two; read one at a time they add what the
+         * rank table keeps of each (64 stacks by name) */
+        cr_expect_lt(rss64 - rss2, 4 * per_trace,
+                     "report %s: 2 ranks %ld KiB, 64 ranks %ld KiB (one trace: %ld KiB)", modes[m],
+                     rss2, rss64, per_trace);
+        fprintf(stderr, "report %s: tiny %ld KiB, 2 ranks %ld KiB, 64 ranks %ld KiB\n", modes[m],
+                base, rss2, rss64);
+    }
+    snprintf(args, sizeof args, "rm -rf '%s' '%s' '%s'", job, two, tiny); /* 5 MB of traces */
+    cr_expect_eq(system(args), 0);
 }

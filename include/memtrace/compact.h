@@ -633,7 +633,10 @@ typedef struct mt_line_delta {
 } mt_line_delta;
 
 typedef struct mt_device_delta {
-    int32_t device;                       /* CUDA ordinal (-1: the unknown device) */
+    int32_t device;                       /* CUDA ordinal (-1: the unknown device): NEW's GPU when
+                                             it has one here, else BASE's; base->u.device and
+                                             new_->u.device differ only for the GPUs paired across
+                                             ordinals (mt_diff.paired_by) */
     const mt_device_report *base, *new_;  /* NULL: the device is not in that run */
     mt_allocator_peaks base_alloc, new_alloc;
     mt_stack_delta *stacks;  /* live at either peak; change (new - base) descending */
@@ -644,10 +647,43 @@ typedef struct mt_device_delta {
     size_t n_lines;
 } mt_device_delta;
 
+/* How the GPUs of the two runs are paired. Ordinals mean the same GPU in two runs of one
+ * program, but not in two ranks of one job: rank 1 works on cuda:1 and may hold a stray context
+ * on cuda:0 (a real pitfall), so pairing by ordinal would set rank 0's whole GPU against that
+ * context. Each run's own GPU (mt_own_gpu) is then paired with the other's, and the rest by
+ * ordinal: a stray context is still shown, against nothing or another stray one. */
+typedef enum mt_pairing {
+    MT_PAIR_AUTO = 0,    /* asked: own GPUs when the runs are different ranks of a job, or each
+                            used one GPU (the others hold at most the driver's own memory) and
+                            not the same one; else by ordinal */
+    MT_PAIR_ORDINAL = 1, /* cuda:N with cuda:N */
+    MT_PAIR_OWN = 2,     /* result: each run's own GPU with the other's, the rest by ordinal */
+    MT_PAIR_CHOSEN = 3,  /* asked (`diff --devices A:B`): BASE's cuda:A with NEW's cuda:B, the
+                            rest by ordinal */
+} mt_pairing;
+
+typedef struct mt_diff_pairing {
+    mt_pairing how;                  /* MT_PAIR_AUTO, MT_PAIR_ORDINAL or MT_PAIR_CHOSEN */
+    int32_t base_device, new_device; /* MT_PAIR_CHOSEN: the two ordinals */
+} mt_diff_pairing;
+
+/* The GPU a run works on: a rank's LOCAL_RANK device (the trace header) when the trace has that
+ * GPU with more than the driver's own memory on it, else its GPU with the largest peak (the lower
+ * ordinal on a tie); NULL without a GPU. *why (may be NULL) gets "LOCAL_RANK" or "largest peak". */
+const mt_device_report *mt_own_gpu(const mt_analysis *a, const char **why);
+/* A GPU on which the program allocated nothing: only driver-internal memory (a CUDA context made
+ * there, often by mistake), api_peak 0. */
+int mt_gpu_is_stray(const mt_device_report *d);
+
 typedef struct mt_diff {
     const mt_analysis *base, *new_;
-    mt_device_delta *devices; /* GPUs of either run, by ordinal */
+    mt_device_delta *devices; /* GPUs of either run: the pair across ordinals first (own or chosen
+                                 GPUs), then the rest by ordinal */
     size_t n_devices;
+    mt_pairing paired_by;     /* MT_PAIR_ORDINAL, MT_PAIR_OWN or MT_PAIR_CHOSEN */
+    const char *pairing_reason; /* why, for the outputs: "the runs are different ranks", ...;
+                                   NULL by ordinal */
+    const char *base_own_why, *new_own_why; /* OWN: mt_own_gpu's why; CHOSEN: "--devices" */
     int modes_differ;         /* one run has tensors (or cudaMallocAsync pools), the other not:
                                  their peaks count different things */
     struct mt_diff_arena *arena; /* names and arrays the deltas point into */
@@ -656,6 +692,10 @@ typedef struct mt_diff {
 /* Compares NEW with BASE. Frames are named in MT_NAME_SHORT (a base dir set on the analyses'
  * frames shapes what is shown; matching uses file names only). 0, or -1 when out of memory. */
 int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff **out);
+/* The same with the GPUs paired as p asks (NULL: MT_PAIR_AUTO, as mt_diff_analyses). 0; -1 with a
+ * one-line reason in err when a chosen GPU is not in its run, or out of memory. */
+int mt_diff_analyses_paired(const mt_analysis *base, const mt_analysis *new_,
+                            const mt_diff_pairing *p, mt_diff **out, char *err, size_t errlen);
 void mt_diff_free(mt_diff *d);
 /* new - base as a signed number (saturating). */
 int64_t mt_delta(uint64_t base, uint64_t new_);

@@ -76,6 +76,10 @@ int mt_report_json_trace(mt_out *o, mt_analysis *a, const mt_report_options *opt
  * rank larger than the median one. Text, and a JSON object {"rows", "imbalance"}. */
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
 int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt);
+/* The same in Markdown (report --markdown over several traces): a "#### Ranks" heading, the
+ * table, the imbalance line and the stacks that make the largest rank larger than the median. */
+int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
+                           const mt_report_options *opt);
 
 /* ---- By category (record --tensors): the "by category at the peak" table ------------------------ */
 
@@ -204,6 +208,9 @@ typedef struct mt_md_report mt_md_report;
 mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt);
 int mt_md_report_add(mt_md_report *r, mt_out *sections, mt_analysis *a);
 int mt_md_report_end(mt_md_report *r, mt_out *o);
+/* The same with the rank table of several traces (mt_rank_table_markdown: the same view as the
+ * text and JSON reports) after the heading, before the table of GPUs. s NULL or n < 2: none. */
+int mt_md_report_end_ranks(mt_md_report *r, mt_out *o, const mt_rank_summary *s, size_t n);
 
 typedef enum mt_doc_format {
     MT_FORMAT_TEXT = 0,

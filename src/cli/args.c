@@ -100,6 +100,28 @@ int mt_cli_parse_gpu(const char *s, int *out)
     return 0;
 }
 
+/* --devices A:B (each N or cuda:N: "0:1", "cuda:0:cuda:1"): the one split at a ':' where both
+ * sides are GPUs. -1 otherwise. */
+int mt_cli_parse_gpu_pair(const char *s, int *a, int *b)
+{
+    if (!s) return -1;
+    int found = 0;
+    for (const char *c = strchr(s, ':'); c; c = strchr(c + 1, ':')) {
+        char left[16];
+        size_t n = (size_t)(c - s);
+        if (n >= sizeof left) break;
+        memcpy(left, s, n);
+        left[n] = 0;
+        int x, y;
+        if (mt_cli_parse_gpu(left, &x) == 0 && mt_cli_parse_gpu(c + 1, &y) == 0) {
+            *a = x;
+            *b = y;
+            found++;
+        }
+    }
+    return found == 1 ? 0 : -1;
+}
+
 /* A count or byte size: digits with an optional k/m/g/t suffix (binary). -1 if malformed. */
 int mt_cli_parse_count(const char *s, uint64_t *out)
 {

@@ -40,6 +40,8 @@ int mt_cli_parse_percent(const char *s, double *out);
 int mt_cli_parse_uint(const char *s, uint64_t *out);
 /* A GPU: N or cuda:N. 0, or -1 when malformed. */
 int mt_cli_parse_gpu(const char *s, int *out);
+/* Two GPUs, A:B (diff --devices). 0, or -1 when malformed. */
+int mt_cli_parse_gpu_pair(const char *s, int *a, int *b);
 /* A count or byte size (export, report): digits with an optional k/m/g/t suffix (binary). */
 int mt_cli_parse_count(const char *s, uint64_t *out);
 /* --frames: user | all | python | native (an mt_frame_filter). -1 if something else. */

@@ -1,9 +1,12 @@
-/* `memtrace diff BASE NEW [--json|--markdown] [--fail-on-increase PCT] [--top N]`: what changed
- * between two runs, per GPU: the peak (bytes and %), allocated and reserved peaks, live at exit,
- * failed requests; the stacks and Python lines whose bytes at the peak grew or shrank most, new
- * and gone; what the program held at exit. Stacks are matched by frame names, never by address
- * (compare.c), so runs on other machines, pids and builds compare. Exit 0; 1 when a peak grew by
- * more than --fail-on-increase; 2 for bad input. Output goes to standard output only. */
+/* `memtrace diff BASE NEW [--json|--markdown] [--fail-on-increase PCT] [--top N]
+ *  [--devices A:B|ordinal]`: what changed between two runs, per GPU: the peak (bytes and %),
+ * allocated and reserved peaks, live at exit, failed requests; the stacks and Python lines whose
+ * bytes at the peak grew or shrank most, new and gone; what the program held at exit. Stacks are
+ * matched by frame names, never by address (compare.c), so runs on other machines, pids and
+ * builds compare; GPUs by ordinal, except two ranks of a job (or two single-GPU runs on other
+ * GPUs): each run's own GPU with the other's (mt_pairing), or as --devices says. Exit 0; 1 when a
+ * peak grew by more than --fail-on-increase; 2 for bad input. Output goes to standard output
+ * only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,8 +21,17 @@ static void usage(FILE *f)
           "  failed requests; the stacks and Python lines at the peak that grew or shrank most,\n"
           "  new and gone. Stacks match by frame names (user view, short names; line numbers\n"
           "  ignored when that is the only difference), never by address.\n"
+          "  GPUs pair by ordinal (cuda:N with cuda:N), except when BASE and NEW are\n"
+          "  different ranks of a job (trace header), or each used one GPU and not the same\n"
+          "  one: then each run's own GPU (its LOCAL_RANK's when it has one there, else its\n"
+          "  largest peak) is compared with the other's, and the output says so (\"rank 0\n"
+          "  cuda:0 vs rank 1 cuda:1\"); their other GPUs (a stray context) pair by ordinal\n"
+          "  among themselves and are still shown.\n"
           "  Exit 0; 1 when --fail-on-increase is exceeded; 2 for bad input.\n"
           "options:\n"
+          "  --devices A:B          compare BASE's cuda:A with NEW's cuda:B (\"0:1\",\n"
+          "                         \"cuda:0:cuda:1\"), the other GPUs by ordinal\n"
+          "  --devices ordinal      pair every GPU by ordinal, ranks too\n"
           "  --fail-on-increase PCT  exit 1 when a GPU's peak grew by more than PCT percent\n"
           "                         (\"10\" or \"10%\"; a GPU with no memory in BASE counts as\n"
           "                         grown without bound)\n"
@@ -32,6 +44,7 @@ static void usage(FILE *f)
 int mt_cmd_diff(int argc, char **argv)
 {
     mt_diff_options o = {.format = MT_FORMAT_TEXT};
+    mt_diff_pairing pairing = {.how = MT_PAIR_AUTO};
     const char *paths[2];
     int n = 0, formats = 0;
     uint64_t top = 0;
@@ -50,6 +63,17 @@ int mt_cmd_diff(int argc, char **argv)
             if (i + 1 >= argc || mt_cli_parse_percent(argv[++i], &o.fail_pct) < 0)
                 return mt_cli_fail("diff: --fail-on-increase needs a percentage (10, 2.5%%)");
             o.gate = 1;
+        } else if (strcmp(a, "--devices") == 0) {
+            if (i + 1 < argc && strcmp(argv[i + 1], "ordinal") == 0) {
+                pairing.how = MT_PAIR_ORDINAL;
+                i++;
+            } else if (i + 1 >= argc || mt_cli_parse_gpu_pair(argv[++i], &pairing.base_device,
+                                                              &pairing.new_device) < 0) {
+                return mt_cli_fail("diff: --devices needs BASE's GPU and NEW's, A:B (0:1, "
+                                   "cuda:0:cuda:1), or 'ordinal'");
+            } else {
+                pairing.how = MT_PAIR_CHOSEN;
+            }
         } else if (strcmp(a, "--top") == 0) {
             if (i + 1 >= argc || mt_cli_parse_uint(argv[++i], &top) < 0 || top == 0 || top > 256)
                 return mt_cli_fail("diff: --top needs a number from 1 to 256");
@@ -72,7 +96,9 @@ int mt_cmd_diff(int argc, char **argv)
     int status = mt_cli_analyze("diff", paths[0], NULL, &a[0]);
     if (!status) status = mt_cli_analyze("diff", paths[1], NULL, &a[1]);
     mt_diff *d = NULL;
-    if (!status && mt_diff_analyses(a[0], a[1], &d) < 0) status = mt_cli_fail("diff: out of memory");
+    char err[512];
+    if (!status && mt_diff_analyses_paired(a[0], a[1], &pairing, &d, err, sizeof err) < 0)
+        status = mt_cli_fail("diff: %s", err);
     if (!status) {
         mt_out *out = mt_out_from_file(stdout);
         if (!out || mt_export_diff(out, d, &o) < 0) {

@@ -8,8 +8,8 @@
  *
  * Traces are analysed one at a time and freed: what the rank table needs of each is kept small
  * (mt_rank_summary), and the per-trace sections are written to a temporary file meanwhile, so 64
- * ranks take the memory of the largest one. --markdown works the same way: its table comes
- * first, each GPU's stacks and lines after it (mt_md_report_*). */
+ * ranks take the memory of the largest one. --markdown works the same way: the rank table and its
+ * table of GPUs come first, each GPU's stacks and lines after them (mt_md_report_*). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,7 +32,8 @@ static void usage(FILE *f)
           "  --json              machine-readable (several traces: {\"rank_table\", \"traces\"};\n"
           "                      \"schema\" and every field: docs/json.md)\n"
           "  --markdown          a short summary for $GITHUB_STEP_SUMMARY or a pull-request\n"
-          "                      comment: a table of every GPU of every trace (peak, allocated\n"
+          "                      comment: the rank table (several traces, as above), a\n"
+          "                      table of every GPU of every trace (peak, allocated\n"
           "                      and reserved peak, live at exit, failed requests), the top\n"
           "                      stacks and Python lines at each peak (--top, default 5 here)\n"
           "  --top N             stacks (or lines) shown per list (default 10)\n"
@@ -184,7 +185,7 @@ static int run(int argc, char **argv, char **args)
     if (!status && rc == 0 && markdown) {
         if (mt_out_close(details) < 0) rc = -1;
         details = NULL;
-        if (mt_md_report_end(md, out) < 0) rc = -1;
+        if (mt_md_report_end_ranks(md, out, sums, multi ? (size_t)nt : 0) < 0) rc = -1;
         md = NULL;
         if (rc == 0 && append_file(out, tmp) < 0) rc = -1;
     } else if (!status && rc == 0 && multi) {

@@ -16,6 +16,10 @@
  *
  * Sorting and joins are by key (qsort + merge), so the work is O(n log n) in the stacks at the two
  * peaks; names stay owned by the analyses' frames, the arrays by the diff's arena.
+ *
+ * GPUs are paired by ordinal, except where ordinals mean different GPUs (mt_pairing in
+ * memtrace/compact.h): two ranks of one job, each on its own GPU, compare that GPU with the
+ * other's; their other GPUs (a stray context) pair by ordinal among themselves.
  */
 #include <math.h>
 #include <stdio.h>
@@ -529,8 +533,77 @@ static int device_delta(mt_diff *d, mt_device_delta *dd)
 /* Ordinals ascending, the unknown device (-1) last: the analyses' order. */
 static int before(int32_t x, int32_t y) { return (uint32_t)x < (uint32_t)y; }
 
+int mt_gpu_is_stray(const mt_device_report *d) { return d->u.api_peak == 0; }
+
+static const mt_device_report *gpu_of(const mt_analysis *a, int32_t device)
+{
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.device == device) return &a->devices[i];
+    return NULL;
+}
+
+const mt_device_report *mt_own_gpu(const mt_analysis *a, const char **why)
+{
+    if ((a->header.flags & MT_HDR_RANK) && a->header.local_rank >= 0) {
+        const mt_device_report *d = gpu_of(a, a->header.local_rank);
+        if (d && !mt_gpu_is_stray(d)) {
+            if (why) *why = "LOCAL_RANK";
+            return d;
+        }
+    }
+    const mt_device_report *best = NULL;
+    for (size_t i = 0; i < a->n_devices; i++) /* ordinal order: the first of equal peaks stays */
+        if (a->devices[i].u.device >= 0 && (!best || a->devices[i].u.peak > best->u.peak))
+            best = &a->devices[i];
+    if (why) *why = best ? "largest peak" : NULL;
+    return best;
+}
+
+/* GPUs of a with more than the driver's own memory. */
+static size_t working_gpus(const mt_analysis *a)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a->n_devices; i++)
+        n += a->devices[i].u.device >= 0 && !mt_gpu_is_stray(&a->devices[i]);
+    return n;
+}
+
+static int is_ranked(const mt_analysis *a)
+{
+    return (a->header.flags & MT_HDR_RANK) && a->header.rank >= 0;
+}
+
+/* MT_PAIR_AUTO decided: the own GPUs across ordinals (*b, *n set, reason returned), or NULL: by
+ * ordinal. Two runs of one program on one machine use the same ordinals; only ranks of a job, or
+ * single-GPU runs placed on different GPUs, do not. A program that spreads over several GPUs
+ * keeps the ordinal pairing even when its largest GPU moved: there cuda:N is still cuda:N. */
+static const char *auto_pairing(const mt_diff *d, const mt_device_report **b,
+                                const mt_device_report **n)
+{
+    *b = mt_own_gpu(d->base, NULL);
+    *n = mt_own_gpu(d->new_, NULL);
+    if (!*b || !*n || (*b)->u.device == (*n)->u.device) return NULL;
+    if (is_ranked(d->base) && is_ranked(d->new_) && d->base->header.rank != d->new_->header.rank)
+        return "the runs are different ranks";
+    if (working_gpus(d->base) == 1 && working_gpus(d->new_) == 1)
+        return "each run used one GPU, not the same one";
+    return NULL;
+}
+
 int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff **out)
 {
+    return mt_diff_analyses_paired(base, new_, NULL, out, NULL, 0);
+}
+
+int mt_diff_analyses_paired(const mt_analysis *base, const mt_analysis *new_,
+                            const mt_diff_pairing *p, mt_diff **out, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    snprintf(err, errlen, "out of memory");
     *out = NULL;
     mt_diff *d = calloc(1, sizeof *d);
     if (!d || !(d->arena = calloc(1, sizeof *d->arena))) {
@@ -540,11 +613,45 @@ int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff *
     d->base = base;
     d->new_ = new_;
     d->modes_differ = mt_allocated_kind(base) != mt_allocated_kind(new_);
+    d->paired_by = MT_PAIR_ORDINAL;
+    /* the pair across ordinals, if any */
+    const mt_device_report *pb = NULL, *pn = NULL;
+    mt_pairing how = p ? p->how : MT_PAIR_AUTO;
+    if (how == MT_PAIR_CHOSEN) {
+        pb = gpu_of(base, p->base_device);
+        pn = gpu_of(new_, p->new_device);
+        if (!pb || !pn) {
+            snprintf(err, errlen, "%s has no memory events on cuda:%d", !pb ? base->path : new_->path,
+                     (int)(!pb ? p->base_device : p->new_device));
+            mt_diff_free(d);
+            return -1;
+        }
+        d->paired_by = MT_PAIR_CHOSEN;
+        d->pairing_reason = "--devices";
+        d->base_own_why = d->new_own_why = "--devices";
+    } else if (how == MT_PAIR_AUTO && (d->pairing_reason = auto_pairing(d, &pb, &pn)) != NULL) {
+        d->paired_by = MT_PAIR_OWN;
+        mt_own_gpu(base, &d->base_own_why);
+        mt_own_gpu(new_, &d->new_own_why);
+    } else {
+        pb = pn = NULL;
+    }
     size_t cap = base->n_devices + new_->n_devices;
     d->devices = cap ? arena_keep(d->arena, calloc(cap, sizeof *d->devices)) : NULL;
     int rc = cap && !d->devices ? -1 : 0;
+    if (rc == 0 && pb) {
+        mt_device_delta *dd = &d->devices[d->n_devices++];
+        dd->device = pn->u.device;
+        dd->base = pb;
+        dd->new_ = pn;
+        rc = device_delta(d, dd);
+    }
+    /* the rest by ordinal (both lists are in the analyses' order) */
     size_t i = 0, j = 0;
-    while (rc == 0 && (i < base->n_devices || j < new_->n_devices)) {
+    while (rc == 0) {
+        while (i < base->n_devices && &base->devices[i] == pb) i++;
+        while (j < new_->n_devices && &new_->devices[j] == pn) j++;
+        if (i >= base->n_devices && j >= new_->n_devices) break;
         const mt_device_report *b = i < base->n_devices ? &base->devices[i] : NULL;
         const mt_device_report *n = j < new_->n_devices ? &new_->devices[j] : NULL;
         if (b && n && b->u.device != n->u.device) {
@@ -552,7 +659,7 @@ int mt_diff_analyses(const mt_analysis *base, const mt_analysis *new_, mt_diff *
             else b = NULL;
         }
         mt_device_delta *dd = &d->devices[d->n_devices++];
-        dd->device = b ? b->u.device : n->u.device;
+        dd->device = n ? n->u.device : b->u.device;
         dd->base = b;
         dd->new_ = n;
         i += b != NULL;

@@ -146,10 +146,14 @@ def corpus(memtrace, make_traces, data, tmp):
                              "--max-failed", "5", t("budget.mtrace"))))
     pairs = [(t("moved_base.mtrace"), t("moved_new.mtrace")),
              (t("budget.mtrace"), t("names.mtrace")),      # leaks that changed
-             (t("rank0.mtrace"), t("rank1.mtrace")),       # a GPU in one run only
+             (t("rank0.mtrace"), t("rank1.mtrace")),       # two ranks: own GPUs paired
+             (d("ddp_rank0.mtrace"), d("ddp_rank1.mtrace")),  # and a stray context
              (d("cifar_default.mtrace"), d("cifar_tensors.mtrace")),  # modes differ
              (d("cifar_tensors.mtrace"), d("cifar_tensors_b512.mtrace")),
              (d("cifar_tensors_b512.mtrace"), d("cifar_tensors.mtrace"))]
+    # by ordinal on ranks: a GPU in one run only
+    out.append(("diff", run(memtrace, "diff", "--json", "--devices", "ordinal", t("rank0.mtrace"),
+                            t("rank1.mtrace"))))
     for base, new in pairs:
         out.append(("diff", run(memtrace, "diff", "--json", base, new, cwd=tmp)))
         out.append(("diff", run(memtrace, "diff", "--json", "--fail-on-increase", "5", base, new,

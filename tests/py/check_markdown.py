@@ -119,6 +119,8 @@ def main():
         ("diff-moved", "diff", ["diff", "--markdown", t("moved_base.mtrace"),
                                 t("moved_new.mtrace")], (0,)),
         ("diff-names", "diff", ["diff", "--markdown", t("budget.mtrace"), t("names.mtrace")], (0,)),
+        ("diff-ranks", "diff", ["diff", "--markdown", d("ddp_rank0.mtrace"),
+                                d("ddp_rank1.mtrace")], (0,)),
     ]
     heads = {
         "report": [["GPU", "peak", "allocated peak", "reserved peak", "live at exit",
@@ -126,7 +128,12 @@ def main():
                    ["trace", "GPU", "peak", "allocated peak", "reserved peak", "live at exit",
                     "held by the program at exit", "failed requests"],
                    ["share", "bytes", "stack"], ["at the peak", "allocated in all", "line"],
-                   ["when", "where", "requested", "in use then", "requested by"]],
+                   ["when", "where", "requested", "in use then", "requested by"],
+                   ["rank", "host", "pid", "GPUs", "peak", "peak at", "at exit", "failed",
+                    "top stack at the peak"],
+                   ["rank", "host", "pid", "GPUs", "peak", "tensors", "peak at", "at exit",
+                    "failed", "top stack at the peak"],
+                   ["difference", "largest rank", "median rank", "stack"]],
         "check": [["trace", "GPU", "budget", "limit", "value", "verdict"], ["share", "bytes", "stack"]],
         "diff": [["GPU", "", "base", "new", "change"], ["change", "base", "new", "stack"],
                  ["change", "base", "new", "line"]],
@@ -181,6 +188,15 @@ def main():
                 problems.append("GPU row %r, the JSON report says %r" % (row[1:], want))
         if name == "report-default" and page.tables[0]["rows"][0][2] != "—":
             problems.append("allocated peak without tensors must be unknown (—)")
+        if name == "diff-ranks":
+            # two ranks: their own GPUs first, the stray context after
+            dj = json.loads(run(memtrace, "diff", "--json", *args[-2:]))
+            first = dj["devices"][0]
+            row = page.tables[0]["rows"][0]
+            if row[0] != first["title"] or row[2:4] != [fmt_bytes(first["peak"]["base"]),
+                                                        fmt_bytes(first["peak"]["new"])]:
+                problems.append("first GPU row %r, the JSON diff says %r %r" %
+                                (row, first["title"], first["peak"]))
         if name == "diff-fixtures":
             dj = json.loads(run(memtrace, "diff", "--json", *args[-2:]))
             peak = dj["devices"][0]["peak"]
@@ -202,6 +218,19 @@ def main():
                     problems.append("verdict %r, the JSON check says exceeded=%s" % (row[5], c["exceeded"]))
         if name == "report-ranks" and "details" not in page.tags:
             problems.append("more than two GPUs: their tables fold into <details>")
+        if name == "report-ranks":
+            # the rank table carries the text and JSON reports' numbers
+            rt = json.loads(run(memtrace, "report", "--json", *args[2:]))["rank_table"]
+            ranks = [tb for tb in page.tables if tb["head"][0] == "rank"]
+            if len(ranks) != 1 or len(ranks[0]["rows"]) != len(rt["rows"]):
+                problems.append("one rank table with a row per trace: %r" % ranks)
+            else:
+                for row, r in zip(ranks[0]["rows"], rt["rows"]):
+                    if row[2] != str(r["pid"]) or row[4] != fmt_bytes(r["peak_bytes"]):
+                        problems.append("rank row %r, the JSON report says pid %d peak %d" %
+                                        (row, r["pid"], r["peak_bytes"]))
+            if "Imbalance" not in src:
+                problems.append("no imbalance line")
         if html_out:
             os.makedirs(html_out, exist_ok=True)
             with open(os.path.join(html_out, name + ".html"), "w") as f:

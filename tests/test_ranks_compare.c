@@ -1,0 +1,352 @@
+/* Two ranks of one job compared, on the DDP fixture pair recorded on 2 x H200 under torchrun
+ * (tests/data/ddp_rank{0,1}.mtrace: rank 0 on cuda:0; rank 1 on cuda:1 with a stray CUDA context
+ * on cuda:0): `diff` pairs each rank's own GPU with the other's, never rank 0's whole GPU with
+ * rank 1's stray context; `report --markdown` over both carries the rank table, the imbalance and
+ * the stacks behind it, as the text and JSON reports do. The fixtures are copied to a temporary
+ * directory (tests/data is never written). Also synthetic single-GPU runs on different GPUs, and a
+ * two-GPU program whose ordinals keep their pairing. */
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "test_compact_fixture.h"
+
+#define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
+#define A ((uint64_t)0x7f0000000000)
+
+/* stdout (and stderr) of a shell command, malloc'd; *status its exit status */
+static char *run(int *status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *run(int *status, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t k; (k = fread(buf + n, 1, cap - n - 1, p)) > 0;) {
+        n += k;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "%s died", cmd);
+    *status = WEXITSTATUS(st);
+    return buf;
+}
+
+/* A fresh directory holding copies of both fixtures. */
+static void copy_fixtures(char *dir, size_t len)
+{
+    mt_test_tmpname(dir, len, "ddp");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    for (int r = 0; r < 2; r++) {
+        char src[512], dst[600];
+        snprintf(src, sizeof src, "%s/ddp_rank%d.mtrace", MT_TEST_DATA_DIR, r);
+        snprintf(dst, sizeof dst, "%s/ddp_rank%d.mtrace", dir, r);
+        size_t n;
+        uint8_t *data = mt_test_slurp(src, &n);
+        cr_assert_not_null(data, "%s", src);
+        cr_assert_eq(mt_test_spit(dst, data, n), 0);
+        free(data);
+    }
+}
+
+static mt_analysis *analyze_rank(const char *dir, int r)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/ddp_rank%d.mtrace", dir, r);
+    return fx_analyze(path);
+}
+
+static const char *bytes(uint64_t v, char *buf, size_t len) { return mt_format_bytes(v, buf, len); }
+
+/* A number in a Markdown table cell: its spaces are no-break spaces (U+00A0), as every Markdown
+ * output writes them so that a narrow column keeps "1.43 GiB" on one line. */
+static const char *mt_md_test_nbsp(const char *s, char *buf, size_t len)
+{
+    size_t w = 0;
+    for (; *s && w + 3 < len; s++) {
+        if (*s == ' ') {
+            memcpy(buf + w, "\xc2\xa0", 2);
+            w += 2;
+        } else {
+            buf[w++] = *s;
+        }
+    }
+    buf[w] = 0;
+    return buf;
+}
+
+/* ---- diff -------------------------------------------------------------------------------------- */
+
+Test(ranks_diff, each_ranks_own_gpu_is_compared_with_the_others)
+{
+    char dir[400];
+    copy_fixtures(dir, sizeof dir);
+    mt_analysis *r0 = analyze_rank(dir, 0), *r1 = analyze_rank(dir, 1);
+    /* what the trace says: rank 1's LOCAL_RANK is 1, and it holds a stray context on cuda:0 */
+    const char *why = NULL;
+    const mt_device_report *own0 = mt_own_gpu(r0, &why);
+    cr_assert(own0 && own0->u.device == 0);
+    cr_expect_str_eq(why, "LOCAL_RANK");
+    const mt_device_report *own1 = mt_own_gpu(r1, &why);
+    cr_assert(own1 && own1->u.device == 1);
+    cr_expect_str_eq(why, "LOCAL_RANK");
+    cr_assert(mt_gpu_is_stray(fx_dev(r1, 0)), "rank 1's cuda:0: the driver's own memory only");
+    cr_expect(!mt_gpu_is_stray(own0) && !mt_gpu_is_stray(own1));
+
+    mt_diff *d;
+    cr_assert_eq(mt_diff_analyses(r0, r1, &d), 0);
+    cr_expect_eq(d->paired_by, MT_PAIR_OWN);
+    cr_assert_eq(d->n_devices, 2);
+    cr_expect(d->devices[0].base == own0 && d->devices[0].new_ == own1,
+              "first: rank 0's cuda:0 against rank 1's cuda:1");
+    cr_expect(!d->devices[1].base && d->devices[1].new_ == fx_dev(r1, 0),
+              "then rank 1's stray cuda:0, against nothing");
+    double pct = mt_peak_change_pct(&d->devices[0]);
+    cr_expect(pct > -1.0 && pct < 1.0, "the two ranks' peaks are within 1%%: %g", pct);
+    mt_diff_free(d);
+
+    /* the command says which pairing it used, and its numbers are the two GPUs' */
+    int st;
+    char *out = run(&st, MEMTRACE " diff %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace", dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "GPUs paired: rank 0 cuda:0 vs rank 1 cuda:1 (each run's own GPU, as the "
+                          "runs are different ranks: rank 0's by LOCAL_RANK, rank 1's by "
+                          "LOCAL_RANK)"), "%s", out);
+    char b0[32], b1[32];
+    const char *sec = strstr(out, "\nrank 0 cuda:0 vs rank 1 cuda:1 — NVIDIA H200\n");
+    cr_assert(sec, "%s", out);
+    const char *peak = strstr(sec, "\n  peak ");
+    cr_assert(peak);
+    cr_expect(strstr(peak, bytes(own0->u.peak, b0, sizeof b0)) &&
+                  strstr(peak, bytes(own1->u.peak, b1, sizeof b1)) &&
+                  strstr(peak, bytes(own0->u.peak, b0, sizeof b0)) < strchr(peak + 1, '\n'),
+              "the peak row sets %s against %s:\n%s", b0, b1, out);
+    cr_expect(!strstr(out, "-100.0%"), "no GPU compared with a stray context:\n%s", out);
+    cr_expect(strstr(out, "\nrank 1 cuda:0 (only in new; driver-internal memory only"),
+              "the stray context is still shown:\n%s", out);
+    cr_expect(!strstr(out, "cuda:1 — NVIDIA H200 (only in new)"), "%s", out);
+    free(out);
+
+    /* the other way round: rank 1 as BASE */
+    out = run(&st, MEMTRACE " diff %s/ddp_rank1.mtrace %s/ddp_rank0.mtrace", dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "\nrank 1 cuda:1 vs rank 0 cuda:0 — NVIDIA H200\n") &&
+                  strstr(out, "\nrank 1 cuda:0 (only in base;"), "%s", out);
+    free(out);
+
+    /* JSON: the pairing, and per GPU which of each run's */
+    char json[600];
+    mt_test_tmpname(json, sizeof json, "diff.json");
+    out = run(&st,
+              MEMTRACE " diff --json %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace > %s && python3 -c '"
+              "import json,sys\n"
+              "d=json.load(open(sys.argv[1]))\n"
+              "p=d[\"pairing\"]\n"
+              "assert (p[\"by\"],p[\"base_device\"],p[\"new_device\"])==(\"own_gpu\",0,1), p\n"
+              "assert p[\"base_device_why\"]==p[\"new_device_why\"]==\"LOCAL_RANK\", p\n"
+              "assert p[\"reason\"]==\"the runs are different ranks\", p\n"
+              "g=d[\"devices\"]\n"
+              "assert len(g)==2, g\n"
+              "assert (g[0][\"base_device\"],g[0][\"new_device\"],g[0][\"driver_only\"])==(0,1,False), g[0]\n"
+              "assert g[0][\"title\"]==\"rank 0 cuda:0 vs rank 1 cuda:1\", g[0][\"title\"]\n"
+              "assert g[0][\"peak\"][\"base\"]==%llu and g[0][\"peak\"][\"new\"]==%llu, g[0][\"peak\"]\n"
+              "assert (g[1][\"in_base\"],g[1][\"new_device\"],g[1][\"driver_only\"])==(False,0,True), g[1]\n"
+              "' %s",
+              dir, dir, json, (unsigned long long)own0->u.peak, (unsigned long long)own1->u.peak,
+              json);
+    cr_expect_eq(st, 0, "%s", out);
+    free(out);
+
+    /* Markdown: the heading is about the ranks' GPUs, not the stray context */
+    out = run(&st, MEMTRACE " diff --markdown %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace", dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strncmp(out, "### memtrace diff: peak ", 24) == 0 &&
+                  strstr(out, " on rank 0 cuda:0 vs rank 1 cuda:1\n"), "%s", out);
+    cr_expect(strstr(out, "| rank 0 cuda:0 vs rank 1 cuda:1 | peak |") &&
+                  strstr(out, "| rank 1 cuda:0 (only in new; driver-internal"), "%s", out);
+    free(out);
+    mt_analysis_free(r0);
+    mt_analysis_free(r1);
+}
+
+Test(ranks_diff, devices_chooses_the_pairing)
+{
+    char dir[400];
+    copy_fixtures(dir, sizeof dir);
+    int st;
+    /* by ordinal, as before: rank 0's cuda:0 against rank 1's stray context */
+    char *out = run(&st, MEMTRACE " diff --devices ordinal %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+                    dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(!strstr(out, "GPUs paired:") && strstr(out, "\ncuda:0\n") &&
+                  strstr(out, "\ncuda:1 — NVIDIA H200 (only in new)"), "%s", out);
+    free(out);
+    /* chosen: the same pair the automatic one finds, said as chosen */
+    out = run(&st, MEMTRACE " diff --devices cuda:0:cuda:1 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+              dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "GPUs paired: rank 0 cuda:0 vs rank 1 cuda:1 (--devices)"), "%s", out);
+    free(out);
+    /* rank 1's stray context against rank 0's GPU, when asked */
+    out = run(&st, MEMTRACE " diff --json --devices 0:0 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+              dir, dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "\"pairing\":{\"by\":\"chosen\""), "%s", out);
+    free(out);
+    static const char *const bad[] = {"--devices 0:7", "--devices 5:1", "--devices 1",
+                                      "--devices cuda:1", "--devices 0:1:2", "--devices"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        out = run(&st, MEMTRACE " diff %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace %s", dir, dir, bad[i]);
+        cr_expect_eq(st, 2, "%s: exit %d: %s", bad[i], st, out);
+        cr_expect(strstr(out, "memtrace: diff:"), "%s: %s", bad[i], out);
+        free(out);
+    }
+}
+
+/* Synthetic: one program on `gpus` GPUs (a bitmask), `bytes` on each; no rank in the header. */
+static void gpu_trace(char *path, size_t len, const char *stem, unsigned gpus, uint64_t bytes0,
+                      uint64_t bytes_rest)
+{
+    fx f;
+    fx_open(&f, stem);
+    snprintf(path, len, "%s", f.path);
+    fx_process(&f, "python3", "python3 train.py");
+    uint64_t n = 0;
+    for (int g = 0; g < 8; g++)
+        if (gpus & (1u << g)) {
+            fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, g, A + ((uint64_t)g << 32),
+                  n ? bytes_rest : bytes0, 1 + n, 0);
+            n++;
+        }
+    fx_end(&f, 10, n, 0);
+    fx_close(&f);
+}
+
+Test(ranks_diff, single_gpu_runs_on_other_gpus_pair_and_multi_gpu_programs_keep_ordinals)
+{
+    char p0[512], p3[512], m1[512], m2[512];
+    gpu_trace(p0, sizeof p0, "on0.mtrace", 1u << 0, 100 << 20, 0);
+    gpu_trace(p3, sizeof p3, "on3.mtrace", 1u << 3, 120 << 20, 0);
+    mt_analysis *a = fx_analyze(p0), *b = fx_analyze(p3);
+    mt_diff *d;
+    cr_assert_eq(mt_diff_analyses(a, b, &d), 0);
+    cr_expect_eq(d->paired_by, MT_PAIR_OWN, "each run used one GPU, not the same one");
+    cr_assert_eq(d->n_devices, 1);
+    cr_expect(d->devices[0].base->u.device == 0 && d->devices[0].new_->u.device == 3);
+    cr_expect_str_eq(d->base_own_why, "largest peak");
+    mt_diff_free(d);
+    mt_analysis_free(a);
+    mt_analysis_free(b);
+    /* two GPUs each: cuda:N is still cuda:N, even when the largest moved from 0 to 1 */
+    gpu_trace(m1, sizeof m1, "two1.mtrace", 3u, 100 << 20, 50 << 20);
+    gpu_trace(m2, sizeof m2, "two2.mtrace", 3u, 40 << 20, 90 << 20);
+    a = fx_analyze(m1);
+    b = fx_analyze(m2);
+    cr_assert_eq(mt_diff_analyses(a, b, &d), 0);
+    cr_expect_eq(d->paired_by, MT_PAIR_ORDINAL);
+    cr_assert_eq(d->n_devices, 2);
+    for (size_t i = 0; i < 2; i++)
+        cr_expect(d->devices[i].base->u.device == d->devices[i].new_->u.device);
+    mt_diff_free(d);
+    /* and a chosen pair on them: the rest still by ordinal */
+    char err[256];
+    mt_diff_pairing p = {.how = MT_PAIR_CHOSEN, .base_device = 0, .new_device = 1};
+    cr_assert_eq(mt_diff_analyses_paired(a, b, &p, &d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->n_devices, 3);
+    cr_expect(d->devices[0].base->u.device == 0 && d->devices[0].new_->u.device == 1);
+    cr_expect(!d->devices[1].base && d->devices[1].new_->u.device == 0, "in ordinal order");
+    cr_expect(d->devices[2].base && d->devices[2].base->u.device == 1 && !d->devices[2].new_);
+    mt_diff_free(d);
+    p.new_device = 5;
+    cr_expect_eq(mt_diff_analyses_paired(a, b, &p, &d, err, sizeof err), -1);
+    cr_expect(strstr(err, "cuda:5"), "%s", err);
+    mt_analysis_free(a);
+    mt_analysis_free(b);
+}
+
+/* ---- report --markdown over ranks ---------------------------------------------------------------- */
+
+Test(ranks_report, markdown_carries_the_rank_table_the_imbalance_and_the_stacks_behind_it)
+{
+    char dir[400];
+    copy_fixtures(dir, sizeof dir);
+    /* what the table must say, from the analyses */
+    mt_rank_summary s[2];
+    for (int r = 0; r < 2; r++) {
+        mt_analysis *a = analyze_rank(dir, r);
+        cr_assert_eq(mt_rank_summarize(a, &s[r]), 0);
+        mt_analysis_free(a);
+    }
+    mt_imbalance im;
+    cr_assert_eq(mt_rank_imbalance(s, 2, &im), 0);
+    mt_named_diff *nd;
+    size_t n_nd;
+    cr_assert_eq(mt_rank_stack_diff(&s[im.max], &s[im.median], &nd, &n_nd), 0);
+    cr_assert(n_nd > 0 && nd[0].delta > 0, "rank 1's larger batch makes a stack larger");
+
+    int st;
+    char *out = run(&st, MEMTRACE " report --markdown %s", dir);
+    cr_assert_eq(st, 0, "%s", out);
+    const char *table = strstr(out, "#### Ranks: 2 traces (world size 2)");
+    const char *gpus = strstr(out, "#### GPUs");
+    cr_assert(table && gpus && table < gpus, "the rank table opens the summary:\n%s", out);
+    char want[512], b1[32], b2[32], b3[32], nb[3][48];
+    for (int r = 0; r < 2; r++) {
+        snprintf(want, sizeof want, "| rank %d | `%s` | %u | %s | %s | %s | ", r, s[r].host,
+                 (unsigned)s[r].pid, s[r].devices,
+                 mt_md_test_nbsp(bytes(s[r].peak, b1, sizeof b1), nb[0], sizeof nb[0]),
+                 mt_md_test_nbsp(bytes(s[r].tensor_peak, b2, sizeof b2), nb[1], sizeof nb[1]));
+        const char *row = strstr(table, want);
+        cr_expect(row && row < gpus, "rank %d's row: %s\n%s", r, want, out);
+        if (!row) continue;
+        const char *eol = strchr(row, '\n');
+        snprintf(want, sizeof want, "| %s | %llu | `%s` (", /* at exit, failed, top stack */
+                 mt_md_test_nbsp(bytes(s[r].live_at_exit, b3, sizeof b3), nb[2], sizeof nb[2]),
+                 (unsigned long long)s[r].failed, s[r].top_frame);
+        const char *rest = strstr(row, want);
+        cr_expect(rest && rest < eol, "rank %d's row ends with %s\n%s", r, want, out);
+    }
+    snprintf(want, sizeof want, "**Imbalance**: max %s (rank %d), median %s (rank %d)",
+             bytes(s[im.max].peak, b1, sizeof b1), (int)s[im.max].rank,
+             bytes(s[im.median].peak, b2, sizeof b2), (int)s[im.median].rank);
+    const char *imb = strstr(table, want);
+    cr_expect(imb && imb < gpus, "%s\n%s", want, out);
+    snprintf(want, sizeof want, "rank %d against rank %d (the median)", (int)s[im.max].rank,
+             (int)s[im.median].rank);
+    const char *behind = strstr(table, want);
+    cr_assert(behind && behind < gpus, "%s\n%s", want, out);
+    cr_expect(strstr(behind, "| difference | largest rank | median rank | stack |"), "%s", out);
+    snprintf(b3, sizeof b3, "+%s", bytes((uint64_t)nd[0].delta, b1, sizeof b1));
+    snprintf(want, sizeof want, "| %s | %s | %s | ", mt_md_test_nbsp(b3, nb[0], sizeof nb[0]),
+             mt_md_test_nbsp(bytes(nd[0].a, b1, sizeof b1), nb[1], sizeof nb[1]),
+             mt_md_test_nbsp(bytes(nd[0].b, b2, sizeof b2), nb[2], sizeof nb[2]));
+    const char *first = strstr(behind, want);
+    cr_expect(first && first < gpus, "the largest difference first: %s\n%s", want, out);
+    const char *leaf = strrchr(nd[0].name, ';');
+    snprintf(want, sizeof want, "`%s` |\n", leaf ? leaf + 1 : nd[0].name);
+    cr_expect(first && strstr(first, want) && strstr(first, want) < strchr(first, '\n') + 1,
+              "its stack ends with %s\n%s", want, out);
+    free(out);
+
+    /* --rank narrows the sections, never the table */
+    out = run(&st, MEMTRACE " report --markdown --rank 0 %s", dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "| rank 1 | ") && strstr(out, "**Imbalance**"), "%s", out);
+    cr_expect(!strstr(out, "of rank 1 (vm): what was live"), "%s", out);
+    free(out);
+
+    /* one trace: no rank table */
+    out = run(&st, MEMTRACE " report --markdown %s/ddp_rank0.mtrace", dir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(!strstr(out, "#### Ranks") && !strstr(out, "**Imbalance**"), "%s", out);
+    free(out);
+    free(nd);
+    for (int r = 0; r < 2; r++) mt_rank_summary_free(&s[r]);
+}
