@@ -126,10 +126,10 @@ static const char *pairing_line(const mt_diff *d, char *buf, size_t len)
 static const char *presence(const mt_device_delta *dd, char *buf, size_t len)
 {
     const mt_device_report *any = dd->new_ ? dd->new_ : dd->base;
-    int stray = (!dd->base || mt_gpu_is_stray(dd->base)) && (!dd->new_ || mt_gpu_is_stray(dd->new_));
+    int stray = !mt_diff_is_gated(dd);
     const char *only = !dd->base ? "only in new" : !dd->new_ ? "only in base" : NULL;
     const char *ctx = stray && any->u.peak ? "driver-internal memory only: a CUDA context, no "
-                                             "allocation" : NULL;
+                                             "allocation; not gated" : NULL;
     if (!only && !ctx) buf[0] = 0;
     else snprintf(buf, len, " (%s%s%s)", only ? only : "", only && ctx ? "; " : "", ctx ? ctx : "");
     return buf;
@@ -344,7 +344,7 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         int any = 0;
         for (size_t i = 0; i < d->n_devices; i++) {
             double x = mt_peak_change_pct(&d->devices[i]);
-            if (!(x > opt->fail_pct)) continue;
+            if (!mt_diff_is_gated(&d->devices[i]) || !(x > opt->fail_pct)) continue;
             any = 1;
             mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n",
                           pair_title(d, &d->devices[i], root, sizeof root),
@@ -503,14 +503,13 @@ static int diff_json(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         else mt_json_null(&j, "base_device");
         if (dd->new_) mt_json_i64(&j, "new_device", dd->new_->u.device);
         else mt_json_null(&j, "new_device");
-        mt_json_bool(&j, "driver_only", (!dd->base || mt_gpu_is_stray(dd->base)) &&
-                                            (!dd->new_ || mt_gpu_is_stray(dd->new_)));
+        mt_json_bool(&j, "driver_only", !mt_diff_is_gated(dd));
         if (any->name) mt_json_str(&j, "name", any->name);
         else mt_json_null(&j, "name");
         mt_json_bool(&j, "in_base", dd->base != NULL);
         mt_json_bool(&j, "in_new", dd->new_ != NULL);
         double x = mt_peak_change_pct(dd);
-        mt_json_bool(&j, "exceeded", opt->gate && x > opt->fail_pct);
+        mt_json_bool(&j, "exceeded", opt->gate && mt_diff_is_gated(dd) && x > opt->fail_pct);
         row rows[8];
         size_t nr = device_rows(dd, rows);
         static const char *const keys[] = {"peak", "allocated_peak", "reserved_peak", "live_at_exit",
@@ -631,7 +630,7 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
         int any = 0;
         for (size_t i = 0; i < d->n_devices; i++) {
             double x = mt_peak_change_pct(&d->devices[i]);
-            if (!(x > opt->fail_pct)) continue;
+            if (!mt_diff_is_gated(&d->devices[i]) || !(x > opt->fail_pct)) continue;
             any = 1;
             mt_out_printf(o, "> ❌ the %s peak grew by %s, more than the %g%% allowed\n\n",
                           pair_title(d, &d->devices[i], root, sizeof root),

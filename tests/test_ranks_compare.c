@@ -210,6 +210,33 @@ Test(ranks_diff, devices_chooses_the_pairing)
     }
 }
 
+/* The gate weighs the ranks' own GPUs; rank 1's stray context (0 -> 649 KiB, "all of it") is
+ * listed but not gated, or every rank-to-rank diff would fail. */
+Test(ranks_diff, a_stray_context_is_listed_but_never_fails_the_gate)
+{
+    char dir[400];
+    copy_fixtures(dir, sizeof dir);
+    int st;
+    char *out = run(&st, MEMTRACE " diff --fail-on-increase 10 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+                    dir, dir);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "rank 1 cuda:0 (only in new; driver-internal memory only") &&
+                  strstr(out, "not gated)") && strstr(out, "memtrace diff: ok:"), "%s", out);
+    free(out);
+    /* the own GPUs grew by 0.1%: a gate below that fails, and names that pair only */
+    out = run(&st, MEMTRACE " diff --fail-on-increase 0.05 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+              dir, dir);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "FAILED: rank 0 cuda:0 vs rank 1 cuda:1 peak grew by 0.1%") &&
+                  !strstr(out, "FAILED: rank 1 cuda:0"), "%s", out);
+    free(out);
+    out = run(&st, MEMTRACE " diff --json --fail-on-increase 10 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
+              dir, dir);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(!strstr(out, "\"exceeded\":true"), "%s", out);
+    free(out);
+}
+
 /* Synthetic: one program on `gpus` GPUs (a bitmask), `bytes` on each; no rank in the header. */
 static void gpu_trace(char *path, size_t len, const char *stem, unsigned gpus, uint64_t bytes0,
                       uint64_t bytes_rest)

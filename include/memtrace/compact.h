@@ -703,6 +703,8 @@ int64_t mt_delta(uint64_t base, uint64_t new_);
  * NEW has bytes there, 0 when neither has, -100 when the device is gone. */
 double mt_peak_change_pct(const mt_device_delta *dd);
 /* `diff --fail-on-increase PCT`: 1 when some device's peak grew by more than pct percent. */
+/* 0 for a GPU that holds only driver memory in both runs (listed, never gated). */
+int mt_diff_is_gated(const mt_device_delta *dd);
 int mt_diff_exceeds(const mt_diff *d, double pct);
 
 /* ---- Ranks: several traces of one distributed job (ranks.c) ------------------------------------ */

@@ -688,9 +688,18 @@ double mt_peak_change_pct(const mt_device_delta *dd)
     return ((double)n - (double)b) * 100.0 / (double)b;
 }
 
+/* A GPU where neither run allocated anything, only the driver (a stray CUDA context, such as
+ * a rank that touched cuda:0 before set_device), is listed but not gated: its "growth" from
+ * nothing is a context appearing, which a percentage cannot weigh, and it would fail every
+ * rank-against-rank diff where one rank made such a context and the other did not. */
+int mt_diff_is_gated(const mt_device_delta *dd)
+{
+    return !((!dd->base || mt_gpu_is_stray(dd->base)) && (!dd->new_ || mt_gpu_is_stray(dd->new_)));
+}
+
 int mt_diff_exceeds(const mt_diff *d, double pct)
 {
     for (size_t i = 0; i < d->n_devices; i++)
-        if (mt_peak_change_pct(&d->devices[i]) > pct) return 1;
+        if (mt_diff_is_gated(&d->devices[i]) && mt_peak_change_pct(&d->devices[i]) > pct) return 1;
     return 0;
 }
