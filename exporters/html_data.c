@@ -753,11 +753,11 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     const mt_anomalies *an = &a->anomalies;
     key(o, "anomalies");
     mt_out_printf(o, "{\"unmatched_frees\":%llu,\"double_frees\":%llu,\"replaced\":%llu,"
-                     "\"partial_unmaps\":%llu,\"unknown_device\":%llu,\"unknown_ops\":%llu,"
+                     "\"partial_unmaps\":%llu,\"unknown_device\":%llu,\"unknown_events\":%llu,"
                      "\"bad_device_events\":%llu,\"bad_stack_nodes\":%llu},",
                   (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                   (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
-                  (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_ops,
+                  (unsigned long long)an->unknown_device, (unsigned long long)an->unknown_events,
                   (unsigned long long)an->bad_devices, (unsigned long long)an->bad_stack_nodes);
     rank_row(o, rank);
     strk(o, "series_by", m->series_by);

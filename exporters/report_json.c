@@ -501,7 +501,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     u64f(o, "replaced", an->replaced, 1);
     u64f(o, "partial_unmaps", an->partial_unmaps, 1);
     u64f(o, "ctx_destroy_released", an->ctx_destroy_released, 1);
-    u64f(o, "unknown_events", an->unknown_ops, 1);
+    u64f(o, "unknown_events", an->unknown_events, 1);
     u64f(o, "unknown_device_allocations", an->unknown_device, 1);
     u64f(o, "bad_device_events", an->bad_devices, 1);
     u64f(o, "bad_stack_nodes", an->bad_stack_nodes, 0);

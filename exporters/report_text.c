@@ -540,7 +540,7 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
-        an->ctx_destroy_released || an->unknown_ops || an->unknown_device || an->bad_devices ||
+        an->ctx_destroy_released || an->unknown_events || an->unknown_device || an->bad_devices ||
         an->bad_stack_nodes)
         mt_out_printf(o, "\nanomalies: %llu unmatched frees, %llu double frees, %llu replaced "
                          "(alloc at a live address), %llu partial unmaps, %llu released by "
@@ -549,7 +549,7 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
                       (unsigned long long)an->unmatched_frees, (unsigned long long)an->double_frees,
                       (unsigned long long)an->replaced, (unsigned long long)an->partial_unmaps,
                       (unsigned long long)an->ctx_destroy_released,
-                      (unsigned long long)an->unknown_ops, (unsigned long long)an->unknown_device);
+                      (unsigned long long)an->unknown_events, (unsigned long long)an->unknown_device);
     if (an->bad_devices)
         mt_out_printf(o, "  %llu events ignored: their device ordinal is outside -1..%d (corrupt "
                          "trace)\n", (unsigned long long)an->bad_devices, MT_MAX_DEVICE_ORDINAL);

@@ -10,7 +10,7 @@
 
 #define A ((uint64_t)0x7f0000000000)
 #define MiB (1024ull * 1024ull)
-#define PY(code, line) (((uint64_t)(code) << 32) | (line))
+#define PY(code, line) MT_PY_IP(code, line)
 #define MAIN_TID 7
 #define AUTOGRAD_TID 9
 

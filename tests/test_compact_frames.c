@@ -20,7 +20,7 @@ Test(frames, names_and_first_user_frame)
     const mt_record recs[] = {
         /* symbols and code objects arrive after the nodes that use them: order must not matter */
         NODE(1, 0, 0x401010, MT_FRAME_NATIVE),                  /* main, with an inlined callee */
-        NODE(2, 1, ((uint64_t)7 << 32) | 42, MT_FRAME_PYTHON),   /* train.py:step:42 */
+        NODE(2, 1, MT_PY_IP(7, 42), MT_FRAME_PYTHON),   /* train.py:step:42 */
         NODE(3, 2, 0x500123, MT_FRAME_NATIVE),                  /* libtorch.so, no symbol */
         NODE(4, 3, 0x600010, MT_FRAME_NATIVE),                  /* libcudart: CUDA stack */
         NODE(5, 4, 0x900000, MT_FRAME_NATIVE),                  /* no module at all */

@@ -10,7 +10,7 @@
 #define MOD(i, path_, s, e) {.type = MT_REC_MODULE, .u.module = {.id = i, .bias = s, .start = s, .end = e, .path = path_}}
 #define SYM(ip_, fn) {.type = MT_REC_SYMBOL, .u.symbol = {.ip = ip_, .function = fn, .file = ""}}
 #define PYC(i, file_, q) {.type = MT_REC_PYCODE, .u.pycode = {.id = i, .filename = file_, .qualname = q}}
-#define PY(code, line) (((uint64_t)(code) << 32) | (line))
+#define PY(code, line) MT_PY_IP(code, line)
 
 static const struct {
     const char *in, *out;

@@ -10,7 +10,7 @@
 
 #define A ((uint64_t)0x7f0000000000)
 #define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
-#define PY(code, line) (((uint64_t)(code) << 32) | (line))
+#define PY(code, line) MT_PY_IP(code, line)
 #define EVIL "</script><script>alert(1)</script><!-- & >"
 
 static int html_fn(mt_out *o, mt_analysis *a, void *ctx)

@@ -310,7 +310,7 @@ Test(export, large_stream_matches_reference)
     cr_assert_eq(a->n_devices, 3);
     for (int d = 0; d < 3; d++) {
         cr_expect_eq(a->devices[d].u.peak, peak[d], "device %d", d);
-        cr_expect_eq(a->devices[d].u.peak_time, peak_t[d], "device %d", d);
+        cr_expect_eq(a->devices[d].u.peak_mono_ns, peak_t[d], "device %d", d);
         cr_expect_eq(a->devices[d].leak_bytes, in_use[d], "device %d", d);
         cr_expect(a->devices[d].n_timeline > 0 && a->devices[d].n_timeline <= MT_TIMELINE_POINTS);
         uint64_t tl_max = 0;

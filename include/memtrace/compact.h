@@ -186,8 +186,10 @@ typedef struct mt_usage {
     uint64_t api_in_use; /* the same without DRIVER */
     uint64_t by_kind[MT_KIND_MAX_];
     uint64_t by_kind_peak[MT_KIND_MAX_]; /* each kind's own high-water (any time) */
-    uint64_t peak, peak_time, peak_seq; /* first time in_use reached its maximum; seq = event no. */
-    uint64_t api_peak, api_peak_time;
+    /* the first moment in_use reached its maximum: CLOCK_MONOTONIC ns as recorded (the reports'
+     * *_time_ns fields are relative to the trace's start), and the event number */
+    uint64_t peak, peak_mono_ns, peak_seq;
+    uint64_t api_peak, api_peak_mono_ns;
     uint64_t alloc_bytes, alloc_count, free_count, failed_count, zero_byte_allocs;
     uint64_t vmm_reserved, vmm_reserved_peak, vmm_mapped, vmm_mapped_peak;
     uint64_t pool_reserved, pool_reserved_peak; /* sum over pools of the last POOL_RESERVED */
@@ -215,7 +217,7 @@ typedef struct mt_anomalies {
     uint64_t replaced;        /* ALLOC at an address already live: old lifetime closed */
     uint64_t partial_unmaps;  /* UNMAP covering only part of a mapped range */
     uint64_t ctx_destroy_released; /* lifetimes ended by MT_OP_CTX_DESTROY */
-    uint64_t unknown_ops;
+    uint64_t unknown_events;  /* events of an op the tracker does not know (a newer writer) */
     uint64_t unknown_device;  /* device allocations whose device the recorder could not tell:
                                  tracked (a free still matches them), counted on no device */
     uint64_t retained;        /* references taken on live VMM handles (not anomalies: NCCL does it) */

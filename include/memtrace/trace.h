@@ -50,7 +50,7 @@ typedef enum mt_op {
     MT_OP_MAX_ = 7
 } mt_op;
 
-/* Which kind of memory. Kept to 4 bits on disk (see encode.c). */
+/* Which kind of memory: one byte on disk, written only when it changes (encode.c). */
 typedef enum mt_kind {
     MT_KIND_UNKNOWN = 0,
     MT_KIND_DEVICE = 1,          /* cuMemAlloc / cudaMalloc */
@@ -119,9 +119,14 @@ typedef struct mt_event {
  * root to a leaf goes from the outermost frame (_start, main) to the innermost (the CUDA call). */
 typedef enum mt_frame_kind {
     MT_FRAME_NATIVE = 0, /* ip = return address (look it up at ip-1 to name the call site) */
-    MT_FRAME_PYTHON = 1, /* ip = (code id << 32) | line; code ids name MT_REC_PYCODE records */
+    MT_FRAME_PYTHON = 1, /* ip = MT_PY_IP(code id, line); code ids name MT_REC_PYCODE records */
     MT_FRAME_PSEUDO = 2, /* ip = one of mt_pseudo_frame */
 } mt_frame_kind;
+
+/* A Python frame's ip: its code object's id (MT_REC_PYCODE) and its line, in one word. */
+#define MT_PY_IP(code, line) (((uint64_t)(uint32_t)(code) << 32) | (uint32_t)(line))
+#define MT_PY_IP_CODE(ip) ((uint32_t)((uint64_t)(ip) >> 32))
+#define MT_PY_IP_LINE(ip) ((uint32_t)(ip))
 
 typedef enum mt_pseudo_frame {
     MT_PSEUDO_DRIVER_INTERNAL = 1, /* "[driver internal]": no public API call made it */

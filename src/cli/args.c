@@ -100,22 +100,61 @@ int mt_cli_parse_gpu(const char *s, int *out)
     return 0;
 }
 
-static void progress(void *ctx, int pass, double fraction)
+/* A count or byte size: digits with an optional k/m/g/t suffix (binary). -1 if malformed. */
+int mt_cli_parse_count(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    unsigned shift = 0;
+    if (*end) {
+        const char *units = "kmgt", *u = strchr(units, *end | 0x20);
+        if (!u || !*u) return -1;
+        shift = 10u * (unsigned)(u - units + 1);
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'b' || *end == 'B') end++;
+        if (*end) return -1;
+        if (v > (~0ull >> shift)) return -1;
+    }
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* --frames: user | all | python | native. -1 if something else. */
+int mt_cli_parse_frames(const char *s, mt_frame_filter *out)
+{
+    if (strcmp(s, "user") == 0) *out = MT_FRAMES_USER;
+    else if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
+    else if (strcmp(s, "python") == 0) *out = MT_FRAMES_PYTHON;
+    else if (strcmp(s, "native") == 0) *out = MT_FRAMES_NATIVE;
+    else return -1;
+    return 0;
+}
+
+void mt_cli_progress(void *ctx, int pass, double fraction)
 {
     fprintf(stderr, "\rmemtrace: %s: pass %d: %3.0f%%", (const char *)ctx, pass, fraction * 100);
     fflush(stderr);
 }
 
-int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_analysis **out)
+int mt_cli_analyze(const char *cmd, const char *path, const mt_cli_analysis_options *opt,
+                   struct mt_analysis **out)
 {
+    static const mt_cli_analysis_options defaults = {.base_dir = 1, .warn_incomplete = 1};
+    if (!opt) opt = &defaults;
     char err[512];
     int tty = isatty(2);
-    mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = (void *)path};
+    mt_analyze_options o = {.progress = tty ? mt_cli_progress : NULL, .progress_ctx = (void *)path,
+                            .category_rules = opt->category_rules, .strict = opt->strict};
     int rc = mt_analyze(path, &o, out, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("%s: %s", cmd, err);
-    mt_cli_warn_incomplete(cmd, *out); /* damaged chunks stepped over, a cut trace */
-    if (base_dir) {
+    /* damaged chunks stepped over, a cut trace */
+    if (opt->warn_incomplete) mt_cli_warn_incomplete(cmd, *out);
+    if (opt->base_dir) {
         char cwd[4096];
         if (getcwd(cwd, sizeof cwd)) mt_frames_set_base_dir((*out)->frames, cwd);
     }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memtrace/compact.h" /* mt_frame_filter */
+
 /* Each returns the process exit status: 0 ok, 2 bad arguments or bad input files, record: the
  * traced command's status. argv[0] is the subcommand's name. */
 int mt_cmd_record(int argc, char **argv);
@@ -38,10 +40,23 @@ int mt_cli_parse_percent(const char *s, double *out);
 int mt_cli_parse_uint(const char *s, uint64_t *out);
 /* A GPU: N or cuda:N. 0, or -1 when malformed. */
 int mt_cli_parse_gpu(const char *s, int *out);
-/* Analyses one trace (progress on a terminal's stderr); base_dir: Python files under the current
- * directory named relative to it. 0, or 2 after saying why on stderr. One place for what every
- * analysis of check and diff needs. */
-int mt_cli_analyze(const char *cmd, const char *path, int base_dir, struct mt_analysis **out);
+/* A count or byte size (export, report): digits with an optional k/m/g/t suffix (binary). */
+int mt_cli_parse_count(const char *s, uint64_t *out);
+/* --frames: user | all | python | native (an mt_frame_filter). -1 if something else. */
+int mt_cli_parse_frames(const char *s, mt_frame_filter *out);
+/* "memtrace: TRACE: pass N: P%" on stderr (a progress callback of mt_analyze). */
+void mt_cli_progress(void *ctx, int pass, double fraction);
+/* How a command wants its traces analysed. */
+typedef struct mt_cli_analysis_options {
+    const char *category_rules; /* --categories FILE */
+    int strict;                 /* --strict: a damaged or truncated trace is an error */
+    int base_dir;               /* Python files under the current directory named relative to it */
+    int warn_incomplete;        /* say on stderr how the trace is incomplete */
+} mt_cli_analysis_options;
+/* Analyses one trace (progress on a terminal's stderr). opt NULL: base_dir and warnings. 0, or 2
+ * after saying why on stderr. The one place every command's analysis goes through. */
+int mt_cli_analyze(const char *cmd, const char *path, const mt_cli_analysis_options *opt,
+                   struct mt_analysis **out);
 /* Closes an output on standard output; 0, or 2 after saying why (EPIPE, ENOSPC) on stderr. */
 int mt_cli_close_stdout(const char *cmd, struct mt_out *o);
 

@@ -118,7 +118,7 @@ static int run(int argc, char **argv, char **traces)
         mt_analysis *a = NULL;
         mt_verdict *v = NULL;
         size_t nv = 0;
-        status = mt_cli_analyze("check", paths[i], 1, &a);
+        status = mt_cli_analyze("check", paths[i], NULL, &a);
         if (!status && mt_check_budgets(a, &b, &v, &nv, err, sizeof err) < 0)
             status = mt_cli_fail("check: %s", err);
         if (!status && mt_check_add(cs, a, v, nv) < 0)

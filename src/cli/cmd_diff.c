@@ -69,8 +69,8 @@ int mt_cmd_diff(int argc, char **argv)
     if (n != 2) return mt_cli_fail("diff: two traces, BASE and NEW (see memtrace diff --help)");
     o.top = (size_t)top;
     mt_analysis *a[2] = {NULL, NULL};
-    int status = mt_cli_analyze("diff", paths[0], 1, &a[0]);
-    if (!status) status = mt_cli_analyze("diff", paths[1], 1, &a[1]);
+    int status = mt_cli_analyze("diff", paths[0], NULL, &a[0]);
+    if (!status) status = mt_cli_analyze("diff", paths[1], NULL, &a[1]);
     mt_diff *d = NULL;
     if (!status && mt_diff_analyses(a[0], a[1], &d) < 0) status = mt_cli_fail("diff: out of memory");
     if (!status) {

@@ -67,51 +67,9 @@ static void usage(FILE *f)
           f);
 }
 
-/* A count or byte size: digits with an optional k/m/g/t suffix (binary). -1 if malformed. */
-int mt_cli_parse_count(const char *s, uint64_t *out);
-int mt_cli_parse_count(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    unsigned shift = 0;
-    if (*end) {
-        const char *units = "kmgt", *u = strchr(units, *end | 0x20);
-        if (!u || !*u) return -1;
-        shift = 10u * (unsigned)(u - units + 1);
-        end++;
-        if (*end == 'i' || *end == 'I') end++;
-        if (*end == 'b' || *end == 'B') end++;
-        if (*end) return -1;
-        if (v > (~0ull >> shift)) return -1;
-    }
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
-/* --frames: user | all | python | native. -1 if something else. */
-int mt_cli_parse_frames(const char *s, mt_frame_filter *out);
-int mt_cli_parse_frames(const char *s, mt_frame_filter *out)
-{
-    if (strcmp(s, "user") == 0) *out = MT_FRAMES_USER;
-    else if (strcmp(s, "all") == 0) *out = MT_FRAMES_ALL;
-    else if (strcmp(s, "python") == 0) *out = MT_FRAMES_PYTHON;
-    else if (strcmp(s, "native") == 0) *out = MT_FRAMES_NATIVE;
-    else return -1;
-    return 0;
-}
-
 static void progress(void *ctx, double fraction)
 {
     fprintf(stderr, "\rmemtrace: %s: %3.0f%%", (const char *)ctx, fraction * 100);
-    fflush(stderr);
-}
-
-static void progress2(void *ctx, int pass, double fraction)
-{
-    fprintf(stderr, "\rmemtrace: %s: pass %d: %3.0f%%", (const char *)ctx, pass, fraction * 100);
     fflush(stderr);
 }
 
@@ -151,17 +109,10 @@ static void say_device(mt_analysis *const *as, int n)
 
 static int analyze_one(const char *path, const char *rules, mt_analysis **a, int strict)
 {
-    char err[512], cwd_buf[4096];
-    int tty = isatty(2);
-    mt_analyze_options o = {.progress = tty ? progress2 : NULL, .progress_ctx = (void *)path,
-                            .category_rules = rules, .strict = strict};
-    int rc = mt_analyze(path, &o, a, err, sizeof err);
-    if (tty) fputs("\r\033[K", stderr);
-    if (rc < 0) return mt_cli_fail("export: %s", err);
-    mt_cli_warn_incomplete("export", *a); /* folded and speedscope have no place to say it */
-    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
-    if (cwd) mt_frames_set_base_dir((*a)->frames, cwd); /* short Python paths */
-    return 0;
+    /* folded and speedscope have no place to say a trace is incomplete: stderr does */
+    mt_cli_analysis_options o = {.category_rules = rules, .strict = strict, .base_dir = 1,
+                                 .warn_incomplete = 1};
+    return mt_cli_analyze("export", path, &o, a);
 }
 
 /* The earliest start on the wall clock among the traces (headers only): the chrome timelines of a
@@ -231,7 +182,7 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             else mt_chrome_abandon(cs);
         } else if (html) {
             mt_html_options ho = {.frames = frames, .names = fo->names, .source_root = source_root,
-                                  .progress = tty ? progress2 : NULL,
+                                  .progress = tty ? mt_cli_progress : NULL,
                                   .progress_ctx = (void *)"html export"};
             mt_html_stream *hs = mt_html_begin(out, &ho, err, sizeof err);
             if (!hs) rc = -1;

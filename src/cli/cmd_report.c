@@ -57,15 +57,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* Shows "pass N: P%" on stderr, only when stderr is a terminal. */
-static void progress(void *ctx, int pass, double fraction)
-{
-    fprintf(stderr, "\rmemtrace: %s: pass %d: %3.0f%%", (const char *)ctx, pass, fraction * 100);
-    fflush(stderr);
-}
-
-int mt_cli_parse_count(const char *s, uint64_t *out); /* defined in cmd_export.c */
-int mt_cli_parse_frames(const char *s, mt_frame_filter *out); /* defined in cmd_export.c */
 
 /* Copies what was written to tmp after out's current contents. */
 static int append_file(mt_out *out, FILE *tmp)
@@ -167,23 +158,14 @@ static int run(int argc, char **argv, char **args)
     if (!status && !(out = mt_out_create(out_path, &oo, err, sizeof err)))
         status = mt_cli_fail("report: %s", err);
     if (!status) details = tmp ? mt_out_from_file(tmp) : out;
-    int tty = isatty(2), shown = 0, rc = 0;
-    char cwd_buf[4096];
-    const char *cwd = getcwd(cwd_buf, sizeof cwd_buf);
+    int shown = 0, rc = 0;
+    /* a text report on the terminal says it in its WARNING lines; elsewhere, stderr too */
+    mt_cli_analysis_options ao = {.category_rules = rules, .strict = strict, .base_dir = 1,
+                                  .warn_incomplete = json || markdown || multi ||
+                                                     strcmp(out_path, "-") != 0};
     for (int i = 0; i < nt && !status && rc == 0; i++) {
         mt_analysis *a = NULL;
-        mt_analyze_options o = {.progress = tty ? progress : NULL, .progress_ctx = traces[i],
-                                .category_rules = rules, .strict = strict};
-        int arc = mt_analyze(traces[i], &o, &a, err, sizeof err);
-        if (tty) fputs("\r\033[K", stderr);
-        if (arc < 0) {
-            status = mt_cli_fail("report: %s", err);
-            break;
-        }
-        /* a text report on the terminal says it in its WARNING lines; elsewhere, stderr too */
-        if (json || markdown || multi || strcmp(out_path, "-") != 0)
-            mt_cli_warn_incomplete("report", a);
-        if (cwd) mt_frames_set_base_dir(a->frames, cwd); /* short Python paths */
+        if ((status = mt_cli_analyze("report", traces[i], &ao, &a)) != 0) break;
         if (multi && mt_rank_summarize(a, &sums[i]) < 0) rc = -1;
         int is_wanted = want_rank < 0 || ((a->header.flags & MT_HDR_RANK) &&
                                           a->header.rank == want_rank);

@@ -1,5 +1,5 @@
-/* What `memtrace record` does around the command: the output pattern and its directory before it
- * starts (record_output.c); after it exits, waiting for traced processes that outlived it
+/* What `memtrace record` does around the command: the libraries it injects (record_libs.c), the
+ * output pattern and its directory before it starts (record_output.c); after it exits, waiting for traced processes that outlived it
  * (record_wait.c), then symbolizing each trace on the machine that recorded it and printing per
  * file what it holds and the commands to run next (record_summary.c). */
 #ifndef MT_RECORD_SUMMARY_H
@@ -7,6 +7,11 @@
 
 #include <signal.h>
 #include <stddef.h>
+
+/* record_libs.c: the recorder library and CUPTI for the command (paths in out). 0, or -1 when
+ * not found. */
+int mt_record_find_inject(char *out, size_t len);
+int mt_record_find_cupti(const char *cmd, char *out, size_t len);
 
 /* The pattern the recorders get: pattern itself when it holds %p or %r, else with ".%p" inserted
  * before the extension of its last component. Returns 1 when it added the pid. */

@@ -812,8 +812,8 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
         }
         by_slot[slot_key(u[i].device, u[i].is_host)] = d;
         d->u = u[i];
-        d->peak_time_ns = rel(u[i].peak_time, a->header.start_monotonic_ns);
-        d->api_peak_time_ns = rel(u[i].api_peak_time, a->header.start_monotonic_ns);
+        d->peak_time_ns = rel(u[i].peak_mono_ns, a->header.start_monotonic_ns);
+        d->api_peak_time_ns = rel(u[i].api_peak_mono_ns, a->header.start_monotonic_ns);
         for (size_t k = 0; k < n_devs; k++)
             if (!u[i].is_host && devs[k].ordinal == u[i].device) {
                 /* one DEVICE record per context: a device with several contexts has several */

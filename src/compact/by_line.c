@@ -8,14 +8,14 @@
 #include "internal.h"
 
 typedef struct acc {
-    mt_u64map index; /* (code << 32 | line) -> a: index in v */
+    mt_u64map index; /* MT_PY_IP(code, line) -> a: index in v */
     mt_line_stat *v;
     size_t n, cap;
 } acc;
 
 static mt_line_stat *entry(acc *a, mt_frames *f, uint32_t code, uint32_t line)
 {
-    mt_u64map_slot *s = mt_u64map_upsert(&a->index, (uint64_t)code << 32 | line);
+    mt_u64map_slot *s = mt_u64map_upsert(&a->index, MT_PY_IP(code, line));
     if (!s) return NULL;
     if (s->b) return &a->v[s->a];
     if (a->n == a->cap) {

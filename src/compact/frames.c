@@ -382,7 +382,7 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
     if (n->kind == MT_FRAME_PSEUDO) {
         rc = push_name(f, dup(mt_pseudo_name(n->ip)));
     } else if (n->kind == MT_FRAME_PYTHON) {
-        uint32_t code = (uint32_t)(n->ip >> 32), line = (uint32_t)n->ip;
+        uint32_t code = MT_PY_IP_CODE(n->ip), line = MT_PY_IP_LINE(n->ip);
         const mt_u64map_slot *s = mt_u64map_find(&f->code_index, code);
         if (s) {
             const pycode *c = &f->codes[s->a];
@@ -451,7 +451,7 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
     if (n->kind == MT_FRAME_NATIVE)
         return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0) | (n->is_vendor ? MT_FF_LIB : 0);
     const char *file = NULL;
-    mt_frames_pycode(f, (uint32_t)(n->ip >> 32), &file, NULL);
+    mt_frames_pycode(f, MT_PY_IP_CODE(n->ip), &file, NULL);
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
 }
 
@@ -545,7 +545,7 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
     for (size_t k = 0; k < depth; k++) { /* innermost first */
         const node *n = &f->nodes[f->scratch[k]];
         if (n->kind != MT_FRAME_PYTHON) continue;
-        uint32_t c = (uint32_t)(n->ip >> 32);
+        uint32_t c = MT_PY_IP_CODE(n->ip);
         if (file) {
             const char *name = NULL;
             if (!mt_frames_pycode(f, c, &name, NULL) || !mt_python_file_matches(name, file))

@@ -7,34 +7,8 @@
 
 #include "memtrace/compact.h"
 
-/* splitmix64 finalizer: a cheap, well-mixed hash of a 64-bit key. */
-static inline uint64_t mt_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-/* ---- u64map: uint64 key -> two uint64 values, open addressing, linear probing (u64map.c) ---- */
-typedef struct mt_u64map_slot {
-    uint64_t key, a, b;
-    uint8_t used;
-} mt_u64map_slot;
-
-typedef struct mt_u64map {
-    mt_u64map_slot *slots;
-    size_t cap, len; /* cap is 0 or a power of two; len <= cap / 2 */
-} mt_u64map;
-
-/* Slot for key, inserted zeroed if missing. NULL when out of memory. The pointer is valid until
- * the next insertion. */
-mt_u64map_slot *mt_u64map_upsert(mt_u64map *m, uint64_t key);
-mt_u64map_slot *mt_u64map_find(const mt_u64map *m, uint64_t key);
-void mt_u64map_clear(mt_u64map *m);
-void mt_u64map_destroy(mt_u64map *m);
+#include "hash.h"   /* src/util: mt_mix64, MT_GOLDEN64 */
+#include "u64map.h" /* src/util: mt_u64map */
 
 /* ---- live table: live lifetimes keyed by (device, family, address) (live.c) ---------------- */
 typedef struct mt_live_table {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "internal.h"
 
 const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len)
@@ -91,7 +92,7 @@ static uint64_t key_hash(mt_frames *f, mt_u64map *memo, uint32_t stack, int driv
     size_t n = mt_frames_path_ex(f, stack, MT_NAME_SHORT, filter, names, NULL,
                                  sizeof names / sizeof *names);
     if (n > sizeof names / sizeof *names) n = sizeof names / sizeof *names;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    uint64_t h = MT_GOLDEN64 ^ n;
     for (size_t i = 0; i < n; i++) {
         mt_u64map_slot *m = mt_u64map_upsert(memo, (uint64_t)(uintptr_t)names[i]);
         if (!m) return 0;

@@ -221,7 +221,7 @@ static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
     }
     size_t i = t->n_usages++;
     t->usages[i] = (mt_usage){.device = is_host ? -1 : device, .is_host = is_host,
-                              .peak_time = now, .api_peak_time = now, .peak_seq = t->seq};
+                              .peak_mono_ns = now, .api_peak_mono_ns = now, .peak_seq = t->seq};
     *ref = (int32_t)i + 1;
     return (long)i;
 }
@@ -230,12 +230,12 @@ static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
 {
     if (u->in_use > u->peak) {
         u->peak = u->in_use;
-        u->peak_time = now;
+        u->peak_mono_ns = now;
         u->peak_seq = seq;
     }
     if (u->api_in_use > u->api_peak) {
         u->api_peak = u->api_in_use;
-        u->api_peak_time = now;
+        u->api_peak_mono_ns = now;
     }
     if (u->vmm_reserved > u->vmm_reserved_peak) u->vmm_reserved_peak = u->vmm_reserved;
     if (u->vmm_mapped > u->vmm_mapped_peak) u->vmm_mapped_peak = u->vmm_mapped;
@@ -611,7 +611,7 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
     case MT_OP_CTX_DESTROY:
         return do_ctx_destroy(t, e, now);
     default:
-        t->an.unknown_ops++;
+        t->an.unknown_events++;
         return 0;
     }
 }

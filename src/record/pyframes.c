@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "memtrace/record.h"
-#include "mix64.h"
+#include "hash.h"
 #include "pyframes_layout.h"
 #include "pyframes_linetable.h"
 
@@ -212,7 +212,7 @@ static int line_of(mt_pyframes *py, uintptr_t code, int lasti)
     uintptr_t table = rd_ptr(code, L->co_linetable);
     int firstlineno = rd_i32(code, L->co_firstlineno);
     uint64_t h = mt_mix64(code ^ mt_mix64(table ^ ((uint64_t)(uint32_t)firstlineno << 32)) ^
-                       ((uint64_t)(uint32_t)lasti * 0x9e3779b97f4a7c15ull));
+                       ((uint64_t)(uint32_t)lasti * MT_GOLDEN64));
     _Atomic uint64_t *slot = &py->line_cache[h & (MT_PY_LINE_CACHE_SLOTS - 1)];
     const uint64_t tag_mask = ~0xffffffull;
     uint64_t e = atomic_load_explicit(slot, memory_order_relaxed);
@@ -318,7 +318,7 @@ uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
     if (!ptr_ok(frame))
         return 0;
     uintptr_t code = rd_ptr(frame, L->fr_code);
-    *key = mt_mix64(code ^ (frame_pos(L, frame) * 0x9e3779b97f4a7c15ull)) | 1;
+    *key = mt_mix64(code ^ (frame_pos(L, frame) * MT_GOLDEN64)) | 1;
     return frame;
 }
 

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "hash.h"
 #include "memtrace/record.h"
 
 typedef struct trie_entry {
@@ -47,7 +48,7 @@ struct mt_trie {
 
 static inline uint32_t hash_key(uint32_t parent, uint64_t word)
 {
-    uint64_t h = (word ^ ((uint64_t)parent << 32 | parent)) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (word ^ ((uint64_t)parent << 32 | parent)) * MT_GOLDEN64;
     return (uint32_t)(h >> 32) ^ (uint32_t)h;
 }
 
@@ -130,7 +131,7 @@ static uint32_t intern_uncached(mt_trie *t, mt_trie_cache *cache, const uint64_t
  * bits AND land in the same slot to be confused: about 1e-8 for a million distinct stacks. */
 static uint64_t stack_hash(const uint64_t *frames, int n)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    uint64_t h = MT_GOLDEN64 ^ (uint64_t)n;
     for (int i = 0; i < n; i++) {
         h = (h ^ frames[i]) * 0xFF51AFD7ED558CCDull;
         h ^= h >> 32;

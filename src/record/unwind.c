@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "memtrace/record.h"
-#include "mix64.h"
+#include "hash.h"
 #include "unwind_cache.h"
 #include "unwind_cfi.h"
 #include "unwind_memo.h"
@@ -369,7 +369,7 @@ static inline int memo_holds(const mt_walk_memo *m, uintptr_t pc, uintptr_t sp, 
 /* The tag of a walk starting at rsp `sp` under `key`, never 0. */
 static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
 {
-    return mt_mix64(key ^ ((uint64_t)sp * 0x9e3779b97f4a7c15ull)) | 1;
+    return mt_mix64(key ^ ((uint64_t)sp * MT_GOLDEN64)) | 1;
 }
 
 /* Its set: by the key alone, so that mt_unwind_prefetch (which knows no rsp) finds it; unkeyed

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "unwind_rule.h"
 
 #define MT_RULE_CACHE_BITS 14 /* 16384 slots = 256 KiB */
@@ -25,7 +26,7 @@ extern mt_rule_slot mt_rule_cache_slots[1u << MT_RULE_CACHE_BITS]
 /* First slot of pc's set of MT_RULE_CACHE_WAYS slots (Fibonacci hashing). */
 static inline unsigned mt_rule_cache_set(uintptr_t pc)
 {
-    uint64_t h = (uint64_t)pc * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (uint64_t)pc * MT_GOLDEN64;
     return (unsigned)(h >> (64 - MT_RULE_CACHE_BITS)) & ~(unsigned)(MT_RULE_CACHE_WAYS - 1);
 }
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "memtrace/record.h"
 #include "unwind_rule.h"
 
@@ -55,9 +56,8 @@ typedef enum mt_walk_end {
  * Why it is laid out for latency: in a training step the program evicts the memo and most of the
  * stack between two allocations from the same call site, so each cache line is a miss, and what
  * costs is the number of misses that wait on each other: the set's tags, then the memo's header,
- * then where its words are, then the words. Measured on the GPU machine, halving the lines the
- * check reads (16 -> 4 for cifar.py) saved nothing; the chain of dependent misses is what this
- * layout shortens. The header, the caller's slot and the word offsets are one run of lines
+ * then where its words are, then the words: the chain of dependent misses is what this layout
+ * shortens (docs/performance.md: fewer lines alone saved nothing). The header, the caller's slot and the word offsets are one run of lines
  * from the 64-byte-aligned start, fetched together (mt_walk_memo_prefetch) as soon as the memo's
  * address is known; the return addresses, read only when the frames are wanted, come after.
  *
@@ -78,7 +78,7 @@ typedef enum mt_walk_end {
  * by). Offsets are from sp0, which a match requires equal: every word was within this thread's
  * stack when the walk loaded it, so it still is, and the check needs no bounds test. A word more
  * than 512 KiB above sp0 leaves the memo without a whole check (its steps still serve walk()). */
-#define MT_CHECK_C0 0x9e3779b97f4a7c15ull
+#define MT_CHECK_C0 MT_GOLDEN64
 #define MT_CHECK_DC 0xd6e8feb86659fd92ull /* even: every factor stays odd */
 #define MT_CHECK_MAX_WORD 0xffffu
 

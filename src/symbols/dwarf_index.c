@@ -65,7 +65,7 @@ struct mt_dwarf {
     int have_aranges, walked;
     cu_info *cus;
     size_t ncus, cap_cus;
-    mt_u64_map cu_by_off; /* CU DIE offset -> index into cus + 1 */
+    mt_u64map cu_by_off; /* CU DIE offset -> a: index into cus + 1 (0: failed), b: 1 = seen */
     uint64_t cus_decoded;
 };
 
@@ -422,16 +422,16 @@ static void walk(mt_dwarf *d, cu_info *cu, Dwarf_Die die, int parent, int level)
 
 static cu_info *cu_get(mt_dwarf *d, uint64_t off)
 {
-    int inserted = 0;
-    uint32_t *slot = mt_u64_map_put(&d->cu_by_off, off, 0, &inserted);
+    mt_u64map_slot *slot = mt_u64map_upsert(&d->cu_by_off, off);
     if (!slot) return NULL;
-    if (!inserted) return *slot ? &d->cus[*slot - 1] : NULL;
+    if (slot->b) return slot->a ? &d->cus[slot->a - 1] : NULL;
+    slot->b = 1;
     cu_info *nc = grow(d->cus, &d->cap_cus, d->ncus + 1, sizeof *nc);
-    if (!nc) return NULL; /* slot stays 0: the CU will look "failed" below */
+    if (!nc) return NULL; /* a stays 0: the CU will look "failed" below */
     d->cus = nc;
     memset(&d->cus[d->ncus], 0, sizeof *d->cus);
     d->cus[d->ncus].off = off;
-    *slot = (uint32_t)++d->ncus;
+    slot->a = ++d->ncus;
     return &d->cus[d->ncus - 1];
 }
 
@@ -488,7 +488,7 @@ mt_dwarf *mt_dwarf_open(const char *path)
         free(d);
         return NULL;
     }
-    mt_u64_map_init(&d->cu_by_off);
+    d->cu_by_off = (mt_u64map){0};
     index_from_aranges(d);
     if (!d->have_aranges) index_from_cu_dies(d);
     return d;
@@ -566,7 +566,7 @@ void mt_dwarf_close(mt_dwarf *d)
     }
     free(d->cus);
     free(d->index);
-    mt_u64_map_free(&d->cu_by_off);
+    mt_u64map_destroy(&d->cu_by_off);
     dwarf_finish(d->dbg, &d->err);
     close(d->fd);
     free(d);

@@ -45,10 +45,10 @@ typedef struct pending_ip {
 typedef struct scan {
     module_rec *mods;
     size_t nmods, cap_mods;
-    mt_u64_map ip_index; /* ip -> index into ips + 1 */
+    mt_u64map ip_index; /* ip -> a: index into ips + 1, b: 1 = seen */
     pending_ip *ips;
     size_t nips, cap_ips;
-    mt_u64_map done; /* ips that already have MT_REC_SYMBOL */
+    mt_u64map done; /* ips that already have MT_REC_SYMBOL */
 } scan;
 
 static double now_s(void)
@@ -96,10 +96,10 @@ static int add_module(scan *s, const mt_module *m)
 
 static int add_ip(scan *s, uint64_t ip)
 {
-    int inserted = 0;
-    uint32_t *slot = mt_u64_map_put(&s->ip_index, ip, 0, &inserted);
+    mt_u64map_slot *slot = mt_u64map_upsert(&s->ip_index, ip);
     if (!slot) return -1;
-    if (!inserted) return 0;
+    if (slot->b) return 0;
+    slot->b = 1; /* seen, even if the list below cannot grow */
     if (s->nips == s->cap_ips) {
         size_t ncap = s->cap_ips ? s->cap_ips * 2 : 1024;
         pending_ip *n = realloc(s->ips, ncap * sizeof *n);
@@ -108,7 +108,7 @@ static int add_ip(scan *s, uint64_t ip)
         s->cap_ips = ncap;
     }
     s->ips[s->nips] = (pending_ip){ip, module_at(s, ip)};
-    *slot = (uint32_t)++s->nips;
+    slot->a = ++s->nips;
     return 0;
 }
 
@@ -117,8 +117,8 @@ static void scan_free(scan *s)
     for (size_t i = 0; i < s->nmods; i++) free(s->mods[i].path);
     free(s->mods);
     free(s->ips);
-    mt_u64_map_free(&s->ip_index);
-    mt_u64_map_free(&s->done);
+    mt_u64map_destroy(&s->ip_index);
+    mt_u64map_destroy(&s->done);
 }
 
 /* Pass 1. Returns 0, or -1 with err set. *cut_at = offset of a partial last chunk, else 0. */
@@ -139,7 +139,7 @@ static int scan_trace(int fd, const char *path, scan *s, uint64_t *cut_at, char 
         else if (rec.type == MT_REC_STACK_NODE && rec.u.node.frame_kind == MT_FRAME_NATIVE)
             rc = add_ip(s, rec.u.node.ip);
         else if (rec.type == MT_REC_SYMBOL)
-            rc = mt_u64_map_put(&s->done, rec.u.symbol.ip, 1, NULL) ? 0 : -1;
+            rc = mt_u64map_upsert(&s->done, rec.u.symbol.ip) ? 0 : -1;
         if (rc != 0) {
             snprintf(err, errlen, "%s: out of memory", path);
             break;
@@ -213,8 +213,8 @@ int mt_symbolize_trace(const char *path, mt_symbolize_stats *stats, char *err, s
     memset(&st, 0, sizeof st);
     scan s;
     memset(&s, 0, sizeof s);
-    mt_u64_map_init(&s.ip_index);
-    mt_u64_map_init(&s.done);
+    s.ip_index = (mt_u64map){0};
+    s.done = (mt_u64map){0};
     uint64_t cut_at = 0;
     int rc = -1, readonly = 0;
     mt_writer *w = NULL;
@@ -254,7 +254,7 @@ int mt_symbolize_trace(const char *path, mt_symbolize_stats *stats, char *err, s
     size_t n = 0;
     for (size_t i = 0; i < s.nips; i++) {
         pending_ip p = s.ips[i];
-        if (mt_u64_map_get(&s.done, p.ip)) {
+        if (mt_u64map_find(&s.done, p.ip)) {
             st.ips_already++;
             continue;
         }

@@ -65,20 +65,7 @@ int mt_dwarf_lookup(mt_dwarf *d, uint64_t addr, mt_sym_frame *frames, int max);
 uint64_t mt_dwarf_cus_decoded(const mt_dwarf *d);
 void mt_dwarf_close(mt_dwarf *d);
 
-/* ---- u64_map.c: open-addressing hash map uint64 -> uint32 ----------------------------------- */
-
-typedef struct mt_u64_map {
-    uint64_t *keys;
-    uint32_t *vals;
-    uint8_t *used;
-    size_t cap, count; /* cap is a power of two */
-} mt_u64_map;
-
-void mt_u64_map_init(mt_u64_map *m);
-/* Returns a pointer to the value slot of key, inserting it with value `init` when absent;
- * NULL on allocation failure. *inserted (may be NULL) says whether it was new. */
-uint32_t *mt_u64_map_put(mt_u64_map *m, uint64_t key, uint32_t init, int *inserted);
-uint32_t *mt_u64_map_get(const mt_u64_map *m, uint64_t key);
-void mt_u64_map_free(mt_u64_map *m);
+/* Sets of instruction pointers and CU offsets: mt_u64map (src/util/u64map.h). */
+#include "u64map.h"
 
 #endif

@@ -8,6 +8,7 @@
  *   [..]     present only when the flag named beside it is set
  * "previous" always means "earlier in the same chunk"; mt_codec_reset zeroes it at chunk start.
  */
+#include "hash.h"
 #include "encode.h"
 
 #include <string.h>
@@ -71,7 +72,7 @@ enum {
 static inline unsigned live_slot(uint64_t address)
 {
     /* Fibonacci hashing: allocations are aligned (512 B and up), so the low bits carry nothing */
-    return (unsigned)((address * 0x9E3779B97F4A7C15ull) >> 53) & (MT_CODEC_LIVE_SLOTS - 1);
+    return (unsigned)((address * MT_GOLDEN64) >> 53) & (MT_CODEC_LIVE_SLOTS - 1);
 }
 
 /* What an address delta is taken from: a FREE most often releases the latest allocation. */

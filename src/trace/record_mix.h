@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hash.h"
 #include "memtrace/trace.h"
 
 typedef struct mt_mix {
@@ -57,7 +58,7 @@ static inline const char *mt_mix_string(mt_mix *m)
 
 static inline void mt_mix_init(mt_mix *m, uint64_t seed)
 {
-    m->rng = seed * 0x9E3779B97F4A7C15ull + 7;
+    m->rng = seed * MT_GOLDEN64 + 7;
     m->n = 0;
 }
 

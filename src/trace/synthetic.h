@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hash.h"
 #include "memtrace/trace.h"
 
 #define MT_SYNTH_THREADS 4
@@ -56,7 +57,7 @@ static inline uint64_t mt_synth_skewed(mt_synth *s, uint64_t n)
 static inline void mt_synth_init(mt_synth *s, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
-    s->rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    s->rng = seed * MT_GOLDEN64 + 1;
     for (unsigned i = 0; i < MT_SYNTH_SIZES; i++) {
         unsigned shift = 9 + (unsigned)(mt_synth_rand(s) % 17); /* 512 B .. 32 MiB scale */
         s->sizes[i] = ((uint64_t)1 << shift) + (mt_synth_rand(s) % 64) * 512;

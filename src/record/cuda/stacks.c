@@ -2,7 +2,7 @@
  *
  * Native frames come innermost first from the unwinder. When the process runs Python, the calling
  * thread's Python frames (read without the GIL, see pyframes.c) take the place of the interpreter's
- * own frames (see pystack.c), so a stack reads
+ * own frames (see merge_python.c), so a stack reads
  *     cifar.py:<module> -> cifar.py:main -> ... -> linear.py:forward -> at::linear -> ... -> cuMemAlloc
  *
  * Modes (MEMTRACE_STACKS): none, native, python (no unwinding at all: cheapest), both (default).
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mix64.h"
+#include "hash.h"
 #include "recorder.h"
 
 /* ---- Python code objects -> small ids ------------------------------------------------------ */
@@ -35,7 +35,7 @@ static uint32_t next_code_id = 1;
 
 static uint32_t code_id(mt_recorder *r, uintptr_t code)
 {
-    size_t h = (size_t)((code >> 4) * 0x9E3779B97F4A7C15ull) & (CODE_SLOTS - 1);
+    size_t h = (size_t)((code >> 4) * MT_GOLDEN64) & (CODE_SLOTS - 1);
     for (size_t i = 0; i < CODE_SLOTS; i++) {
         size_t s = (h + i) & (CODE_SLOTS - 1);
         uintptr_t c = atomic_load_explicit(&code_ids[s].code, memory_order_acquire);
@@ -120,7 +120,7 @@ int mt_stacks_init_python(mt_recorder *r)
     return 0;
 }
 
-/* ---- merging: see mt_merge_python (src/record/pystack.c) ---------------------------------- */
+/* ---- merging: see mt_merge_python (src/record/merge_python.c) ---------------------------------- */
 
 static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code); }
 
@@ -134,9 +134,8 @@ static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code
  *     read, so finding the leaf costs no miss of its own; four entries (one walk: several Python
  *     callers of one line, two API entry points);
  *   - else this thread's table (no native frames, or a walk the unwinder did not keep): 128 sets
- *     of 4 ways. With one way (the first design) the ~40 call sites of a cifar.py step collided
- *     in a 256-slot table often enough that 4-18% of allocations rebuilt their stack (~28 frames
- *     each), on the GPU machine.
+ *     of 4 ways, because a training step's call sites collide in a direct-mapped table
+ *     (docs/performance.md).
  * A new entry goes in front, the oldest drops out. */
 #define LEAF_MEMO_SETS 128
 #define LEAF_MEMO_WAYS 4
@@ -185,7 +184,7 @@ static stack_tls *this_thread_stack_tls(void)
 
 static inline uint64_t leaf_key(uint64_t py_sig, uint64_t walk_id, uint64_t api_ip)
 {
-    return mt_mix64(mt_mix64(py_sig ^ (walk_id * 0x9e3779b97f4a7c15ull)) ^ api_ip) | 1;
+    return mt_mix64(mt_mix64(py_sig ^ (walk_id * MT_GOLDEN64)) ^ api_ip) | 1;
 }
 
 /* Where the leaves of the stack under `key` would be, and how many ways there are. A walk id

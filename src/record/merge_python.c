@@ -29,7 +29,7 @@ static int put_python(const mt_pyframe *py, int from, int to, mt_code_id_fn code
         uint32_t id = code_id(ctx, py[i].code);
         if (!id) continue;
         uint64_t line = py[i].line > 0 ? (uint64_t)py[i].line : 0;
-        out[n++] = MT_FRAME_WORD(MT_FRAME_PYTHON, ((uint64_t)id << 32) | line);
+        out[n++] = MT_FRAME_WORD(MT_FRAME_PYTHON, MT_PY_IP(id, line));
     }
     return n;
 }

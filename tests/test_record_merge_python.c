@@ -1,4 +1,4 @@
-/* Merging native and Python frames into one stack (src/record/pystack.c). */
+/* Merging native and Python frames into one stack (src/record/merge_python.c). */
 #include <criterion/criterion.h>
 
 #include "memtrace/record.h"
@@ -17,12 +17,12 @@ static uint32_t same_id(void *ctx, uintptr_t code)
 
 static uint64_t py(uint32_t code, uint32_t line)
 {
-    return MT_FRAME_WORD(MT_FRAME_PYTHON, ((uint64_t)code << 32) | line);
+    return MT_FRAME_WORD(MT_FRAME_PYTHON, MT_PY_IP(code, line));
 }
 
 static uint64_t nat(uint64_t ip) { return MT_FRAME_WORD(MT_FRAME_NATIVE, ip); }
 
-Test(record_pystack, runs_replace_their_eval_frames_and_glue_is_dropped)
+Test(record_merge_python, runs_replace_their_eval_frames_and_glue_is_dropped)
 {
     /* innermost first: cuda, torch, [eval #1], glue, torch-ext, [eval #2], glue, main, _start */
     const uint64_t native[] = {0x200010, 0x100020, 0x1100, 0x3000, 0x100030, 0x1200, 0x4000,
@@ -37,7 +37,7 @@ Test(record_pystack, runs_replace_their_eval_frames_and_glue_is_dropped)
     for (int i = 0; i < n; i++) cr_expect_eq(out[i], want[i], "frame %d", i);
 }
 
-Test(record_pystack, count_mismatch_puts_all_python_at_the_innermost_eval_frame)
+Test(record_merge_python, count_mismatch_puts_all_python_at_the_innermost_eval_frame)
 {
     const uint64_t native[] = {0x200010, 0x1100, 0x3000, 0x1200, 0x5000};
     const mt_pyframe pyf[] = {{1, 10, 0}, {2, 20, 0}, {3, 30, 1}}; /* one run, two eval frames */
@@ -48,7 +48,7 @@ Test(record_pystack, count_mismatch_puts_all_python_at_the_innermost_eval_frame)
     for (int i = 0; i < n; i++) cr_expect_eq(out[i], want[i], "frame %d", i);
 }
 
-Test(record_pystack, no_eval_frame_puts_python_outermost_and_no_ranges_gives_python_only)
+Test(record_merge_python, no_eval_frame_puts_python_outermost_and_no_ranges_gives_python_only)
 {
     const uint64_t native[] = {0x200010, 0x100020};
     const mt_pyframe pyf[] = {{1, 10, 1}};
@@ -68,7 +68,7 @@ static uint32_t drop_two(void *ctx, uintptr_t code)
     return code == 2 ? 0 : (uint32_t)code;
 }
 
-Test(record_pystack, unnamed_code_is_left_out_and_cap_is_respected)
+Test(record_merge_python, unnamed_code_is_left_out_and_cap_is_respected)
 {
     const uint64_t native[] = {0x200010, 0x1100};
     const mt_pyframe pyf[] = {{1, 10, 0}, {2, 20, 0}, {3, 30, 1}};
