@@ -14,8 +14,17 @@
  *             until its pass has ended, then a gradient); one last point of each at the end
  *             of the trace, where the slices end. Perfetto names a counter track "<name> <key>";
  *             catapult fixes a counter's series at its first event, so a name always carries the
- *             same keys. Above MAX_COUNTER_EVENTS events they are downsampled to time buckets,
- *             each keeping its highest and its last point, so every peak is still exact.
+ *             same keys. Points are bounded: the trace's duration is cut into
+ *             (cap - 1) / 2 time buckets per device (cap: mt_chrome_options.max_counter_points,
+ *             default MT_CHROME_MAX_COUNTER_POINTS), each keeping its highest "in use" point
+ *             (every track's values at that moment) and its last one, so every track of a device
+ *             has at most `cap` points with the closing one, and the peak is exact. A short
+ *             trace has buckets narrower than the time between its events: every change.
+ *             A point's time is the latest event time read so far on its device (nvidia-smi's:
+ *             the latest sample time): the recorder's threads reach the file in turns, so the
+ *             time of file order steps back at each switch, and a counter must not (catapult
+ *             draws a track in the order of its points; the old every-change flush also wrote a
+ *             point each time the time went back into a different bucket).
  *   slices    one track per device and allocation kind, "cuda:0 async" (split by stream, "cuda:0
  *             async stream 2", when the kind used several streams): both viewers make a track
  *             per top-level slice name (Perfetto: per process and name, for ids scoped to the
@@ -43,7 +52,6 @@
 
 #include "util.h"
 
-#define MAX_COUNTER_EVENTS 200000u /* per device, before downsampling starts */
 #define MAX_SLICE_FRAMES 32
 #define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
 #define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
@@ -54,7 +62,8 @@ enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
 };
 
 typedef struct counter_state {
-    uint64_t bucket;
+    uint64_t clock;  /* latest event time so far on this device: points never step back */
+    uint64_t bucket; /* of clock */
     int have_max, have_last;
     mt_usage max, last; /* highest and latest point in the current bucket */
     uint64_t max_t, last_t;
@@ -69,8 +78,9 @@ typedef struct slot_info {
     uint64_t caching;
     uint64_t streams[MT_KIND_MAX_][MAX_STREAMS];
     uint8_t n_streams[MT_KIND_MAX_]; /* MAX_STREAMS + 1: more than that */
-    uint64_t last_nvml;
-    int have_nvml;
+    /* nvidia-smi (process) samples, bucketed like the other counters on their own clock */
+    uint64_t nvml_clock, nvml_bucket, nvml_max, nvml_max_t, nvml_last, nvml_last_t;
+    int have_nvml, nvml_have_max, nvml_have_last;
     /* last value written of each counter track (COUNTER_*), to write only changes: the viewers
      * draw counters as steps, so a repeated value adds nothing */
     uint64_t last[COUNTERS_ + MT_KIND_MAX_];
@@ -85,7 +95,7 @@ typedef struct chrome {
     const mt_chrome_options *opt;
     mt_frame_filter frames;
     uint64_t pid, t_index, offset_ns; /* offset: this trace's start after the earliest start */
-    uint64_t quantum;                 /* counter bucket width in ns, 0 = every change */
+    uint64_t quantum;                 /* counter bucket width in ns (>= 1) */
     int *first;                       /* no event written yet (no comma before the next one) */
     counter_state *cs;
     size_t n_cs;
@@ -274,6 +284,12 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
                force);
 }
 
+/* The time bucket of an absolute time: 0 .. (cap - 1) / 2 - 1 for the times of the trace. */
+static uint64_t bucket_of(const chrome *c, uint64_t abs)
+{
+    return (rel_of(c, abs) - c->offset_ns) / c->quantum;
+}
+
 static void flush_bucket(chrome *c, counter_state *s)
 {
     if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t, 0);
@@ -282,15 +298,43 @@ static void flush_bucket(chrome *c, counter_state *s)
     s->have_max = s->have_last = 0;
 }
 
+/* nvidia-smi's samples of a device: the highest and the last of each bucket, as on_usage. */
+static void flush_nvml(chrome *c, slot_info *si)
+{
+    char root[32];
+    root_of(si->device, 0, root, sizeof root);
+    if (si->nvml_have_max) counter(c, root, "nvidia-smi (process)", si->nvml_max_t, si->nvml_max);
+    if (si->nvml_have_last &&
+        (!si->nvml_have_max || si->nvml_last_t != si->nvml_max_t || si->nvml_last != si->nvml_max))
+        counter(c, root, "nvidia-smi (process)", si->nvml_last_t, si->nvml_last);
+    si->nvml_have_max = si->nvml_have_last = 0;
+}
+
+static void on_nvml(chrome *c, int32_t device, uint64_t time_ns, uint64_t value)
+{
+    slot_info *si = slot_of(c, device, 0);
+    if (!si) return; /* an ordinal no device can have: no track */
+    if (time_ns > si->nvml_clock) si->nvml_clock = time_ns;
+    uint64_t b = bucket_of(c, si->nvml_clock);
+    if (b != si->nvml_bucket) {
+        flush_nvml(c, si);
+        si->nvml_bucket = b;
+    }
+    if (!si->nvml_have_max || value > si->nvml_max) {
+        si->nvml_max = value;
+        si->nvml_max_t = si->nvml_clock;
+        si->nvml_have_max = 1;
+    }
+    si->nvml_last = value;
+    si->nvml_last_t = si->nvml_clock;
+    si->nvml_have_last = si->have_nvml = 1;
+}
+
 static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     chrome *c = ctx;
     slot_info *si = slot_of(c, u->device, u->is_host);
     uint64_t caching = si && !u->is_host ? si->caching : 0;
-    if (!c->quantum) {
-        emit_counters(c, u, caching, time_ns, 0);
-        return;
-    }
     const mt_usage *base;
     size_t n = mt_tracker_usages(c->t, &base), i = (size_t)(u - base);
     if (n > c->n_cs) {
@@ -304,19 +348,20 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         c->n_cs = n;
     }
     counter_state *s = &c->cs[i];
-    uint64_t b = rel_of(c, time_ns) / c->quantum;
+    if (time_ns > s->clock) s->clock = time_ns;
+    uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
     if (b != s->bucket) {
         flush_bucket(c, s);
         s->bucket = b;
     }
     if (!s->have_max || u->in_use > s->max.in_use) {
         s->max = *u;
-        s->max_t = time_ns;
+        s->max_t = s->clock;
         s->max_caching = caching;
         s->have_max = 1;
     }
     s->last = *u;
-    s->last_t = time_ns;
+    s->last_t = s->clock;
     s->last_caching = caching;
     s->have_last = 1;
 }
@@ -599,10 +644,13 @@ static void final_counters(chrome *c, uint64_t end)
         slot_info *si = slot_of(c, u[i].device, u[i].is_host);
         emit_counters(c, &u[i], si && !u[i].is_host ? si->caching : 0, end, 1);
     }
-    for (size_t i = 0; i < c->n_slots; i++)
-        if (c->slots[i].have_nvml)
-            counter(c, root_of(c->slots[i].device, 0, root, sizeof root), "nvidia-smi (process)",
-                    end, c->slots[i].last_nvml);
+    for (size_t i = 0; i < c->n_slots; i++) {
+        slot_info *si = &c->slots[i];
+        if (!si->have_nvml) continue;
+        flush_nvml(c, si);
+        counter(c, root_of(si->device, 0, root, sizeof root), "nvidia-smi (process)", end,
+                si->nvml_last);
+    }
 }
 
 static int one_trace(chrome *c, char *err, size_t errlen)
@@ -611,7 +659,10 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     uint64_t keep = c->opt->top_allocs ? c->opt->top_allocs : MT_CHROME_DEFAULT_MAX_SLICES;
     if (!c->opt->top_allocs && a->events <= keep) keep = 0; /* no cap can apply */
     if (survey(c, keep, err, errlen) < 0) return -1;
-    c->quantum = a->events > MAX_COUNTER_EVENTS ? a->duration_ns / (MAX_COUNTER_EVENTS / 2) + 1 : 0;
+    uint64_t cap = c->opt->max_counter_points ? c->opt->max_counter_points
+                                              : MT_CHROME_MAX_COUNTER_POINTS;
+    if (cap < 3) cap = 3;
+    c->quantum = a->duration_ns / ((cap - 1) / 2) + 1; /* so bucket_of < (cap - 1) / 2 */
     metadata(c);
     instants(c);
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
@@ -626,16 +677,9 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     if (a->categories) mt_tracker_set_categorizer(c->t, a->categories);
     mt_record rec;
     uint64_t n = 0, last = a->header.start_monotonic_ns;
-    char root[32];
     while (!c->oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         if (rec.type == MT_REC_SAMPLE && rec.u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
-            counter(c, root_of(rec.u.sample.device, 0, root, sizeof root), "nvidia-smi (process)",
-                    rec.u.sample.time_ns, rec.u.sample.value);
-            slot_info *si = slot_of(c, rec.u.sample.device, 0);
-            if (si) {
-                si->last_nvml = rec.u.sample.value;
-                si->have_nvml = 1;
-            }
+            on_nvml(c, rec.u.sample.device, rec.u.sample.time_ns, rec.u.sample.value);
             continue;
         }
         if (rec.type != MT_REC_EVENT) continue;

@@ -157,6 +157,9 @@ int mt_export_speedscope(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
 /* ---- Chrome Trace Event JSON ------------------------------------------------------------------- */
 
 #define MT_CHROME_DEFAULT_MAX_SLICES 500000u /* ~200 MB of slices at ~400 bytes each */
+/* Points per counter track of a device, the closing one included: (cap - 1) / 2 time buckets,
+ * each with its highest and its last point (exporters/chrome.c). ~2 MB of JSON per track. */
+#define MT_CHROME_MAX_COUNTER_POINTS 20001u
 
 typedef struct mt_chrome_options {
     uint64_t min_bytes;  /* slices only for allocations of at least this many bytes */
@@ -168,6 +171,8 @@ typedef struct mt_chrome_options {
     mt_name_style names;
     int driver_slices;      /* slices for driver-internal allocations too (their bytes are in the
                                counters either way) */
+    uint64_t max_counter_points; /* per counter track of a device; 0 = MT_CHROME_MAX_COUNTER_POINTS
+                                    (at least 3: one bucket and the closing point) */
 } mt_chrome_options;
 
 /* {"traceEvents": [...], "otherData": {...}}: per process (the traced pid) its counters, one async
