@@ -85,10 +85,13 @@ typedef struct nvml_sample {
  * event read (plus HISTORY): past that, samples start from their place in the file alone. */
 #define PENDING_PER_DEVICE 64
 
-/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml), a ring. */
+/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml, which grow in file
+ * order), sorted by sample time: a change looks only at the samples at or after its own time,
+ * from the latest down, usually none or one (a walk over all of them for every change was a
+ * quarter of `report`'s time). */
 typedef struct pending_ring {
     uint32_t ix[PENDING_PER_DEVICE];
-    uint32_t n, head;
+    uint32_t n;
 } pending_ring;
 #define HISTORY_BUDGET_PER_EVENT 64
 
@@ -196,11 +199,33 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (p->hist_n < HISTORY) p->hist_n++;
     if (t > p->latest_change) p->latest_change = t;
     const pending_ring *ring = p->pending[slot_key(u->device, 0)];
-    for (uint32_t j = 0; ring && j < ring->n; j++) {
+    for (uint32_t j = ring ? ring->n : 0; j-- > 0;) {
         uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
+        if (t > st) break; /* and so for every earlier sample */
         /* a change from before the sample, read while the sample's window is open */
-        if (t <= st && st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
+        if (st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
     }
+}
+
+/* Puts sample ix (the latest in file order) into the ring, in time order; when the ring is full
+ * the earliest in file order (the smallest index) leaves. */
+static void pending_add(pending_ring *r, const nvml_sample *nvml, uint32_t ix)
+{
+    if (r->n == PENDING_PER_DEVICE) {
+        uint32_t m = 0;
+        for (uint32_t j = 1; j < r->n; j++)
+            if (r->ix[j] < r->ix[m]) m = j;
+        memmove(&r->ix[m], &r->ix[m + 1], (r->n - m - 1) * sizeof *r->ix);
+        r->n--;
+    }
+    uint32_t j = r->n;
+    uint64_t t = nvml[ix].p.time_ns;
+    while (j > 0 && nvml[r->ix[j - 1]].p.time_ns > t) {
+        r->ix[j] = r->ix[j - 1];
+        j--;
+    }
+    r->ix[j] = ix;
+    r->n++;
 }
 
 /* A new sample: the live bytes of its place in the file, less the changes already read that
@@ -653,9 +678,10 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && p->n_nvml < UINT32_MAX) {
             pending_ring **ring = &p->pending[dev + 2];
             if (!*ring && !(*ring = calloc(1, sizeof **ring))) return -1;
-            (*ring)->ix[(*ring)->head] = (uint32_t)p->n_nvml;
-            (*ring)->head = ((*ring)->head + 1) % PENDING_PER_DEVICE;
-            if ((*ring)->n < PENDING_PER_DEVICE) (*ring)->n++;
+            p->nvml[p->n_nvml] = (nvml_sample){dev, {t, rec->u.sample.value, 0}};
+            pending_add(*ring, p->nvml, (uint32_t)p->n_nvml);
+            p->n_nvml++;
+            return 0;
         }
         p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
