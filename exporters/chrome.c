@@ -113,8 +113,11 @@ typedef struct chrome {
 
 static void ts(mt_out *o, uint64_t ns) /* "ts":µs with ns precision */
 {
-    mt_out_printf(o, "\"ts\":%llu.%03llu", (unsigned long long)(ns / 1000),
-                  (unsigned long long)(ns % 1000));
+    char frac[5] = {'.', (char)('0' + ns % 1000 / 100), (char)('0' + ns % 100 / 10),
+                    (char)('0' + ns % 10), 0};
+    mt_out_write(o, "\"ts\":", 5);
+    mt_out_u64(o, ns / 1000);
+    mt_out_write(o, frac, 4);
 }
 
 static uint64_t rel_of(const chrome *c, uint64_t abs)
@@ -192,11 +195,19 @@ static void counter_if(chrome *c, slot_info *si, int track, const char *root, co
 
 static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v)
 {
+    mt_out *o = c->o;
     begin_event(c);
-    mt_out_printf(c->o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s %s\",",
-                  (unsigned long long)c->pid, root, what);
-    ts(c->o, rel_of(c, when));
-    mt_out_printf(c->o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
+    mt_out_puts(o, "\"ph\":\"C\",\"pid\":");
+    mt_out_u64(o, c->pid);
+    mt_out_puts(o, ",\"tid\":0,\"name\":\"");
+    mt_out_puts(o, root);
+    mt_out_write(o, " ", 1);
+    mt_out_puts(o, what);
+    mt_out_write(o, "\",", 2);
+    ts(o, rel_of(c, when));
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, v);
+    mt_out_write(o, "}}", 2);
 }
 
 /* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
@@ -231,13 +242,18 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         if (!(d ? d->u.by_kind_peak[k] : u->by_kind_peak[k])) continue;
         if (first) {
             begin_event(c);
-            mt_out_printf(o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s by kind\",",
-                          (unsigned long long)c->pid, root);
+            mt_out_puts(o, "\"ph\":\"C\",\"pid\":");
+            mt_out_u64(o, c->pid);
+            mt_out_puts(o, ",\"tid\":0,\"name\":\"");
+            mt_out_puts(o, root);
+            mt_out_puts(o, " by kind\",");
             ts(o, rel_of(c, when));
             mt_out_puts(o, ",\"args\":{");
         }
-        mt_out_printf(o, "%s\"%s\":%llu", first ? "" : ",", mt_kind_name(k),
-                      (unsigned long long)u->by_kind[k]);
+        mt_out_puts(o, first ? "\"" : ",\"");
+        mt_out_puts(o, mt_kind_name(k));
+        mt_out_write(o, "\":", 2);
+        mt_out_u64(o, u->by_kind[k]);
         first = 0;
     }
     if (!first) mt_out_puts(o, "}}");
@@ -402,13 +418,20 @@ static const char *thread_name(const mt_analysis *a, uint32_t tid)
 static void slice_event(chrome *c, int end, const char *cat, uint64_t id, uint32_t tid,
                         const char *name, uint64_t when)
 {
+    mt_out *o = c->o;
     begin_event(c);
-    mt_out_printf(c->o, "\"ph\":\"%s\",\"cat\":\"%s\",\"id2\":{\"local\":\"0x%llx\"},\"pid\":%llu,"
-                        "\"tid\":%u,\"name\":",
-                  end ? "e" : "b", cat, (unsigned long long)id, (unsigned long long)c->pid, tid);
-    mt_out_json_string(c->o, name);
-    mt_out_puts(c->o, ",");
-    ts(c->o, when);
+    mt_out_puts(o, end ? "\"ph\":\"e\",\"cat\":\"" : "\"ph\":\"b\",\"cat\":\"");
+    mt_out_puts(o, cat);
+    mt_out_puts(o, "\",\"id2\":{\"local\":\"");
+    mt_out_hex(o, id);
+    mt_out_puts(o, "\"},\"pid\":");
+    mt_out_u64(o, c->pid);
+    mt_out_puts(o, ",\"tid\":");
+    mt_out_u64(o, tid);
+    mt_out_puts(o, ",\"name\":");
+    mt_out_json_string(o, name);
+    mt_out_write(o, ",", 1);
+    ts(o, when);
 }
 
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
@@ -443,17 +466,28 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     uint64_t start = rel_of(c, l->start_ns), end = rel_of(c, end_ns);
     if (end < start) end = start; /* activity records may arrive late: never a negative slice */
     slice_event(c, 0, root, id, vt, track, start);
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)l->bytes);
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, l->bytes);
+    mt_out_write(o, "}}", 2);
     slice_event(c, 0, root, id, vt, who, start);
     if (mt_stat_frames(c->a->frames, &st, c->opt->names, c->frames, 0, &c->nb) < 0) {
         c->oom = 1;
         c->nb.n = 0;
     }
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"size\":\"%s\",\"kind\":\"%s\",\"stream\":\"0x%llx\","
-                     "\"address\":\"0x%llx\",\"ended\":\"%s\",\"tid\":%u",
-                  (unsigned long long)l->bytes, size, mt_kind_name(l->kind),
-                  (unsigned long long)l->stream, (unsigned long long)l->address,
-                  end_names[why & 3], l->tid);
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, l->bytes);
+    mt_out_puts(o, ",\"size\":\"");
+    mt_out_puts(o, size);
+    mt_out_puts(o, "\",\"kind\":\"");
+    mt_out_puts(o, mt_kind_name(l->kind));
+    mt_out_puts(o, "\",\"stream\":\"");
+    mt_out_hex(o, l->stream);
+    mt_out_puts(o, "\",\"address\":\"");
+    mt_out_hex(o, l->address);
+    mt_out_puts(o, "\",\"ended\":\"");
+    mt_out_puts(o, end_names[why & 3]);
+    mt_out_puts(o, "\",\"tid\":");
+    mt_out_u64(o, l->tid);
     if (l->category && c->a->categories) { /* final: it is ending */
         mt_out_puts(o, ",\"category\":");
         mt_out_json_string(o, mt_category_name(c->a->categories, l->category));

@@ -117,6 +117,32 @@ void mt_out_write(mt_out *o, const void *p, size_t n)
 
 void mt_out_puts(mt_out *o, const char *s) { mt_out_write(o, s, strlen(s)); }
 
+/* Numbers by hand: the Chrome export writes millions of them, and printf's parsing of its format
+ * was a tenth of that export's time. */
+void mt_out_u64(mt_out *o, uint64_t v)
+{
+    char b[20];
+    size_t i = sizeof b;
+    do {
+        b[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    mt_out_write(o, b + i, sizeof b - i);
+}
+
+void mt_out_hex(mt_out *o, uint64_t v)
+{
+    char b[18];
+    size_t i = sizeof b;
+    do {
+        b[--i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    b[--i] = 'x';
+    b[--i] = '0';
+    mt_out_write(o, b + i, sizeof b - i);
+}
+
 void mt_out_printf(mt_out *o, const char *fmt, ...)
 {
     char small[512];

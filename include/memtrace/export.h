@@ -37,6 +37,8 @@ void mt_out_write(mt_out *o, const void *p, size_t n);
 void mt_out_puts(mt_out *o, const char *s);
 void mt_out_printf(mt_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_out_json_string(mt_out *o, const char *s); /* quoted, escaped, invalid UTF-8 replaced */
+void mt_out_u64(mt_out *o, uint64_t v); /* decimal, as %llu */
+void mt_out_hex(mt_out *o, uint64_t v); /* 0x and lowercase hex, as 0x%llx */
 /* Flushes, closes and (for a file) gives the output its name. Returns -1 with errno set to the
  * first error if any write failed (ENOSPC, EPIPE...): then a file output is not created. */
 int mt_out_close(mt_out *o);
