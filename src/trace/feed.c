@@ -165,10 +165,11 @@ static chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why
         snprintf(why, wlen, "chunk CRC mismatch");
         return CH_BAD;
     }
-    if (reserve(&f->raw, &f->raw_cap, rlen)) {
+    if (reserve(&f->raws[f->cur_raw], &f->raw_caps[f->cur_raw], rlen)) {
         mt_feed_fail(f, MT_READ_IO, off, "out of memory");
         return CH_IO;
     }
+    f->raw = f->raws[f->cur_raw];
     if (inflate_zlib(f->inflater, f->comp, clen, f->raw, rlen) != 0) {
         snprintf(why, wlen, "chunk payload does not inflate to its size");
         return CH_BAD;
@@ -178,6 +179,7 @@ static chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why
         return CH_BAD;
     }
     if (candidate) f->budget += (uint64_t)clen + rlen; /* a real chunk costs nothing */
+    f->chunks_loaded++;
     f->chunk_off = off;
     f->chunk_end = f->pos = payload + clen;
     mt_codec_reset(&f->codec);
@@ -220,6 +222,8 @@ static mt_read_status resync(mt_feed *f, uint64_t off, chunk_status first, const
         snprintf(trunc_why, sizeof trunc_why, "%s", why);
     }
     for (uint64_t q = off + 1; f->budget > 0;) {
+        if (f->stop && atomic_load_explicit(f->stop, memory_order_relaxed))
+            return mt_feed_fail(f, MT_READ_IO, q, "reading stopped"); /* the reader is closing */
         if (find_magic(f, q, &q) != 0) return f->failed;
         if (q == UINT64_MAX) break;
         chunk_status st = try_chunk(f, q, 1, cand_why, sizeof cand_why);
@@ -255,6 +259,7 @@ static mt_read_status load_chunk(mt_feed *f)
 {
     uint64_t off = f->pos;
     char why[128];
+    f->cur_raw = (f->cur_raw + 1) % f->n_raws; /* the last n_raws - 1 chunks stay readable */
     chunk_status st = try_chunk(f, off, 0, why, sizeof why);
     switch (st) {
     case CH_OK: return MT_READ_RECORD;
@@ -303,9 +308,11 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
     }
 }
 
-int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start)
+int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start,
+                 unsigned n_raws)
 {
     memset(f, 0, sizeof *f);
+    f->n_raws = n_raws < 1 ? 1 : n_raws > MT_FEED_MAX_RAWS ? MT_FEED_MAX_RAWS : n_raws;
     f->fd = fd;
     f->path = path;
     f->file_size = file_size;
@@ -319,6 +326,6 @@ void mt_feed_free(mt_feed *f)
 {
     if (f->inflater) libdeflate_free_decompressor(f->inflater);
     free(f->comp);
-    free(f->raw);
+    for (unsigned i = 0; i < MT_FEED_MAX_RAWS; i++) free(f->raws[i]);
     memset(f, 0, sizeof *f);
 }

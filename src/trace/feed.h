@@ -8,6 +8,7 @@
 #ifndef MT_TRACE_FEED_H
 #define MT_TRACE_FEED_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -16,6 +17,8 @@
 #include "memtrace/trace.h"
 
 struct libdeflate_decompressor;
+
+#define MT_FEED_MAX_RAWS 8
 
 typedef struct mt_feed {
     int fd;             /* the reader's descriptor, read with pread */
@@ -26,8 +29,14 @@ typedef struct mt_feed {
     uint64_t chunk_end; /* ... and of the byte after it */
     uint8_t *comp;      /* compressed payload of the current chunk */
     size_t comp_cap;
-    uint8_t *raw; /* its records */
-    size_t raw_cap;
+    /* Its records: raws[cur_raw]. Each chunk goes into the next of n_raws buffers, so the records
+     * (and strings) of the n_raws - 1 chunks before stay valid while it is read (reader.c's
+     * second thread hands whole batches of them over). */
+    uint8_t *raws[MT_FEED_MAX_RAWS];
+    size_t raw_caps[MT_FEED_MAX_RAWS];
+    unsigned n_raws, cur_raw;
+    uint8_t *raw;             /* raws[cur_raw] */
+    uint64_t chunks_loaded;   /* good chunks so far: a record of a new chunk follows a change */
     mt_cursor lane[MT_LANES]; /* positions in raw's lanes */
     mt_codec codec;
     struct libdeflate_decompressor *inflater;
@@ -38,10 +47,13 @@ typedef struct mt_feed {
     uint64_t damaged_chunks, damaged_bytes, damage_off;
     char damage[256]; /* the first damaged region, written once */
     uint64_t budget;  /* candidate bytes a resync may still examine */
+    atomic_int *stop; /* set when the reader closes: a long resync gives up (may be NULL) */
 } mt_feed;
 
-/* Starts reading chunks at offset `start` of fd (whose size is file_size). -1 when out of memory. */
-int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start);
+/* Starts reading chunks at offset `start` of fd (whose size is file_size), into n_raws
+ * (1..MT_FEED_MAX_RAWS) chunk buffers in turn. -1 when out of memory. */
+int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start,
+                 unsigned n_raws);
 void mt_feed_free(mt_feed *f);
 /* The next record (strings point into the feed's chunk buffer until the next call), or the end
  * of the file, or a failure; failures are sticky. */

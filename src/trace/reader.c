@@ -7,9 +7,18 @@
  *
  * The file is read with pread(2): several readers may share one descriptor (mt_analyze's two
  * passes over a copied pipe), and the file may grow while it is read (symbols appended).
+ *
+ * Two threads, on a machine with more than one CPU: a second thread runs the feed (read, CRC,
+ * inflate, decode: a third of `report`'s time) and hands its records over in batches of at most
+ * BATCH_RECORDS, each from one chunk, through a ring of N_BATCHES; the caller's thread only copies
+ * them out. The feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the
+ * batches not yet read back (at most N_BATCHES) are never overwritten. The records, statuses and
+ * damage are the feed's, in its order: the same as one thread gives. Memory: N_BATCHES + 1 chunk
+ * buffers (each at most MT_CHUNK_RAW_MAX) instead of one.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +30,162 @@
 #include "layout.h"
 #include "memtrace/trace.h"
 
+#define BATCH_RECORDS 4096 /* 320 KiB: fewer hand-overs (each may wake the other thread) */
+#define N_BATCHES 4
+
+typedef struct batch {
+    mt_record rec[BATCH_RECORDS];
+    size_t n;
+    uint64_t chunk_off, file_size; /* the feed's at the batch's first record */
+    uint64_t dmg_chunks, dmg_bytes, dmg_off; /* and its damage so far */
+    mt_read_status end; /* MT_READ_RECORD: more follow; else what comes after these records */
+} batch;
+
 struct mt_reader {
     int fd; /* our own descriptor (a dup when opened from one) */
     char *path;
     mt_file_header header;
-    mt_feed feed;
+    mt_feed feed; /* the second thread's while it runs */
     int feed_ready;
+    /* the second thread: started at the first mt_reader_next, stopped by mt_reader_close */
+    int threaded, started;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t filled, emptied;
+    batch *ring;       /* N_BATCHES */
+    size_t head, count; /* the oldest batch not yet read back; batches handed over */
+    atomic_int stop;
+    batch *cur;  /* the batch being read back (ring[head]), or NULL */
+    size_t next; /* its next record */
+    int done;               /* the feed's last status was read back: */
+    mt_read_status last;    /* it, sticky */
+    uint64_t chunk_off, file_size; /* of the record last returned */
 };
+
+/* ---- the second thread ---------------------------------------------------------------------- */
+
+/* Hands b over (the next slot of the ring); waits while the ring is full. 0, or -1 on stop. */
+static int hand_over(mt_reader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->count++;
+    pthread_cond_signal(&r->filled);
+    while (r->count == N_BATCHES && !atomic_load(&r->stop)) pthread_cond_wait(&r->emptied, &r->mu);
+    int stop = atomic_load(&r->stop);
+    pthread_mutex_unlock(&r->mu);
+    return stop ? -1 : 0;
+}
+
+/* The feed's position and damage when a batch's first record was read (mt_reader_offset and
+ * mt_reader_damage say what they said then on one thread). */
+static void batch_begin(batch *b, const mt_feed *f, const mt_record *first)
+{
+    b->rec[0] = *first;
+    b->n = 1;
+    b->chunk_off = f->chunk_off;
+    b->file_size = f->file_size;
+    b->dmg_chunks = f->damaged_chunks;
+    b->dmg_bytes = f->damaged_bytes;
+    b->dmg_off = f->damage_off;
+}
+
+static void *feed_thread(void *arg)
+{
+    mt_reader *r = arg;
+    mt_feed *f = &r->feed;
+    size_t slot = 0; /* the ring's slot being filled: never one handed over and not read back */
+    mt_record rec;
+    int carried = 0; /* rec: the first record of a chunk, read while a batch of the last was open */
+    for (;;) {
+        batch *b = &r->ring[slot];
+        b->n = 0;
+        b->end = MT_READ_RECORD;
+        uint64_t chunk = f->chunks_loaded;
+        if (carried) batch_begin(b, f, &rec);
+        carried = 0;
+        while (b->n < BATCH_RECORDS) {
+            mt_read_status st = mt_feed_next(f, &rec);
+            if (st != MT_READ_RECORD) {
+                b->end = st;
+                break;
+            }
+            if (!b->n) {
+                batch_begin(b, f, &rec);
+                chunk = f->chunks_loaded;
+            } else if (f->chunks_loaded != chunk) { /* a batch holds one chunk's records */
+                carried = 1;
+                break;
+            } else {
+                b->rec[b->n++] = rec;
+            }
+        }
+        if (!b->n) { /* the end, with nothing before it: position and damage as they are now */
+            b->chunk_off = f->chunk_off;
+            b->file_size = f->file_size;
+            b->dmg_chunks = f->damaged_chunks;
+            b->dmg_bytes = f->damaged_bytes;
+            b->dmg_off = f->damage_off;
+        }
+        if (hand_over(r) < 0 || b->end != MT_READ_RECORD) return NULL;
+        slot = (slot + 1) % N_BATCHES;
+    }
+}
+
+static void stop_thread(mt_reader *r)
+{
+    if (!r->started) return;
+    pthread_mutex_lock(&r->mu);
+    atomic_store(&r->stop, 1);
+    pthread_cond_broadcast(&r->emptied);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    r->started = 0;
+}
+
+/* The next record from the second thread's batches. */
+static mt_read_status next_threaded(mt_reader *r, mt_record *out)
+{
+    for (;;) {
+        if (r->done) return r->last;
+        if (r->cur && r->next < r->cur->n) {
+            *out = r->cur->rec[r->next++];
+            return MT_READ_RECORD;
+        }
+        pthread_mutex_lock(&r->mu);
+        if (r->cur) { /* read back: its slot is free again */
+            mt_read_status end = r->cur->end;
+            r->cur = NULL;
+            r->head = (r->head + 1) % N_BATCHES;
+            r->count--;
+            pthread_cond_signal(&r->emptied);
+            if (end != MT_READ_RECORD) {
+                pthread_mutex_unlock(&r->mu);
+                r->done = 1; /* the thread has ended: the feed's state is ours to read */
+                r->last = end;
+                pthread_join(r->thread, NULL);
+                r->started = 0;
+                return end;
+            }
+        }
+        while (!r->count) pthread_cond_wait(&r->filled, &r->mu);
+        r->cur = &r->ring[r->head];
+        r->next = 0;
+        r->chunk_off = r->cur->chunk_off;
+        r->file_size = r->cur->file_size;
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* A second thread is worth it for a file of more than a few chunks, with a second CPU.
+ * MEMTRACE_READ_THREAD=0 never starts one, =1 always does (the tests read every small damaged
+ * file both ways: tests/CMakeLists.txt). */
+static int want_thread(uint64_t file_size)
+{
+    const char *env = getenv("MEMTRACE_READ_THREAD");
+    if (env && (env[0] == '0' || env[0] == '1') && !env[1]) return env[0] == '1';
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 1 && file_size > 4u * MT_CHUNK_RAW_DEFAULT;
+}
 
 static void open_error(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -43,6 +201,13 @@ static void open_error(char *err, size_t errlen, const char *fmt, ...)
 void mt_reader_close(mt_reader *r)
 {
     if (!r) return;
+    stop_thread(r);
+    if (r->threaded) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->filled);
+        pthread_cond_destroy(&r->emptied);
+    }
+    free(r->ring);
     if (r->feed_ready) mt_feed_free(&r->feed);
     if (r->fd >= 0) close(r->fd);
     free(r->path);
@@ -123,13 +288,22 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
         r->header.world_size = (int32_t)mt_get_le32(h + MT_HDR_OFF_WORLD_SIZE);
         r->header.node_rank = (int32_t)mt_get_le32(h + MT_HDR_OFF_NODE_RANK);
     }
-    if (mt_feed_init(&r->feed, r->fd, r->path, (uint64_t)st.st_size, hsize) != 0) {
+    int threaded = want_thread((uint64_t)st.st_size);
+    if (mt_feed_init(&r->feed, r->fd, r->path, (uint64_t)st.st_size, hsize,
+                     threaded ? N_BATCHES + 1 : 1) != 0) {
         open_error(err, errlen, "%s: offset 0: out of memory", path);
         mt_feed_free(&r->feed);
         mt_reader_close(r);
         return NULL;
     }
     r->feed_ready = 1;
+    if (threaded && (r->ring = malloc(N_BATCHES * sizeof *r->ring))) {
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_cond_init(&r->filled, NULL);
+        pthread_cond_init(&r->emptied, NULL);
+        r->feed.stop = &r->stop;
+        r->threaded = 1;
+    }
     return r;
 }
 
@@ -149,7 +323,11 @@ void mt_reader_set_strict(mt_reader *r, int strict)
 
 mt_read_status mt_reader_next(mt_reader *r, mt_record *out)
 {
-    return mt_feed_next(&r->feed, out);
+    if (r->threaded && !r->started && !r->done) {
+        if (pthread_create(&r->thread, NULL, feed_thread, r) == 0) r->started = 1;
+        else r->threaded = 0; /* read on this thread */
+    }
+    return r->threaded ? next_threaded(r, out) : mt_feed_next(&r->feed, out);
 }
 
 const mt_file_header *mt_reader_header(const mt_reader *r)
@@ -166,14 +344,23 @@ uint64_t mt_reader_error_offset(const mt_reader *r)
 }
 uint64_t mt_reader_offset(const mt_reader *r)
 {
-    return r->feed.chunk_off;
+    return r->started ? r->chunk_off : r->feed.chunk_off;
 }
 uint64_t mt_reader_file_size(const mt_reader *r)
 {
-    return r->feed.file_size;
+    return r->started ? r->file_size : r->feed.file_size;
 }
 void mt_reader_damage(const mt_reader *r, mt_read_damage *out)
 {
+    if (r->started) { /* the feed is the second thread's: what it said at the current batch */
+        const batch *b = r->cur;
+        out->chunks = b ? b->dmg_chunks : 0;
+        out->bytes = b ? b->dmg_bytes : 0;
+        out->first_offset = b ? b->dmg_off : 0;
+        /* the feed writes its first damage's reason once, before any batch that counts it */
+        out->first = out->chunks ? r->feed.damage : "";
+        return;
+    }
     out->chunks = r->feed.damaged_chunks;
     out->bytes = r->feed.damaged_bytes;
     out->first_offset = r->feed.damage_off;
