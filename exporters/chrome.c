@@ -50,9 +50,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "u64map.h" /* src/util: mt_u64map */
 #include "util.h"
 
 #define MAX_SLICE_FRAMES 32
+#define STACK_CACHE_BYTES (32u << 20) /* formatted slice stacks kept per trace */
 #define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
 #define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
 
@@ -105,6 +107,9 @@ typedef struct chrome {
     int select;         /* threshold applies */
     uint64_t kept, skipped, driver_skipped;
     mt_namebuf nb;
+    mt_u64map stack_json; /* stack << 1 | driver -> offset, length in stack_blob */
+    char *stack_blob;
+    size_t stack_blob_n, stack_blob_cap;
     slot_info *slots;
     size_t n_slots;
     uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
@@ -434,6 +439,49 @@ static void slice_event(chrome *c, int end, const char *cat, uint64_t id, uint32
     ts(o, when);
 }
 
+/* ,"stack":[...] of a slice's args. Each stack is formatted once and its JSON kept (up to
+ * STACK_CACHE_BYTES a trace): slices repeat a few thousand stacks, and naming and escaping their
+ * frames again for each of 500 000 slices was most of the export's formatting. */
+static void slice_stack(chrome *c, const mt_stack_stat *st)
+{
+    mt_out *o = c->o;
+    uint64_t key = (uint64_t)st->stack << 1 | (st->driver != 0);
+    const mt_u64map_slot *hit = mt_u64map_find(&c->stack_json, key);
+    if (hit) {
+        mt_out_write(o, c->stack_blob + hit->a, (size_t)hit->b);
+        return;
+    }
+    uint64_t mark = mt_out_tell(o);
+    if (mt_stat_frames(c->a->frames, st, c->opt->names, c->frames, 0, &c->nb) < 0) {
+        c->oom = 1;
+        c->nb.n = 0;
+    }
+    mt_out_puts(o, ",\"stack\":[");
+    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
+    for (size_t k = from; k < c->nb.n; k++) {
+        if (k > from) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, c->nb.v[k]);
+    }
+    mt_out_puts(o, from ? "],\"stack_truncated\":true" : "]");
+    size_t len;
+    const char *p = mt_out_recent(o, mark, &len);
+    if (!p || c->stack_blob_n + len > STACK_CACHE_BYTES) return; /* written, not kept */
+    if (c->stack_blob_n + len > c->stack_blob_cap) {
+        size_t cap = c->stack_blob_cap ? 2 * c->stack_blob_cap : 65536;
+        while (cap < c->stack_blob_n + len) cap *= 2;
+        char *nb = realloc(c->stack_blob, cap);
+        if (!nb) return;
+        c->stack_blob = nb;
+        c->stack_blob_cap = cap;
+    }
+    mt_u64map_slot *slot = mt_u64map_upsert(&c->stack_json, key);
+    if (!slot) return;
+    memcpy(c->stack_blob + c->stack_blob_n, p, len);
+    slot->a = c->stack_blob_n;
+    slot->b = len;
+    c->stack_blob_n += len;
+}
+
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
 {
     chrome *c = ctx;
@@ -470,10 +518,6 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     mt_out_u64(o, l->bytes);
     mt_out_write(o, "}}", 2);
     slice_event(c, 0, root, id, vt, who, start);
-    if (mt_stat_frames(c->a->frames, &st, c->opt->names, c->frames, 0, &c->nb) < 0) {
-        c->oom = 1;
-        c->nb.n = 0;
-    }
     mt_out_puts(o, ",\"args\":{\"bytes\":");
     mt_out_u64(o, l->bytes);
     mt_out_puts(o, ",\"size\":\"");
@@ -497,13 +541,8 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
         mt_out_puts(o, ",\"thread\":");
         mt_out_json_string(o, tn);
     }
-    mt_out_puts(o, ",\"stack\":[");
-    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
-    for (size_t k = from; k < c->nb.n; k++) {
-        if (k > from) mt_out_write(o, ",", 1);
-        mt_out_json_string(o, c->nb.v[k]);
-    }
-    mt_out_printf(o, "]%s}}", from ? ",\"stack_truncated\":true" : "");
+    slice_stack(c, &st);
+    mt_out_write(o, "}}", 2);
     slice_event(c, 1, root, id, vt, who, end);
     mt_out_puts(o, "}");
     slice_event(c, 1, root, id, vt, track, end);
@@ -793,6 +832,8 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     free(c.cs);
     free(c.slots);
     mt_namebuf_free(&c.nb);
+    mt_u64map_destroy(&c.stack_json);
+    free(c.stack_blob);
     s->kept += c.kept;
     s->skipped += c.skipped;
     s->driver += c.driver_skipped;

@@ -39,6 +39,10 @@ void mt_out_printf(mt_out *o, const char *fmt, ...) __attribute__((format(printf
 void mt_out_json_string(mt_out *o, const char *s); /* quoted, escaped, invalid UTF-8 replaced */
 void mt_out_u64(mt_out *o, uint64_t v); /* decimal, as %llu */
 void mt_out_hex(mt_out *o, uint64_t v); /* 0x and lowercase hex, as 0x%llx */
+/* Bytes written so far; the ones written since `since` (a tell), if they are all still in the
+ * buffer (else NULL): an exporter can keep a piece it formatted to write it again. */
+uint64_t mt_out_tell(const mt_out *o);
+const char *mt_out_recent(const mt_out *o, uint64_t since, size_t *len);
 /* Flushes, closes and (for a file) gives the output its name. Returns -1 with errno set to the
  * first error if any write failed (ENOSPC, EPIPE...): then a file output is not created. */
 int mt_out_close(mt_out *o);
