@@ -14,8 +14,17 @@
  *             until its pass has ended, then a gradient); one last point of each at the end
  *             of the trace, where the slices end. Perfetto names a counter track "<name> <key>";
  *             catapult fixes a counter's series at its first event, so a name always carries the
- *             same keys. Above MAX_COUNTER_EVENTS events they are downsampled to time buckets,
- *             each keeping its highest and its last point, so every peak is still exact.
+ *             same keys. Points are bounded: the trace's duration is cut into
+ *             (cap - 1) / 2 time buckets per device (cap: mt_chrome_options.max_counter_points,
+ *             default MT_CHROME_MAX_COUNTER_POINTS), each keeping its highest "in use" point
+ *             (every track's values at that moment) and its last one, so every track of a device
+ *             has at most `cap` points with the closing one, and the peak is exact. A short
+ *             trace has buckets narrower than the time between its events: every change.
+ *             A point's time is the latest event time read so far on its device (nvidia-smi's:
+ *             the latest sample time): the recorder's threads reach the file in turns, so the
+ *             time of file order steps back at each switch, and a counter must not (catapult
+ *             draws a track in the order of its points; the old every-change flush also wrote a
+ *             point each time the time went back into a different bucket).
  *   slices    one track per device and allocation kind, "cuda:0 async" (split by stream, "cuda:0
  *             async stream 2", when the kind used several streams): both viewers make a track
  *             per top-level slice name (Perfetto: per process and name, for ids scoped to the
@@ -41,10 +50,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "u64map.h" /* src/util: mt_u64map */
 #include "util.h"
 
-#define MAX_COUNTER_EVENTS 200000u /* per device, before downsampling starts */
 #define MAX_SLICE_FRAMES 32
+#define STACK_CACHE_BYTES (32u << 20) /* formatted slice stacks kept per trace */
 #define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
 #define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
 
@@ -54,7 +64,8 @@ enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
 };
 
 typedef struct counter_state {
-    uint64_t bucket;
+    uint64_t clock;  /* latest event time so far on this device: points never step back */
+    uint64_t bucket; /* of clock */
     int have_max, have_last;
     mt_usage max, last; /* highest and latest point in the current bucket */
     uint64_t max_t, last_t;
@@ -69,8 +80,9 @@ typedef struct slot_info {
     uint64_t caching;
     uint64_t streams[MT_KIND_MAX_][MAX_STREAMS];
     uint8_t n_streams[MT_KIND_MAX_]; /* MAX_STREAMS + 1: more than that */
-    uint64_t last_nvml;
-    int have_nvml;
+    /* nvidia-smi (process) samples, bucketed like the other counters on their own clock */
+    uint64_t nvml_clock, nvml_bucket, nvml_max, nvml_max_t, nvml_last, nvml_last_t;
+    int have_nvml, nvml_have_max, nvml_have_last;
     /* last value written of each counter track (COUNTER_*), to write only changes: the viewers
      * draw counters as steps, so a repeated value adds nothing */
     uint64_t last[COUNTERS_ + MT_KIND_MAX_];
@@ -85,7 +97,7 @@ typedef struct chrome {
     const mt_chrome_options *opt;
     mt_frame_filter frames;
     uint64_t pid, t_index, offset_ns; /* offset: this trace's start after the earliest start */
-    uint64_t quantum;                 /* counter bucket width in ns, 0 = every change */
+    uint64_t quantum;                 /* counter bucket width in ns (>= 1) */
     int *first;                       /* no event written yet (no comma before the next one) */
     counter_state *cs;
     size_t n_cs;
@@ -95,6 +107,9 @@ typedef struct chrome {
     int select;         /* threshold applies */
     uint64_t kept, skipped, driver_skipped;
     mt_namebuf nb;
+    mt_u64map stack_json; /* stack << 1 | driver -> offset, length in stack_blob */
+    char *stack_blob;
+    size_t stack_blob_n, stack_blob_cap;
     slot_info *slots;
     size_t n_slots;
     uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
@@ -103,8 +118,11 @@ typedef struct chrome {
 
 static void ts(mt_out *o, uint64_t ns) /* "ts":µs with ns precision */
 {
-    mt_out_printf(o, "\"ts\":%llu.%03llu", (unsigned long long)(ns / 1000),
-                  (unsigned long long)(ns % 1000));
+    char frac[5] = {'.', (char)('0' + ns % 1000 / 100), (char)('0' + ns % 100 / 10),
+                    (char)('0' + ns % 10), 0};
+    mt_out_write(o, "\"ts\":", 5);
+    mt_out_u64(o, ns / 1000);
+    mt_out_write(o, frac, 4);
 }
 
 static uint64_t rel_of(const chrome *c, uint64_t abs)
@@ -182,11 +200,19 @@ static void counter_if(chrome *c, slot_info *si, int track, const char *root, co
 
 static void counter(chrome *c, const char *root, const char *what, uint64_t when, uint64_t v)
 {
+    mt_out *o = c->o;
     begin_event(c);
-    mt_out_printf(c->o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s %s\",",
-                  (unsigned long long)c->pid, root, what);
-    ts(c->o, rel_of(c, when));
-    mt_out_printf(c->o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)v);
+    mt_out_puts(o, "\"ph\":\"C\",\"pid\":");
+    mt_out_u64(o, c->pid);
+    mt_out_puts(o, ",\"tid\":0,\"name\":\"");
+    mt_out_puts(o, root);
+    mt_out_write(o, " ", 1);
+    mt_out_puts(o, what);
+    mt_out_write(o, "\",", 2);
+    ts(o, rel_of(c, when));
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, v);
+    mt_out_write(o, "}}", 2);
 }
 
 /* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
@@ -221,13 +247,18 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         if (!(d ? d->u.by_kind_peak[k] : u->by_kind_peak[k])) continue;
         if (first) {
             begin_event(c);
-            mt_out_printf(o, "\"ph\":\"C\",\"pid\":%llu,\"tid\":0,\"name\":\"%s by kind\",",
-                          (unsigned long long)c->pid, root);
+            mt_out_puts(o, "\"ph\":\"C\",\"pid\":");
+            mt_out_u64(o, c->pid);
+            mt_out_puts(o, ",\"tid\":0,\"name\":\"");
+            mt_out_puts(o, root);
+            mt_out_puts(o, " by kind\",");
             ts(o, rel_of(c, when));
             mt_out_puts(o, ",\"args\":{");
         }
-        mt_out_printf(o, "%s\"%s\":%llu", first ? "" : ",", mt_kind_name(k),
-                      (unsigned long long)u->by_kind[k]);
+        mt_out_puts(o, first ? "\"" : ",\"");
+        mt_out_puts(o, mt_kind_name(k));
+        mt_out_write(o, "\":", 2);
+        mt_out_u64(o, u->by_kind[k]);
         first = 0;
     }
     if (!first) mt_out_puts(o, "}}");
@@ -274,6 +305,12 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
                force);
 }
 
+/* The time bucket of an absolute time: 0 .. (cap - 1) / 2 - 1 for the times of the trace. */
+static uint64_t bucket_of(const chrome *c, uint64_t abs)
+{
+    return (rel_of(c, abs) - c->offset_ns) / c->quantum;
+}
+
 static void flush_bucket(chrome *c, counter_state *s)
 {
     if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t, 0);
@@ -282,15 +319,43 @@ static void flush_bucket(chrome *c, counter_state *s)
     s->have_max = s->have_last = 0;
 }
 
+/* nvidia-smi's samples of a device: the highest and the last of each bucket, as on_usage. */
+static void flush_nvml(chrome *c, slot_info *si)
+{
+    char root[32];
+    root_of(si->device, 0, root, sizeof root);
+    if (si->nvml_have_max) counter(c, root, "nvidia-smi (process)", si->nvml_max_t, si->nvml_max);
+    if (si->nvml_have_last &&
+        (!si->nvml_have_max || si->nvml_last_t != si->nvml_max_t || si->nvml_last != si->nvml_max))
+        counter(c, root, "nvidia-smi (process)", si->nvml_last_t, si->nvml_last);
+    si->nvml_have_max = si->nvml_have_last = 0;
+}
+
+static void on_nvml(chrome *c, int32_t device, uint64_t time_ns, uint64_t value)
+{
+    slot_info *si = slot_of(c, device, 0);
+    if (!si) return; /* an ordinal no device can have: no track */
+    if (time_ns > si->nvml_clock) si->nvml_clock = time_ns;
+    uint64_t b = bucket_of(c, si->nvml_clock);
+    if (b != si->nvml_bucket) {
+        flush_nvml(c, si);
+        si->nvml_bucket = b;
+    }
+    if (!si->nvml_have_max || value > si->nvml_max) {
+        si->nvml_max = value;
+        si->nvml_max_t = si->nvml_clock;
+        si->nvml_have_max = 1;
+    }
+    si->nvml_last = value;
+    si->nvml_last_t = si->nvml_clock;
+    si->nvml_have_last = si->have_nvml = 1;
+}
+
 static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     chrome *c = ctx;
     slot_info *si = slot_of(c, u->device, u->is_host);
     uint64_t caching = si && !u->is_host ? si->caching : 0;
-    if (!c->quantum) {
-        emit_counters(c, u, caching, time_ns, 0);
-        return;
-    }
     const mt_usage *base;
     size_t n = mt_tracker_usages(c->t, &base), i = (size_t)(u - base);
     if (n > c->n_cs) {
@@ -304,19 +369,20 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         c->n_cs = n;
     }
     counter_state *s = &c->cs[i];
-    uint64_t b = rel_of(c, time_ns) / c->quantum;
+    if (time_ns > s->clock) s->clock = time_ns;
+    uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
     if (b != s->bucket) {
         flush_bucket(c, s);
         s->bucket = b;
     }
     if (!s->have_max || u->in_use > s->max.in_use) {
         s->max = *u;
-        s->max_t = time_ns;
+        s->max_t = s->clock;
         s->max_caching = caching;
         s->have_max = 1;
     }
     s->last = *u;
-    s->last_t = time_ns;
+    s->last_t = s->clock;
     s->last_caching = caching;
     s->have_last = 1;
 }
@@ -357,13 +423,63 @@ static const char *thread_name(const mt_analysis *a, uint32_t tid)
 static void slice_event(chrome *c, int end, const char *cat, uint64_t id, uint32_t tid,
                         const char *name, uint64_t when)
 {
+    mt_out *o = c->o;
     begin_event(c);
-    mt_out_printf(c->o, "\"ph\":\"%s\",\"cat\":\"%s\",\"id2\":{\"local\":\"0x%llx\"},\"pid\":%llu,"
-                        "\"tid\":%u,\"name\":",
-                  end ? "e" : "b", cat, (unsigned long long)id, (unsigned long long)c->pid, tid);
-    mt_out_json_string(c->o, name);
-    mt_out_puts(c->o, ",");
-    ts(c->o, when);
+    mt_out_puts(o, end ? "\"ph\":\"e\",\"cat\":\"" : "\"ph\":\"b\",\"cat\":\"");
+    mt_out_puts(o, cat);
+    mt_out_puts(o, "\",\"id2\":{\"local\":\"");
+    mt_out_hex(o, id);
+    mt_out_puts(o, "\"},\"pid\":");
+    mt_out_u64(o, c->pid);
+    mt_out_puts(o, ",\"tid\":");
+    mt_out_u64(o, tid);
+    mt_out_puts(o, ",\"name\":");
+    mt_out_json_string(o, name);
+    mt_out_write(o, ",", 1);
+    ts(o, when);
+}
+
+/* ,"stack":[...] of a slice's args. Each stack is formatted once and its JSON kept (up to
+ * STACK_CACHE_BYTES a trace): slices repeat a few thousand stacks, and naming and escaping their
+ * frames again for each of 500 000 slices was most of the export's formatting. */
+static void slice_stack(chrome *c, const mt_stack_stat *st)
+{
+    mt_out *o = c->o;
+    uint64_t key = (uint64_t)st->stack << 1 | (st->driver != 0);
+    const mt_u64map_slot *hit = mt_u64map_find(&c->stack_json, key);
+    if (hit) {
+        mt_out_write(o, c->stack_blob + hit->a, (size_t)hit->b);
+        return;
+    }
+    uint64_t mark = mt_out_tell(o);
+    if (mt_stat_frames(c->a->frames, st, c->opt->names, c->frames, 0, &c->nb) < 0) {
+        c->oom = 1;
+        c->nb.n = 0;
+    }
+    mt_out_puts(o, ",\"stack\":[");
+    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
+    for (size_t k = from; k < c->nb.n; k++) {
+        if (k > from) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, c->nb.v[k]);
+    }
+    mt_out_puts(o, from ? "],\"stack_truncated\":true" : "]");
+    size_t len;
+    const char *p = mt_out_recent(o, mark, &len);
+    if (!p || c->stack_blob_n + len > STACK_CACHE_BYTES) return; /* written, not kept */
+    if (c->stack_blob_n + len > c->stack_blob_cap) {
+        size_t cap = c->stack_blob_cap ? 2 * c->stack_blob_cap : 65536;
+        while (cap < c->stack_blob_n + len) cap *= 2;
+        char *nb = realloc(c->stack_blob, cap);
+        if (!nb) return;
+        c->stack_blob = nb;
+        c->stack_blob_cap = cap;
+    }
+    mt_u64map_slot *slot = mt_u64map_upsert(&c->stack_json, key);
+    if (!slot) return;
+    memcpy(c->stack_blob + c->stack_blob_n, p, len);
+    slot->a = c->stack_blob_n;
+    slot->b = len;
+    c->stack_blob_n += len;
 }
 
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
@@ -398,17 +514,24 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     uint64_t start = rel_of(c, l->start_ns), end = rel_of(c, end_ns);
     if (end < start) end = start; /* activity records may arrive late: never a negative slice */
     slice_event(c, 0, root, id, vt, track, start);
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu}}", (unsigned long long)l->bytes);
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, l->bytes);
+    mt_out_write(o, "}}", 2);
     slice_event(c, 0, root, id, vt, who, start);
-    if (mt_stat_frames(c->a->frames, &st, c->opt->names, c->frames, 0, &c->nb) < 0) {
-        c->oom = 1;
-        c->nb.n = 0;
-    }
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"size\":\"%s\",\"kind\":\"%s\",\"stream\":\"0x%llx\","
-                     "\"address\":\"0x%llx\",\"ended\":\"%s\",\"tid\":%u",
-                  (unsigned long long)l->bytes, size, mt_kind_name(l->kind),
-                  (unsigned long long)l->stream, (unsigned long long)l->address,
-                  end_names[why & 3], l->tid);
+    mt_out_puts(o, ",\"args\":{\"bytes\":");
+    mt_out_u64(o, l->bytes);
+    mt_out_puts(o, ",\"size\":\"");
+    mt_out_puts(o, size);
+    mt_out_puts(o, "\",\"kind\":\"");
+    mt_out_puts(o, mt_kind_name(l->kind));
+    mt_out_puts(o, "\",\"stream\":\"");
+    mt_out_hex(o, l->stream);
+    mt_out_puts(o, "\",\"address\":\"");
+    mt_out_hex(o, l->address);
+    mt_out_puts(o, "\",\"ended\":\"");
+    mt_out_puts(o, end_names[why & 3]);
+    mt_out_puts(o, "\",\"tid\":");
+    mt_out_u64(o, l->tid);
     if (l->category && c->a->categories) { /* final: it is ending */
         mt_out_puts(o, ",\"category\":");
         mt_out_json_string(o, mt_category_name(c->a->categories, l->category));
@@ -418,13 +541,8 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
         mt_out_puts(o, ",\"thread\":");
         mt_out_json_string(o, tn);
     }
-    mt_out_puts(o, ",\"stack\":[");
-    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
-    for (size_t k = from; k < c->nb.n; k++) {
-        if (k > from) mt_out_write(o, ",", 1);
-        mt_out_json_string(o, c->nb.v[k]);
-    }
-    mt_out_printf(o, "]%s}}", from ? ",\"stack_truncated\":true" : "");
+    slice_stack(c, &st);
+    mt_out_write(o, "}}", 2);
     slice_event(c, 1, root, id, vt, who, end);
     mt_out_puts(o, "}");
     slice_event(c, 1, root, id, vt, track, end);
@@ -599,10 +717,13 @@ static void final_counters(chrome *c, uint64_t end)
         slot_info *si = slot_of(c, u[i].device, u[i].is_host);
         emit_counters(c, &u[i], si && !u[i].is_host ? si->caching : 0, end, 1);
     }
-    for (size_t i = 0; i < c->n_slots; i++)
-        if (c->slots[i].have_nvml)
-            counter(c, root_of(c->slots[i].device, 0, root, sizeof root), "nvidia-smi (process)",
-                    end, c->slots[i].last_nvml);
+    for (size_t i = 0; i < c->n_slots; i++) {
+        slot_info *si = &c->slots[i];
+        if (!si->have_nvml) continue;
+        flush_nvml(c, si);
+        counter(c, root_of(si->device, 0, root, sizeof root), "nvidia-smi (process)", end,
+                si->nvml_last);
+    }
 }
 
 static int one_trace(chrome *c, char *err, size_t errlen)
@@ -611,7 +732,10 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     uint64_t keep = c->opt->top_allocs ? c->opt->top_allocs : MT_CHROME_DEFAULT_MAX_SLICES;
     if (!c->opt->top_allocs && a->events <= keep) keep = 0; /* no cap can apply */
     if (survey(c, keep, err, errlen) < 0) return -1;
-    c->quantum = a->events > MAX_COUNTER_EVENTS ? a->duration_ns / (MAX_COUNTER_EVENTS / 2) + 1 : 0;
+    uint64_t cap = c->opt->max_counter_points ? c->opt->max_counter_points
+                                              : MT_CHROME_MAX_COUNTER_POINTS;
+    if (cap < 3) cap = 3;
+    c->quantum = a->duration_ns / ((cap - 1) / 2) + 1; /* so bucket_of < (cap - 1) / 2 */
     metadata(c);
     instants(c);
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
@@ -626,16 +750,9 @@ static int one_trace(chrome *c, char *err, size_t errlen)
     if (a->categories) mt_tracker_set_categorizer(c->t, a->categories);
     mt_record rec;
     uint64_t n = 0, last = a->header.start_monotonic_ns;
-    char root[32];
     while (!c->oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         if (rec.type == MT_REC_SAMPLE && rec.u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
-            counter(c, root_of(rec.u.sample.device, 0, root, sizeof root), "nvidia-smi (process)",
-                    rec.u.sample.time_ns, rec.u.sample.value);
-            slot_info *si = slot_of(c, rec.u.sample.device, 0);
-            if (si) {
-                si->last_nvml = rec.u.sample.value;
-                si->have_nvml = 1;
-            }
+            on_nvml(c, rec.u.sample.device, rec.u.sample.time_ns, rec.u.sample.value);
             continue;
         }
         if (rec.type != MT_REC_EVENT) continue;
@@ -715,6 +832,8 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     free(c.cs);
     free(c.slots);
     mt_namebuf_free(&c.nb);
+    mt_u64map_destroy(&c.stack_json);
+    free(c.stack_blob);
     s->kept += c.kept;
     s->skipped += c.skipped;
     s->driver += c.driver_skipped;

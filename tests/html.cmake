@@ -4,8 +4,10 @@
 # through the views, and saves screenshots under build/html-screenshots/ (CI keeps them). The
 # scale test makes a 1 M-event synthetic trace (tests/tools/synth_trace.c) and measures its
 # report's size and how long Chromium takes to draw it.
-add_executable(synth_trace ${CMAKE_CURRENT_SOURCE_DIR}/tools/synth_trace.c)
-target_include_directories(synth_trace PRIVATE ${PROJECT_SOURCE_DIR}/src)
+add_executable(synth_trace ${CMAKE_CURRENT_SOURCE_DIR}/tools/synth_trace.c
+                           ${CMAKE_CURRENT_SOURCE_DIR}/support/synth_file.c)
+target_include_directories(synth_trace PRIVATE ${PROJECT_SOURCE_DIR}/src
+                                               ${CMAKE_CURRENT_SOURCE_DIR}/support)
 target_link_libraries(synth_trace PRIVATE mt_trace)
 
 find_program(MT_NODE_FOR_HTML node)

@@ -308,3 +308,51 @@ Test(compact, vmm_handles_are_reference_counted_and_imports_are_not_ours)
     fx_check_invariants(a);
     mt_analysis_free(a);
 }
+
+/* What was live at each device's peak, gathered while pass 1 reads (no tensors): a lifetime that
+ * ended between an earlier peak and the last one is not in it, one that started before the peak
+ * and ended after it is, and so is one still live at the end; a device whose peak comes late
+ * (cuda:1) is counted from its own peak. */
+static uint64_t peak_bytes_of(const mt_device_report *d, uint32_t stack)
+{
+    for (size_t i = 0; i < d->peak_stacks.n; i++)
+        if (d->peak_stacks.v[i].stack == stack) return d->peak_stacks.v[i].bytes;
+    return 0;
+}
+
+Test(compact, live_at_peak_in_one_pass)
+{
+    fx f;
+    fx_open(&f, "peakset.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 1);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x1000, 200, 2, 2);
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A, 0, 3, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x2000, 400, 4, 3); /* 600: an earlier peak */
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A + 0x1000, 0, 5, 0);    /* live then, not at the last peak */
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x3000, 50, 6, 4);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 1, A + 0x10000, 70, 7, 7);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x4000, 300, 8, 5); /* 750: the peak of cuda:0 */
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A + 0x2000, 0, 9, 0);    /* live at it, ended after */
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A + 0x4000, 0, 10, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x5000, 10, 11, 6); /* after the peak */
+    fx_ev(&f, MT_OP_ALLOC, DEV, 1, A + 0x11000, 1000, 12, 8); /* 1070: the peak of cuda:1 */
+    fx_ev(&f, MT_OP_FREE, DEV, 1, A + 0x10000, 0, 13, 0);
+    fx_end(&f, 20, 13, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d0 = fx_dev(a, 0), *d1 = fx_dev(a, 1);
+    cr_expect_eq(d0->u.peak, 750);
+    cr_expect_eq(d0->peak_stacks.n, 3);
+    cr_expect_eq(peak_bytes_of(d0, 3), 400);
+    cr_expect_eq(peak_bytes_of(d0, 4), 50);
+    cr_expect_eq(peak_bytes_of(d0, 5), 300);
+    cr_expect_eq(peak_bytes_of(d0, 2), 0);
+    cr_expect_eq(peak_bytes_of(d0, 6), 0);
+    cr_expect_eq(d0->by_kind_at_peak[DEV], 750);
+    cr_expect_eq(d1->u.peak, 1070);
+    cr_expect_eq(d1->peak_stacks.n, 2);
+    cr_expect_eq(peak_bytes_of(d1, 7), 70);
+    cr_expect_eq(peak_bytes_of(d1, 8), 1000);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}

@@ -329,3 +329,97 @@ Test(export, large_stream_matches_reference)
     cr_expect_eq(cs.slices, allocs, "every lifetime when under the default cap");
     cr_expect(cs.counters > 0 && cs.counters < 300000 * 2, "downsampled counters");
 }
+
+/* ---- Chrome counters: bounded, exact peak, time that never steps back ---------------------------- */
+
+#include "synth_file.h"
+
+typedef struct counter_track {
+    char name[64];
+    uint64_t points, max;
+    double last_ts;
+    int stepped_back;
+} counter_track;
+
+/* Every "ph":"C" line of a Chrome export with a single "bytes" value, by track name. */
+static size_t counter_tracks(const char *json, counter_track *t, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = json; (p = strstr(p, "\"ph\":\"C\"")); p++) {
+        const char *nm = strstr(p, "\"name\":\""), *tsp = strstr(p, "\"ts\":"),
+                   *b = strstr(p, "\"args\":{\"bytes\":");
+        const char *eol = strchr(p, '\n');
+        if (!nm || !tsp || !b || (eol && b > eol)) continue; /* a multi-key track (by kind) */
+        nm += 8;
+        const char *q = strchr(nm, '"');
+        cr_assert(q && (size_t)(q - nm) < sizeof t->name);
+        size_t i = 0;
+        while (i < n && (strlen(t[i].name) != (size_t)(q - nm) || strncmp(t[i].name, nm, (size_t)(q - nm))))
+            i++;
+        if (i == n) {
+            cr_assert(n < cap);
+            memset(&t[n], 0, sizeof t[n]);
+            memcpy(t[n].name, nm, (size_t)(q - nm));
+            t[n].last_ts = -1;
+            n++;
+        }
+        double ts = strtod(tsp + 5, NULL);
+        uint64_t v = strtoull(b + 16, NULL, 10); /* past "args":{"bytes": */
+        if (ts < t[i].last_ts) t[i].stepped_back = 1;
+        t[i].last_ts = ts;
+        t[i].points++;
+        if (v > t[i].max) t[i].max = v;
+    }
+    return n;
+}
+
+static int chrome_capped_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    char err[256];
+    return mt_export_chrome(o, &a, 1, ctx, err, sizeof err);
+}
+
+/* The synthetic PyTorch-like trace (4 threads whose events reach the file in turns, so the time of
+ * file order steps back at every switch; NVML samples every 50 ms): with a cap far below its
+ * changes, every counter track stays within it, never steps back, and keeps the exact peak (in
+ * use) and the highest nvidia-smi sample. */
+Test(export, chrome_counters_bounded_exact_peak)
+{
+    char path[512];
+    mt_test_tmpname(path, sizeof path, "synth.mtrace");
+    cr_assert_eq(mt_synth_file_write(path, 300000, 3), 0);
+    mt_analysis *a = fx_analyze(path);
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_assert_gt(d->n_nvml, 40, "enough samples to need buckets: %zu", d->n_nvml);
+    uint64_t caps[] = {501, 11, 0};
+    for (size_t k = 0; k < sizeof caps / sizeof *caps; k++) {
+        mt_chrome_options co = {.max_counter_points = caps[k], .top_allocs = 10};
+        uint64_t cap = caps[k] ? caps[k] : MT_CHROME_MAX_COUNTER_POINTS;
+        char *json = fx_capture(a, chrome_capped_fn, &co, "capped.json");
+        counter_track t[32];
+        size_t n = counter_tracks(json, t, 32);
+        int saw_in_use = 0, saw_nvml = 0;
+        for (size_t i = 0; i < n; i++) {
+            cr_expect_leq(t[i].points, cap, "cap %llu: %s has %llu points", (unsigned long long)cap,
+                          t[i].name, (unsigned long long)t[i].points);
+            cr_expect(!t[i].stepped_back, "cap %llu: %s steps back in time",
+                      (unsigned long long)cap, t[i].name);
+            if (!strcmp(t[i].name, "cuda:0 in use")) {
+                saw_in_use = 1;
+                cr_expect_eq(t[i].max, d->u.peak, "cap %llu: the peak is kept exactly",
+                             (unsigned long long)cap);
+                if (caps[k]) cr_expect_gt(t[i].points, cap / 2, "the buckets are used");
+            }
+            if (!strcmp(t[i].name, "cuda:0 nvidia-smi (process)")) {
+                saw_nvml = 1;
+                cr_expect_eq(t[i].max, d->nvml_max, "cap %llu: the highest sample is kept",
+                             (unsigned long long)cap);
+            }
+        }
+        cr_expect(saw_in_use && saw_nvml, "cap %llu: %zu tracks", (unsigned long long)cap, n);
+        free(json);
+    }
+    mt_analysis_free(a);
+    unlink(path);
+}

@@ -37,6 +37,12 @@ void mt_out_write(mt_out *o, const void *p, size_t n);
 void mt_out_puts(mt_out *o, const char *s);
 void mt_out_printf(mt_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_out_json_string(mt_out *o, const char *s); /* quoted, escaped, invalid UTF-8 replaced */
+void mt_out_u64(mt_out *o, uint64_t v); /* decimal, as %llu */
+void mt_out_hex(mt_out *o, uint64_t v); /* 0x and lowercase hex, as 0x%llx */
+/* Bytes written so far; the ones written since `since` (a tell), if they are all still in the
+ * buffer (else NULL): an exporter can keep a piece it formatted to write it again. */
+uint64_t mt_out_tell(const mt_out *o);
+const char *mt_out_recent(const mt_out *o, uint64_t since, size_t *len);
 /* Flushes, closes and (for a file) gives the output its name. Returns -1 with errno set to the
  * first error if any write failed (ENOSPC, EPIPE...): then a file output is not created. */
 int mt_out_close(mt_out *o);
@@ -159,6 +165,9 @@ int mt_export_speedscope(mt_out *o, mt_analysis *const *a, size_t n, const mt_fo
 /* ---- Chrome Trace Event JSON ------------------------------------------------------------------- */
 
 #define MT_CHROME_DEFAULT_MAX_SLICES 500000u /* ~200 MB of slices at ~400 bytes each */
+/* Points per counter track of a device, the closing one included: (cap - 1) / 2 time buckets,
+ * each with its highest and its last point (exporters/chrome.c). ~2 MB of JSON per track. */
+#define MT_CHROME_MAX_COUNTER_POINTS 20001u
 
 typedef struct mt_chrome_options {
     uint64_t min_bytes;  /* slices only for allocations of at least this many bytes */
@@ -170,6 +179,8 @@ typedef struct mt_chrome_options {
     mt_name_style names;
     int driver_slices;      /* slices for driver-internal allocations too (their bytes are in the
                                counters either way) */
+    uint64_t max_counter_points; /* per counter track of a device; 0 = MT_CHROME_MAX_COUNTER_POINTS
+                                    (at least 3: one bucket and the closing point) */
 } mt_chrome_options;
 
 /* {"traceEvents": [...], "otherData": {...}}: per process (the traced pid) its counters, one async

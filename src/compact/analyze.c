@@ -1,13 +1,14 @@
-/* mt_analyze: a trace file -> mt_analysis, in two streaming passes.
+/* mt_analyze: a trace file -> mt_analysis, in one streaming pass (two with tensors).
  *
  *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
  *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
  *           timeline, failed requests with what was live on their device at that moment, bytes
  *           allocated by stack, and what is still live at the end (by stack, and by holder:
- *           an allocator's cache, a library, the driver, or the program).
- *   pass 2  events only, through a fresh tracker, until the last device's peak event: what was
- *           live at each device's peak is aggregated by stack (see pass 2 below). With tensors
- *           the tracker also gives each tensor its category (categories.c), and the replay goes on
+ *           an allocator's cache, a library, the driver, or the program). Without tensors it also
+ *           gathers what was live at each device's peak (peak_keep, below).
+ *   pass 2  with tensors only: events, through a fresh tracker, until the last device's peak
+ *           event: what was live at each device's peak is aggregated by stack (see pass 2 below),
+ *           the tracker gives each tensor its category (categories.c), and the replay goes on
  *           past the peak until the phase of the peak has ended.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  *
@@ -85,10 +86,13 @@ typedef struct nvml_sample {
  * event read (plus HISTORY): past that, samples start from their place in the file alone. */
 #define PENDING_PER_DEVICE 64
 
-/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml), a ring. */
+/* The last PENDING_PER_DEVICE samples of one device (indexes into pass1.nvml, which grow in file
+ * order), sorted by sample time: a change looks only at the samples at or after its own time,
+ * from the latest down, usually none or one (a walk over all of them for every change was a
+ * quarter of `report`'s time). */
 typedef struct pending_ring {
     uint32_t ix[PENDING_PER_DEVICE];
-    uint32_t n, head;
+    uint32_t n;
 } pending_ring;
 #define HISTORY_BUDGET_PER_EVENT 64
 
@@ -97,6 +101,22 @@ typedef struct change {
     int32_t device;
     int64_t delta;
 } change;
+
+/* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its
+ * device's peak when it started at or before the peak event and ended after it, or never. For each
+ * device pass 1 keeps its counters right after its latest peak so far and a copy of every lifetime
+ * that started at or before that peak and has ended since; a new peak empties the list (what ended
+ * before it was not live at it). At the end those, and the lifetimes still live that started at or
+ * before the peak, are counted exactly as pass 2 counts them (count_at_peak). The list holds at
+ * most the lifetimes live at the peak, so memory stays bounded by the live set; the trace is read
+ * once instead of up to its last peak a second time. With tensors the categories of what was live
+ * at the peak are only known after it (phase ends), so pass 2 replays as before. */
+typedef struct peak_keep {
+    uint64_t peak_seq; /* the device's latest peak so far */
+    mt_usage at_peak;  /* its counters right after that event */
+    mt_lifetime *ended; /* lifetimes live at that peak that have ended since */
+    size_t n, cap;
+} peak_keep;
 
 typedef struct pass1 {
     nvml_sample *nvml; /* NVML process samples until finish_pass1 hands them to the devices */
@@ -112,6 +132,7 @@ typedef struct pass1 {
     timeline *tl; /* parallel to the tracker's usage slots */
     size_t n_tl, cap_tl;
     size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
+    peak_keep *keep[N_SLOTS]; /* by slot key, made at a device's first peak */
     int oom;
 } pass1;
 
@@ -181,6 +202,17 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     }
     uint64_t t = rel(time_ns, p->start);
     timeline_note(&p->tl[i], u, t);
+    size_t k = (size_t)slot_key(u->device, u->is_host);
+    if (u->peak && k < N_SLOTS && (!p->keep[k] || p->keep[k]->peak_seq != u->peak_seq)) {
+        /* a new peak: what ended before it was not live at it */
+        if (!p->keep[k] && !(p->keep[k] = calloc(1, sizeof *p->keep[k]))) {
+            p->oom = 1;
+            return;
+        }
+        p->keep[k]->peak_seq = u->peak_seq;
+        p->keep[k]->at_peak = *u;
+        p->keep[k]->n = 0;
+    }
     p->hist_budget += HISTORY_BUDGET_PER_EVENT;
     if (u->is_host) return;
     uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
@@ -196,11 +228,50 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (p->hist_n < HISTORY) p->hist_n++;
     if (t > p->latest_change) p->latest_change = t;
     const pending_ring *ring = p->pending[slot_key(u->device, 0)];
-    for (uint32_t j = 0; ring && j < ring->n; j++) {
+    for (uint32_t j = ring ? ring->n : 0; j-- > 0;) {
         uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
+        if (t > st) break; /* and so for every earlier sample */
         /* a change from before the sample, read while the sample's window is open */
-        if (t <= st && st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
+        if (st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
     }
+}
+
+/* Puts sample ix (the latest in file order) into the ring, in time order; when the ring is full
+ * the earliest in file order (the smallest index) leaves. */
+static void pending_add(pending_ring *r, const nvml_sample *nvml, uint32_t ix)
+{
+    if (r->n == PENDING_PER_DEVICE) {
+        uint32_t m = 0;
+        for (uint32_t j = 1; j < r->n; j++)
+            if (r->ix[j] < r->ix[m]) m = j;
+        memmove(&r->ix[m], &r->ix[m + 1], (r->n - m - 1) * sizeof *r->ix);
+        r->n--;
+    }
+    uint32_t j = r->n;
+    uint64_t t = nvml[ix].p.time_ns;
+    while (j > 0 && nvml[r->ix[j - 1]].p.time_ns > t) {
+        r->ix[j] = r->ix[j - 1];
+        j--;
+    }
+    r->ix[j] = ix;
+    r->n++;
+}
+
+/* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far. */
+static void pass1_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+{
+    (void)end_ns;
+    (void)why;
+    pass1 *p = ctx;
+    size_t k = slot_of_lifetime(l);
+    peak_keep *pk = k < N_SLOTS ? p->keep[k] : NULL;
+    if (!pk || l->start_seq > pk->peak_seq) return;
+    if (pk->n == pk->cap &&
+        grow_array((void **)&pk->ended, &pk->cap, pk->n + 1, sizeof *pk->ended) < 0) {
+        p->oom = 1;
+        return;
+    }
+    pk->ended[pk->n++] = *l;
 }
 
 /* A new sample: the live bytes of its place in the file, less the changes already read that
@@ -443,14 +514,10 @@ static void maybe_done(pass2 *p, slot2 *x)
     if (x->reached && !x->waiting && !x->waiting_backward && p->pending) p->pending--;
 }
 
-static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+/* The device of x has reached its peak; u: its counters right after the peak event. */
+static void reach_peak(pass2 *p, slot2 *x, const mt_usage *u)
 {
-    (void)time_ns;
-    pass2 *p = ctx;
-    size_t k = (size_t)slot_key(u->device, u->is_host);
-    slot2 *x = k < N_SLOTS ? &p->s[k] : NULL;
-    mt_device_report *d = x ? x->d : NULL;
-    if (!d || x->reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    mt_device_report *d = x->d;
     x->reached = 1;
     memcpy(d->by_kind_at_peak, u->by_kind, sizeof d->by_kind_at_peak);
     d->driver_at_peak = u->by_kind[MT_KIND_DRIVER];
@@ -464,6 +531,17 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
     }
     maybe_done(p, x);
+}
+
+static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+{
+    (void)time_ns;
+    pass2 *p = ctx;
+    size_t k = (size_t)slot_key(u->device, u->is_host);
+    slot2 *x = k < N_SLOTS ? &p->s[k] : NULL;
+    mt_device_report *d = x ? x->d : NULL;
+    if (!d || x->reached || d->u.peak_seq != mt_tracker_seq(p->t) || d->u.peak == 0) return;
+    reach_peak(p, x, u);
 }
 
 /* l was live at its device's peak (if the device has one and reached it): count it, `ended` when
@@ -547,22 +625,74 @@ static void pass2_phase_end(void *ctx, int phase, uint64_t now)
     }
 }
 
-static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
+/* The per-device state of pass 2 for every device of a with a peak; NULL when out of memory. */
+static pass2 *pass2_new(mt_analysis *a, uint64_t *last_seq)
 {
     pass2 *p = calloc(1, sizeof *p); /* ~60 KiB: per-slot state for every possible device */
-    if (!p) {
-        fail(err, errlen, "%s: out of memory in pass 2", a->path);
-        return -1;
-    }
+    if (!p) return NULL;
     p->a = a;
-    uint64_t last_seq = 0;
+    *last_seq = 0;
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         size_t k = (size_t)slot_key(d->u.device, d->u.is_host);
         if (k < N_SLOTS) p->s[k].d = d;
         if (d->u.peak == 0) continue;
         p->pending++;
-        if (d->u.peak_seq > last_seq) last_seq = d->u.peak_seq;
+        if (d->u.peak_seq > *last_seq) *last_seq = d->u.peak_seq;
+    }
+    return p;
+}
+
+/* Every lifetime live at a peak has been counted: the devices' lists, breakdowns and fits. */
+static void pass2_finish(pass2 *p, mt_analysis *a)
+{
+    mt_stack_list lists[N_SLOTS];
+    if (!p->oom && mt_stack_lists_by_prefix(&p->peak_map, lists, N_SLOTS) == 0) {
+        for (size_t k = 0; k < N_SLOTS; k++) {
+            if (p->s[k].d && p->s[k].reached) p->s[k].d->peak_stacks = lists[k];
+            else free(lists[k].v);
+        }
+    } else {
+        p->oom = 1;
+    }
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        slot2 *x = &p->s[k];
+        mt_device_report *d = x->d;
+        if (x->at_peak.b) {
+            if (mt_breakdown_end(&x->at_peak) < 0) p->oom = 1;
+            mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, x->visible, x->driver);
+        }
+        if (!x->categorize) continue;
+        d->categories_known = 1;
+        if (sizes_fit(&p->at_peak_sizes[k], a->categories, d->fit_at_peak) < 0) p->oom = 1;
+        if (d->after_backward_known &&
+            sizes_fit(&p->after_bwd_sizes[k], a->categories, d->fit_after_backward) < 0)
+            p->oom = 1;
+    }
+}
+
+static void pass2_free(pass2 *p)
+{
+    if (!p) return;
+    mt_tracker_free(p->t);
+    mt_u64map_destroy(&p->peak_map);
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        mt_u64map_destroy(&p->s[k].at_peak.owners);
+        for (int j = 0; j < 3; j++) {
+            free(p->at_peak_sizes[k].v[j]);
+            free(p->after_bwd_sizes[k].v[j]);
+        }
+    }
+    free(p);
+}
+
+static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
+{
+    uint64_t last_seq;
+    pass2 *p = pass2_new(a, &last_seq);
+    if (!p) {
+        fail(err, errlen, "%s: out of memory in pass 2", a->path);
+        return -1;
     }
     mt_reader *r = NULL;
     int rc = 0;
@@ -587,43 +717,34 @@ static int run_pass2(mt_analysis *a, const mt_analyze_options *opt, char *err, s
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
     if (rc == 0) mt_tracker_foreach_live(p->t, pass2_still_live, p);
-    mt_stack_list lists[N_SLOTS];
-    if (rc == 0 && !p->oom && mt_stack_lists_by_prefix(&p->peak_map, lists, N_SLOTS) == 0) {
-        for (size_t k = 0; k < N_SLOTS; k++) {
-            if (p->s[k].d && p->s[k].reached) p->s[k].d->peak_stacks = lists[k];
-            else free(lists[k].v);
-        }
-    } else {
-        p->oom = 1;
-    }
-    for (size_t k = 0; k < N_SLOTS; k++) {
-        slot2 *x = &p->s[k];
-        mt_device_report *d = x->d;
-        if (x->at_peak.b) {
-            if (mt_breakdown_end(&x->at_peak) < 0) p->oom = 1;
-            mt_breakdown_set_process(&d->at_peak, d->nvml, d->n_nvml, x->visible, x->driver);
-        }
-        if (!x->categorize) continue;
-        d->categories_known = 1;
-        if (sizes_fit(&p->at_peak_sizes[k], a->categories, d->fit_at_peak) < 0) p->oom = 1;
-        if (d->after_backward_known &&
-            sizes_fit(&p->after_bwd_sizes[k], a->categories, d->fit_after_backward) < 0)
-            p->oom = 1;
-    }
+    if (rc == 0) pass2_finish(p, a);
     if (p->oom) rc = -1;
     if (rc < 0) fail(err, errlen, "%s: out of memory in pass 2", a->path);
 out:
-    mt_tracker_free(p->t);
-    mt_u64map_destroy(&p->peak_map);
-    for (size_t k = 0; k < N_SLOTS; k++) {
-        mt_u64map_destroy(&p->s[k].at_peak.owners);
-        for (int j = 0; j < 3; j++) {
-            free(p->at_peak_sizes[k].v[j]);
-            free(p->after_bwd_sizes[k].v[j]);
-        }
-    }
     mt_reader_close(r);
-    free(p);
+    pass2_free(p);
+    return rc;
+}
+
+/* ---- what was live at each peak, from pass 1 ----------------------------------------------------- */
+
+/* Counts what was live at each device's peak from pass 1's lists and its tracker's live set. */
+static int peaks_from_pass1(mt_analysis *a, peak_keep *const *keep, const mt_tracker *t)
+{
+    uint64_t last_seq;
+    pass2 *p = pass2_new(a, &last_seq);
+    if (!p) return -1;
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        slot2 *x = &p->s[k];
+        if (!x->d || !keep[k] || x->d->u.peak == 0 || keep[k]->peak_seq != x->d->u.peak_seq)
+            continue;
+        reach_peak(p, x, &keep[k]->at_peak);
+        for (size_t i = 0; i < keep[k]->n; i++) count_at_peak(p, &keep[k]->ended[i], 1);
+    }
+    mt_tracker_foreach_live(t, pass2_still_live, p);
+    pass2_finish(p, a);
+    int rc = p->oom ? -1 : 0;
+    pass2_free(p);
     return rc;
 }
 
@@ -653,9 +774,10 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         if (dev >= -1 && dev <= MT_MAX_DEVICE_ORDINAL && p->n_nvml < UINT32_MAX) {
             pending_ring **ring = &p->pending[dev + 2];
             if (!*ring && !(*ring = calloc(1, sizeof **ring))) return -1;
-            (*ring)->ix[(*ring)->head] = (uint32_t)p->n_nvml;
-            (*ring)->head = ((*ring)->head + 1) % PENDING_PER_DEVICE;
-            if ((*ring)->n < PENDING_PER_DEVICE) (*ring)->n++;
+            p->nvml[p->n_nvml] = (nvml_sample){dev, {t, rec->u.sample.value, 0}};
+            pending_add(*ring, p->nvml, (uint32_t)p->n_nvml);
+            p->n_nvml++;
+            return 0;
         }
         p->nvml[p->n_nvml++] = (nvml_sample){rec->u.sample.device, {t, rec->u.sample.value, 0}};
         return 0;
@@ -853,7 +975,9 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
     return 0;
 }
 
-static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
+/* *peaks_done: what was live at each peak is counted too (no tensors: pass 2 is not needed). */
+static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen,
+                     int *peaks_done)
 {
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
@@ -862,7 +986,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     a->header = *mt_reader_header(r);
     a->pid = a->header.pid;
     pass1 p = {.start = a->header.start_monotonic_ns, .hist_budget = HISTORY};
-    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage};
+    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage, .on_release = pass1_release};
     p.t = mt_tracker_new(&hooks);
     mt_u64map allocs = {0};
     dev_info *devs = NULL;
@@ -927,6 +1051,10 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     }
     if (a->last_ns > a->duration_ns) a->duration_ns = a->last_ns;
     if (rc == 0) rc = finish_pass1(a, &p, &allocs, devs, n_devs);
+    if (rc == 0 && !a->categories) {
+        rc = peaks_from_pass1(a, p.keep, p.t);
+        *peaks_done = 1;
+    }
     if (rc < 0 && err && !err[0]) fail(err, errlen, "%s: out of memory", a->path);
     for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
     free(devs);
@@ -934,7 +1062,11 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(p.nvml);
     free(p.nvml_live);
     free(p.hist);
-    for (size_t k = 0; k < N_SLOTS; k++) free(p.pending[k]);
+    for (size_t k = 0; k < N_SLOTS; k++) {
+        free(p.pending[k]);
+        if (p.keep[k]) free(p.keep[k]->ended);
+        free(p.keep[k]);
+    }
     mt_u64map_destroy(&allocs);
     mt_tracker_free(p.t);
     mt_reader_close(r);
@@ -948,6 +1080,7 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
     if (err && errlen) err[0] = 0;
     mt_analysis *a = calloc(1, sizeof *a);
     if (!a) return -1;
+    int peaks_done = 0;
     a->fd = -1;
     a->path = strdup(path);
     a->comm = dupstr("");
@@ -959,7 +1092,8 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
         return -1;
     }
     if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
-        run_pass1(a, opt, err, errlen) < 0 || run_pass2(a, opt, err, errlen) < 0) {
+        run_pass1(a, opt, err, errlen, &peaks_done) < 0 ||
+        (!peaks_done && run_pass2(a, opt, err, errlen) < 0)) {
         if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;

@@ -99,7 +99,11 @@ def main(path):
             key = (e["pid"], name)
             if counter_keys.setdefault(key, sorted(a)) != sorted(a):
                 fail("counter keys change between events", e)
-            counter_last[key] = max(counter_last.get(key, 0), e["ts"])
+            # catapult draws a track in the order of its points: a point before the last one
+            # would draw the series backwards
+            if e["ts"] < counter_last.get(key, 0):
+                fail("counter time steps back", e)
+            counter_last[key] = e["ts"]
         elif ph in ("b", "e"):
             # parser: needs pid and an async cookie; id2.local scopes it to the process
             id2 = e.get("id2")
