@@ -508,7 +508,7 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     mt_format_bytes(l->bytes, size, sizeof size);
     mt_stack_stat st = {.stack = l->stack, .driver = l->kind == MT_KIND_DRIVER};
     const char *who = st.driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
-                                : mt_frames_first_user_ex(c->a->frames, l->stack, c->opt->names);
+                                : mt_frames_first_user(c->a->frames, l->stack, c->opt->names);
     uint64_t id = c->t_index << 48 | l->serial;
     uint32_t vt = virtual_tid(l->device, is_host);
     uint64_t start = rel_of(c, l->start_ns), end = rel_of(c, end_ns);
@@ -701,7 +701,7 @@ static void failed_instant(chrome *c, const mt_event *e)
                      "\"first_user_frame\":",
                   (unsigned long long)e->bytes, mt_kind_name(e->kind), e->result,
                   (unsigned long long)in_use);
-    mt_out_json_string(o, mt_frames_first_user_ex(c->a->frames, e->stack, c->opt->names));
+    mt_out_json_string(o, mt_frames_first_user(c->a->frames, e->stack, c->opt->names));
     mt_out_puts(o, "}}");
 }
 

@@ -122,9 +122,6 @@ const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
  * operator ("aten::linear"); else the innermost native frame outside the CUDA stack, NVIDIA's
  * libraries and the allocators; else the innermost frame. Owned by f. */
 const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style style);
-/* The name exporters/chrome.c still calls it by (that file is being rewritten elsewhere; drop
- * this when it is). */
-#define mt_frames_first_user_ex mt_frames_first_user
 
 /* ---- Tracker ----------------------------------------------------------------------------------- */
 
