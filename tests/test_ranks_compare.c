@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "test_compact_fixture.h"
+#include "../exporters/util.h" /* mt_md_nbsp: how every Markdown output writes a number */
 
 #define MEMTRACE MT_TEST_BIN_DIR "/src/cli/memtrace"
 #define A ((uint64_t)0x7f0000000000)
@@ -64,23 +65,6 @@ static mt_analysis *analyze_rank(const char *dir, int r)
 }
 
 static const char *bytes(uint64_t v, char *buf, size_t len) { return mt_format_bytes(v, buf, len); }
-
-/* A number in a Markdown table cell: its spaces are no-break spaces (U+00A0), as every Markdown
- * output writes them so that a narrow column keeps "1.43 GiB" on one line. */
-static const char *mt_md_test_nbsp(const char *s, char *buf, size_t len)
-{
-    size_t w = 0;
-    for (; *s && w + 3 < len; s++) {
-        if (*s == ' ') {
-            memcpy(buf + w, "\xc2\xa0", 2);
-            w += 2;
-        } else {
-            buf[w++] = *s;
-        }
-    }
-    buf[w] = 0;
-    return buf;
-}
 
 /* ---- diff -------------------------------------------------------------------------------------- */
 
@@ -328,14 +312,14 @@ Test(ranks_report, markdown_carries_the_rank_table_the_imbalance_and_the_stacks_
     for (int r = 0; r < 2; r++) {
         snprintf(want, sizeof want, "| rank %d | `%s` | %u | %s | %s | %s | ", r, s[r].host,
                  (unsigned)s[r].pid, s[r].devices,
-                 mt_md_test_nbsp(bytes(s[r].peak, b1, sizeof b1), nb[0], sizeof nb[0]),
-                 mt_md_test_nbsp(bytes(s[r].tensor_peak, b2, sizeof b2), nb[1], sizeof nb[1]));
+                 mt_md_nbsp(bytes(s[r].peak, b1, sizeof b1), nb[0], sizeof nb[0]),
+                 mt_md_nbsp(bytes(s[r].tensor_peak, b2, sizeof b2), nb[1], sizeof nb[1]));
         const char *row = strstr(table, want);
         cr_expect(row && row < gpus, "rank %d's row: %s\n%s", r, want, out);
         if (!row) continue;
         const char *eol = strchr(row, '\n');
         snprintf(want, sizeof want, "| %s | %llu | `%s` (", /* at exit, failed, top stack */
-                 mt_md_test_nbsp(bytes(s[r].live_at_exit, b3, sizeof b3), nb[2], sizeof nb[2]),
+                 mt_md_nbsp(bytes(s[r].live_at_exit, b3, sizeof b3), nb[2], sizeof nb[2]),
                  (unsigned long long)s[r].failed, s[r].top_frame);
         const char *rest = strstr(row, want);
         cr_expect(rest && rest < eol, "rank %d's row ends with %s\n%s", r, want, out);
@@ -351,9 +335,9 @@ Test(ranks_report, markdown_carries_the_rank_table_the_imbalance_and_the_stacks_
     cr_assert(behind && behind < gpus, "%s\n%s", want, out);
     cr_expect(strstr(behind, "| difference | largest rank | median rank | stack |"), "%s", out);
     snprintf(b3, sizeof b3, "+%s", bytes((uint64_t)nd[0].delta, b1, sizeof b1));
-    snprintf(want, sizeof want, "| %s | %s | %s | ", mt_md_test_nbsp(b3, nb[0], sizeof nb[0]),
-             mt_md_test_nbsp(bytes(nd[0].a, b1, sizeof b1), nb[1], sizeof nb[1]),
-             mt_md_test_nbsp(bytes(nd[0].b, b2, sizeof b2), nb[2], sizeof nb[2]));
+    snprintf(want, sizeof want, "| %s | %s | %s | ", mt_md_nbsp(b3, nb[0], sizeof nb[0]),
+             mt_md_nbsp(bytes(nd[0].a, b1, sizeof b1), nb[1], sizeof nb[1]),
+             mt_md_nbsp(bytes(nd[0].b, b2, sizeof b2), nb[2], sizeof nb[2]));
     const char *first = strstr(behind, want);
     cr_expect(first && first < gpus, "the largest difference first: %s\n%s", want, out);
     const char *leaf = strrchr(nd[0].name, ';');
