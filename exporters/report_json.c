@@ -412,6 +412,11 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         mt_out_json_string(o, a->warnings[i]);
     }
     mt_out_puts(o, "],");
+    key(o, "warning_times_ns"); /* when each warning was noted, since trace start */
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < a->n_warnings; i++)
+        mt_out_printf(o, "%s%llu", i ? "," : "", (unsigned long long)a->warning_times_ns[i]);
+    mt_out_puts(o, "],");
     key(o, "devices");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_devices && rc == 0; i++) {

@@ -527,7 +527,11 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     if (a->dropped)
         mt_out_printf(o, "WARNING: %llu events were dropped by the recorder: numbers may be off by "
                          "that many events\n", (unsigned long long)a->dropped);
-    for (size_t i = 0; i < a->n_warnings; i++) mt_out_printf(o, "WARNING (recorder): %s\n", a->warnings[i]);
+    for (size_t i = 0; i < a->n_warnings; i++) {
+        char t[32];
+        mt_out_printf(o, "WARNING (recorder, at %s): %s\n",
+                      mt_format_rel(a->warning_times_ns[i], t, sizeof t), a->warnings[i]);
+    }
     if (!a->n_devices && !a->host) mt_out_puts(o, "\nno GPU memory events\n");
     for (size_t i = 0; i < a->n_devices; i++)
         if (print_device(o, a, &a->devices[i], &ro, &v) < 0) return -1;

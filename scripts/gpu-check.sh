@@ -170,6 +170,7 @@ cat "$W/stolen.out" >> "$LOG"
 "$MT" dump "$W/stolen.mtrace" > "$W/stolen.dump" 2>> "$LOG"
 check "another tool takes the activity API: it works, memtrace keeps all 401 cuMemAlloc" "0 conflict_ok 401" "$rc $(grep -o conflict_ok "$W/stolen.out") $(grep '^event ' "$W/stolen.dump" | grep -v activity | grep -c 'op=alloc kind=device')"
 check "... and the trace says activity enrichment stopped" 1 "$(grep -c 'activity enrichment stopped' "$W/stolen.dump")"
+check "... and the report says when" 1 "$("$MT" report "$W/stolen.mtrace" 2>/dev/null | grep -c 'WARNING (recorder, at +[0-9.]* s): activity enrichment stopped')"
 fi
 
 # ---- real programs: unchanged under every mode, numbers equal to PyTorch's -----------------------
@@ -182,6 +183,15 @@ same_run graphs_ta "$ASYNC" "--tensors=async" $PY "$S/graphs.py";   torch_match 
 same_run graphs_async "$ASYNC" "" $PY "$S/graphs.py";               torch_match graphs_async async --captured
 same_run graphs_exp "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "--tensors" $PY "$S/graphs.py"
 torch_match graphs_exp tensors --captured
+# Graph memory nodes made every way CUDA offers, and conditional nodes (if/else, switch, while),
+# without PyTorch: against the driver's own graph-pool high-water mark.
+GN=$PWD/$BUILD/samples/graph_nodes
+for m in "graph_nodes|" "graph_nodes_t|--tensors" "graph_nodes_s|--stacks none --activity off"; do
+  n=${m%%|*}
+  same_run "$n" "" "${m#*|}" "$GN"
+  [ -f "$W/$n/t.json" ] && check "$n: each graph memory node recorded once, captured; graph pool == driver's" ok \
+    "$("$MT" dump "$W/$n/t.mtrace" > "$W/$n/t.dump" 2>> "$LOG"; cp "$W/$n/t.dump" "$OUT/$n.dump"; $PY scripts/graph_nodes_vs_trace.py "$W/$n/t.dump" "$W/$n/t.json" "$W/$n/traced.json" 2>&1 | tail -1)"
+done
 same_run compile "" "" $PY "$S/graphs.py" --compile;                torch_match compile default --captured
 same_run compile_t "" "--tensors" $PY "$S/graphs.py" --compile;     torch_match compile_t tensors --captured
 same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match threads default

@@ -356,3 +356,45 @@ Test(compact, live_at_peak_in_one_pass)
     fx_check_invariants(a);
     mt_analysis_free(a);
 }
+
+static int warn_text_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_text(o, a, &ro);
+}
+
+static int warn_json_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_json(o, &a, 1, &ro);
+}
+
+/* A recorder warning says when it happened (issue 11: "activity enrichment stopped" with no time
+ * left the reader unable to tell which part of the run lacks driver-internal allocations). */
+Test(compact, warnings_carry_their_time)
+{
+    fx f;
+    fx_open(&f, "warn.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A, 100, 1, 0);
+    mt_record note = {.type = MT_REC_NOTE};
+    note.u.note = (mt_note){.time_ns = FX_T0 + 2500 * MS, .level = MT_NOTE_WARNING,
+                            .text = "activity enrichment stopped: test"};
+    fx_put(&f, &note);
+    note.u.note = (mt_note){.time_ns = FX_T0 + 3000 * MS, .level = MT_NOTE_INFO, .text = "info"};
+    fx_put(&f, &note);
+    fx_end(&f, 4000, 1, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_warnings, 1);
+    cr_expect_eq(a->warning_times_ns[0], 2500 * MS);
+    char *text = fx_capture(a, warn_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "WARNING (recorder, at +2.500000 s): activity enrichment stopped: test"),
+              "%s", text);
+    char *json = fx_capture(a, warn_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"warning_times_ns\":[2500000000]"), "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+}

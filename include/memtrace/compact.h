@@ -500,6 +500,7 @@ typedef struct mt_analysis {
     uint64_t first_ns, last_ns; /* event times since trace start */
     uint64_t duration_ns;       /* last event (or END) since trace start */
     char **warnings;            /* WARNING notes of the recorder */
+    uint64_t *warning_times_ns; /* when each was noted, since trace start (parallel to warnings) */
     size_t n_warnings;
     struct { uint32_t tid; char *name; } *threads;
     size_t n_threads;

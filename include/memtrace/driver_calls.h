@@ -55,6 +55,9 @@
     X(cuMemPoolDestroy,                    608, 0)                                                 \
     X(cuGraphAddMemAllocNode,              638, 0)                                                 \
     X(cuGraphAddMemFreeNode,               639, 0)                                                 \
+    /* the generic node calls: memory nodes among them */                                         \
+    X(cuGraphAddNode,                      712, 0)                                                 \
+    X(cuGraphAddNode_v2,                   723, 0)                                                 \
     X(cuStreamBeginCapture,                495, CALL_CAPTURE)                                      \
     X(cuStreamBeginCapture_ptsz,           496, CALL_CAPTURE)                                      \
     X(cuStreamBeginCapture_v2,             539, CALL_CAPTURE)                                      \

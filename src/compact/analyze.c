@@ -814,9 +814,12 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
     }
     case MT_REC_NOTE: {
         if (rec->u.note.level != MT_NOTE_WARNING) return 0;
-        if (grow_array((void **)&a->warnings, &p->cap_warnings, a->n_warnings + 1,
-                       sizeof *a->warnings) < 0)
+        size_t cap = p->cap_warnings;
+        if (grow_array((void **)&a->warnings, &cap, a->n_warnings + 1, sizeof *a->warnings) < 0 ||
+            grow_array((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,
+                       sizeof *a->warning_times_ns) < 0)
             return -1;
+        a->warning_times_ns[a->n_warnings] = rel(rec->u.note.time_ns, a->header.start_monotonic_ns);
         a->warnings[a->n_warnings++] = dupstr(rec->u.note.text);
         return 0;
     }
@@ -1124,6 +1127,7 @@ void mt_analysis_free(mt_analysis *a)
     free(a->failed);
     for (size_t i = 0; i < a->n_warnings; i++) free(a->warnings[i]);
     free(a->warnings);
+    free(a->warning_times_ns);
     for (size_t i = 0; i < a->n_threads; i++) free(a->threads[i].name);
     free(a->threads);
     mt_categorizer_free(a->categories);

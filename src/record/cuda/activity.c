@@ -58,6 +58,19 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
     if (m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION &&
         m->memoryOperationType != CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE)
         return;
+    /* An allocation without a virtual address: physical pages the driver takes for the device's
+     * graph memory pool when a graph with memory nodes first runs (seen on an H100: three 32 MiB
+     * records under the cuGraphLaunch that made the pool 96 MiB). No release can ever be paired
+     * with address 0, and the pages are already in the graph pool's reservation that pool_poll.c
+     * reads from the driver; counting them here too would count them twice. They are counted
+     * and said in a note at the end, and the graph pool of that device is polled from now on. */
+    if (is_alloc && m->address == 0) {
+        atomic_fetch_add_explicit(&r->activity.unaddressed, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->activity.unaddressed_bytes, m->bytes, memory_order_relaxed);
+        if (m->deviceId < 64) atomic_fetch_or(&r->graph_devices, 1ull << m->deviceId);
+        return;
+    }
+    if (!is_alloc && m->address == 0) return; /* its allocation was not recorded either */
     int host = m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ||
                m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
     mt_event ev = {0};

@@ -169,6 +169,28 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
 }
 
 /* Fills ev from the call's parameters. Returns 0 when the call is not one we record. */
+/* cuGraphAddNode(_v2), the generic node call (cudaGraphAddNode, and what CUDA 12.3+ libraries use
+ * for every node type): a memory node is the same event as from cuGraphAddMemAllocNode /
+ * cuGraphAddMemFreeNode; any other node type is no memory event. */
+static int describe_graph_node(const CUgraphNodeParams *p, int ok, mt_event *ev)
+{
+    if (!p) return 0;
+    if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+        ev->bytes = p->alloc.bytesize;
+        if (p->alloc.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            ev->device = p->alloc.poolProps.location.id;
+        if (ok) ev->address = p->alloc.dptr;
+        return 1;
+    }
+    if (p->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+        ev->address = p->free.dptr;
+        return 1;
+    }
+    return 0;
+}
+
 static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event *ev)
 {
     switch (cbid) {
@@ -332,6 +354,10 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         ev->address = p->dptr;
         return 1;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode:
+        return describe_graph_node(((const cuGraphAddNode_params *)params)->nodeParams, ok, ev);
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2:
+        return describe_graph_node(((const cuGraphAddNode_v2_params *)params)->nodeParams, ok, ev);
     case CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo: {
         const cuMemPoolTrimTo_params *p = params;
         ev->op = MT_OP_POOL_TRIM, ev->kind = MT_KIND_POOL;

@@ -102,6 +102,13 @@ void mt_write_cost_notes(mt_recorder *r)
                       per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
                       100.0 * (1.0 - per(built, calls)), per(atomic_load(&r->costs.stack_frames), built),
                       MT_TIME_SAMPLE, mt_trie_size(r->trie));
+    uint64_t unaddressed = atomic_load(&r->activity.unaddressed);
+    if (unaddressed)
+        mt_trace_note(MT_NOTE_INFO, "activity: %" PRIu64 " driver allocation records without an "
+                      "address (%" PRIu64 " bytes in all) were not recorded as allocations: "
+                      "unmapped physical pages, such as a graph memory pool's (its reservation "
+                      "counts them)",
+                      unaddressed, atomic_load(&r->activity.unaddressed_bytes));
     uint64_t skipped = atomic_load(&r->capture.skipped_polls);
     if (skipped)
         mt_trace_note(MT_NOTE_INFO, "graph capture: %" PRIu64 " pool polls waited for a CUDA "

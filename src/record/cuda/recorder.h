@@ -192,6 +192,7 @@ typedef struct mt_recorder {
         int on;                   /* MEMORY2 enabled by us */
         _Atomic int stopped;      /* somebody else (torch.profiler) took the activity API */
         _Atomic uint64_t records, memory_api_calls; /* since the start */
+        _Atomic uint64_t unaddressed, unaddressed_bytes; /* allocation records at address 0 */
         uint64_t last_records, last_memory_api_calls; /* writer tick's view */
         uint64_t quiet_since_ns;  /* memory API calls but no activity records since then; 0 = not */
         mt_corr_set corr;         /* correlation ids of our memory API calls (duplicates) */
