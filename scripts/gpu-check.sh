@@ -12,7 +12,9 @@
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
-#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model;
+#             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
+#             the driver's graph-pool numbers
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
 #   training  ResNet-18 and a GPT-2-like model trained with AdamW (eager, bf16 autocast,
