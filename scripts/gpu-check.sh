@@ -194,6 +194,13 @@ for m in "graph_nodes|" "graph_nodes_t|--tensors" "graph_nodes_s|--stacks none -
   [ -f "$W/$n/t.json" ] && check "$n: each graph memory node recorded once, captured; graph pool == driver's" ok \
     "$("$MT" dump "$W/$n/t.mtrace" > "$W/$n/t.dump" 2>> "$LOG"; cp "$W/$n/t.dump" "$OUT/$n.dump"; $PY scripts/graph_nodes_vs_trace.py "$W/$n/t.dump" "$W/$n/t.json" "$W/$n/traced.json" 2>&1 | tail -1)"
 done
+# Other libraries' caches, named after them and never called a leak: CuPy's pool, JAX's (XLA's)
+# preallocation, against what the library itself says.
+for lib in cupy jax; do
+  same_run "holders_$lib" "" "" $PY "$S/holders.py" $lib
+  [ -f "$W/holders_$lib/t.json" ] && check "holders_$lib: the cache named after its allocator, = the library's number, no leak" ok \
+    "$($PY scripts/holders_vs_trace.py "$W/holders_$lib/t.json" "$W/holders_$lib/traced.json" 2>&1 | tail -1)"
+done
 same_run compile "" "" $PY "$S/graphs.py" --compile;                torch_match compile default --captured
 same_run compile_t "" "--tensors" $PY "$S/graphs.py" --compile;     torch_match compile_t tensors --captured
 same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match threads default
