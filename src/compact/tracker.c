@@ -136,7 +136,7 @@ void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
     if (c) mt_categorizer_restart(c); /* a new replay: no phase yet */
 }
 
-static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
+static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
 
 static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
 {
@@ -211,11 +211,9 @@ static int32_t *slot_ref(mt_tracker *t, int32_t device, int is_host)
     return device < 0 ? &t->unknown_index : &t->ord_index[device];
 }
 
-/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
-static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
+/* A new usage slot for (device, is_host); ref is where its index goes. Returns it or -1 (OOM). */
+static long new_slot(mt_tracker *t, int32_t device, int is_host, uint64_t now, int32_t *ref)
 {
-    int32_t *ref = slot_ref(t, device, is_host);
-    if (*ref) return *ref - 1;
     if (t->n_usages == t->cap_usages) {
         size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
         mt_usage *nu = realloc(t->usages, ncap * sizeof *nu);
@@ -228,6 +226,13 @@ static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
                               .peak_mono_ns = now, .api_peak_mono_ns = now, .peak_seq = t->seq};
     *ref = (int32_t)i + 1;
     return (long)i;
+}
+
+/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
+static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
+{
+    int32_t *ref = slot_ref(t, device, is_host);
+    return *ref ? *ref - 1 : new_slot(t, device, is_host, now, ref);
 }
 
 static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
