@@ -59,6 +59,7 @@
 #define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
 #define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
 #define WRITE_LIT(o, lit) mt_out_write((o), (lit), sizeof(lit) - 1) /* a literal, no strlen */
+#define SURVEY_SIZES 65536    /* different slice sizes counted by value (survey) */
 #define SIZE_CACHE 1024         /* formatted slice sizes kept (a power of two) */
 
 enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
@@ -711,23 +712,51 @@ static void note_stream(chrome *c, const mt_event *e)
     if (*n <= MAX_STREAMS) (*n)++;
 }
 
+/* The `keep` largest sizes, as a size-keep min-heap of them (heap[0]: the keep-th largest). */
+typedef struct top_sizes {
+    uint64_t *heap;
+    size_t n, keep;
+} top_sizes;
+
+static void top_add(top_sizes *t, uint64_t bytes)
+{
+    if (t->n < t->keep) {
+        t->heap[t->n] = bytes;
+        heap_up(t->heap, t->n++);
+    } else if (bytes > t->heap[0]) {
+        t->heap[0] = bytes;
+        heap_down(t->heap, t->n, 0);
+    }
+}
+
+typedef struct size_count {
+    uint64_t bytes, count;
+} size_count;
+
+static int by_size_desc(const void *pa, const void *pb)
+{
+    const size_count *a = pa, *b = pb;
+    return a->bytes > b->bytes ? -1 : a->bytes < b->bytes;
+}
+
 /* Every ALLOC (except VMM_MAP, which is a mapping, not a lifetime) starts one lifetime. Reads the
  * trace once: the streams of each device and kind, and with keep > 0 the `keep` largest sizes
- * (the threshold is set when there are more lifetimes than that). */
+ * (the threshold is set when there are more lifetimes than that). Sizes repeat, so they are
+ * counted by value while there are at most SURVEY_SIZES different ones, and the threshold found
+ * from the counts; a trace of more goes on in a heap of the `keep` largest (a heap of 500 000
+ * sizes for every allocation was half of the survey's time). Either gives the same threshold and
+ * ties: the keep-th largest size, and how many of that size are kept. */
 static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
 {
     mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
     if (!r) return -1;
-    uint64_t *heap = keep ? malloc(keep * sizeof *heap) : NULL;
-    if (keep && !heap) {
-        mt_reader_close(r);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    size_t n = 0;
+    top_sizes top = {.keep = keep};
+    mt_u64map counts = {0}; /* size -> a: how many (until there are too many sizes: heap) */
+    size_t n_sizes = 0;
+    int oom = 0;
     uint64_t total = 0;
     mt_record rec;
-    while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+    while (!oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         const mt_event *e = &rec.u.event;
         if (rec.type != MT_REC_EVENT || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP)
             continue;
@@ -735,23 +764,58 @@ static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
         note_stream(c, e);
         if (!keep || e->bytes < c->opt->min_bytes) continue;
         total++;
-        if (n < keep) {
-            heap[n] = e->bytes;
-            heap_up(heap, n++);
-        } else if (e->bytes > heap[0]) {
-            heap[0] = e->bytes;
-            heap_down(heap, n, 0);
+        if (top.heap) {
+            top_add(&top, e->bytes);
+            continue;
         }
+        mt_u64map_slot *sl = mt_u64map_upsert(&counts, e->bytes);
+        if (!sl) {
+            oom = 1;
+            break;
+        }
+        if (!sl->a++) n_sizes++;
+        if (n_sizes <= SURVEY_SIZES) continue;
+        /* too many different sizes: those counted so far go into the heap */
+        if (!(top.heap = malloc(keep * sizeof *top.heap))) {
+            oom = 1;
+            break;
+        }
+        for (size_t i = 0; i < counts.cap; i++)
+            for (uint64_t k = 0; counts.slots[i].used && k < counts.slots[i].a; k++)
+                top_add(&top, counts.slots[i].key);
+        mt_u64map_destroy(&counts);
     }
-    if (keep && total > keep) {
+    if (!oom && keep && total > keep) {
         c->select = 1;
-        c->threshold = heap[0];
         uint64_t above = 0;
-        for (size_t i = 0; i < n; i++) above += heap[i] > c->threshold;
+        if (top.heap) {
+            c->threshold = top.heap[0];
+            for (size_t i = 0; i < top.n; i++) above += top.heap[i] > c->threshold;
+        } else { /* the largest sizes first, until keep lifetimes are covered */
+            size_count *v = malloc((n_sizes ? n_sizes : 1) * sizeof *v);
+            size_t m = 0;
+            if (!v) oom = 1;
+            for (size_t i = 0; v && i < counts.cap; i++)
+                if (counts.slots[i].used) v[m++] = (size_count){counts.slots[i].key, counts.slots[i].a};
+            if (v) qsort(v, m, sizeof *v, by_size_desc);
+            for (size_t i = 0; v && i < m; i++) {
+                if (above + v[i].count >= keep) {
+                    c->threshold = v[i].bytes;
+                    break;
+                }
+                above += v[i].count;
+            }
+            free(v);
+        }
         c->ties_left = keep - above;
     }
-    free(heap);
+    free(top.heap);
+    mt_u64map_destroy(&counts);
     mt_reader_close(r);
+    if (oom) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     return c->oom ? -1 : 0;
 }
 
