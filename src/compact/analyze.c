@@ -1088,26 +1088,18 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     dev_info *devs = NULL;
     size_t n_devs = 0;
     int rc = p.t ? 0 : -1, have_time = 0;
-    /* An event is applied after the next record is read (one record ahead), so that the
-     * tracker can start fetching what that record's event will touch (mt_tracker_prefetch: the
-     * live set and the freed cache are too large for the nearest caches). Other records are kept
-     * before the next is read: their strings live until then. */
-    mt_record recs[2], *next = &recs[1];
-    mt_read_status st = rc == 0 ? mt_reader_next(r, &recs[0]) : MT_READ_END;
-    for (mt_record *rec = &recs[0]; rc == 0 && st == MT_READ_RECORD;) {
+    mt_record rec;
+    mt_read_status st = MT_READ_END;
+    while (rc == 0 && (st = mt_reader_next(r, &rec)) == MT_READ_RECORD) {
         a->records++;
         if (opt && opt->progress && a->records % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 1,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
-        if (rec->type != MT_REC_EVENT) {
-            rc = keep_record(a, &p, rec, &devs, &n_devs);
-            if (rc == 0) st = mt_reader_next(r, rec);
+        if (rec.type != MT_REC_EVENT) {
+            rc = keep_record(a, &p, &rec, &devs, &n_devs);
             continue;
         }
-        mt_read_status next_st = mt_reader_next(r, next);
-        if (next_st == MT_READ_RECORD && next->type == MT_REC_EVENT)
-            mt_tracker_prefetch(p.t, &next->u.event);
-        const mt_event *e = &rec->u.event;
+        const mt_event *e = &rec.u.event;
         a->events++;
         if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {
             if (!(a->categories = mt_categorizer_new(a->frames))) rc = -1;
@@ -1133,10 +1125,6 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         }
         if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
         if (p.oom) rc = -1;
-        st = next_st;
-        mt_record *done = rec;
-        rec = next;
-        next = done;
     }
     mt_read_damage dmg;
     mt_reader_damage(r, &dmg);

@@ -36,22 +36,6 @@ void mt_live_remove(mt_live_table *t, mt_lifetime *p);
 /* Calls fn on every live lifetime, in slot order (fn must not insert or remove). */
 void mt_live_foreach(const mt_live_table *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
 void mt_live_destroy(mt_live_table *t);
-/* The slot where the probe for a key starts (cap > 0). */
-static inline size_t mt_live_home(const mt_live_table *t, int32_t device, uint8_t family,
-                                  uint64_t addr)
-{
-    uint64_t h = mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)family << 58));
-    return h & (t->cap - 1);
-}
-/* Starts loading the key slot where a lookup of that key begins (a hint; changes nothing). */
-static inline void mt_live_prefetch(const mt_live_table *t, int32_t device, uint8_t family,
-                                    uint64_t addr)
-{
-    if (t->cap) __builtin_prefetch(&t->keys[mt_live_home(t, device, family, addr)]);
-}
-/* Starts loading what mt_tracker_event(t, e) will look at first; changes nothing. Called for the
- * next event while the current one is applied. */
-void mt_tracker_prefetch(const mt_tracker *t, const mt_event *e);
 
 /* ---- mapped VMM ranges, ordered by start (ranges.c) --------------------------------------- */
 typedef struct mt_range {

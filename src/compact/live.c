@@ -17,12 +17,19 @@
 
 #include "internal.h"
 
+/* The slot where the probe for a key starts (cap > 0). */
+static inline size_t home_of(const mt_live_table *t, int32_t device, uint8_t family,
+                             uint64_t addr)
+{
+    uint64_t h = mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)family << 58));
+    return h & (t->cap - 1);
+}
 
 mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family, uint64_t addr)
 {
     if (!t->cap) return NULL;
     size_t mask = t->cap - 1;
-    for (size_t j = mt_live_home(t, device, family, addr);; j = (j + 1) & mask) {
+    for (size_t j = home_of(t, device, family, addr);; j = (j + 1) & mask) {
         const mt_live_key *k = &t->keys[j];
         if (k->ix == MT_LIVE_NONE) return NULL;
         if (k->address == addr && k->family == family) {
@@ -35,7 +42,7 @@ mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family
 /* Puts a key for items[ix] (key fields from the lifetime) at its first free slot. */
 static void place(mt_live_table *t, const mt_lifetime *l, uint32_t ix)
 {
-    size_t mask = t->cap - 1, j = mt_live_home(t, l->device, l->family, l->address);
+    size_t mask = t->cap - 1, j = home_of(t, l->device, l->family, l->address);
     while (t->keys[j].ix != MT_LIVE_NONE) j = (j + 1) & mask;
     t->keys[j] = (mt_live_key){.address = l->address, .ix = ix, .family = l->family};
 }
@@ -91,7 +98,7 @@ void mt_live_remove(mt_live_table *t, mt_lifetime *p)
 {
     size_t mask = t->cap - 1;
     uint32_t ix = (uint32_t)(p - t->items);
-    size_t hole = mt_live_home(t, p->device, p->family, p->address);
+    size_t hole = home_of(t, p->device, p->family, p->address);
     while (t->keys[hole].ix != ix) hole = (hole + 1) & mask;
     /* Backward shift: move later keys of the probe run into the hole when their home slot does
      * not lie (cyclically) between the hole and their current position. */
@@ -99,7 +106,7 @@ void mt_live_remove(mt_live_table *t, mt_lifetime *p)
         j = (j + 1) & mask;
         const mt_live_key *k = &t->keys[j];
         if (k->ix == MT_LIVE_NONE) break;
-        size_t home = mt_live_home(t, t->items[k->ix].device, k->family, k->address);
+        size_t home = home_of(t, t->items[k->ix].device, k->family, k->address);
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             t->keys[hole] = *k;
             hole = j;

@@ -630,17 +630,6 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     return 0;
 }
 
-void mt_tracker_prefetch(const mt_tracker *t, const mt_event *e)
-{
-    unsigned kind = e->kind < MT_KIND_MAX_ ? e->kind : MT_KIND_UNKNOWN;
-    unsigned fam = family_of_kind[kind];
-    int32_t dev = is_host_family(fam) ? -1 : e->device;
-    if (e->op != MT_OP_ALLOC && e->op != MT_OP_FREE) return;
-    mt_live_prefetch(&t->live, dev, (uint8_t)fam, e->address);
-    uint64_t h = freed_hash(dev, fam, e->address);
-    __builtin_prefetch(&t->freed[h & ((1u << FREED_CACHE_BITS) - 1)]);
-}
-
 int mt_tracker_event(mt_tracker *t, const mt_event *e)
 {
     uint64_t now = e->time_ns;
