@@ -45,7 +45,8 @@
  * Slices are limited by --min-bytes and --top-allocs; by default at most
  * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. A first read of the
  * trace (survey) finds the streams of each device and kind and, when a cap applies, the size of
- * the N-th largest allocation (a size-N min-heap).
+ * the N-th largest allocation (sizes counted by value; past SURVEY_SIZES different ones, a
+ * size-N min-heap).
  */
 #include <stddef.h>
 #include <stdlib.h>

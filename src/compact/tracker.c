@@ -36,7 +36,8 @@
  *
  * Every event costs O(1) amortized (O(log n) for mappings), whatever the trace holds: usage slots
  * are found by ordinal, pools by handle (a hash), mappings in an interval treap (ranges.c), and a
- * context's destruction visits only what that context owns (ctx_members.c).
+ * context's destruction visits only what that context owns (ctx_members.c; while a single context
+ * owns everything live, the live set, sorted once: see CTX_ONE).
  */
 #include <stdlib.h>
 #include <string.h>
