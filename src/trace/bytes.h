@@ -152,10 +152,10 @@ static inline uint64_t mt_get_varint_long(mt_cursor *c)
     return 0;
 }
 
-/* With 8 bytes left in the lane, a varint of up to 8 bytes (any value below 2^56) is decoded
- * without a branch on its length: the lengths of time and address deltas vary from one event
- * to the next, and a mispredicted branch per byte was most of the decoder's time. Same result as
- * the byte loop. */
+/* A one-byte varint (most fields) is one compare. With 8 bytes left in the lane, a varint of up
+ * to 8 bytes (any value below 2^56) is decoded without a branch on its length: the lengths of
+ * time and address deltas vary from one event to the next, and a mispredicted branch per byte
+ * was most of the decoder's time. Same result, and the same bad inputs, as the byte loop. */
 static inline __attribute__((always_inline)) uint64_t mt_get_varint(mt_cursor *c)
 {
     const uint8_t *p = c->p;
@@ -165,7 +165,10 @@ static inline __attribute__((always_inline)) uint64_t mt_get_varint(mt_cursor *c
     }
     if (__builtin_expect(c->end - p >= 8, 1)) {
         uint64_t x;
-        memcpy(&x, p, 8); /* little-endian hosts (x86-64, aarch64): the bytes in order */
+        memcpy(&x, p, 8); /* the first byte lowest */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        x = __builtin_bswap64(x);
+#endif
         uint64_t stops = ~x & 0x8080808080808080ull; /* bit 7 clear: the last byte */
         if (stops) {
             unsigned bits = (unsigned)__builtin_ctzll(stops) + 1; /* 8 * length */
