@@ -45,8 +45,10 @@
  * Slices are limited by --min-bytes and --top-allocs; by default at most
  * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. A first read of the
  * trace (survey) finds the streams of each device and kind and, when a cap applies, the size of
- * the N-th largest allocation (a size-N min-heap).
+ * the N-th largest allocation (sizes counted by value; past SURVEY_SIZES different ones, a
+ * size-N min-heap).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +59,9 @@
 #define STACK_CACHE_BYTES (32u << 20) /* formatted slice stacks kept per trace */
 #define VIRTUAL_TID 2000000000u /* + slot: above any Linux tid (at most 2^22), below 2^32 */
 #define MAX_STREAMS 16          /* per device and kind, named; later ones share one track */
+#define WRITE_LIT(o, lit) mt_out_write((o), (lit), sizeof(lit) - 1) /* a literal, no strlen */
+#define SURVEY_SIZES 65536    /* different slice sizes counted by value (survey) */
+#define SIZE_CACHE 1024         /* formatted slice sizes kept (a power of two) */
 
 enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
     COUNTER_IN_USE, COUNTER_POOL, COUNTER_RESERVED, COUNTER_TENSORS, COUNTER_OTHER, COUNTER_DRIVER,
@@ -77,6 +82,7 @@ typedef struct counter_state {
 typedef struct slot_info {
     int32_t device;
     int is_host;
+    char root[16]; /* "cuda:0", "cuda:?", "host" */
     uint64_t caching;
     uint64_t streams[MT_KIND_MAX_][MAX_STREAMS];
     uint8_t n_streams[MT_KIND_MAX_]; /* MAX_STREAMS + 1: more than that */
@@ -107,9 +113,16 @@ typedef struct chrome {
     int select;         /* threshold applies */
     uint64_t kept, skipped, driver_skipped;
     mt_namebuf nb;
-    mt_u64map stack_json; /* stack << 1 | driver -> offset, length in stack_blob */
+    /* JSON formatted once and written again (offset, length in stack_blob, STACK_CACHE_BYTES in
+     * all): slice stacks and first user frames by stack << 1 | driver, track names by track_key */
+    mt_u64map stack_json, who_json, track_json;
     char *stack_blob;
     size_t stack_blob_n, stack_blob_cap;
+    struct {
+        uint64_t bytes;
+        char text[24]; /* mt_format_bytes; "" = empty entry */
+    } sizes[SIZE_CACHE]; /* direct-mapped by size: a trace's sizes repeat */
+    char size_spill[32];  /* one too long for the table */
     slot_info *slots;
     size_t n_slots;
     uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
@@ -120,7 +133,7 @@ static void ts(mt_out *o, uint64_t ns) /* "ts":µs with ns precision */
 {
     char frac[5] = {'.', (char)('0' + ns % 1000 / 100), (char)('0' + ns % 100 / 10),
                     (char)('0' + ns % 10), 0};
-    mt_out_write(o, "\"ts\":", 5);
+    WRITE_LIT(o, "\"ts\":");
     mt_out_u64(o, ns / 1000);
     mt_out_write(o, frac, 4);
 }
@@ -138,6 +151,12 @@ static void begin_event(chrome *c)
     *c->first = 0;
 }
 
+static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
+{
+    mt_device_report probe = {.u = {.device = device, .is_host = is_host}};
+    return mt_device_root_name(&probe, buf, len);
+}
+
 /* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
  * so a sample naming another has none). */
 static slot_info *slot_of(chrome *c, int32_t device, int is_host)
@@ -153,6 +172,7 @@ static slot_info *slot_of(chrome *c, int32_t device, int is_host)
     }
     c->slots = n;
     c->slots[c->n_slots] = (slot_info){.device = device, .is_host = is_host};
+    root_of(device, is_host, c->slots[c->n_slots].root, sizeof c->slots[c->n_slots].root);
     *ix = (uint16_t)++c->n_slots;
     return &c->slots[c->n_slots - 1];
 }
@@ -162,11 +182,6 @@ static int is_host_kind(unsigned kind)
     return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
 }
 
-static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
-{
-    mt_device_report probe = {.u = {.device = device, .is_host = is_host}};
-    return mt_device_root_name(&probe, buf, len);
-}
 
 /* The made-up thread that holds a device's slices. */
 static uint32_t virtual_tid(int32_t device, int is_host)
@@ -206,13 +221,13 @@ static void counter(chrome *c, const char *root, const char *what, uint64_t when
     mt_out_u64(o, c->pid);
     mt_out_puts(o, ",\"tid\":0,\"name\":\"");
     mt_out_puts(o, root);
-    mt_out_write(o, " ", 1);
+    WRITE_LIT(o, " ");
     mt_out_puts(o, what);
-    mt_out_write(o, "\",", 2);
+    WRITE_LIT(o, "\",");
     ts(o, rel_of(c, when));
     mt_out_puts(o, ",\"args\":{\"bytes\":");
     mt_out_u64(o, v);
-    mt_out_write(o, "}}", 2);
+    WRITE_LIT(o, "}}");
 }
 
 /* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
@@ -257,7 +272,7 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         }
         mt_out_puts(o, first ? "\"" : ",\"");
         mt_out_puts(o, mt_kind_name(k));
-        mt_out_write(o, "\":", 2);
+        WRITE_LIT(o, "\":");
         mt_out_u64(o, u->by_kind[k]);
         first = 0;
     }
@@ -274,7 +289,7 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         ts(o, rel_of(c, when));
         mt_out_puts(o, ",\"args\":{");
         for (unsigned k = MT_CAT_PARAMETERS; k < mt_category_count(cz) && k < MT_CAT_MAX; k++) {
-            if (k > MT_CAT_PARAMETERS) mt_out_write(o, ",", 1);
+            if (k > MT_CAT_PARAMETERS) WRITE_LIT(o, ",");
             mt_out_json_string(o, mt_category_name(cz, k));
             mt_out_printf(o, ":%llu", (unsigned long long)u->by_category[k]);
         }
@@ -375,13 +390,16 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         flush_bucket(c, s);
         s->bucket = b;
     }
+    /* A whole mt_usage is ~660 bytes, and copying it at every event was a tenth of the export:
+     * without a categorizer the counters never read by_category (its last 256), so it stays out. */
+    size_t size = c->a->categories ? sizeof *u : offsetof(mt_usage, by_category);
     if (!s->have_max || u->in_use > s->max.in_use) {
-        s->max = *u;
+        memcpy(&s->max, u, size);
         s->max_t = s->clock;
         s->max_caching = caching;
         s->have_max = 1;
     }
-    s->last = *u;
+    memcpy(&s->last, u, size);
     s->last_t = s->clock;
     s->last_caching = caching;
     s->have_last = 1;
@@ -419,52 +437,12 @@ static const char *thread_name(const mt_analysis *a, uint32_t tid)
     return NULL;
 }
 
-/* One half of a slice: "b" or "e" of the track slice (child = 0) or of the named child. */
-static void slice_event(chrome *c, int end, const char *cat, uint64_t id, uint32_t tid,
-                        const char *name, uint64_t when)
+/* Keeps what was written to o since mark under key in map, to be written again (write_kept).
+ * Nothing is kept once STACK_CACHE_BYTES are, or when it has already left the buffer. */
+static void keep_written(chrome *c, mt_u64map *map, uint64_t key, uint64_t mark)
 {
-    mt_out *o = c->o;
-    begin_event(c);
-    mt_out_puts(o, end ? "\"ph\":\"e\",\"cat\":\"" : "\"ph\":\"b\",\"cat\":\"");
-    mt_out_puts(o, cat);
-    mt_out_puts(o, "\",\"id2\":{\"local\":\"");
-    mt_out_hex(o, id);
-    mt_out_puts(o, "\"},\"pid\":");
-    mt_out_u64(o, c->pid);
-    mt_out_puts(o, ",\"tid\":");
-    mt_out_u64(o, tid);
-    mt_out_puts(o, ",\"name\":");
-    mt_out_json_string(o, name);
-    mt_out_write(o, ",", 1);
-    ts(o, when);
-}
-
-/* ,"stack":[...] of a slice's args. Each stack is formatted once and its JSON kept (up to
- * STACK_CACHE_BYTES a trace): slices repeat a few thousand stacks, and naming and escaping their
- * frames again for each of 500 000 slices was most of the export's formatting. */
-static void slice_stack(chrome *c, const mt_stack_stat *st)
-{
-    mt_out *o = c->o;
-    uint64_t key = (uint64_t)st->stack << 1 | (st->driver != 0);
-    const mt_u64map_slot *hit = mt_u64map_find(&c->stack_json, key);
-    if (hit) {
-        mt_out_write(o, c->stack_blob + hit->a, (size_t)hit->b);
-        return;
-    }
-    uint64_t mark = mt_out_tell(o);
-    if (mt_stat_frames(c->a->frames, st, c->opt->names, c->frames, 0, &c->nb) < 0) {
-        c->oom = 1;
-        c->nb.n = 0;
-    }
-    mt_out_puts(o, ",\"stack\":[");
-    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
-    for (size_t k = from; k < c->nb.n; k++) {
-        if (k > from) mt_out_write(o, ",", 1);
-        mt_out_json_string(o, c->nb.v[k]);
-    }
-    mt_out_puts(o, from ? "],\"stack_truncated\":true" : "]");
     size_t len;
-    const char *p = mt_out_recent(o, mark, &len);
+    const char *p = mt_out_recent(c->o, mark, &len);
     if (!p || c->stack_blob_n + len > STACK_CACHE_BYTES) return; /* written, not kept */
     if (c->stack_blob_n + len > c->stack_blob_cap) {
         size_t cap = c->stack_blob_cap ? 2 * c->stack_blob_cap : 65536;
@@ -474,12 +452,150 @@ static void slice_stack(chrome *c, const mt_stack_stat *st)
         c->stack_blob = nb;
         c->stack_blob_cap = cap;
     }
-    mt_u64map_slot *slot = mt_u64map_upsert(&c->stack_json, key);
+    mt_u64map_slot *slot = mt_u64map_upsert(map, key);
     if (!slot) return;
     memcpy(c->stack_blob + c->stack_blob_n, p, len);
     slot->a = c->stack_blob_n;
     slot->b = len;
     c->stack_blob_n += len;
+}
+
+/* Writes what keep_written kept under key; 0 when nothing is. */
+static int write_kept(chrome *c, const mt_u64map *map, uint64_t key)
+{
+    const mt_u64map_slot *hit = mt_u64map_find(map, key);
+    if (!hit) return 0;
+    mt_out_write(c->o, c->stack_blob + hit->a, (size_t)hit->b);
+    return 1;
+}
+
+/* ,"stack":[...] of a slice's args. Each stack is formatted once and its JSON kept (up to
+ * STACK_CACHE_BYTES a trace): slices repeat a few thousand stacks, and naming and escaping their
+ * frames again for each of 500 000 slices was most of the export's formatting. */
+static void slice_stack(chrome *c, const mt_stack_stat *st)
+{
+    mt_out *o = c->o;
+    uint64_t key = (uint64_t)st->stack << 1 | (st->driver != 0);
+    if (write_kept(c, &c->stack_json, key)) return;
+    uint64_t mark = mt_out_tell(o);
+    if (mt_stat_frames(c->a->frames, st, c->opt->names, c->frames, 0, &c->nb) < 0) {
+        c->oom = 1;
+        c->nb.n = 0;
+    }
+    mt_out_puts(o, ",\"stack\":[");
+    size_t from = c->nb.n > MAX_SLICE_FRAMES ? c->nb.n - MAX_SLICE_FRAMES : 0;
+    for (size_t k = from; k < c->nb.n; k++) {
+        if (k > from) WRITE_LIT(o, ",");
+        mt_out_json_string(o, c->nb.v[k]);
+    }
+    mt_out_puts(o, from ? "],\"stack_truncated\":true" : "]");
+    keep_written(c, &c->stack_json, key, mark);
+}
+
+/* Decimal digits of v at the end of b[20]; returns where they start. */
+static char *digits(char *end, uint64_t v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+/* The parts of a slice event that its four events share, formatted once into buf (>= 96 bytes):
+ * ","id2":{"local":"0x.."},"pid":P,"tid":T,"name": (slice_event). Returns the length. */
+static size_t slice_head(const chrome *c, char *buf, uint64_t id, uint32_t tid)
+{
+    char num[20], *q;
+    size_t n = 0;
+#define PUT(s, len) (memcpy(buf + n, (s), (len)), n += (len))
+#define PUTL(lit) PUT(lit, sizeof lit - 1)
+    PUTL("\",\"id2\":{\"local\":\"0x");
+    q = num + sizeof num;
+    do {
+        *--q = "0123456789abcdef"[id & 15];
+        id >>= 4;
+    } while (id);
+    PUT(q, (size_t)(num + sizeof num - q));
+    PUTL("\"},\"pid\":");
+    q = digits(num + sizeof num, c->pid);
+    PUT(q, (size_t)(num + sizeof num - q));
+    PUTL(",\"tid\":");
+    q = digits(num + sizeof num, tid);
+    PUT(q, (size_t)(num + sizeof num - q));
+    PUTL(",\"name\":");
+#undef PUTL
+#undef PUT
+    return n;
+}
+
+/* The key of l's track name (track_name): its slot, kind and stream. */
+static uint64_t track_key(chrome *c, const mt_lifetime *l, int is_host)
+{
+    slot_info *si = slot_of(c, l->device, is_host);
+    size_t k = l->kind < MT_KIND_MAX_ ? l->kind : 0;
+    uint64_t stream = 0; /* one track for the kind */
+    if (si && si->n_streams[k] > 1) {
+        size_t ix = 0;
+        while (ix < si->n_streams[k] && ix < MAX_STREAMS && si->streams[k][ix] != l->stream) ix++;
+        stream = ix + 1;
+    }
+    return (uint64_t)(uint32_t)l->device << 32 | (uint64_t)l->kind << 16 | stream << 2 |
+           (uint64_t)(si != NULL) << 1 | (uint64_t)(is_host != 0);
+}
+
+/* One half of a slice: "b" or "e" of the track slice (child = 0) or of the named child. head is
+ * from slice_head, ts_text the "ts":... part; the name's JSON is the one kept under key in names,
+ * else name's, which is then kept. */
+static void slice_event(chrome *c, int end, const char *cat, const char *head, size_t head_n,
+                        mt_u64map *names, uint64_t key, const char *name, const char *ts,
+                        size_t ts_n)
+{
+    mt_out *o = c->o;
+    begin_event(c);
+    if (end) WRITE_LIT(o, "\"ph\":\"e\",\"cat\":\"");
+    else WRITE_LIT(o, "\"ph\":\"b\",\"cat\":\"");
+    mt_out_puts(o, cat);
+    mt_out_write(o, head, head_n);
+    if (!write_kept(c, names, key)) {
+        uint64_t mark = mt_out_tell(o);
+        mt_out_json_string(o, name);
+        keep_written(c, names, key, mark);
+    }
+    WRITE_LIT(o, ",");
+    mt_out_write(o, ts, ts_n);
+}
+
+/* "ts":µs with ns precision (as ts()) into buf (>= 32 bytes); returns the length. */
+static size_t ts_text(char *buf, uint64_t ns)
+{
+    char num[20], *q = digits(num + sizeof num, ns / 1000);
+    size_t n = (size_t)(num + sizeof num - q);
+    memcpy(buf, "\"ts\":", 5);
+    memcpy(buf + 5, q, n);
+    n += 5;
+    buf[n++] = '.';
+    buf[n++] = (char)('0' + ns % 1000 / 100);
+    buf[n++] = (char)('0' + ns % 100 / 10);
+    buf[n++] = (char)('0' + ns % 10);
+    return n;
+}
+
+/* mt_format_bytes(bytes), kept in a small table: a trace's sizes repeat. */
+static const char *slice_size(chrome *c, uint64_t bytes)
+{
+    unsigned i = (unsigned)((bytes * 0x9E3779B97F4A7C15ull) >> 54) & (SIZE_CACHE - 1);
+    if (c->sizes[i].text[0] && c->sizes[i].bytes == bytes) return c->sizes[i].text;
+    char buf[32];
+    mt_format_bytes(bytes, buf, sizeof buf);
+    if (strlen(buf) >= sizeof c->sizes[i].text) {
+        c->sizes[i].text[0] = 0;
+        snprintf(c->size_spill, sizeof c->size_spill, "%s", buf);
+        return c->size_spill;
+    }
+    c->sizes[i].bytes = bytes;
+    memcpy(c->sizes[i].text, buf, strlen(buf) + 1);
+    return c->sizes[i].text;
 }
 
 static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
@@ -502,35 +618,45 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
     if (c->select && l->bytes == c->threshold) c->ties_left--;
     c->kept++;
     mt_out *o = c->o;
-    char root[32], size[32], track[96];
-    root_of(l->device, is_host, root, sizeof root);
-    track_name(c, l, is_host, track, sizeof track);
-    mt_format_bytes(l->bytes, size, sizeof size);
+    /* 500 000 slices of 4 events each: what they share is formatted once per slice, names and
+     * sizes once per trace (they repeat) */
+    char rootbuf[32], track[96], head[96], ts_start[32], ts_end[32];
+    slot_info *si = slot_of(c, l->device, is_host);
+    const char *root = si ? si->root : root_of(l->device, is_host, rootbuf, sizeof rootbuf);
+    uint64_t track_k = track_key(c, l, is_host);
+    if (!mt_u64map_find(&c->track_json, track_k)) track_name(c, l, is_host, track, sizeof track);
     mt_stack_stat st = {.stack = l->stack, .driver = l->kind == MT_KIND_DRIVER};
-    const char *who = st.driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
-                                : mt_frames_first_user(c->a->frames, l->stack, c->opt->names);
+    uint64_t who_k = (uint64_t)st.stack << 1 | (st.driver != 0);
+    const char *who = NULL;
+    if (!mt_u64map_find(&c->who_json, who_k))
+        who = st.driver ? mt_pseudo_name(MT_PSEUDO_DRIVER_INTERNAL)
+                        : mt_frames_first_user(c->a->frames, l->stack, c->opt->names);
     uint64_t id = c->t_index << 48 | l->serial;
     uint32_t vt = virtual_tid(l->device, is_host);
     uint64_t start = rel_of(c, l->start_ns), end = rel_of(c, end_ns);
     if (end < start) end = start; /* activity records may arrive late: never a negative slice */
-    slice_event(c, 0, root, id, vt, track, start);
-    mt_out_puts(o, ",\"args\":{\"bytes\":");
-    mt_out_u64(o, l->bytes);
-    mt_out_write(o, "}}", 2);
-    slice_event(c, 0, root, id, vt, who, start);
-    mt_out_puts(o, ",\"args\":{\"bytes\":");
-    mt_out_u64(o, l->bytes);
-    mt_out_puts(o, ",\"size\":\"");
-    mt_out_puts(o, size);
-    mt_out_puts(o, "\",\"kind\":\"");
+    size_t head_n = slice_head(c, head, id, vt);
+    size_t start_n = ts_text(ts_start, start), end_n = ts_text(ts_end, end);
+    char bytes_buf[20], *bytes = digits(bytes_buf + sizeof bytes_buf, l->bytes);
+    size_t bytes_n = (size_t)(bytes_buf + sizeof bytes_buf - bytes);
+    slice_event(c, 0, root, head, head_n, &c->track_json, track_k, track, ts_start, start_n);
+    WRITE_LIT(o, ",\"args\":{\"bytes\":");
+    mt_out_write(o, bytes, bytes_n);
+    WRITE_LIT(o, "}}");
+    slice_event(c, 0, root, head, head_n, &c->who_json, who_k, who, ts_start, start_n);
+    WRITE_LIT(o, ",\"args\":{\"bytes\":");
+    mt_out_write(o, bytes, bytes_n);
+    WRITE_LIT(o, ",\"size\":\"");
+    mt_out_puts(o, slice_size(c, l->bytes));
+    WRITE_LIT(o, "\",\"kind\":\"");
     mt_out_puts(o, mt_kind_name(l->kind));
-    mt_out_puts(o, "\",\"stream\":\"");
+    WRITE_LIT(o, "\",\"stream\":\"");
     mt_out_hex(o, l->stream);
-    mt_out_puts(o, "\",\"address\":\"");
+    WRITE_LIT(o, "\",\"address\":\"");
     mt_out_hex(o, l->address);
-    mt_out_puts(o, "\",\"ended\":\"");
+    WRITE_LIT(o, "\",\"ended\":\"");
     mt_out_puts(o, end_names[why & 3]);
-    mt_out_puts(o, "\",\"tid\":");
+    WRITE_LIT(o, "\",\"tid\":");
     mt_out_u64(o, l->tid);
     if (l->category && c->a->categories) { /* final: it is ending */
         mt_out_puts(o, ",\"category\":");
@@ -542,11 +668,11 @@ static void on_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_
         mt_out_json_string(o, tn);
     }
     slice_stack(c, &st);
-    mt_out_write(o, "}}", 2);
-    slice_event(c, 1, root, id, vt, who, end);
-    mt_out_puts(o, "}");
-    slice_event(c, 1, root, id, vt, track, end);
-    mt_out_puts(o, "}");
+    WRITE_LIT(o, "}}");
+    slice_event(c, 1, root, head, head_n, &c->who_json, who_k, who, ts_end, end_n);
+    WRITE_LIT(o, "}");
+    slice_event(c, 1, root, head, head_n, &c->track_json, track_k, track, ts_end, end_n);
+    WRITE_LIT(o, "}");
 }
 
 /* ---- survey: streams per device and kind, the N largest lifetimes ------------------------------- */
@@ -587,23 +713,51 @@ static void note_stream(chrome *c, const mt_event *e)
     if (*n <= MAX_STREAMS) (*n)++;
 }
 
+/* The `keep` largest sizes, as a size-keep min-heap of them (heap[0]: the keep-th largest). */
+typedef struct top_sizes {
+    uint64_t *heap;
+    size_t n, keep;
+} top_sizes;
+
+static void top_add(top_sizes *t, uint64_t bytes)
+{
+    if (t->n < t->keep) {
+        t->heap[t->n] = bytes;
+        heap_up(t->heap, t->n++);
+    } else if (bytes > t->heap[0]) {
+        t->heap[0] = bytes;
+        heap_down(t->heap, t->n, 0);
+    }
+}
+
+typedef struct size_count {
+    uint64_t bytes, count;
+} size_count;
+
+static int by_size_desc(const void *pa, const void *pb)
+{
+    const size_count *a = pa, *b = pb;
+    return a->bytes > b->bytes ? -1 : a->bytes < b->bytes;
+}
+
 /* Every ALLOC (except VMM_MAP, which is a mapping, not a lifetime) starts one lifetime. Reads the
  * trace once: the streams of each device and kind, and with keep > 0 the `keep` largest sizes
- * (the threshold is set when there are more lifetimes than that). */
+ * (the threshold is set when there are more lifetimes than that). Sizes repeat, so they are
+ * counted by value while there are at most SURVEY_SIZES different ones, and the threshold found
+ * from the counts; a trace of more goes on in a heap of the `keep` largest (a heap of 500 000
+ * sizes for every allocation was half of the survey's time). Either gives the same threshold and
+ * ties: the keep-th largest size, and how many of that size are kept. */
 static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
 {
     mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
     if (!r) return -1;
-    uint64_t *heap = keep ? malloc(keep * sizeof *heap) : NULL;
-    if (keep && !heap) {
-        mt_reader_close(r);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    size_t n = 0;
+    top_sizes top = {.keep = keep};
+    mt_u64map counts = {0}; /* size -> a: how many (until there are too many sizes: heap) */
+    size_t n_sizes = 0;
+    int oom = 0;
     uint64_t total = 0;
     mt_record rec;
-    while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+    while (!oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         const mt_event *e = &rec.u.event;
         if (rec.type != MT_REC_EVENT || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP)
             continue;
@@ -611,23 +765,58 @@ static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
         note_stream(c, e);
         if (!keep || e->bytes < c->opt->min_bytes) continue;
         total++;
-        if (n < keep) {
-            heap[n] = e->bytes;
-            heap_up(heap, n++);
-        } else if (e->bytes > heap[0]) {
-            heap[0] = e->bytes;
-            heap_down(heap, n, 0);
+        if (top.heap) {
+            top_add(&top, e->bytes);
+            continue;
         }
+        mt_u64map_slot *sl = mt_u64map_upsert(&counts, e->bytes);
+        if (!sl) {
+            oom = 1;
+            break;
+        }
+        if (!sl->a++) n_sizes++;
+        if (n_sizes <= SURVEY_SIZES) continue;
+        /* too many different sizes: those counted so far go into the heap */
+        if (!(top.heap = malloc(keep * sizeof *top.heap))) {
+            oom = 1;
+            break;
+        }
+        for (size_t i = 0; i < counts.cap; i++)
+            for (uint64_t k = 0; counts.slots[i].used && k < counts.slots[i].a; k++)
+                top_add(&top, counts.slots[i].key);
+        mt_u64map_destroy(&counts);
     }
-    if (keep && total > keep) {
+    if (!oom && keep && total > keep) {
         c->select = 1;
-        c->threshold = heap[0];
         uint64_t above = 0;
-        for (size_t i = 0; i < n; i++) above += heap[i] > c->threshold;
+        if (top.heap) {
+            c->threshold = top.heap[0];
+            for (size_t i = 0; i < top.n; i++) above += top.heap[i] > c->threshold;
+        } else { /* the largest sizes first, until keep lifetimes are covered */
+            size_count *v = malloc((n_sizes ? n_sizes : 1) * sizeof *v);
+            size_t m = 0;
+            if (!v) oom = 1;
+            for (size_t i = 0; v && i < counts.cap; i++)
+                if (counts.slots[i].used) v[m++] = (size_count){counts.slots[i].key, counts.slots[i].a};
+            if (v) qsort(v, m, sizeof *v, by_size_desc);
+            for (size_t i = 0; v && i < m; i++) {
+                if (above + v[i].count >= keep) {
+                    c->threshold = v[i].bytes;
+                    break;
+                }
+                above += v[i].count;
+            }
+            free(v);
+        }
         c->ties_left = keep - above;
     }
-    free(heap);
+    free(top.heap);
+    mt_u64map_destroy(&counts);
     mt_reader_close(r);
+    if (oom) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     return c->oom ? -1 : 0;
 }
 
@@ -833,6 +1022,8 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     free(c.slots);
     mt_namebuf_free(&c.nb);
     mt_u64map_destroy(&c.stack_json);
+    mt_u64map_destroy(&c.who_json);
+    mt_u64map_destroy(&c.track_json);
     free(c.stack_blob);
     s->kept += c.kept;
     s->skipped += c.skipped;
@@ -876,7 +1067,7 @@ int mt_chrome_end(mt_chrome_stream *s)
     mt_out *o = s->o;
     mt_out_puts(o, "\n],\"otherData\":{\"generator\":\"memtrace " MEMTRACE_VERSION "\",\"traces\":[");
     for (size_t i = 0; i < s->n; i++) {
-        if (i) mt_out_write(o, ",", 1);
+        if (i) WRITE_LIT(o, ",");
         mt_out_json_string(o, s->paths[i]);
         free(s->paths[i]);
     }
@@ -903,7 +1094,7 @@ int mt_chrome_end(mt_chrome_stream *s)
         mt_out_json_string(o, d->first ? d->first : "");
         mt_out_puts(o, ",\"truncated\":");
         mt_out_json_string(o, d->truncated ? d->truncated : "");
-        mt_out_write(o, "}", 1);
+        WRITE_LIT(o, "}");
         free(d->path);
         free(d->first);
         free(d->truncated);

@@ -54,6 +54,8 @@ static inline size_t slot_of_lifetime(const mt_lifetime *l)
 typedef struct timeline {
     uint64_t api_visible; /* the slot's NVML-visible bytes less driver-internal (see sample_seen) */
     uint64_t width; /* ns per bucket; doubles when the trace outgrows MT_TIMELINE_POINTS buckets */
+    uint64_t lo, hi, b; /* the last bucket noted and its times [lo, hi): most events fall in it,
+                           and a division per event was a tenth of pass 1's own time */
     uint64_t n;     /* buckets in use (highest index + 1) */
     mt_timeline_point p[MT_TIMELINE_POINTS];
 } timeline;
@@ -93,6 +95,7 @@ typedef struct nvml_sample {
 typedef struct pending_ring {
     uint32_t ix[PENDING_PER_DEVICE];
     uint32_t n;
+    uint64_t latest; /* the latest sample time among them: most changes come after it */
 } pending_ring;
 #define HISTORY_BUDGET_PER_EVENT 64
 
@@ -100,7 +103,24 @@ typedef struct change {
     uint64_t t; /* since trace start */
     int32_t device;
     int64_t delta;
+    uint64_t tmax; /* the latest t of this change and of every change before it */
 } change;
+
+/* The look-back of a sample, without walking the whole history: a walk of its 65536 changes for
+ * every sample (1.5 MB each time) was a tenth of `report`. The result, and the budget it spends,
+ * are those of the walk (sample_seen): it would step over the changes newer than the first one
+ * (newest first) more than SAMPLE_WINDOW_NS before the sample, found by a binary search in the
+ * changes that are older than every later change (`mins`, their numbers in push order, oldest
+ * first, times increasing); and of those only the changes after the sample's time take part, so
+ * the walk ends where every older change (tmax) is at or before it. */
+typedef struct hist_index {
+    uint64_t pushed; /* changes ever pushed: change number k sits at hist[k % HISTORY] */
+    uint64_t tmax;
+    uint64_t *mins;  /* a ring of HISTORY numbers: [lo, lo + n) */
+    size_t lo, n;
+    size_t wraps; /* changes in the ring whose t + SAMPLE_WINDOW_NS wraps around 2^64: while there
+                     are any the walk itself is taken, as the exact arithmetic of it */
+} hist_index;
 
 /* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its
  * device's peak when it started at or before the peak event and ended after it, or never. For each
@@ -126,6 +146,7 @@ typedef struct pass1 {
     uint64_t latest_change; /* the latest event time of a change so far: closes windows */
     change *hist;        /* the last HISTORY changes, a ring */
     size_t hist_n, hist_head;
+    hist_index hix;
     uint64_t hist_budget; /* look-back steps still allowed (HISTORY_BUDGET_PER_EVENT a change) */
     mt_tracker *t;
     uint64_t start;
@@ -150,17 +171,23 @@ static inline uint64_t rel(uint64_t t, uint64_t start) { return t > start ? t - 
 /* Keeps the highest point of each bucket; halves the resolution when time runs past the end. */
 static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
 {
-    if (!tl->width) tl->width = 1000;
-    uint64_t b = time_rel / tl->width;
-    while (b >= MT_TIMELINE_POINTS) {
-        for (size_t i = 0; i < MT_TIMELINE_POINTS / 2; i++) {
-            mt_timeline_point *x = &tl->p[2 * i], *y = &tl->p[2 * i + 1];
-            tl->p[i] = (y->time_ns && y->in_use > x->in_use) || !x->time_ns ? *y : *x;
-        }
-        memset(&tl->p[MT_TIMELINE_POINTS / 2], 0, sizeof tl->p / 2);
-        tl->n = (tl->n + 1) / 2;
-        tl->width *= 2;
+    uint64_t b = tl->b;
+    if (time_rel < tl->lo || time_rel >= tl->hi) {
+        if (!tl->width) tl->width = 1000;
         b = time_rel / tl->width;
+        while (b >= MT_TIMELINE_POINTS) {
+            for (size_t i = 0; i < MT_TIMELINE_POINTS / 2; i++) {
+                mt_timeline_point *x = &tl->p[2 * i], *y = &tl->p[2 * i + 1];
+                tl->p[i] = (y->time_ns && y->in_use > x->in_use) || !x->time_ns ? *y : *x;
+            }
+            memset(&tl->p[MT_TIMELINE_POINTS / 2], 0, sizeof tl->p / 2);
+            tl->n = (tl->n + 1) / 2;
+            tl->width *= 2;
+            b = time_rel / tl->width;
+        }
+        tl->b = b;
+        tl->lo = b * tl->width;
+        tl->hi = tl->lo + tl->width; /* may wrap: then this bucket is never taken as the last */
     }
     mt_timeline_point *p = &tl->p[b];
     /* time_ns + 1 marks the bucket used even at time 0; undone when copied out. */
@@ -182,6 +209,35 @@ static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
     *p = np;
     *cap = ncap;
     return 0;
+}
+
+static inline int wraps(uint64_t t)
+{
+    return t > UINT64_MAX - SAMPLE_WINDOW_NS;
+}
+
+/* Appends c to the history (the oldest change leaves a full ring) and to its index. */
+static void hist_push(pass1 *p, change c)
+{
+    hist_index *x = &p->hix;
+    size_t at = p->hist_head; /* == x->pushed % HISTORY */
+    if (p->hist_n == HISTORY) {
+        if (wraps(p->hist[at].t)) x->wraps--;
+        if (x->n && x->mins[x->lo] == x->pushed - HISTORY) {
+            x->lo = (x->lo + 1) % HISTORY;
+            x->n--;
+        }
+    }
+    if (c.t > x->tmax) x->tmax = c.t;
+    c.tmax = x->tmax;
+    p->hist[at] = c;
+    if (wraps(c.t)) x->wraps++;
+    while (x->n && p->hist[x->mins[(x->lo + x->n - 1) % HISTORY] % HISTORY].t >= c.t) x->n--;
+    x->mins[(x->lo + x->n) % HISTORY] = x->pushed;
+    x->n++;
+    x->pushed++;
+    p->hist_head = (at + 1) % HISTORY;
+    if (p->hist_n < HISTORY) p->hist_n++;
 }
 
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
@@ -219,16 +275,16 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     int64_t delta = (int64_t)(v - p->tl[i].api_visible);
     p->tl[i].api_visible = v;
     if (!delta) return;
-    if (!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) {
+    if ((!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) ||
+        (!p->hix.mins && !(p->hix.mins = malloc(HISTORY * sizeof *p->hix.mins)))) {
         p->oom = 1;
         return;
     }
-    p->hist[p->hist_head] = (change){t, u->device, delta};
-    p->hist_head = (p->hist_head + 1) % HISTORY;
-    if (p->hist_n < HISTORY) p->hist_n++;
+    hist_push(p, (change){t, u->device, delta, 0});
     if (t > p->latest_change) p->latest_change = t;
     const pending_ring *ring = p->pending[slot_key(u->device, 0)];
-    for (uint32_t j = ring ? ring->n : 0; j-- > 0;) {
+    if (!ring || t > ring->latest) return;
+    for (uint32_t j = ring->n; j-- > 0;) {
         uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
         if (t > st) break; /* and so for every earlier sample */
         /* a change from before the sample, read while the sample's window is open */
@@ -255,6 +311,7 @@ static void pending_add(pending_ring *r, const nvml_sample *nvml, uint32_t ix)
     }
     r->ix[j] = ix;
     r->n++;
+    r->latest = nvml[r->ix[r->n - 1]].p.time_ns;
 }
 
 /* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far. */
@@ -274,18 +331,54 @@ static void pass1_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_e
     pk->ended[pk->n++] = *l;
 }
 
-/* A new sample: the live bytes of its place in the file, less the changes already read that
- * happened after it (newest first, within the bounds above). */
-static int64_t sample_seen(pass1 *p, int32_t device, uint64_t t)
+/* The walk back over the history that a sample's look-back is: newest change first, until one
+ * more than SAMPLE_WINDOW_NS before the sample (c->t + SAMPLE_WINDOW_NS < t, in u64 arithmetic),
+ * one budget step per change stepped over; the changes after the sample's time are taken off
+ * live. */
+static int64_t hist_walk(pass1 *p, int32_t device, uint64_t t, int64_t live)
 {
-    const mt_usage *u = mt_tracker_usage(p->t, device, 0);
-    int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
     for (size_t k = 0; k < p->hist_n && p->hist_budget; k++, p->hist_budget--) {
         const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
         if (c->t + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
         if (c->device == device && c->t > t) live -= c->delta;
     }
     return live;
+}
+
+/* The same result and budget as hist_walk without stepping over every change (hist_index). */
+static int64_t hist_look_back(pass1 *p, int32_t device, uint64_t t, int64_t live)
+{
+    const hist_index *x = &p->hix;
+    if (x->wraps) return hist_walk(p, device, t, live);
+    /* the steps of the walk: the changes newer than the newest with c->t < t - SAMPLE_WINDOW_NS */
+    uint64_t steps = p->hist_n;
+    if (t > SAMPLE_WINDOW_NS && x->n) {
+        uint64_t before = t - SAMPLE_WINDOW_NS;
+        size_t lo = 0, hi = x->n; /* mins[0 .. k) of the ring have t < before: find k */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (p->hist[x->mins[(x->lo + mid) % HISTORY] % HISTORY].t < before) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo) steps = x->pushed - 1 - x->mins[(x->lo + lo - 1) % HISTORY];
+    }
+    if (steps > p->hist_budget) steps = p->hist_budget;
+    p->hist_budget -= steps;
+    for (uint64_t k = 0; k < steps; k++) {
+        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
+        if (c->tmax <= t) break; /* no change from here back is after the sample */
+        if (c->device == device && c->t > t) live -= c->delta;
+    }
+    return live;
+}
+
+/* A new sample: the live bytes of its place in the file, less the changes already read that
+ * happened after it (newest first, within the bounds above). */
+static int64_t sample_seen(pass1 *p, int32_t device, uint64_t t)
+{
+    const mt_usage *u = mt_tracker_usage(p->t, device, 0);
+    int64_t live = u ? (int64_t)(mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER]) : 0;
+    return hist_look_back(p, device, t, live);
 }
 
 /* ---- snapshots of the live set ----------------------------------------------------------------- */
@@ -1065,6 +1158,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     free(p.nvml);
     free(p.nvml_live);
     free(p.hist);
+    free(p.hix.mins);
     for (size_t k = 0; k < N_SLOTS; k++) {
         free(p.pending[k]);
         if (p.keep[k]) free(p.keep[k]->ended);

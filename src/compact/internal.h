@@ -11,18 +11,30 @@
 #include "u64map.h" /* src/util: mt_u64map */
 
 /* ---- live table: live lifetimes keyed by (device, family, address) (live.c) ---------------- */
+typedef struct mt_live_key {
+    uint64_t address;
+    uint32_t ix;    /* the lifetime's place in items; MT_LIVE_NONE marks an empty slot */
+    uint8_t family; /* the device is the lifetime's */
+} mt_live_key;
+
 typedef struct mt_live_table {
-    mt_lifetime *slots; /* family == 0xff marks an empty slot */
-    size_t cap, len;
+    mt_live_key *keys;  /* cap slots */
+    mt_lifetime *items; /* cap / 2 places; a lifetime stays at its place while it lives */
+    uint32_t *spare;    /* places freed since the last resize (n_spare of them) */
+    size_t cap, len, n_items, n_spare; /* n_items: places used since the last resize */
 } mt_live_table;
 
-#define MT_LIVE_EMPTY 0xff
+#define MT_LIVE_NONE UINT32_MAX
 
+/* The live lifetime with that key, or NULL. The pointer is valid until the next insertion or
+ * removal. */
 mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family, uint64_t addr);
 /* Inserts a copy of l (its key must not be present). -1 when out of memory. */
 int mt_live_insert(mt_live_table *t, const mt_lifetime *l);
-/* Removes the slot p points into (from mt_live_find). */
+/* Removes the lifetime p points to (from mt_live_find). */
 void mt_live_remove(mt_live_table *t, mt_lifetime *p);
+/* Calls fn on every live lifetime, in slot order (fn must not insert or remove). */
+void mt_live_foreach(const mt_live_table *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
 void mt_live_destroy(mt_live_table *t);
 
 /* ---- mapped VMM ranges, ordered by start (ranges.c) --------------------------------------- */

@@ -36,7 +36,8 @@
  *
  * Every event costs O(1) amortized (O(log n) for mappings), whatever the trace holds: usage slots
  * are found by ordinal, pools by handle (a hash), mappings in an interval treap (ranges.c), and a
- * context's destruction visits only what that context owns (ctx_members.c).
+ * context's destruction visits only what that context owns (ctx_members.c; while a single context
+ * owns everything live, the live set, sorted once: see CTX_ONE).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,11 @@ struct mt_tracker {
     pool_entry *pools;
     size_t n_pools, cap_pools;
     mt_u64map pool_index;   /* pool handle -> a: index in pools */
-    mt_ctx_registry ctx_lifetimes; /* context -> live allocations (a: address, b: device, family) */
+    mt_ctx_registry ctx_lifetimes; /* context -> live allocations (a: address, b: device, family),
+                                      once a second context is seen (ctx_mode) */
+    int ctx_mode;                  /* CTX_NONE, CTX_ONE (every live lifetime is ctx_one's) or
+                                      CTX_MANY (ctx_lifetimes says whose each is) */
+    uint32_t ctx_one;
     mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
     mt_ctx_registry temps;         /* with a categorizer: the live tensors of each temporary
                                       category (keyed by category), promoted at a phase end */
@@ -132,7 +137,7 @@ void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
     if (c) mt_categorizer_restart(c); /* a new replay: no phase yet */
 }
 
-static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
+static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
 
 static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
 {
@@ -207,11 +212,9 @@ static int32_t *slot_ref(mt_tracker *t, int32_t device, int is_host)
     return device < 0 ? &t->unknown_index : &t->ord_index[device];
 }
 
-/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
-static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
+/* A new usage slot for (device, is_host); ref is where its index goes. Returns it or -1 (OOM). */
+static long new_slot(mt_tracker *t, int32_t device, int is_host, uint64_t now, int32_t *ref)
 {
-    int32_t *ref = slot_ref(t, device, is_host);
-    if (*ref) return *ref - 1;
     if (t->n_usages == t->cap_usages) {
         size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
         mt_usage *nu = realloc(t->usages, ncap * sizeof *nu);
@@ -224,6 +227,13 @@ static long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
                               .peak_mono_ns = now, .api_peak_mono_ns = now, .peak_seq = t->seq};
     *ref = (int32_t)i + 1;
     return (long)i;
+}
+
+/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
+static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
+{
+    int32_t *ref = slot_ref(t, device, is_host);
+    return *ref ? *ref - 1 : new_slot(t, device, is_host, now, ref);
 }
 
 static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
@@ -309,6 +319,70 @@ static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)
     return member_range(arg, m) != NULL;
 }
 
+/* Which context each live lifetime belongs to. A trace has one context or two, so while every
+ * lifetime so far came from one context (CTX_ONE) no list is kept: MT_OP_CTX_DESTROY of that
+ * context ends every live lifetime, and the live set itself, ordered by serial, is the list.
+ * (A list per context cost a join per allocation and, to keep it short, a lookup of each member
+ * now and then: a tenth of `report`'s time.) The first lifetime of another context turns the
+ * live set into that first context's list (CTX_MANY) and lists are kept from then on. Either way
+ * a destruction ends its context's lifetimes in allocation order. */
+enum { CTX_NONE = 0, CTX_ONE = 1, CTX_MANY = 2 };
+
+static int cmp_member_serial(const void *pa, const void *pb)
+{
+    const mt_ctx_member *a = pa, *b = pb;
+    return a->b < b->b ? -1 : a->b > b->b;
+}
+
+typedef struct members_acc {
+    mt_ctx_member *v;
+    size_t n;
+} members_acc;
+
+static void add_member(void *ctx, mt_lifetime *l)
+{
+    members_acc *m = ctx;
+    m->v[m->n++] = lifetime_member(l);
+}
+
+/* Every live lifetime as a member, in allocation order (malloc'd; NULL and *n = 0 when none,
+ * NULL and *n > 0 when out of memory). */
+static mt_ctx_member *live_members(mt_tracker *t, size_t *n)
+{
+    *n = t->live.len;
+    if (!*n) return NULL;
+    members_acc m = {malloc(*n * sizeof *m.v), 0};
+    if (!m.v) return NULL;
+    mt_live_foreach(&t->live, add_member, &m);
+    qsort(m.v, m.n, sizeof *m.v, cmp_member_serial);
+    return m.v;
+}
+
+/* Lifetime l (just inserted in the live set) joins its context. -1 when out of memory. */
+static int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
+{
+    if (t->ctx_mode == CTX_NONE || (t->ctx_mode == CTX_ONE && t->live.len == 1)) {
+        t->ctx_mode = CTX_ONE; /* nothing else is live: l's context is the one */
+        t->ctx_one = l->context;
+        return 0;
+    }
+    if (t->ctx_mode == CTX_ONE) {
+        if (l->context == t->ctx_one) return 0;
+        /* a second context: what is live (l aside) is ctx_one's, in allocation order */
+        size_t n;
+        mt_ctx_member *v = live_members(t, &n);
+        if (!v) return -1;
+        int rc = 0;
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (v[i].b != l->serial)
+                rc = mt_ctx_join(&t->ctx_lifetimes, t->ctx_one, v[i], lifetime_still, t);
+        free(v);
+        if (rc < 0) return -1;
+        t->ctx_mode = CTX_MANY;
+    }
+    return mt_ctx_join(&t->ctx_lifetimes, l->context, lifetime_member(l), lifetime_still, t);
+}
+
 /* Ends lifetime p: tells the hook, takes its bytes off its slot, removes it. */
 static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
 {
@@ -317,7 +391,7 @@ static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason w
     long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
-    mt_ctx_leave(&t->ctx_lifetimes, p->context);
+    if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
     if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
     mt_live_remove(&t->live, p);
 }
@@ -425,7 +499,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
         if (p) mt_live_remove(&t->live, p);
         return -1;
     }
-    if (mt_ctx_join(&t->ctx_lifetimes, e->context, lifetime_member(&l), lifetime_still, t) < 0) {
+    if (ctx_join_lifetime(t, &l) < 0) {
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
         if (p) mt_live_remove(&t->live, p);
         return -1;
@@ -527,7 +601,10 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     /* What the context owns, in the order it was allocated; members that left meanwhile find
      * nothing and are passed over. */
     size_t n;
-    mt_ctx_member *v = mt_ctx_take(&t->ctx_lifetimes, e->context, &n);
+    mt_ctx_member *v = t->ctx_mode == CTX_MANY ? mt_ctx_take(&t->ctx_lifetimes, e->context, &n)
+                     : t->ctx_mode == CTX_ONE && e->context == t->ctx_one ? live_members(t, &n)
+                                                                           : (n = 0, NULL);
+    if (n && !v) return -1;
     uint64_t released = 0;
     for (size_t i = 0; i < n; i++) {
         mt_lifetime *p = member_lifetime(t, v[i]);
@@ -616,19 +693,38 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
     }
 }
 
+typedef struct finish_ctx {
+    mt_tracker *t;
+    uint64_t end_ns;
+} finish_ctx;
+
+static void finish_one(void *ctx, mt_lifetime *l)
+{
+    finish_ctx *f = ctx;
+    f->t->hooks.on_release(f->t->hooks.ctx, l, f->end_ns, MT_END_TRACE_END);
+}
+
 void mt_tracker_finish(mt_tracker *t, uint64_t end_ns)
 {
-    if (t->hooks.on_release)
-        for (size_t i = 0; i < t->live.cap; i++)
-            if (t->live.slots[i].family != MT_LIVE_EMPTY)
-                t->hooks.on_release(t->hooks.ctx, &t->live.slots[i], end_ns, MT_END_TRACE_END);
+    finish_ctx f = {t, end_ns};
+    if (t->hooks.on_release) mt_live_foreach(&t->live, finish_one, &f);
     mt_live_destroy(&t->live);
+}
+
+typedef struct foreach_ctx {
+    void (*fn)(void *ctx, const mt_lifetime *l);
+    void *ctx;
+} foreach_ctx;
+
+static void foreach_one(void *ctx, mt_lifetime *l)
+{
+    foreach_ctx *f = ctx;
+    f->fn(f->ctx, l);
 }
 
 void mt_tracker_foreach_live(const mt_tracker *t, void (*fn)(void *ctx, const mt_lifetime *l),
                              void *ctx)
 {
-    for (size_t i = 0; i < t->live.cap; i++)
-        if (t->live.slots[i].family != MT_LIVE_EMPTY) fn(ctx, &t->live.slots[i]);
+    foreach_ctx f = {fn, ctx};
+    mt_live_foreach(&t->live, foreach_one, &f);
 }
-

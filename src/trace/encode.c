@@ -165,45 +165,71 @@ static void encode_event(mt_codec *c, uint8_t **lane, const mt_event *e)
     remember_event(c, e);
 }
 
+/* The reader's hot loop (a third of `report` once was in here): every field whose head or rare
+ * bit is clear is the codec's prediction, and only what the event changed is written back, so the
+ * common event (no rare fields) costs its head byte, its lanes' varints and a few stores. What it
+ * leaves in the codec is what remember_event would. */
 static int decode_event(mt_codec *c, mt_cursor *lane, mt_event *e)
 {
     mt_cursor *cur = &lane[MT_LANE_MAIN];
-    memset(e, 0, sizeof *e);
     unsigned head = mt_get_u8(cur);
-    e->op = (uint8_t)(head & EV_OP_MASK);
-    if (e->op == EV_OP_ESCAPE) e->op = mt_get_u8(cur);
-    uint64_t rare = (head & EV_RARE) ? mt_get_varint(cur) : 0;
-    /* a set RARE bit with an empty mask is never written: treat it, and unknown bits, as corrupt */
-    if ((head & EV_RARE) && (rare == 0 || (rare & ~(uint64_t)RARE_ALL_))) return -1;
+    unsigned op = head & EV_OP_MASK;
+    if (op == EV_OP_ESCAPE) op = mt_get_u8(cur);
+    unsigned o7 = op & 7;
+    e->op = (uint8_t)op;
 
-    mt_cursor *l = lane;
-    e->time_ns = mt_get_delta64(&l[MT_LANE_TIME], c->time);
-    e->address = (head & EV_ADDR) ? mt_get_aligned_delta(&l[MT_LANE_ADDR], address_base(c, e->op))
-                                  : c->address;
-    e->bytes =
-        (head & EV_BYTES) ? mt_get_varint(&l[MT_LANE_BYTES]) : predict_bytes(c, e->op, e->address);
-    e->stack =
-        (head & EV_STACK) ? mt_get_delta32(&l[MT_LANE_STACK], c->stack_by_op[e->op & 7]) : c->stack;
-    e->correlation =
-        (head & EV_CORR) ? mt_get_delta32(&l[MT_LANE_CORR], c->correlation) : c->correlation;
-    e->tid = (rare & RARE_TID) ? mt_get_varint32(cur) : c->tid;
-    e->kind = (rare & RARE_KIND) ? mt_get_u8(cur) : c->kind;
-    if (rare & RARE_DEVICE) {
-        uint64_t z = mt_get_varint(cur);
-        if (z > UINT32_MAX) return -1;
-        e->device = (int32_t)mt_unzigzag64(z);
-    } else {
-        e->device = c->device;
+    e->time_ns = c->time = mt_get_delta64(&lane[MT_LANE_TIME], c->time);
+    uint64_t address = c->address;
+    if (head & EV_ADDR)
+        address = c->address =
+            mt_get_aligned_delta(&lane[MT_LANE_ADDR], op == MT_OP_ALLOC ? address : c->last_alloc);
+    e->address = address;
+    uint64_t bytes;
+    if (head & EV_BYTES) bytes = mt_get_varint(&lane[MT_LANE_BYTES]);
+    else bytes = predict_bytes(c, (uint8_t)op, address);
+    e->bytes = c->bytes_by_op[o7] = bytes;
+    uint32_t stack = c->stack;
+    if (head & EV_STACK) stack = c->stack = mt_get_delta32(&lane[MT_LANE_STACK], c->stack_by_op[o7]);
+    e->stack = c->stack_by_op[o7] = stack;
+    if (head & EV_CORR) c->correlation = mt_get_delta32(&lane[MT_LANE_CORR], c->correlation);
+    e->correlation = c->correlation;
+    if (op == MT_OP_ALLOC) {
+        unsigned s = live_slot(address);
+        c->live[s].address = address;
+        c->live[s].bytes = bytes;
+        c->last_alloc = address;
     }
-    e->context = (rare & RARE_CONTEXT) ? mt_get_varint32(cur) : c->context;
-    e->stream = (rare & RARE_STREAM) ? mt_get_varint(cur) : c->stream;
-    e->api = (rare & RARE_API) ? mt_get_varint16(cur) : c->api_by_op[e->op & 7];
-    e->result = (rare & RARE_RESULT) ? mt_get_varint16(cur) : c->result;
-    e->flags = (rare & RARE_FLAGS) ? mt_get_varint16(cur) : c->flags;
-    e->aux = (rare & RARE_AUX) ? mt_get_varint(cur) : c->aux;
-    for (int i = 0; i < MT_LANES; i++)
-        if (lane[i].bad) return -1;
-    remember_event(c, e);
+
+    if (head & EV_RARE) {
+        uint64_t rare = mt_get_varint(cur);
+        /* a set RARE bit with an empty mask is never written: treat it, and unknown bits, as
+         * corrupt */
+        if (rare == 0 || (rare & ~(uint64_t)RARE_ALL_)) return -1;
+        if (rare & RARE_TID) c->tid = mt_get_varint32(cur);
+        if (rare & RARE_KIND) c->kind = mt_get_u8(cur);
+        if (rare & RARE_DEVICE) {
+            uint64_t z = mt_get_varint(cur);
+            if (z > UINT32_MAX) return -1;
+            c->device = (int32_t)mt_unzigzag64(z);
+        }
+        if (rare & RARE_CONTEXT) c->context = mt_get_varint32(cur);
+        if (rare & RARE_STREAM) c->stream = mt_get_varint(cur);
+        if (rare & RARE_API) c->api_by_op[o7] = mt_get_varint16(cur);
+        if (rare & RARE_RESULT) c->result = mt_get_varint16(cur);
+        if (rare & RARE_FLAGS) c->flags = mt_get_varint16(cur);
+        if (rare & RARE_AUX) c->aux = mt_get_varint(cur);
+    }
+    e->tid = c->tid;
+    e->kind = c->kind;
+    e->device = c->device;
+    e->context = c->context;
+    e->stream = c->stream;
+    e->api = c->api_by_op[o7];
+    e->result = c->result;
+    e->flags = c->flags;
+    e->aux = c->aux;
+    if (lane[0].bad | lane[1].bad | lane[2].bad | lane[3].bad | lane[4].bad | lane[5].bad)
+        return -1;
     return 0;
 }
 
@@ -439,13 +465,12 @@ static int32_t get_int32(mt_cursor *c)
 int mt_decode_record(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out)
 {
     mt_cursor *cur = &lane[MT_LANE_MAIN];
-    memset(out, 0, sizeof *out);
     unsigned type = mt_get_u8(cur);
     if (cur->bad) return -1;
     out->type = (mt_record_type)type;
+    if (type == MT_REC_EVENT) return decode_event(c, lane, &out->u.event); /* sets every field */
+    memset(&out->u, 0, sizeof out->u);
     switch (type) {
-    case MT_REC_EVENT:
-        return decode_event(c, lane, &out->u.event);
     case MT_REC_STACK_NODE:
         return decode_node(c, cur, &out->u.node);
     case MT_REC_PROCESS:

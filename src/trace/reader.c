@@ -78,10 +78,8 @@ static int hand_over(mt_reader *r)
 
 /* The feed's position and damage when a batch's first record was read (mt_reader_offset and
  * mt_reader_damage say what they said then on one thread). */
-static void batch_begin(batch *b, const mt_feed *f, const mt_record *first)
+static void batch_begin(batch *b, const mt_feed *f)
 {
-    b->rec[0] = *first;
-    b->n = 1;
     b->chunk_off = f->chunk_off;
     b->file_size = f->file_size;
     b->dmg_chunks = f->damaged_chunks;
@@ -94,30 +92,35 @@ static void *feed_thread(void *arg)
     mt_reader *r = arg;
     mt_feed *f = &r->feed;
     size_t slot = 0; /* the ring's slot being filled: never one handed over and not read back */
-    mt_record rec;
-    int carried = 0; /* rec: the first record of a chunk, read while a batch of the last was open */
+    mt_record carry;
+    int carried = 0; /* carry: the first record of a chunk, read while a batch of the last was open */
     for (;;) {
         batch *b = &r->ring[slot];
         b->n = 0;
         b->end = MT_READ_RECORD;
         uint64_t chunk = f->chunks_loaded;
-        if (carried) batch_begin(b, f, &rec);
+        if (carried) {
+            batch_begin(b, f);
+            b->rec[b->n++] = carry;
+        }
         carried = 0;
+        /* records are decoded straight into the batch: no copy on the way */
         while (b->n < BATCH_RECORDS) {
-            mt_read_status st = mt_feed_next(f, &rec);
+            mt_record *rec = &b->rec[b->n];
+            mt_read_status st = mt_feed_next(f, rec);
             if (st != MT_READ_RECORD) {
                 b->end = st;
                 break;
             }
             if (!b->n) {
-                batch_begin(b, f, &rec);
+                batch_begin(b, f);
                 chunk = f->chunks_loaded;
             } else if (f->chunks_loaded != chunk) { /* a batch holds one chunk's records */
+                carry = *rec;
                 carried = 1;
                 break;
-            } else {
-                b->rec[b->n++] = rec;
             }
+            b->n++;
         }
         if (!b->n) { /* the end, with nothing before it: position and damage as they are now */
             b->chunk_off = f->chunk_off;
