@@ -42,6 +42,9 @@
  *             Driver-internal allocations (thousands of few-byte buffers alive to the end) get no
  *             slices unless asked for: their bytes are in the counters.
  *   instants  each device's peak and each failed request (process scope).
+ *   A trace without memory events gets one slice "no GPU memory events" over the recording (on a
+ *   made-up thread "memtrace"): with nothing else that has a time, catapult builds an empty model
+ *   and shows a blank page.
  * Timestamps are µs with 3 decimals (exact ns) since the earliest trace start (wall clock), so
  * several traces of one job line up. Ids: trace index << 48 | lifetime serial.
  *
@@ -686,6 +689,22 @@ static void instants(chrome *c)
     mt_out *o = c->o;
     char root[32], b[32], name[128];
     mt_analysis *a = c->a;
+    if (!a->n_devices && !a->host) {
+        /* Nothing else of this trace has a time: catapult would build an empty model and show a
+         * blank page (an instant of the process does not count in its bounds), Perfetto an empty
+         * process. One slice over the recording says why, on a made-up thread of its own. */
+        uint32_t tid = VIRTUAL_TID + 0xffffu;
+        uint64_t id = c->t_index << 48; /* no lifetime has serial 0 here: there are none */
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":%u,\"name\":\"thread_name\","
+                         "\"args\":{\"name\":\"memtrace\"}}",
+                      (unsigned long long)c->pid, tid);
+        slice_event(c, 0, "memtrace", id, tid, "no GPU memory events", c->offset_ns);
+        mt_out_puts(o, "}");
+        slice_event(c, 1, "memtrace", id, tid, "no GPU memory events",
+                    c->offset_ns + a->duration_ns);
+        mt_out_puts(o, "}");
+    }
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         if (!d->u.peak) continue;

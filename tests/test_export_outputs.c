@@ -217,6 +217,31 @@ Test(export, chrome_by_kind_adds_up_to_in_use)
     cr_expect_eq(run_status(cmd), 0, "%s", cmd);
 }
 
+/* A trace without memory events (a launcher that never made a context): without anything that
+ * has a time, catapult builds an empty model and shows a blank page. One slice over the recording
+ * says why. */
+Test(export, chrome_trace_without_memory_events)
+{
+    fx f;
+    fx_open(&f, "nothing.mtrace");
+    fx_process(&f, "torchrun", "torchrun --nproc-per-node 2 train.py");
+    fx_end(&f, 12, 0, 0);
+    fx_close(&f);
+    chrome_summary s;
+    export_chrome(f.path, "", "nothing.json", &s);
+    cr_expect_eq(s.tracks, 1);
+    cr_expect_eq(s.counters, 0);
+    char out[512], cmd[2400];
+    mt_test_tmpname(out, sizeof out, "nothing2.json");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " export --format chrome -o %s %s && python3 -c 'import json,sys\n"
+             "ev = [e for e in json.load(open(sys.argv[1]))[\"traceEvents\"] if e[\"ph\"] != \"M\"]\n"
+             "assert [(e[\"ph\"], e[\"name\"], e[\"ts\"]) for e in ev] == "
+             "[(\"b\", \"no GPU memory events\", 0), (\"e\", \"no GPU memory events\", 12000)], ev' %s",
+             out, f.path, out);
+    cr_expect_eq(run_status(cmd), 0, "%s", cmd);
+}
+
 /* Frame names flamegraph.pl would misread: a ';' splits a frame, a stack ending in " 42" reads as
  * a second (differential) count. */
 Test(export, folded_lines_flamegraph_reads)
