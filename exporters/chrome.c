@@ -6,7 +6,7 @@
  * Layout, per traced process (pid = the traced pid, named by its command):
  *   counters  "<root> in use" {bytes}; "<root> by kind" {one key per kind of bytes in use the
  *             device ever had: they add up to "in use", since catapult draws a counter's keys
- *             stacked}; "<root> address space reserved" {bytes} (cuMemAddressReserve, when the
+ *             stacked}; "<root> address space" {bytes} (reserved by cuMemAddressReserve, when the
  *             device reserved any: address space, not bytes in use);
  *             "<root> pool reserved" {bytes} (with pool information); the reconciliation
  *             (docs/analysis.md) "<root> allocator reserved", "<root> tensors allocated" (with pool
@@ -302,7 +302,7 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
         counter_if(c, si, COUNTER_POOL, root, "pool reserved", when, u->pool_reserved, force);
     if (u->is_host) return;
     if (d ? d->u.vmm_reserved_peak : u->vmm_reserved_peak) /* cuMemAddressReserve: not bytes */
-        counter_if(c, si, COUNTER_ADDRESS_SPACE, root, "address space reserved", when,
+        counter_if(c, si, COUNTER_ADDRESS_SPACE, root, "address space", when,
                    u->vmm_reserved, force);
     uint64_t async = u->by_kind[MT_KIND_ASYNC], pool = 0;
     if (u->has_pool_info) pool = u->pool_reserved > async ? u->pool_reserved : async;

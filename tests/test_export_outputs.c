@@ -210,7 +210,7 @@ Test(export, chrome_by_kind_adds_up_to_in_use)
              "def pts(n): return [(e[\"ts\"], e[\"args\"]) for e in ev if e.get(\"name\") == n]\n"
              "kinds = pts(\"cuda:0 by kind\")\n"
              "assert kinds and all(sorted(a) == [\"device\", \"vmm_physical\"] for _, a in kinds), kinds\n"
-             "space = [a[\"bytes\"] for _, a in pts(\"cuda:0 address space reserved\")]\n"
+             "space = [a[\"bytes\"] for _, a in pts(\"cuda:0 address space\")]\n"
              "assert space == [0, 8388608, 0, 0], space\n"
              "assert max(a[\"bytes\"] for _, a in pts(\"cuda:0 in use\")) == 5242880' %s",
              out, f.path, out);
