@@ -5,7 +5,8 @@
 //
 //   node scripts/catapult_view.mjs PAGE.html SHOT.png [--chromium BIN] [--timeout-ms N]
 //        [--width PX] [--height PX] [--panel PX] [--gz TRACE.json.gz]
-// (window 1600x1000 by default; --panel: the analysis panel's height, as its drag handle sets it)
+// (window 1600x1000 by default, import timeout 120 s; --panel: the analysis panel's height once
+// an allocation is selected, as dragging its handle sets it)
 //
 // The object holds:
 //   errors     what the viewer refused: the "Import error" overlay trace2html's page opens when
@@ -35,7 +36,8 @@ for (let i = 0; i < args.length; i++) {
   else pos.push(args[i]);
 }
 if (pos.length !== 2) {
-  console.error('usage: catapult_view.mjs PAGE.html SHOT.png [--chromium BIN] [--timeout-ms N]');
+  console.error('usage: catapult_view.mjs PAGE.html SHOT.png [--chromium BIN] [--timeout-ms N] ' +
+                '[--width PX] [--height PX] [--panel PX] [--gz TRACE.json.gz]');
   process.exit(2);
 }
 const [page_file, shot] = pos;
@@ -218,15 +220,16 @@ try {
         out.errors.push(`the analysis panel does not show the selected slice's size ${out.selected.size}`);
     }
   }
+  await screenshot(page, shot);
+  out.screenshot = shot;
+  out.import_ms = importMs;
+  /* after the screenshot: the second import opens its own progress overlay */
   if (opt.gz && st.imported) {
     out.gz = await page.eval(gzImport(fs.readFileSync(opt.gz).toString('base64')));
     for (const e of out.gz.errors) out.errors.push('.gz: ' + e);
   }
   for (const o of st.overlays) if (!/^Importing/.test(o.title)) out.errors.unshift(`overlay "${o.title}": ${o.text}`);
   for (const e of page.errors) out.errors.push(e);
-  out.import_ms = importMs;
-  await screenshot(page, shot);
-  out.screenshot = shot;
   process.stdout.write(JSON.stringify(out) + '\n');
   status = 0;
 } catch (e) {
