@@ -198,26 +198,32 @@ static const char *change(const row *r, char *buf, size_t len)
 /* The deltas of one status, largest change first: the lists are sorted by change, descending, so
  * growth (grew, new) is read from the front and drops (shrank, gone) from the back. Returns how
  * many, fills idx (up to cap). */
-static size_t select_stacks(const mt_stack_delta *v, size_t n, status want, size_t *idx, size_t cap)
+/* Indices of the entries of `want` status, at most cap: largest first (the deltas are sorted by
+ * growth, so shrinking and gone entries are taken from the end). One walk for both lists: the
+ * entries differ, the selection does not. */
+static size_t select_status(const void *v, size_t elem, size_t n, status (*status_of)(const void *),
+                            status want, size_t *idx, size_t cap)
 {
     size_t k = 0;
     int back = want == ST_SHRANK || want == ST_GONE;
     for (size_t j = 0; j < n && k < cap; j++) {
         size_t i = back ? n - 1 - j : j;
-        if (stack_status(&v[i]) == want) idx[k++] = i;
+        if (status_of((const char *)v + i * elem) == want) idx[k++] = i;
     }
     return k;
 }
 
+static status stack_status_of(const void *p) { return stack_status(p); }
+static status line_status_of(const void *p) { return line_status(p); }
+
+static size_t select_stacks(const mt_stack_delta *v, size_t n, status want, size_t *idx, size_t cap)
+{
+    return select_status(v, sizeof *v, n, stack_status_of, want, idx, cap);
+}
+
 static size_t select_lines(const mt_line_delta *v, size_t n, status want, size_t *idx, size_t cap)
 {
-    size_t k = 0;
-    int back = want == ST_SHRANK || want == ST_GONE;
-    for (size_t j = 0; j < n && k < cap; j++) {
-        size_t i = back ? n - 1 - j : j;
-        if (line_status(&v[i]) == want) idx[k++] = i;
-    }
-    return k;
+    return select_status(v, sizeof *v, n, line_status_of, want, idx, cap);
 }
 
 static const char *list_title(status s, int leaks)

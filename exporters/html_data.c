@@ -6,6 +6,7 @@
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
  *      "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
  *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
+ *      "warning_times_ns": [...] (since trace start, same order),
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
  *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans", "moment_top", "moment_thinned"
  *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
@@ -702,6 +703,11 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
         if (i) mt_out_write(o, ",", 1);
         mt_out_json_string_html(o, a->warnings[i]);
     }
+    mt_out_puts(o, "],");
+    key(o, "warning_times_ns");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < a->n_warnings; i++)
+        mt_out_printf(o, "%s%llu", i ? "," : "", (unsigned long long)a->warning_times_ns[i]);
     mt_out_puts(o, "],");
     const mt_anomalies *an = &a->anomalies;
     key(o, "anomalies");

@@ -86,6 +86,14 @@ static void breakdown_object(mt_out *o, const mt_breakdown *b)
     u64f(o, "driver_internal_bytes", b->driver_bytes, 1);
     u64f(o, "allocator_reserved_bytes", b->reserved_bytes, 1);
     u64f(o, "caching_allocator_bytes", b->caching_bytes, 1);
+    u64f(o, "pytorch_segments_bytes", b->torch_bytes, 1);
+    key(o, "other_cache_owner"); /* the allocator of the rest of caching_allocator_bytes */
+    if (b->cache_owner) {
+        mt_out_json_string(o, b->cache_owner);
+        mt_out_write(o, ",", 1);
+    } else {
+        mt_out_puts(o, "null,");
+    }
     if (b->has_pool) u64f(o, "pool_reserved_bytes", b->pool_bytes, 1);
     key(o, "tensors_allocated_bytes");
     if (b->allocated_known) mt_out_printf(o, "%llu,", (unsigned long long)b->allocated_bytes);

@@ -207,16 +207,33 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
         mt_out_printf(o, "    = CUDA context & driver         unknown   driver-internal seen by the "
                          "trace: %s\n", mt_format_bytes(b->driver_bytes, b1, sizeof b1));
     }
-    mt_out_printf(o, "    + allocator reserved         %10s\n",
+    mt_out_printf(o, "    + allocator reserved         %10s",
                   mt_format_bytes(b->reserved_bytes, b1, sizeof b1));
+    if (b->cache_owner && b->torch_bytes)
+        mt_out_printf(o, "   PyTorch's segments %s, %s %s",
+                      mt_format_bytes(b->torch_bytes, b1, sizeof b1), b->cache_owner,
+                      mt_format_bytes(b->caching_bytes - b->torch_bytes, b2, sizeof b2));
+    else if (b->cache_owner)
+        mt_out_printf(o, "   %s", b->cache_owner);
+    mt_out_puts(o, "\n");
     if (b->allocated_known) {
         mt_out_printf(o, "        tensors allocated        %10s\n",
                       mt_format_bytes(b->allocated_bytes, b1, sizeof b1));
         mt_out_printf(o, "        cached but free          %10s\n",
                       mt_format_bytes(b->cached_free_bytes, b1, sizeof b1));
-    } else if (b->reserved_bytes) {
+    } else if (b->torch_bytes) {
         mt_out_puts(o, "        tensors allocated           unknown   the caching allocator's use of its "
                        "segments is invisible to CUDA; record with --tensors to see it\n");
+    } else if (b->cache_owner) {
+        /* XLA's and CuPy's allocators hand out arrays from their reservation where no CUDA call
+         * sees it; only the library can say how much of it is in use */
+        mt_out_printf(o, "        in use by arrays            unknown   invisible to CUDA: ask the "
+                         "library (%s)\n",
+                      strcmp(b->cache_owner, MT_OWNER_XLA_ALLOCATOR) == 0
+                          ? "jax.devices()[i].memory_stats()"
+                      : strcmp(b->cache_owner, MT_OWNER_CUPY_POOL) == 0
+                          ? "cupy.get_default_memory_pool().used_bytes()"
+                          : "its own memory statistics");
     }
     mt_out_printf(o, "    + other libraries            %10s\n",
                   mt_format_bytes(b->other_bytes, b1, sizeof b1));
@@ -267,7 +284,7 @@ static void print_categories(mt_out *o, const mt_analysis *a, const mt_device_re
     mt_cat_table t;
     mt_category_table(a, d, &t);
     if (!t.known) {
-        if (d->at_peak.reserved_bytes)
+        if (d->at_peak.torch_bytes || (d->at_peak.reserved_bytes && !d->at_peak.cache_owner))
             mt_out_puts(o, "  by category      needs `memtrace record --tensors`: this trace sees the "
                            "allocator's segments, not the tensors in them (the allocator's share and "
                            "the libraries' workspaces are above)\n");

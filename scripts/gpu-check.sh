@@ -12,7 +12,9 @@
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
-#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model;
+#             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
+#             the driver's graph-pool numbers
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
 #   training  ResNet-18 and a GPT-2-like model trained with AdamW (eager, bf16 autocast,
@@ -191,6 +193,13 @@ for m in "graph_nodes|" "graph_nodes_t|--tensors" "graph_nodes_s|--stacks none -
   same_run "$n" "" "${m#*|}" "$GN"
   [ -f "$W/$n/t.json" ] && check "$n: each graph memory node recorded once, captured; graph pool == driver's" ok \
     "$("$MT" dump "$W/$n/t.mtrace" > "$W/$n/t.dump" 2>> "$LOG"; cp "$W/$n/t.dump" "$OUT/$n.dump"; $PY scripts/graph_nodes_vs_trace.py "$W/$n/t.dump" "$W/$n/t.json" "$W/$n/traced.json" 2>&1 | tail -1)"
+done
+# Other libraries' caches, named after them and never called a leak: CuPy's pool, JAX's (XLA's)
+# preallocation, against what the library itself says.
+for lib in cupy jax; do
+  same_run "holders_$lib" "" "" $PY "$S/holders.py" $lib
+  [ -f "$W/holders_$lib/t.json" ] && check "holders_$lib: the cache named after its allocator, = the library's number, no leak" ok \
+    "$($PY scripts/holders_vs_trace.py "$W/holders_$lib/t.json" "$W/holders_$lib/traced.json" 2>&1 | tail -1)"
 done
 same_run compile "" "" $PY "$S/graphs.py" --compile;                torch_match compile default --captured
 same_run compile_t "" "--tensors" $PY "$S/graphs.py" --compile;     torch_match compile_t tensors --captured

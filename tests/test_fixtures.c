@@ -206,6 +206,71 @@ Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
     for (int r = 0; r < 2; r++) mt_rank_summary_free(&sums[r]);
 }
 
+/* A top-level number of a .stats.json beside a fixture (what the library itself said). */
+static uint64_t top_stat(const char *json_name, const char *key)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' %s/%s %s",
+             MT_TEST_DATA_DIR, json_name, key);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    unsigned long long v = 0;
+    cr_assert_eq(fscanf(p, "%llu", &v), 1, "%s", cmd);
+    pclose(p);
+    return v;
+}
+
+/* Memory another library's allocator keeps (samples/holders.py on an H100: CuPy 14.2's pool at
+ * exit, JAX 0.11.2's preallocated BFC region at the peak) is named after that allocator, to the
+ * byte of what the library itself reports, and is neither a leak nor PyTorch's. */
+Test(fixtures, other_allocators_caches_named_not_leaks)
+{
+    mt_analysis *a = analyze("cupy_pool.mtrace");
+    const mt_device_report *d = device0(a);
+    uint64_t pool = top_stat("cupy_pool.stats.json", "pool_total_bytes");
+    int found = 0;
+    for (size_t i = 0; i < d->n_end_holders; i++)
+        if (strcmp(d->end_holders[i].holder, MT_OWNER_CUPY_POOL) == 0) {
+            found = 1;
+            cr_expect_eq(d->end_holders[i].kind, MT_HOLD_CACHE);
+            cr_expect_eq(d->end_holders[i].bytes, pool, "CuPy's pool holds %llu B",
+                         (unsigned long long)pool);
+        }
+    cr_expect(found, "the CuPy pool is a holder at exit");
+    cr_expect_eq(d->leak_bytes, 0);
+    cr_expect_str_eq(d->at_peak.cache_owner ? d->at_peak.cache_owner : "", MT_OWNER_CUPY_POOL);
+    cr_expect_eq(d->at_peak.torch_bytes, 0);
+    mt_analysis_free(a);
+
+    a = analyze("jax_prealloc.mtrace");
+    d = device0(a);
+    cr_expect_str_eq(d->at_peak.cache_owner ? d->at_peak.cache_owner : "", MT_OWNER_XLA_ALLOCATOR);
+    cr_expect_eq(d->at_peak.caching_bytes, top_stat("jax_prealloc.stats.json", "pool_bytes"),
+                 "XLA's preallocation = memory_stats()['pool_bytes']");
+    cr_expect_eq(d->at_peak.torch_bytes, 0);
+    cr_expect_eq(d->leak_bytes, 0);
+    mt_analysis_free(a);
+
+    /* and the report says whose, without PyTorch's advice */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s report %s/jax_prealloc.mtrace %s/cupy_pool.mtrace",
+             MT_TEST_BIN_DIR "/src/cli/memtrace", MT_TEST_DATA_DIR, MT_TEST_DATA_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[1024];
+    int xla = 0, cupy = 0, torch_words = 0;
+    while (fgets(line, sizeof line, p)) {
+        xla += strstr(line, "allocator reserved") && strstr(line, MT_OWNER_XLA_ALLOCATOR);
+        cupy += strstr(line, "allocator reserved") && strstr(line, MT_OWNER_CUPY_POOL);
+        torch_words += strstr(line, "--tensors") != NULL;
+    }
+    pclose(p);
+    cr_expect_geq(xla, 1);
+    cr_expect_geq(cupy, 1);
+    cr_expect_eq(torch_words, 0, "no advice about PyTorch's tensor mode for JAX or CuPy");
+}
+
 /* dump and report read every fixture, and refuse or partially read cut copies without crashing */
 static int run(const char *cmd)
 {

@@ -2191,7 +2191,10 @@
           text: 'Anomalies: ' + an.map(([k, v]) => k.replace(/_/g, ' ') + ' ' + v).join(', ') + '.',
         }),
       );
-    for (const w of T.warnings) notes.push(el('li', { class: 'warn', text: 'Recorder: ' + w }));
+    T.warnings.forEach((w, i) => {
+      const at = T.warning_times_ns && T.warning_times_ns[i] !== undefined ? ' (at ' + fmtRel(T.warning_times_ns[i]) + ')' : '';
+      notes.push(el('li', { class: 'warn', text: 'Recorder' + at + ': ' + w }));
+    });
     if (!T.ended_cleanly && !T.truncated)
       notes.push(
         el('li', {

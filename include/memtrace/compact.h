@@ -366,7 +366,11 @@ typedef struct mt_breakdown {
     int64_t context_bytes;     /* process - reserved - other, never negative */
     uint64_t driver_bytes;     /* DRIVER-kind bytes the trace saw (inside context_bytes) */
     uint64_t reserved_bytes;   /* caching_bytes + pool_bytes */
-    uint64_t caching_bytes;    /* live DEVICE/VMM_PHYSICAL allocations of the caching allocator */
+    uint64_t caching_bytes;    /* live DEVICE/VMM_PHYSICAL allocations of the caching allocator
+                                  (PyTorch's), or of another allocator that caches (XLA, CuPy) */
+    uint64_t torch_bytes;      /* the part of caching_bytes that is PyTorch's segments */
+    const char *cache_owner;   /* the allocator of the rest (MT_OWNER_XLA_ALLOCATOR, ...), or
+                                  "several allocators"; NULL when caching_bytes are all PyTorch's */
     int has_pool;              /* POOL_RESERVED seen for the device (tensor mode) */
     uint64_t pool_bytes;       /* max(sum of the pools' reservations, live async bytes) */
     int allocated_known;       /* = has_pool */

@@ -47,6 +47,7 @@ void mt_breakdown_add(mt_breakdown_acc *c, const mt_lifetime *l)
      * tensors are in the trace (tensor mode) or not */
     if (l->flags & MT_EF_SEGMENT) {
         c->b->caching_bytes += l->bytes;
+        c->b->torch_bytes += l->bytes;
         return;
     }
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return;
@@ -59,6 +60,14 @@ void mt_breakdown_add(mt_breakdown_acc *c, const mt_lifetime *l)
     /* traces of recorders that did not flag segments: the stack says who made it */
     if (caching && (l->kind == MT_KIND_DEVICE || l->kind == MT_KIND_VMM_PHYSICAL)) {
         c->b->caching_bytes += l->bytes;
+        /* whose cache: PyTorch's, or XLA's / CuPy's, whose use of it no trace can see (words
+         * about `record --tensors` would be wrong there) */
+        if (!owner || strcmp(owner, MT_OWNER_CACHING_ALLOCATOR) == 0)
+            c->b->torch_bytes += l->bytes;
+        else if (!c->b->cache_owner)
+            c->b->cache_owner = owner;
+        else if (strcmp(c->b->cache_owner, owner) != 0)
+            c->b->cache_owner = "several allocators";
         return;
     }
     c->b->other_bytes += l->bytes;
