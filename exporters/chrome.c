@@ -4,7 +4,10 @@
  *   {"traceEvents": [ ... ], "otherData": {...}}
  *
  * Layout, per traced process (pid = the traced pid, named by its command):
- *   counters  "<root> in use" {bytes}; "<root> by kind" {one key per kind the device ever used};
+ *   counters  "<root> in use" {bytes}; "<root> by kind" {one key per kind of bytes in use the
+ *             device ever had: they add up to "in use", since catapult draws a counter's keys
+ *             stacked}; "<root> address space" {bytes} (reserved by cuMemAddressReserve, when the
+ *             device reserved any: address space, not bytes in use);
  *             "<root> pool reserved" {bytes} (with pool information); the reconciliation
  *             (docs/analysis.md) "<root> allocator reserved", "<root> tensors allocated" (with pool
  *             information), "<root> other libraries", "<root> driver-internal", and
@@ -39,6 +42,9 @@
  *             Driver-internal allocations (thousands of few-byte buffers alive to the end) get no
  *             slices unless asked for: their bytes are in the counters.
  *   instants  each device's peak and each failed request (process scope).
+ *   A trace without memory events gets one slice "no GPU memory events" over the recording (on a
+ *   made-up thread "memtrace"): with nothing else that has a time, catapult builds an empty model
+ *   and shows a blank page.
  * Timestamps are µs with 3 decimals (exact ns) since the earliest trace start (wall clock), so
  * several traces of one job line up. Ids: trace index << 48 | lifetime serial.
  *
@@ -65,7 +71,7 @@
 
 enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
     COUNTER_IN_USE, COUNTER_POOL, COUNTER_RESERVED, COUNTER_TENSORS, COUNTER_OTHER, COUNTER_DRIVER,
-    COUNTERS_
+    COUNTER_ADDRESS_SPACE, COUNTERS_
 };
 
 typedef struct counter_state {
@@ -230,6 +236,16 @@ static void counter(chrome *c, const char *root, const char *what, uint64_t when
     WRITE_LIT(o, "}}");
 }
 
+/* The kinds whose bytes are in use (mt_usage.in_use): the keys of "by kind". catapult draws a
+ * counter's keys stacked, the track's height their sum, so "by kind" must add up to "in use";
+ * VMM_RESERVE is address space (NCCL reserves more than it maps: a DDP rank's stack read 2.3 times
+ * its bytes in use) and VMM_MAP ranges are counted by their VMM_PHYSICAL handle, as in the text
+ * and HTML reports. Address space has a track of its own. */
+static int in_use_kind(unsigned k)
+{
+    return k != MT_KIND_VMM_RESERVE && k != MT_KIND_VMM_MAP;
+}
+
 /* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
 static const mt_device_report *report_of(const chrome *c, const mt_usage *u)
 {
@@ -251,10 +267,12 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
     const mt_device_report *d = report_of(c, u);
     int first = 1, changed = force || !si;
     for (unsigned k = 0; k < MT_KIND_MAX_ && !changed; k++)
-        changed = !si->written[COUNTERS_ + k] || si->last[COUNTERS_ + k] != u->by_kind[k];
+        changed = in_use_kind(k) &&
+                  (!si->written[COUNTERS_ + k] || si->last[COUNTERS_ + k] != u->by_kind[k]);
     for (unsigned k = 0; k < MT_KIND_MAX_ && changed; k++) {
-        /* every kind the device ever had bytes of, at every point (catapult keeps the keys of a
-         * counter's first event); none is named here, so new kinds show up by themselves */
+        /* every kind of bytes in use the device ever had, at every point (catapult keeps the keys
+         * of a counter's first event); none is named here, so new kinds show up by themselves */
+        if (!in_use_kind(k)) continue;
         if (si) {
             si->last[COUNTERS_ + k] = u->by_kind[k];
             si->written[COUNTERS_ + k] = 1;
@@ -298,6 +316,9 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
     if (u->has_pool_info)
         counter_if(c, si, COUNTER_POOL, root, "pool reserved", when, u->pool_reserved, force);
     if (u->is_host) return;
+    if (d ? d->u.vmm_reserved_peak : u->vmm_reserved_peak) /* cuMemAddressReserve: not bytes */
+        counter_if(c, si, COUNTER_ADDRESS_SPACE, root, "address space", when,
+                   u->vmm_reserved, force);
     uint64_t async = u->by_kind[MT_KIND_ASYNC], pool = 0;
     if (u->has_pool_info) pool = u->pool_reserved > async ? u->pool_reserved : async;
     uint64_t in_pool = u->has_pool_info ? async : 0, api = u->api_in_use;
@@ -857,6 +878,22 @@ static void instants(chrome *c)
     mt_out *o = c->o;
     char root[32], b[32], name[128];
     mt_analysis *a = c->a;
+    if (!a->n_devices && !a->host) {
+        /* Nothing else of this trace has a time: catapult would build an empty model and show a
+         * blank page (an instant of the process does not count in its bounds), Perfetto an empty
+         * process. One slice over the recording says why, on a made-up thread of its own. */
+        uint32_t tid = VIRTUAL_TID + 0xffffu;
+        uint64_t id = c->t_index << 48; /* no lifetime has serial 0 here: there are none */
+        begin_event(c);
+        mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":%u,\"name\":\"thread_name\","
+                         "\"args\":{\"name\":\"memtrace\"}}",
+                      (unsigned long long)c->pid, tid);
+        slice_event(c, 0, "memtrace", id, tid, "no GPU memory events", c->offset_ns);
+        mt_out_puts(o, "}");
+        slice_event(c, 1, "memtrace", id, tid, "no GPU memory events",
+                    c->offset_ns + a->duration_ns);
+        mt_out_puts(o, "}");
+    }
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
         if (!d->u.peak) continue;

@@ -28,6 +28,25 @@ def no_duplicate_keys(pairs):
     return dict(pairs)
 
 
+def stack_group(e):
+    """The counter points of one device at one moment ("cuda:0 in use", "cuda:0 by kind", ...)."""
+    return (e["pid"], e["name"].split(" ", 1)[0], e["ts"])
+
+
+def stacks_add_up(latest, group):
+    """catapult draws a counter's keys stacked, the track's height their sum (model/counter.html
+    totals, ui/tracks/counter_track.html): once a device's points at one moment are read, its
+    "by kind" must add up to its "in use" (address space is not bytes in use) and its
+    "by category" to its "tensors allocated"."""
+    pid, dev, _ = group
+    for parts, whole in (("by kind", "in use"), ("by category", "tensors allocated")):
+        p = latest.get((pid, dev + " " + parts))
+        w = latest.get((pid, dev + " " + whole))
+        if p is not None and w is not None and sum(p.values()) != w["bytes"]:
+            fail("%s %s adds up to %d, %s is %d at %s (catapult stacks a counter's keys)"
+                 % (dev, parts, sum(p.values()), whole, w["bytes"], group[2]), p)
+
+
 def main(path):
     raw = (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")).read()
     text = raw.decode("utf-8")  # the tokenizer reads bytes; JSON must be valid UTF-8
@@ -52,7 +71,12 @@ def main(path):
     pid_end = {}    # pid -> largest ts
     sizes = []
     tracks = set()
+    latest = {}     # (pid, counter name) -> args of its latest point
+    group = None    # (pid, device, ts) of the counter points being read
     for order, e in enumerate(ev):
+        if group and (e.get("ph") != "C" or stack_group(e) != group):
+            stacks_add_up(latest, group)
+            group = None
         if not isinstance(e, dict):
             fail("an event is not an object", e)
         ph = e.get("ph")
@@ -104,6 +128,8 @@ def main(path):
             if e["ts"] < counter_last.get(key, 0):
                 fail("counter time steps back", e)
             counter_last[key] = e["ts"]
+            latest[key] = a
+            group = stack_group(e)
         elif ph in ("b", "e"):
             # parser: needs pid and an async cookie; id2.local scopes it to the process
             id2 = e.get("id2")
@@ -140,6 +166,8 @@ def main(path):
                 fail("instant scope", e)
         else:
             fail("unexpected phase " + ph, e)
+    if group:
+        stacks_add_up(latest, group)
     if any(st for st in open_.values()):
         fail("unterminated slices")
     for pid in pid_end:
