@@ -888,11 +888,16 @@ static void instants(chrome *c)
         mt_out_printf(o, "\"ph\":\"M\",\"pid\":%llu,\"tid\":%u,\"name\":\"thread_name\","
                          "\"args\":{\"name\":\"memtrace\"}}",
                       (unsigned long long)c->pid, tid);
-        slice_event(c, 0, "memtrace", id, tid, "no GPU memory events", c->offset_ns);
-        mt_out_puts(o, "}");
-        slice_event(c, 1, "memtrace", id, tid, "no GPU memory events",
-                    c->offset_ns + a->duration_ns);
-        mt_out_puts(o, "}");
+        char head[96], t[40];
+        size_t head_n = slice_head(c, head, id, tid);
+        for (int end = 0; end < 2; end++) {
+            begin_event(c);
+            mt_out_puts(o, end ? "\"ph\":\"e\",\"cat\":\"memtrace" : "\"ph\":\"b\",\"cat\":\"memtrace");
+            mt_out_write(o, head, head_n);
+            mt_out_puts(o, "\"no GPU memory events\",");
+            mt_out_write(o, t, ts_text(t, c->offset_ns + (end ? a->duration_ns : 0)));
+            mt_out_puts(o, "}");
+        }
     }
     for (size_t i = 0; i < a->n_devices + (a->host != NULL); i++) {
         const mt_device_report *d = i < a->n_devices ? &a->devices[i] : a->host;
