@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh — build the libFuzzer harnesses (tests/fuzz) with clang into ./build-fuzz and run them
-# over a seed corpus made from the committed traces (tests/data) and the hostile cases.
+# over a seed corpus made from the committed traces (tests/data) and the hostile cases, and the
+# inputs that once failed (tests/fuzz/regressions/<harness>/, run first every time).
 #
 #   scripts/fuzz.sh                 CI: each harness for FUZZ_SECONDS (default 60) seconds
 #   scripts/fuzz.sh RUNS [JOBS]     a long run: RUNS executions per harness, harnesses side by side
@@ -33,7 +34,8 @@ if [ $# -eq 0 ]; then
     for h in file payload; do
         echo "fuzz_trace_$h: ${FUZZ_SECONDS:-60} s"
         "$B/fuzz_trace_$h" "${common[@]}" -max_total_time="${FUZZ_SECONDS:-60}" \
-            build-fuzz/corpus/$h build-fuzz/seeds/$h > build-fuzz/fuzz_$h.log 2>&1 || status=1
+            build-fuzz/corpus/$h build-fuzz/seeds/$h tests/fuzz/regressions/$h \
+            > build-fuzz/fuzz_$h.log 2>&1 || status=1
         grep -E "^Done|stat::(number_of_executed_units|slowest_unit_time_sec|peak_rss_mb)" \
             build-fuzz/fuzz_$h.log || true
         [ $status = 0 ] || { tail -40 build-fuzz/fuzz_$h.log; exit 1; }
@@ -45,7 +47,7 @@ pids=()
 for h in file payload; do
     if [ "$jobs" -gt 1 ]; then par=(-jobs="$jobs" -workers="$jobs"); else par=(); fi
     "$B/fuzz_trace_$h" "${common[@]}" -runs="$runs" "${par[@]}" \
-        build-fuzz/corpus/$h build-fuzz/seeds/$h > build-fuzz/fuzz_$h.log 2>&1 &
+        build-fuzz/corpus/$h build-fuzz/seeds/$h tests/fuzz/regressions/$h > build-fuzz/fuzz_$h.log 2>&1 &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || status=1; done

@@ -447,9 +447,10 @@ if [ "$NGPU" -ge 2 ]; then
       check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
     done
     "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; sed -n 1,12p "$d/ranks.txt" >> "$LOG"
-    if [[ $name == ddp_t ]]; then # tensors: the last rank trains on the largest batch
-      check "$name: the rank table names the last rank as the largest" "$((NGPU - 1))" "$("$MT" report --json "$d/traced" | $PY -c 'import json,sys; t=json.load(sys.stdin)["rank_table"]; print(t["rows"][t["imbalance"]["max"]]["rank"])')"
-    fi
+    # (The last rank trains on the largest batch, but it is not always the largest: on 2 x H200 on
+    # 2026-11-23 DDP's first-step bucket buffers, 112 MiB on rank 0 only, made rank 0's tensor peak
+    # 851 MiB against rank 1's 741 MiB, and PyTorch's own max_memory_allocated agreed. So the
+    # check below asks PyTorch which rank peaked, not the batch sizes.)
     # the rank table's largest rank is the one whose own peaks are: tensors (or segments) plus what
     # every rank has alike (context, NCCL); PyTorch says which rank's allocator peaked highest
     key=max_reserved; [ "$mode" = tensors ] && key=max_allocated

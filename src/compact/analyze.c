@@ -168,6 +168,10 @@ static void fail(char *err, size_t errlen, const char *fmt, ...)
 
 static inline uint64_t rel(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
 
+/* a + b as the two's complement machine does it: byte counts from a hostile trace can be anything,
+ * and a signed overflow would be undefined behaviour (found by fuzz_trace_payload) */
+static inline int64_t wrap_add(int64_t a, uint64_t b) { return (int64_t)((uint64_t)a + b); }
+
 /* Keeps the highest point of each bucket; halves the resolution when time runs past the end. */
 static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
 {
@@ -288,7 +292,8 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
         uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
         if (t > st) break; /* and so for every earlier sample */
         /* a change from before the sample, read while the sample's window is open */
-        if (st + SAMPLE_WINDOW_NS >= p->latest_change) p->nvml_live[ring->ix[j]] += delta;
+        if (st + SAMPLE_WINDOW_NS >= p->latest_change)
+            p->nvml_live[ring->ix[j]] = wrap_add(p->nvml_live[ring->ix[j]], (uint64_t)delta);
     }
 }
 
@@ -340,7 +345,7 @@ static int64_t hist_walk(pass1 *p, int32_t device, uint64_t t, int64_t live)
     for (size_t k = 0; k < p->hist_n && p->hist_budget; k++, p->hist_budget--) {
         const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
         if (c->t + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
-        if (c->device == device && c->t > t) live -= c->delta;
+        if (c->device == device && c->t > t) live = wrap_add(live, -(uint64_t)c->delta);
     }
     return live;
 }
@@ -367,7 +372,7 @@ static int64_t hist_look_back(pass1 *p, int32_t device, uint64_t t, int64_t live
     for (uint64_t k = 0; k < steps; k++) {
         const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
         if (c->tmax <= t) break; /* no change from here back is after the sample */
-        if (c->device == device && c->t > t) live -= c->delta;
+        if (c->device == device && c->t > t) live = wrap_add(live, -(uint64_t)c->delta);
     }
     return live;
 }
