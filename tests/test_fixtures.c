@@ -157,19 +157,28 @@ Test(fixtures, cifar_async_tensor_mode_peak_equals_max_memory_allocated)
 
 /* A DDP job recorded with --tensors on 2 H200s (samples/ddp.py under torchrun): each rank's trace
  * against that rank's own PyTorch numbers, and the rank table over both. */
-static uint64_t stat_of(const char *json_name, int device, const char *key)
+/* The number at `subscript` (Python, e.g. ["devices"]["0"]["max_allocated"]) in a .stats.json
+ * beside a fixture: what PyTorch or the library itself said on the GPU. */
+static uint64_t json_number(const char *json_name, const char *subscript)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"]"
-             "[sys.argv[2]][sys.argv[3]])' %s/%s %d %s",
-             MT_TEST_DATA_DIR, json_name, device, key);
+             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))%s)' %s/%s",
+             subscript, MT_TEST_DATA_DIR, json_name);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     unsigned long long v = 0;
     cr_assert_eq(fscanf(p, "%llu", &v), 1, "%s", cmd);
     pclose(p);
     return v;
+}
+
+/* A device's number in a PyTorch sample's .stats.json. */
+static uint64_t stat_of(const char *json_name, int device, const char *key)
+{
+    char sub[128];
+    snprintf(sub, sizeof sub, "[\"devices\"][\"%d\"][\"%s\"]", device, key);
+    return json_number(json_name, sub);
 }
 
 Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
@@ -209,16 +218,9 @@ Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
 /* A top-level number of a .stats.json beside a fixture (what the library itself said). */
 static uint64_t top_stat(const char *json_name, const char *key)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' %s/%s %s",
-             MT_TEST_DATA_DIR, json_name, key);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    unsigned long long v = 0;
-    cr_assert_eq(fscanf(p, "%llu", &v), 1, "%s", cmd);
-    pclose(p);
-    return v;
+    char sub[128];
+    snprintf(sub, sizeof sub, "[\"%s\"]", key);
+    return json_number(json_name, sub);
 }
 
 /* Memory another library's allocator keeps (samples/holders.py on an H100: CuPy 14.2's pool at
