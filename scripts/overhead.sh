@@ -39,6 +39,7 @@ CMD[tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -
 AB=${AB:-50}
 CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
   name=${nb%%=*}; MB=$PWD/${nb#*=}/src/cli/memtrace

@@ -48,6 +48,21 @@ Test(record_merge_python, count_mismatch_puts_all_python_at_the_innermost_eval_f
     for (int i = 0; i < n; i++) cr_expect_eq(out[i], want[i], "frame %d", i);
 }
 
+/* The recorder's default walk stops at the innermost eval-loop frame (mt_unwind_stop_at): the
+ * runs then all go there, in order, and the C frame between them (torch-ext in the first test)
+ * is what --stacks full keeps and this leaves out. */
+Test(record_merge_python, walk_cut_at_the_innermost_eval_frame_takes_every_run)
+{
+    const uint64_t native[] = {0x200010, 0x100020, 0x1100};
+    const mt_pyframe pyf[] = {{1, 10, 0}, {2, 20, 1}, {3, 30, 0}, {4, 40, 1}};
+    uint64_t out[32];
+    int n = mt_merge_python(&R, native, 3, pyf, 4, same_id, NULL, out, 32);
+    const uint64_t want[] = {nat(0x200010), nat(0x100020), py(1, 10), py(2, 20), py(3, 30),
+                             py(4, 40)};
+    cr_assert_eq(n, 6);
+    for (int i = 0; i < n; i++) cr_expect_eq(out[i], want[i], "frame %d", i);
+}
+
 Test(record_merge_python, no_eval_frame_puts_python_outermost_and_no_ranges_gives_python_only)
 {
     const uint64_t native[] = {0x200010, 0x100020};

@@ -38,7 +38,7 @@ static int differs_from_backtrace(const capture *c)
 static volatile int sink;
 /* Loop bounds read from a volatile cannot be unrolled: a loop body stays ONE call site, so
  * every iteration's return addresses must be identical. */
-static volatile int two = 2, many = 5000;
+static volatile int two = 2, many = 5000, sites = 300;
 
 /* Under AddressSanitizer backtrace() is intercepted, and the interceptor's own frame (in the
  * sanitizer's library) comes first: drop the frames before the first one in this program, so both
@@ -281,6 +281,31 @@ Test(record_unwind, null_truncated_pointer_is_allowed)
     cr_expect_gt(mt_unwind(ips, 8, 0, NULL), 0);
 }
 
+/* mt_unwind_stop_at: the walk writes the first frame whose pc is in the range and stops there,
+ * truncated, the same from a remembered walk as from a fresh one. The range here starts at
+ * clobber_b and covers its body (these functions are small): the walk from leaf passes vla_d and
+ * big_c (placed before it), then stops at clobber_b's frame, the fourth. */
+Test(record_unwind, stops_after_the_first_frame_in_the_stop_range)
+{
+    warm_backtrace();
+    uintptr_t lo = (uintptr_t)clobber_b;
+    mt_unwind_stop_at(lo, lo + 512);
+    capture c[3];
+    for (int k = 0; k < 3; k++) /* one call site: the second and third walks are remembered */
+        fp_a(&c[k]);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(c[k].n, 4, "walk %d: %d frames", k, c[k].n);
+        cr_expect_eq(c[k].truncated, 1);
+        cr_expect(returns_into(c[k].ips[1], (void (*)(void))vla_d));
+        cr_expect(returns_into(c[k].ips[2], (void (*)(void))big_c));
+        cr_expect(returns_into(c[k].ips[3], (void (*)(void))clobber_b));
+    }
+    mt_unwind_totals t;
+    mt_unwind_stats(&t);
+    cr_expect_geq(t.whole_hits, 1, "the walk that ended at the range is remembered whole");
+    mt_unwind_stop_at(0, 0);
+}
+
 /* The per-thread memo (unwind_memo.h) reuses the previous walk's outer frames when their stack
  * words are unchanged. Here inner() runs at the same rsp with the same pc below two different
  * callers, so only the return address in between differs: the memo must notice. */
@@ -491,6 +516,75 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
     cr_expect_lt(s1 - s0, 100 * 3, "%lu frames stepped by rule in 100 walks",
                  (unsigned long)(s1 - s0));
+}
+
+/* The memo holds 512 walks in 64 sets of 8, the set chosen by the key: 300 call sites, one walk
+ * each, mostly fit (~7% of them land in a set holding more than 8); a round later those that fit
+ * are found whole. (A shift that used only 32 of the 64 sets left ~70% of them out.) */
+static void *three_hundred_sites(void *out)
+{
+    capture c;
+    mt_unwind_totals t0, t1;
+    for (int round = 0; round < two; round++) { /* one call site: the same stack both rounds */
+        if (round == 1) mt_unwind_stats(&t0);
+        for (int k = 1; k <= sites; k++) keyed_deep(&c, (uint64_t)k * 7919, 3);
+    }
+    mt_unwind_stats(&t1);
+    *(uint64_t *)out = t1.whole_hits - t0.whole_hits;
+    return NULL;
+}
+
+/* On a thread of its own: Criterion's main thread has frames more than 512 KiB up its stack,
+ * too far for a whole check (unwind_memo.h), so its walks are only ever matched in part. */
+Test(record_unwind, three_hundred_call_sites_mostly_fit_in_the_memo)
+{
+    uint64_t whole = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, three_hundred_sites, &whole), 0);
+    pthread_join(t, NULL);
+    cr_expect_geq(whole, 250, "%lu of 300 walks found whole a round later", (unsigned long)whole);
+}
+
+/* A walk that ends at the stop range never reads the rbp the boundary frame holds: the recorder's
+ * boundary is the interpreter's eval loop, whose rbp is a scratch register that differs with every
+ * Python caller. A remembered walk must hold whatever it holds. below_boundary saves rbp (its
+ * frame is rbp-based: a VLA), so the last step loads boundary_noise's changing rbp. */
+static NOINLINE void below_boundary(capture *c, int len)
+{
+    volatile char buf[len];
+    buf[0] = 1;
+    c->n = mt_unwind_keyed(c->ips, MT_MAX_FRAMES, 0, &c->truncated, 77, &c->walk_id);
+    sink += buf[0];
+}
+
+static NO_FP void boundary_noise(capture *c)
+{
+    long v = ++noise * 0x1000 + 8;
+    __asm__ volatile("movq %0, %%rbp" ::"r"(v) : "rbp");
+    below_boundary(c, 16 + sink % 2);
+    sink++;
+}
+
+Test(record_unwind, walk_ended_at_the_stop_range_holds_whatever_rbp_the_boundary_holds)
+{
+    uintptr_t lo = (uintptr_t)boundary_noise;
+    mt_unwind_stop_at(lo, lo + 256);
+    capture c;
+    boundary_noise(&c);
+    uint64_t first = c.walk_id;
+    mt_unwind_totals t0, t1;
+    mt_unwind_stats(&t0);
+    int wrong = 0;
+    for (int k = 0; k < 100; k++) {
+        boundary_noise(&c);
+        wrong += c.n != 2 || !c.truncated || !returns_into(c.ips[1], (void (*)(void))boundary_noise) ||
+                 c.walk_id != first;
+    }
+    mt_unwind_stats(&t1);
+    cr_expect_eq(wrong, 0, "%d walks were not the remembered one (2 frames, ending in "
+                 "boundary_noise)", wrong);
+    cr_expect_eq(t1.whole_hits - t0.whole_hits, 100);
+    mt_unwind_stop_at(0, 0);
 }
 
 /* mt_unwind_keyed_lazy: a call site walked before is answered with MT_UNWIND_LATER and its walk

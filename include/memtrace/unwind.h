@@ -48,6 +48,14 @@ void *mt_unwind_slot(uint64_t walk_id);
  * Does nothing for key 0. */
 void mt_unwind_prefetch(uint64_t key);
 int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated);
+/* Walks stop at the first frame whose pc lies in [lo, hi), after writing it; they count as
+ * truncated (nothing says the outermost frame was reached). For the recorder of a Python program:
+ * everything above the innermost frame of the interpreter's eval loop is the interpreter running
+ * the thread's Python frames, which the recorder reads anyway (src/record/merge_python.c), so the
+ * walk and the check of an unchanged walk stop there (about half of a PyTorch stack's frames).
+ * Process-wide, set once before the first walk (walks remembered before a change may still end at
+ * the old range); lo = hi = 0 (the default) walks to the outermost frame. */
+void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi);
 /* What the walks cost, totals since the process started. Exact for the calling thread; other
  * threads' last (< 64) walks may not be counted yet. */
 typedef struct mt_unwind_totals {
@@ -59,6 +67,8 @@ typedef struct mt_unwind_totals {
     uint64_t ways_checked;       /* remembered walks compared as a whole */
     uint64_t rule_steps;         /* frames stepped with a cached or parsed rule */
     uint64_t rule_misses;        /* rule-cache misses (CFI parsed) */
+    uint64_t stored;             /* walks remembered (each not held whole by a remembered one) */
+    uint64_t evicted;            /* ... of which in place of another call site's walk */
 } mt_unwind_totals;
 void mt_unwind_stats(mt_unwind_totals *t);
 

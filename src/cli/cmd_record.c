@@ -47,9 +47,10 @@ static void usage(FILE *out)
         "                    (docs/ranks.md). The directory must exist and be writable\n"
         "                    (checked before CMD starts)\n"
         "  -f, --force       replace existing trace files (default: never overwrite)\n"
-        "  --stacks MODE     both (default: native frames, with Python frames in place of the\n"
-        "                    interpreter's when the program is Python), python (Python frames\n"
-        "                    only: cheapest), native, or none\n"
+        "  --stacks MODE     both (default: native frames; in a Python program the native\n"
+        "                    frames below the innermost Python frame, then the Python frames),\n"
+        "                    full (both, plus the C frames between Python frames),\n"
+        "                    python (Python frames only: cheapest), native, or none\n"
         "  --tensors, --tensors=reports\n"
         "                    PyTorch: record every tensor (each block the caching allocator\n"
         "                    hands out, with its stack), from the allocator's own reports;\n"
@@ -134,12 +135,14 @@ int mt_cmd_record(int argc, char **argv)
         } else if (strcmp(a, "-f") == 0 || strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--stacks") == 0) {
-            if (++i >= argc) return mt_cli_fail("record: --stacks needs both|python|native|none");
+            if (++i >= argc)
+                return mt_cli_fail("record: --stacks needs both|full|python|native|none");
             stacks = argv[i];
             if (strcmp(stacks, "native") != 0 && strcmp(stacks, "none") != 0 &&
-                strcmp(stacks, "python") != 0 && strcmp(stacks, "both") != 0)
-                return mt_cli_fail("record: --stacks takes both, python, native or none, not '%s'",
-                                   stacks);
+                strcmp(stacks, "python") != 0 && strcmp(stacks, "both") != 0 &&
+                strcmp(stacks, "full") != 0)
+                return mt_cli_fail("record: --stacks takes both, full, python, native or none, "
+                                   "not '%s'", stacks);
         } else if (strcmp(a, "--tensors") == 0 || strcmp(a, "--tensors=reports") == 0) {
             tensors = 1;
         } else if (strcmp(a, "--tensors=async") == 0) {

@@ -43,6 +43,19 @@ typedef struct thread_stack {
 
 static __thread thread_stack tls_stack;
 
+/* mt_unwind_stop_at's range: where every walk of the process ends (relaxed: set once, before the
+ * first walk). */
+static struct {
+    _Atomic uintptr_t lo, hi;
+} stop_range;
+
+void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi)
+{
+    if (hi < lo) hi = lo;
+    atomic_store_explicit(&stop_range.lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&stop_range.hi, hi, memory_order_relaxed);
+}
+
 static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
 {
     thread_stack *ts = &tls_stack;
@@ -117,8 +130,9 @@ static inline int load_word(uintptr_t addr, uintptr_t lo, uintptr_t hi, uintptr_
  * and for the packed check (memo_seal). */
 static inline int bp_word_matters(const mt_walk_memo *m, int k)
 {
-    return m->steps[k].bp_addr &&
-           !(k + 1 < m->n && (m->steps[k + 1].bp_known & MT_BP_IRRELEVANT));
+    if (!m->steps[k].bp_addr) return 0;
+    if (k + 1 < m->n) return !(m->steps[k + 1].bp_known & MT_BP_IRRELEVANT);
+    return m->end != MT_WALK_BOUNDARY; /* see mark_rbp_use */
 }
 
 /* -1 when every stack word the previous walk loaded from step k on still holds what it held,
@@ -191,6 +205,8 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
     uintptr_t lo, hi;
     if (!stack_bounds(&lo, &hi) || sp < lo || sp >= hi) return MT_WALK_STOPPED;
     lo = sp; /* nothing below the current frame belongs to a live caller */
+    uintptr_t stop_lo = atomic_load_explicit(&stop_range.lo, memory_order_relaxed);
+    uintptr_t stop_len = atomic_load_explicit(&stop_range.hi, memory_order_relaxed) - stop_lo;
     uintptr_t bp_known = 1;
     int ok = old && old->n > 0, k = 0; /* k: cursor in the previous walk, by increasing sp */
     int changed = -1; /* steps of the previous walk up to this one are known to have changed */
@@ -284,6 +300,7 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
         emit(o, rec, &st);
         if (st.ra < 4096) return MT_WALK_STOPPED;
         st.pc = st.ra - 1; /* inside the call instruction, not after it */
+        if (st.pc - stop_lo < stop_len) return MT_WALK_BOUNDARY; /* its frame is written */
     }
 }
 
@@ -293,10 +310,13 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
  * so at most steps rbp holds a pointer that changes from one training step to the next; requiring
  * it equal made walks from the same call site step ~20 frames by rule before they could match.
  * Backwards, since each step depends on the next: the state after the last step (where the walk
- * ended, for whatever reason) is taken to depend on rbp. */
+ * ended, for whatever reason but the stop range) is taken to depend on rbp. */
 static void mark_rbp_use(mt_walk_memo *m)
 {
-    int next_uses = 1;
+    /* A walk that stopped at the stop range would stop there again: nothing after it reads rbp.
+     * (The rbp that the interpreter's eval loop keeps differs with every Python caller; taken as
+     * read, it failed the check of walks that hold otherwise.) */
+    int next_uses = m->end != MT_WALK_BOUNDARY;
     for (int i = m->n - 1; i >= 0; i--) {
         mt_walk_step *st = &m->steps[i];
         mt_unwind_rule r = st->rule;
@@ -376,7 +396,8 @@ static inline uint64_t memo_tag(uint64_t key, uintptr_t sp)
  * walks by the tag, or they would all share one set. */
 static inline int memo_set(uint64_t key, uint64_t tag)
 {
-    return (int)((key ? mt_mix64(key) : tag) >> 59) & (MT_MEMO_SETS - 1);
+    /* The top MT_MEMO_SET_BITS bits. (Until 2026-11-23 a shift by 59 used 32 of the 64 sets.) */
+    return (int)((key ? mt_mix64(key) : tag) >> (64 - MT_MEMO_SET_BITS));
 }
 
 /* A walk that no remembered walk holds for as a whole: unwound (from the remembered walk that
@@ -406,6 +427,7 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
     mt_walk_end end = walk(pc, sp, bp, o, old, rec);
     if (!memos) return end;
     if (o->reused_prev) {
+        tls_stats.t.stored++;
         memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
         memos->used[w] = ++memos->clock;
         old->id = ++memos->next_id;
@@ -419,6 +441,8 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
          * the way keeps what it held. */
         mt_walk_memo *kept = mt_walk_memo_copy(rec);
         if (kept) {
+            tls_stats.t.stored++;
+            tls_stats.t.evicted += memos->way[w] && memos->tag[w] != tag;
             memo_seal(kept);
             *walk_id = kept->n > 0 ? kept->id : 0;
             free(memos->way[w]);

@@ -45,6 +45,8 @@ typedef enum mt_walk_end {
     MT_WALK_OUTERMOST = 0, /* reached the outermost frame: not truncated */
     MT_WALK_STOPPED = 1,   /* could not go on (no rule, unknown code, bounds) */
     MT_WALK_LIMIT = 2,     /* there were callers left but the caller wanted no more */
+    MT_WALK_BOUNDARY = 3,  /* reached a frame in the stop range (mt_unwind_stop_at): the rest of
+                              the stack is the caller's to describe (the Python frames) */
 } mt_walk_end;
 
 /* A remembered walk. Two views of it, in one allocation:
@@ -151,7 +153,8 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use
  * on this thread (a signal handler unwinding inside an unwind). Release with
  * mt_walk_memo_release. */
-#define MT_MEMO_SETS 64
+#define MT_MEMO_SET_BITS 6
+#define MT_MEMO_SETS (1 << MT_MEMO_SET_BITS)
 #define MT_MEMO_ASSOC 8
 #define MT_MEMO_WAYS (MT_MEMO_SETS * MT_MEMO_ASSOC)
 typedef struct mt_walk_memos {

@@ -16,8 +16,9 @@
  *                      (default memtrace.%c.%p.mtrace in the working directory)
  *   MEMTRACE_FORCE     1: replace an existing file (default: never overwrite, O_EXCL)
  *   MEMTRACE_CUPTI     libcupti to load when the process has none loaded yet
- *   MEMTRACE_STACKS    none | native | python | both (default both: Python frames in place of
- *                      the interpreter's, when the process runs Python)
+ *   MEMTRACE_STACKS    none | native | python | both | full (default both: the native frames
+ *                      below the innermost Python frame, then the Python frames, when the process
+ *                      runs Python; full: also the native frames between Python frames)
  *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations/pool sizes)
  *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
  *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost);
@@ -250,6 +251,7 @@ static void read_config(mt_recorder_config *c)
     if (stacks && strcmp(stacks, "none") == 0) c->stacks = MT_STACKS_NONE;
     if (stacks && strcmp(stacks, "native") == 0) c->stacks = MT_STACKS_NATIVE;
     if (stacks && strcmp(stacks, "python") == 0) c->stacks = MT_STACKS_PYTHON;
+    c->native_full = stacks && strcmp(stacks, "full") == 0;
     c->activity = !env_is("MEMTRACE_ACTIVITY", "0");
     const char *flush = getenv("MEMTRACE_FLUSH_MS");
     c->flush_ms = flush ? (uint32_t)atoi(flush) : 0;

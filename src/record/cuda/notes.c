@@ -85,10 +85,11 @@ void mt_write_cost_notes(mt_recorder *r)
                       "(%.1f%% were one as a whole; %.2f remembered walks compared per walk), "
                       "%.1f frames stepped by rule per walk, %" PRIu64 " rule-cache misses; "
                       "%" PRIu64 " walks without a key (neither a Python frame nor a "
-                      "stand-in to name the call site), %.1f%% of them whole",
+                      "stand-in to name the call site), %.1f%% of them whole; %" PRIu64
+                      " walks remembered, %" PRIu64 " of them in place of another call site's",
                       u.walks, 100.0 * (double)u.memo_hits / w, 100.0 * (double)u.whole_hits / w,
                       (double)u.ways_checked / w, (double)u.rule_steps / w, u.rule_misses,
-                      u.keyless, 100.0 * per(u.keyless_whole_hits, u.keyless));
+                      u.keyless, 100.0 * per(u.keyless_whole_hits, u.keyless), u.stored, u.evicted);
     }
     uint64_t calls = atomic_load(&r->costs.stack_calls);
     uint64_t built = atomic_load(&r->costs.stack_built);
@@ -96,11 +97,15 @@ void mt_write_cost_notes(mt_recorder *r)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
                       "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
-                      "call site's last stack (leaf memo), the others %.1f frames long; 1 in %d "
-                      "timed; %u trie nodes",
+                      "call site's last stack (leaf memo; %.1f%% found in its table), the "
+                      "others %.1f frames long (%.1f%% of them after a walk the unwinder did not "
+                      "hold whole); 1 in %d timed; %u trie nodes",
                       calls, per(atomic_load(&r->costs.stack_ns), calls),
                       per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
-                      100.0 * (1.0 - per(built, calls)), per(atomic_load(&r->costs.stack_frames), built),
+                      100.0 * (1.0 - per(built, calls)),
+                      100.0 * per(atomic_load(&r->costs.stack_from_table), calls),
+                      per(atomic_load(&r->costs.stack_frames), built),
+                      100.0 * per(atomic_load(&r->costs.stack_built_walked), built),
                       MT_TIME_SAMPLE, mt_trie_size(r->trie));
     uint64_t unaddressed = atomic_load(&r->activity.unaddressed);
     if (unaddressed)

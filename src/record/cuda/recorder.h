@@ -29,7 +29,8 @@
  *                   and whether it is an autograd thread, the current call's entry stamp
  *   async_hooks.c   per-thread cache (__thread): the last context's id
  * The recorder core (src/record/, outside cuda/) has its own per-thread state: sink.c's tls_ring (this
- * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds) and unwind_stats,
+ * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds), unwind_stats and
+ * stop_range (mt_unwind_stop_at, set once by mt_stacks_init_python),
  * unwind_memo.c's per-thread memos (memo_key), pyframes.c's unknown_version_msg.
  */
 #ifndef MT_RECORDER_H
@@ -100,6 +101,8 @@ typedef struct mt_cuda {
 typedef struct mt_recorder_config {
     char output[4096]; /* the path actually opened */
     int stacks;        /* MT_STACKS_*: bit 0 native, bit 1 Python (default both) */
+    int native_full;   /* MEMTRACE_STACKS=full: with Python frames, unwind past the innermost one
+                          too (C frames between Python frames kept; stacks.c says what it costs) */
     int activity;      /* enable CUPTI activity enrichment (default 1) */
     int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
     int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1: see async_hooks.c */
@@ -244,6 +247,8 @@ typedef struct mt_recorder {
     struct {
         _Atomic uint64_t stack_calls, stack_frames, stack_ns; /* stack capture */
         _Atomic uint64_t stack_built; /* ... of which not found in the per-thread leaf memo */
+        _Atomic uint64_t stack_built_walked; /* ... ... after a walk the unwinder did not hold */
+        _Atomic uint64_t stack_from_table;   /* ... found in the leaf memo's table, not the slot */
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */

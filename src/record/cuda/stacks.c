@@ -114,9 +114,18 @@ int mt_stacks_init_python(mt_recorder *r)
         r->py_ranges.interp_lo = (uintptr_t)obj.dlfo_map_start;
         r->py_ranges.interp_hi = (uintptr_t)obj.dlfo_map_end;
     }
-    if (!r->py_ranges.eval_lo)
+    if (!r->py_ranges.eval_lo) {
         mt_warn_once("python-eval", "cannot locate _PyEval_EvalFrameDefault: Python frames are "
                      "placed above the native ones");
+    } else if ((r->cfg.stacks & MT_STACKS_NATIVE) && !r->cfg.native_full) {
+        /* Above the innermost eval-loop frame the native stack is the interpreter running the
+         * Python frames we read anyway, plus glue that merging drops; walking and checking it
+         * was half the cost of a PyTorch stack (docs/performance.md). What is lost: C frames
+         * between two Python frames (an extension calling back into Python): --stacks full. */
+        mt_unwind_stop_at(r->py_ranges.eval_lo, r->py_ranges.eval_hi);
+        mt_trace_note(MT_NOTE_INFO, "native frames: up to the innermost Python frame "
+                      "(record --stacks full: all)");
+    }
     return 0;
 }
 
@@ -129,15 +138,18 @@ static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code
  * is the same, and merging, code ids and the trie are skipped. Those touch a cache line or two per
  * frame that the program has usually evicted since (~0.3 us an allocation in PyTorch).
  * Entries are found by one 64-bit digest of all three (a wrong leaf needs a 2^-64 coincidence,
- * the bar the Python signature already sets), in one of two places:
+ * the bar the Python signature already sets), in two places, looked up in this order:
  *   - the unwinder's slot of the walk (mt_unwind_slot): in the lines the walk's check has just
  *     read, so finding the leaf costs no miss of its own; four entries (one walk: several Python
  *     callers of one line, two API entry points);
- *   - else this thread's table (no native frames, or a walk the unwinder did not keep): 128 sets
- *     of 4 ways, because a training step's call sites collide in a direct-mapped table
- *     (docs/performance.md).
+ *   - this thread's table: 256 sets of 4 ways, because a training step's call sites collide in
+ *     a direct-mapped table (docs/performance.md). Every leaf goes here too: one line of
+ *     Python (GPT-2's `F.linear` in `Linear.forward`) is reached from a dozen callers through
+ *     the same native walk, more than a slot holds, and visited in a cycle they evicted each
+ *     other: 15-21% of a GPT-2 step's stacks were built again (~2.5 us each) for want of a miss
+ *     (~0.1 us) here. It is also the only place for stacks without native frames.
  * A new entry goes in front, the oldest drops out. */
-#define LEAF_MEMO_SETS 128
+#define LEAF_MEMO_SETS 256
 #define LEAF_MEMO_WAYS 4
 typedef struct leaf_memo {
     uint64_t key; /* leaf_key(); 0 = empty */
@@ -152,7 +164,7 @@ typedef struct stack_tls {
     leaf_memo leaves[LEAF_MEMO_SETS][LEAF_MEMO_WAYS];
 } stack_tls;
 
-/* This thread's stack_tls: 17.5 KB, freed by a key destructor when the thread exits (a program
+/* This thread's stack_tls: 26 KB, freed by a key destructor when the thread exits (a program
  * that makes 20 000 short-lived threads must not keep 350 MB of them). A capture during this
  * thread's exit after the destructor ran (another destructor freeing CUDA memory) gets no stack. */
 static __thread stack_tls *tls_stack;
@@ -187,15 +199,37 @@ static inline uint64_t leaf_key(uint64_t py_sig, uint64_t walk_id, uint64_t api_
     return mt_mix64(mt_mix64(py_sig ^ (walk_id * MT_GOLDEN64)) ^ api_ip) | 1;
 }
 
-/* Where the leaves of the stack under `key` would be, and how many ways there are. A walk id
- * the unwinder no longer holds (a signal handler's allocation walked on this thread meanwhile)
- * has no slot: the table then. */
-static inline leaf_memo *leaf_ways(stack_tls *t, int native, uint64_t walk_id, uint64_t key,
-                                   int *ways)
+/* The walk's slot, where the leaves of the stack under its walk id are looked for first; NULL
+ * without native frames, or for a walk id the unwinder no longer holds (a signal handler's
+ * allocation walked on this thread meanwhile). */
+static inline leaf_memo *slot_ways(int native, uint64_t walk_id)
 {
-    void *slot = native ? mt_unwind_slot(walk_id) : NULL;
-    *ways = slot ? SLOT_WAYS : LEAF_MEMO_WAYS;
-    return slot ? slot : t->leaves[(key >> 57) & (LEAF_MEMO_SETS - 1)];
+    return native ? mt_unwind_slot(walk_id) : NULL;
+}
+
+/* The table's set for `key`. */
+static inline leaf_memo *table_ways(stack_tls *t, uint64_t key)
+{
+    return t->leaves[(key >> 56) & (LEAF_MEMO_SETS - 1)];
+}
+
+static inline uint32_t find_leaf(const leaf_memo *set, int ways, uint64_t key, uint16_t *flags)
+{
+    for (int w = 0; w < ways; w++)
+        if (set[w].key == key && set[w].leaf) {
+            *flags |= set[w].flags;
+            return set[w].leaf;
+        }
+    return 0;
+}
+
+/* Puts (key, leaf) first in set, unless it is there already (then moves it first). */
+static inline void put_leaf(leaf_memo *set, int ways, uint64_t key, uint32_t leaf, uint16_t flags)
+{
+    int w = 0;
+    while (w < ways - 1 && set[w].key != key) w++;
+    memmove(&set[1], &set[0], (size_t)w * sizeof set[0]);
+    set[0] = (leaf_memo){.key = key, .leaf = leaf, .flags = flags};
 }
 
 /* A thread without Python frames has no call-site key to remember its walks under, and nothing
@@ -225,6 +259,7 @@ typedef struct capture {
     uint64_t py_sig;  /* the Python frames' signature */
     uint64_t walk_id; /* the unwinder's memo of the native walk (1: no native frames) */
     int nn, truncated;
+    int from_table;   /* the leaf came from the leaf memo's table (for the cost note) */
     uint64_t native[MT_MAX_FRAMES];
 } capture;
 
@@ -249,25 +284,35 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
     if (timed) /* one clock read ends the Python part and starts the native one */
         atomic_fetch_add_explicit(&r->costs.python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
     c->walk_id = 1; /* no native frames: nothing that could change */
+    /* One call instruction for the walk, timed or not: its return address is a frame of every
+     * walk, so a second copy of the call (GCC made one for the timed path, threading the two
+     * `if (timed)` through it) is a second walk per call site. The timed variant then missed
+     * ~10x as often as the others, crowded their ways, and made the timed cost, the one the note
+     * reports, look 2-3x what the average call pays. The empty asm hides `timed` from the
+     * compiler across the call, so no path is worth duplicating. */
+    __asm__ volatile("" : "+r"(timed));
     if (c->want_native)
         c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
                                      &c->walk_id);
+    __asm__ volatile("" : "+r"(timed));
     if (timed) mt_cost_add(&r->costs.unwind_ns, NULL, t1);
 }
 
-/* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). */
+/* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). Found
+ * in the table only, it goes into the slot for next time. */
 static inline uint32_t remembered_leaf(capture *c, uint16_t *flags)
 {
     if (!c->walk_id) return 0;
-    int ways;
     uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip);
-    leaf_memo *set = leaf_ways(c->tls, c->want_native, c->walk_id, key, &ways);
-    for (int w = 0; w < ways; w++)
-        if (set[w].key == key && set[w].leaf) {
-            *flags |= set[w].flags;
-            return set[w].leaf;
-        }
-    return 0;
+    leaf_memo *slot = slot_ways(c->want_native, c->walk_id);
+    uint32_t leaf = slot ? find_leaf(slot, SLOT_WAYS, key, flags) : 0;
+    if (leaf) return leaf;
+    uint16_t found = 0;
+    leaf = find_leaf(table_ways(c->tls, key), LEAF_MEMO_WAYS, key, &found);
+    if (leaf && slot) put_leaf(slot, SLOT_WAYS, key, leaf, found);
+    *flags |= found;
+    c->from_table = leaf != 0;
+    return leaf;
 }
 
 /* Step 3: the frame words, outermost last: the native frames (fetched now if the walk was lazy)
@@ -320,11 +365,10 @@ static int build_words(capture *c, uint64_t *words, uint16_t *added)
 static inline void remember_leaf(capture *c, uint32_t leaf, uint16_t flags)
 {
     if (!c->walk_id || !leaf) return;
-    int ways;
     uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip); /* walk_id changes when it walked again */
-    leaf_memo *set = leaf_ways(c->tls, c->want_native, c->walk_id, key, &ways);
-    memmove(&set[1], &set[0], (size_t)(ways - 1) * sizeof set[0]);
-    set[0] = (leaf_memo){.key = key, .leaf = leaf, .flags = flags};
+    leaf_memo *slot = slot_ways(c->want_native, c->walk_id);
+    if (slot) put_leaf(slot, SLOT_WAYS, key, leaf, flags);
+    put_leaf(table_ways(c->tls, key), LEAF_MEMO_WAYS, key, leaf, flags);
 }
 
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
@@ -339,6 +383,7 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     find_site(&c, timed, t0);
     uint32_t leaf = remembered_leaf(&c, flags);
     int n = -1; /* frames built: not counted for a remembered leaf (the note averages) */
+    int walked = c.nn != MT_UNWIND_LATER || !c.walk_id; /* before build_words fetches frames */
     if (!leaf) {
         uint64_t words[MT_MAX_FRAMES];
         uint16_t added;
@@ -354,6 +399,9 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
             atomic_fetch_add_explicit(&r->costs.stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
                                       memory_order_relaxed);
             mt_cost_add(NULL, &r->costs.stack_built, 0);
+            if (walked) mt_cost_add(NULL, &r->costs.stack_built_walked, 0);
+        } else if (c.from_table) {
+            mt_cost_add(NULL, &r->costs.stack_from_table, 0);
         }
     }
     return leaf;
