@@ -48,6 +48,32 @@ static const char *tail_of(const char *joined, char *buf, size_t len)
     return buf;
 }
 
+/* The imbalance of n > 1 ranks as one line after `lead` ("max B (rank), median ..., min ...;
+ * max/median X"), and the stack diff of the largest rank against the median (*d, *nd; NULL when
+ * the two peaks are equal or the ranks are the same). 0 when there is nothing to say (fewer than
+ * two ranks), 1 when the line was written, -1 on error. Shared by the text and Markdown tables. */
+static int imbalance(mt_out *o, const mt_rank_summary *s, size_t n, const char *lead,
+                     const char *end, const mt_rank_summary **hi_out,
+                     const mt_rank_summary **med_out, mt_named_diff **d, size_t *nd)
+{
+    *d = NULL;
+    *nd = 0;
+    mt_imbalance im;
+    if (n < 2 || mt_rank_imbalance(s, n, &im) < 0) return 0;
+    const mt_rank_summary *hi = &s[im.max], *med = &s[im.median], *lo = &s[im.min];
+    char b1[32], b2[32], b3[32], w1[64], w2[64], w3[64];
+    mt_out_printf(o, "%smax %s (%s), median %s (%s), min %s (%s)", lead,
+                  mt_format_bytes(hi->peak, b1, sizeof b1), rank_name(hi, w1, sizeof w1),
+                  mt_format_bytes(med->peak, b2, sizeof b2), rank_name(med, w2, sizeof w2),
+                  mt_format_bytes(lo->peak, b3, sizeof b3), rank_name(lo, w3, sizeof w3));
+    if (med->peak) mt_out_printf(o, "; max/median %.3f", (double)hi->peak / (double)med->peak);
+    mt_out_puts(o, end);
+    *hi_out = hi;
+    *med_out = med;
+    if (im.max == im.median || hi->peak == med->peak) return 1;
+    return mt_rank_stack_diff(hi, med, d, nd) < 0 ? -1 : 1;
+}
+
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt)
 {
     size_t top = opt && opt->top ? opt->top : 10;
@@ -76,20 +102,12 @@ int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
             mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
         mt_out_puts(o, "\n");
     }
-    mt_imbalance im;
-    if (n < 2 || mt_rank_imbalance(s, n, &im) < 0) return 0;
-    const mt_rank_summary *hi = &s[im.max], *med = &s[im.median], *lo = &s[im.min];
-    char w1[64], w2[64], w3[64];
-    mt_out_printf(o, "  imbalance: max %s (%s), median %s (%s), min %s (%s)",
-                  mt_format_bytes(hi->peak, b1, sizeof b1), rank_name(hi, w1, sizeof w1),
-                  mt_format_bytes(med->peak, b2, sizeof b2), rank_name(med, w2, sizeof w2),
-                  mt_format_bytes(lo->peak, b3, sizeof b3), rank_name(lo, w3, sizeof w3));
-    if (med->peak) mt_out_printf(o, "; max/median %.3f", (double)hi->peak / (double)med->peak);
-    mt_out_puts(o, "\n");
-    if (im.max == im.median || hi->peak == med->peak) return 0;
+    const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;
-    if (mt_rank_stack_diff(hi, med, &d, &nd) < 0) return -1;
+    int said = imbalance(o, s, n, "  imbalance: ", "\n", &hi, &med, &d, &nd);
+    if (said <= 0 || !d) return said < 0 ? -1 : 0;
+    char w1[64], w2[64];
     mt_out_printf(o, "  %s against %s (the median), stacks at their peaks that differ most:\n",
                   rank_name(hi, w1, sizeof w1), rank_name(med, w2, sizeof w2));
     char line[200];
@@ -226,7 +244,7 @@ int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
                            const mt_report_options *opt)
 {
     size_t top = opt && opt->top ? opt->top : 5;
-    char b1[32], b2[32], b3[32], t[48], who[64], w1[64], w2[64], w3[64];
+    char b1[32], t[48], who[64], w1[64], w2[64];
     int32_t world = -1;
     int any_tensors = 0;
     for (size_t i = 0; i < n; i++) {
@@ -267,21 +285,13 @@ int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
         mt_out_puts(o, " |\n");
     }
     mt_out_puts(o, "\n");
-    mt_imbalance im;
-    if (n < 2 || mt_rank_imbalance(s, n, &im) < 0) return 0;
-    const mt_rank_summary *hi = &s[im.max], *med = &s[im.median], *lo = &s[im.min];
-    mt_out_printf(o, "**Imbalance**: max %s (%s), median %s (%s), min %s (%s)",
-                  mt_format_bytes(hi->peak, b1, sizeof b1), rank_name(hi, w1, sizeof w1),
-                  mt_format_bytes(med->peak, b2, sizeof b2), rank_name(med, w2, sizeof w2),
-                  mt_format_bytes(lo->peak, b3, sizeof b3), rank_name(lo, w3, sizeof w3));
-    if (med->peak) mt_out_printf(o, "; max/median %.3f", (double)hi->peak / (double)med->peak);
-    mt_out_puts(o, "\n\n");
-    if (im.max == im.median || hi->peak == med->peak) return 0;
+    const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;
-    if (mt_rank_stack_diff(hi, med, &d, &nd) < 0) return -1;
+    int said = imbalance(o, s, n, "**Imbalance**: ", "\n\n", &hi, &med, &d, &nd);
+    if (said <= 0 || !d) return said < 0 ? -1 : 0;
     mt_out_printf(o, "%s against %s (the median), the stacks at their peaks that differ most:\n\n",
-                  w1, w2);
+                  rank_name(hi, w1, sizeof w1), rank_name(med, w2, sizeof w2));
     size_t shown = 0;
     for (size_t i = 0; i < nd && shown < top && d[i].delta > 0; i++) {
         if (!shown++)
