@@ -13,6 +13,8 @@
  * the k-th eval-loop frame becomes the k-th run; interpreter frames in between and everything
  * outside the outermost eval-loop frame are dropped (they name nothing the user wrote; native
  * frames of other libraries between two runs, e.g. a C extension calling back into Python, stay).
+ * By default the recorder's walk ends at the innermost eval-loop frame (mt_unwind_stop_at, see
+ * stacks.c), so there is one eval frame and every run goes there; `--stacks full` walks on.
  * When the counts disagree (a truncated unwind, an embedding we do not understand) all Python
  * frames go where the innermost eval-loop frame was: the innermost part, which matters most, is
  * still right.
