@@ -5,7 +5,9 @@
  * own frames (see merge_python.c), so a stack reads
  *     cifar.py:<module> -> cifar.py:main -> ... -> linear.py:forward -> at::linear -> ... -> cuMemAlloc
  *
- * Modes (MEMTRACE_STACKS): none, native, python (no unwinding at all: cheapest), both (default).
+ * Modes (MEMTRACE_STACKS): none, native, python (no unwinding at all: cheapest), both (default:
+ * in a Python program the walk ends at the innermost Python frame, mt_stacks_init_python), full
+ * (both, walked to the outermost frame: C frames between Python frames kept).
  * A thread with no Python frames in a Python process gets the pseudo frame "[autograd backward]" if
  * it is one of PyTorch's autograd workers (thread name pt_autograd_*), so backward-pass tensors are
  * never attributed to nothing.
