@@ -92,6 +92,15 @@ static int run_status(const char *cmd)
     return WEXITSTATUS(st);
 }
 
+/* Runs `python3 -c CODE FILE` (CODE reads sys.argv[1] and asserts); its exit status. */
+static int python_check(const char *file, const char *code)
+{
+    char cmd[3000];
+    int n = snprintf(cmd, sizeof cmd, "python3 -c '%s' %s", code, file);
+    cr_assert(n > 0 && (size_t)n < sizeof cmd, "python check too long");
+    return run_status(cmd);
+}
+
 typedef struct chrome_summary {
     unsigned long long slices, counters, instants, min_bytes, max_bytes, kept, tracks;
 } chrome_summary;
@@ -202,19 +211,20 @@ Test(export, chrome_by_kind_adds_up_to_in_use)
     chrome_summary s;
     export_chrome(f.path, "", "vmm.json", &s); /* check_chrome.py: every stack adds up */
     cr_expect_eq(s.slices, 3, "device, vmm_reserve, vmm_physical allocations");
-    char out[512], cmd[2400];
+    char out[512], cmd[1600];
     mt_test_tmpname(out, sizeof out, "vmm2.json");
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " export --format chrome -o %s %s && python3 -c 'import json,sys\n"
-             "ev = json.load(open(sys.argv[1]))[\"traceEvents\"]\n"
-             "def pts(n): return [(e[\"ts\"], e[\"args\"]) for e in ev if e.get(\"name\") == n]\n"
-             "kinds = pts(\"cuda:0 by kind\")\n"
-             "assert kinds and all(sorted(a) == [\"device\", \"vmm_physical\"] for _, a in kinds), kinds\n"
-             "space = [a[\"bytes\"] for _, a in pts(\"cuda:0 address space\")]\n"
-             "assert space == [0, 8388608, 0, 0], space\n"
-             "assert max(a[\"bytes\"] for _, a in pts(\"cuda:0 in use\")) == 5242880' %s",
-             out, f.path, out);
-    cr_expect_eq(run_status(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s", out, f.path);
+    cr_assert_eq(run_status(cmd), 0, "%s", cmd);
+    cr_expect_eq(python_check(out,
+                              "import json,sys\n"
+                              "ev = json.load(open(sys.argv[1]))[\"traceEvents\"]\n"
+                              "def pts(n): return [(e[\"ts\"], e[\"args\"]) for e in ev if e.get(\"name\") == n]\n"
+                              "kinds = pts(\"cuda:0 by kind\")\n"
+                              "assert kinds and all(sorted(a) == [\"device\", \"vmm_physical\"] for _, a in kinds), kinds\n"
+                              "space = [a[\"bytes\"] for _, a in pts(\"cuda:0 address space\")]\n"
+                              "assert space == [0, 8388608, 0, 0], space\n"
+                              "assert max(a[\"bytes\"] for _, a in pts(\"cuda:0 in use\")) == 5242880"),
+                 0, "counters by kind and the address space of a VMM mapping");
 }
 
 /* A trace without memory events (a launcher that never made a context): without anything that
@@ -231,15 +241,16 @@ Test(export, chrome_trace_without_memory_events)
     export_chrome(f.path, "", "nothing.json", &s);
     cr_expect_eq(s.tracks, 1);
     cr_expect_eq(s.counters, 0);
-    char out[512], cmd[2400];
+    char out[512], cmd[1600];
     mt_test_tmpname(out, sizeof out, "nothing2.json");
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " export --format chrome -o %s %s && python3 -c 'import json,sys\n"
-             "ev = [e for e in json.load(open(sys.argv[1]))[\"traceEvents\"] if e[\"ph\"] != \"M\"]\n"
-             "assert [(e[\"ph\"], e[\"name\"], e[\"ts\"]) for e in ev] == "
-             "[(\"b\", \"no GPU memory events\", 0), (\"e\", \"no GPU memory events\", 12000)], ev' %s",
-             out, f.path, out);
-    cr_expect_eq(run_status(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s", out, f.path);
+    cr_assert_eq(run_status(cmd), 0, "%s", cmd);
+    cr_expect_eq(python_check(out,
+                              "import json,sys\n"
+                              "ev = [e for e in json.load(open(sys.argv[1]))[\"traceEvents\"] if e[\"ph\"] != \"M\"]\n"
+                              "assert [(e[\"ph\"], e[\"name\"], e[\"ts\"]) for e in ev] == "
+                              "[(\"b\", \"no GPU memory events\", 0), (\"e\", \"no GPU memory events\", 12000)], ev"),
+                 0, "the one slice of a trace without memory events");
 }
 
 /* Frame names flamegraph.pl would misread: a ';' splits a frame, a stack ending in " 42" reads as
@@ -272,16 +283,15 @@ Test(export, json_report_via_cli)
     mt_test_tmpname(out, sizeof out, "report.json");
     snprintf(cmd, sizeof cmd, MEMTRACE " report --json -o %s %s", out, f.path);
     cr_assert_eq(run_status(cmd), 0);
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); dev=d[\"devices\"][0]; "
-             "assert (dev[\"device\"], dev[\"peak_bytes\"], dev[\"peak_time_ns\"], dev[\"api_peak_bytes\"]) "
-             "== (0, 1835008, 3000000, 1835008), dev; "
-             "assert d[\"failed_requests\"][0][\"pool_free_bytes\"] == \"unknown\"; "
-             "assert d[\"leaks\"][0][\"bytes\"] == 1310720; assert d[\"dropped\"] == 0; "
-             "assert d[\"truncated\"] is False; "
-             "assert dev[\"peak_stacks\"][0][\"frames\"] == [\"main (app.c:10)\", \"load_weights (model.c:20)\"]' %s",
-             out);
-    cr_expect_eq(run_status(cmd), 0, "JSON report content");
+    cr_expect_eq(python_check(out,
+                              "import json,sys; d=json.load(open(sys.argv[1])); dev=d[\"devices\"][0]; "
+                              "assert (dev[\"device\"], dev[\"peak_bytes\"], dev[\"peak_time_ns\"], dev[\"api_peak_bytes\"]) "
+                              "== (0, 1835008, 3000000, 1835008), dev; "
+                              "assert d[\"failed_requests\"][0][\"pool_free_bytes\"] == \"unknown\"; "
+                              "assert d[\"leaks\"][0][\"bytes\"] == 1310720; assert d[\"dropped\"] == 0; "
+                              "assert d[\"truncated\"] is False; "
+                              "assert dev[\"peak_stacks\"][0][\"frames\"] == [\"main (app.c:10)\", \"load_weights (model.c:20)\"]"),
+                 0, "JSON report content");
 }
 
 Test(export, cli_errors_exit_2)
