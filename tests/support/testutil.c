@@ -3,14 +3,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+/* The name also carries the moment this process first asked for one: with pid_max at 32768, a
+ * machine that ran the suite many times reuses pids, and a directory left by an earlier run under
+ * the same pid made a test's mkdir fail (unlink() removes files, not directories). */
 void mt_test_tmpname(char *buf, size_t len, const char *stem)
 {
     static unsigned counter;
+    static unsigned long long stamp;
+    if (!stamp) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        stamp = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+    }
     const char *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
-    snprintf(buf, len, "%s/mt-test-%d-%u-%s", dir, (int)getpid(), counter++, stem);
+    snprintf(buf, len, "%s/mt-test-%d-%llx-%u-%s", dir, (int)getpid(), stamp, counter++, stem);
     unlink(buf);
 }
 
