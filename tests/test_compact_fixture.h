@@ -38,16 +38,31 @@ static inline void fx_open(fx *f, const char *stem)
 static inline void fx_put(fx *f, const mt_record *r) { cr_assert_eq(mt_writer_put(f->w, r), 0); }
 
 /* An event at FX_T0 + t_ms milliseconds. */
+static inline void fx_ev_aux(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,
+                             uint64_t bytes, uint64_t aux, uint64_t t_ms, uint32_t stack,
+                             uint32_t context, uint16_t flags)
+{
+    mt_record r = {.type = MT_REC_EVENT};
+    r.u.event = (mt_event){.time_ns = FX_T0 + t_ms * MS, .address = addr, .bytes = bytes,
+                           .aux = aux, .tid = 7, .context = context, .stack = stack,
+                           .device = device, .flags = flags, .op = (uint8_t)op,
+                           .kind = (uint8_t)kind};
+    if (op == MT_OP_FAILED) r.u.event.result = 2;
+    fx_put(f, &r);
+}
+
 static inline void fx_ev_full(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,
                               uint64_t bytes, uint64_t t_ms, uint32_t stack, uint32_t context,
                               uint16_t flags)
 {
-    mt_record r = {.type = MT_REC_EVENT};
-    r.u.event = (mt_event){.time_ns = FX_T0 + t_ms * MS, .address = addr, .bytes = bytes,
-                           .tid = 7, .context = context, .stack = stack, .device = device,
-                           .flags = flags, .op = (uint8_t)op, .kind = (uint8_t)kind};
-    if (op == MT_OP_FAILED) r.u.event.result = 2;
-    fx_put(f, &r);
+    fx_ev_aux(f, op, kind, device, addr, bytes, 0, t_ms, stack, context, flags);
+}
+
+/* A virtual-memory map of `bytes` at addr, backed by the physical allocation `handle`. */
+static inline void fx_map(fx *f, int device, uint64_t addr, uint64_t bytes, uint64_t handle,
+                          uint64_t t_ms)
+{
+    fx_ev_aux(f, MT_OP_ALLOC, MT_KIND_VMM_MAP, device, addr, bytes, handle, t_ms, 0, 1, 0);
 }
 
 static inline void fx_ev(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,

@@ -90,10 +90,7 @@ Test(compact, vmm_partial_unmap)
     fx_open(&f, "vmm.mtrace");
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, V, 8 * M, 1, 0);
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, H, 4 * M, 2, 0);
-    mt_record r = {.type = MT_REC_EVENT};
-    r.u.event = (mt_event){.time_ns = FX_T0 + 3 * MS, .address = V, .bytes = 3 * M, .aux = H,
-                           .device = 0, .op = MT_OP_ALLOC, .kind = MT_KIND_VMM_MAP};
-    fx_put(&f, &r);
+    fx_map(&f, 0, V, 3 * M, H, 3);
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V + M, M, 4, 0); /* middle: splits in two */
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V, M, 5, 0);     /* the left piece, whole */
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V + 6 * M, M, 6, 0); /* nothing mapped there */

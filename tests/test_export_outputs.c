@@ -199,10 +199,7 @@ Test(export, chrome_by_kind_adds_up_to_in_use)
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, M, 1, 0);
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, V, 8 * M, 2, 0);
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, 0, H, 4 * M, 3, 0);
-    mt_record r = {.type = MT_REC_EVENT};
-    r.u.event = (mt_event){.time_ns = FX_T0 + 4 * MS, .address = V, .bytes = 4 * M, .aux = H,
-                           .device = 0, .op = MT_OP_ALLOC, .kind = MT_KIND_VMM_MAP};
-    fx_put(&f, &r);
+    fx_map(&f, 0, V, 4 * M, H, 4);
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, V, 4 * M, 5, 0);
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, H, 0, 6, 0);
     fx_ev(&f, MT_OP_FREE, MT_KIND_VMM_RESERVE, 0, V, 0, 7, 0);
