@@ -103,6 +103,7 @@ static int python_check(const char *file, const char *code)
 
 typedef struct chrome_summary {
     unsigned long long slices, counters, instants, min_bytes, max_bytes, kept, tracks;
+    char path[512]; /* the file export_chrome wrote */
 } chrome_summary;
 
 /* Validates a Chrome trace file with tests/py/check_chrome.py (the rules of Perfetto's JSON
@@ -120,14 +121,15 @@ static void check_chrome(const char *path, chrome_summary *s)
     cr_assert_eq(got, 7);
 }
 
-/* Runs `memtrace export --format chrome ARGS -o OUT TRACE` and validates OUT. */
+/* Runs `memtrace export --format chrome ARGS -o OUT TRACE` and validates OUT (kept in s->path,
+ * for checks of its own). */
 static void export_chrome(const char *trace, const char *args, const char *suffix, chrome_summary *s)
 {
-    char out[512], cmd[1600];
-    mt_test_tmpname(out, sizeof out, suffix);
-    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome %s -o %s %s", args, out, trace);
+    char cmd[1600];
+    mt_test_tmpname(s->path, sizeof s->path, suffix);
+    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome %s -o %s %s", args, s->path, trace);
     cr_assert_eq(run_status(cmd), 0, "%s", cmd);
-    check_chrome(out, s);
+    check_chrome(s->path, s);
 }
 
 Test(export, chrome_format_and_filters)
@@ -208,11 +210,7 @@ Test(export, chrome_by_kind_adds_up_to_in_use)
     chrome_summary s;
     export_chrome(f.path, "", "vmm.json", &s); /* check_chrome.py: every stack adds up */
     cr_expect_eq(s.slices, 3, "device, vmm_reserve, vmm_physical allocations");
-    char out[512], cmd[1600];
-    mt_test_tmpname(out, sizeof out, "vmm2.json");
-    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s", out, f.path);
-    cr_assert_eq(run_status(cmd), 0, "%s", cmd);
-    cr_expect_eq(python_check(out,
+    cr_expect_eq(python_check(s.path,
                               "import json,sys\n"
                               "ev = json.load(open(sys.argv[1]))[\"traceEvents\"]\n"
                               "def pts(n): return [(e[\"ts\"], e[\"args\"]) for e in ev if e.get(\"name\") == n]\n"
@@ -238,11 +236,7 @@ Test(export, chrome_trace_without_memory_events)
     export_chrome(f.path, "", "nothing.json", &s);
     cr_expect_eq(s.tracks, 1);
     cr_expect_eq(s.counters, 0);
-    char out[512], cmd[1600];
-    mt_test_tmpname(out, sizeof out, "nothing2.json");
-    snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome -o %s %s", out, f.path);
-    cr_assert_eq(run_status(cmd), 0, "%s", cmd);
-    cr_expect_eq(python_check(out,
+    cr_expect_eq(python_check(s.path,
                               "import json,sys\n"
                               "ev = [e for e in json.load(open(sys.argv[1]))[\"traceEvents\"] if e[\"ph\"] != \"M\"]\n"
                               "assert [(e[\"ph\"], e[\"name\"], e[\"ts\"]) for e in ev] == "
