@@ -146,10 +146,11 @@ static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code
  *     callers of one line, two API entry points);
  *   - this thread's table: 256 sets of 4 ways, because a training step's call sites collide in
  *     a direct-mapped table (docs/performance.md). Every leaf goes here too: one line of
- *     Python (GPT-2's `F.linear` in `Linear.forward`) is reached from a dozen callers through
- *     the same native walk, more than a slot holds, and visited in a cycle they evicted each
- *     other: 15-21% of a GPT-2 step's stacks were built again (~2.5 us each) for want of a miss
- *     (~0.1 us) here. It is also the only place for stacks without native frames.
+ *     Python can be reached from more callers through one native walk than a slot holds, and
+ *     visited in a cycle they evict each other. On ResNet-18 (a block's lines, called from every
+ *     block) 11.7% of stacks come from here; on a GPT-2-like model none do (H100, 2026-11-23).
+ *     A stack built again costs ~2.5 us, a lookup here one miss. It is also the only place for
+ *     stacks without native frames.
  * A new entry goes in front, the oldest drops out. */
 #define LEAF_MEMO_SETS 256
 #define LEAF_MEMO_WAYS 4
