@@ -52,7 +52,7 @@ int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *tr
  * truncated (nothing says the outermost frame was reached). For the recorder of a Python program:
  * everything above the innermost frame of the interpreter's eval loop is the interpreter running
  * the thread's Python frames, which the recorder reads anyway (src/record/merge_python.c), so the
- * walk and the check of an unchanged walk stop there (about half of a PyTorch stack's frames).
+ * walk and the check of an unchanged walk stop there.
  * Process-wide, set once before the first walk (walks remembered before a change may still end at
  * the old range); lo = hi = 0 (the default) walks to the outermost frame. */
 void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi);

@@ -125,6 +125,15 @@ static inline int load_word(uintptr_t addr, uintptr_t lo, uintptr_t hi, uintptr_
     return 1;
 }
 
+/* 1 when something after m's last step may read rbp: always, except after a walk that ended at
+ * the stop range, which a later walk would end at too (the rbp that the interpreter's eval loop
+ * keeps there differs with every Python caller; taken as read, it failed the check of walks that
+ * hold otherwise). The one rule for mark_rbp_use and bp_word_matters. */
+static inline int rbp_read_after_last(const mt_walk_memo *m)
+{
+    return m->end != MT_WALK_BOUNDARY;
+}
+
 /* 1 when step k's reloaded rbp is one a match must find unchanged: the step loaded it and the
  * next step does not have rbp marked irrelevant (mark_rbp_use). The one rule for first_changed
  * and for the packed check (memo_seal). */
@@ -132,7 +141,7 @@ static inline int bp_word_matters(const mt_walk_memo *m, int k)
 {
     if (!m->steps[k].bp_addr) return 0;
     if (k + 1 < m->n) return !(m->steps[k + 1].bp_known & MT_BP_IRRELEVANT);
-    return m->end != MT_WALK_BOUNDARY; /* see mark_rbp_use */
+    return rbp_read_after_last(m);
 }
 
 /* -1 when every stack word the previous walk loaded from step k on still holds what it held,
@@ -313,10 +322,7 @@ walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memo *old, m
  * ended, for whatever reason but the stop range) is taken to depend on rbp. */
 static void mark_rbp_use(mt_walk_memo *m)
 {
-    /* A walk that stopped at the stop range would stop there again: nothing after it reads rbp.
-     * (The rbp that the interpreter's eval loop keeps differs with every Python caller; taken as
-     * read, it failed the check of walks that hold otherwise.) */
-    int next_uses = m->end != MT_WALK_BOUNDARY;
+    int next_uses = rbp_read_after_last(m);
     for (int i = m->n - 1; i >= 0; i--) {
         mt_walk_step *st = &m->steps[i];
         mt_unwind_rule r = st->rule;

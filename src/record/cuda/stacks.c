@@ -121,9 +121,9 @@ int mt_stacks_init_python(mt_recorder *r)
                      "placed above the native ones");
     } else if ((r->cfg.stacks & MT_STACKS_NATIVE) && !r->cfg.native_full) {
         /* Above the innermost eval-loop frame the native stack is the interpreter running the
-         * Python frames we read anyway, plus glue that merging drops; walking and checking it
-         * was half the cost of a PyTorch stack (docs/performance.md). What is lost: C frames
-         * between two Python frames (an extension calling back into Python): --stacks full. */
+         * Python frames we read anyway, plus glue that merging drops: walking and checking it is
+         * work for nothing (docs/performance.md). What is lost: C frames between two Python
+         * frames (an extension calling back into Python): --stacks full. */
         mt_unwind_stop_at(r->py_ranges.eval_lo, r->py_ranges.eval_hi);
         mt_trace_note(MT_NOTE_INFO, "native frames: up to the innermost Python frame "
                       "(record --stacks full: all)");
