@@ -168,29 +168,43 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
     }
 }
 
-/* Fills ev from the call's parameters. Returns 0 when the call is not one we record. */
-/* cuGraphAddNode(_v2), the generic node call (cudaGraphAddNode, and what CUDA 12.3+ libraries use
- * for every node type): a memory node is the same event as from cuGraphAddMemAllocNode /
+/* A graph memory node, however it was added (cuGraphAddMemAllocNode, or the generic
+ * cuGraphAddNode(_v2) that cudaGraphAddNode and CUDA 12.3+ libraries use for every node type):
+ * memory the graph allocates each time it runs, at a virtual address fixed now; its physical
+ * pages come from the device's graph memory pool. The two calls hold the same fields in two
+ * struct types (CUDA_MEM_ALLOC_NODE_PARAMS v1 and v2), so the fields are passed one by one. */
+static void describe_mem_alloc_node(const CUmemPoolProps *pool, size_t bytesize,
+                                    CUdeviceptr dptr, int ok, mt_event *ev)
+{
+    ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+    ev->bytes = bytesize;
+    if (pool->location.type == CU_MEM_LOCATION_TYPE_DEVICE) ev->device = pool->location.id;
+    if (ok) ev->address = dptr;
+}
+
+static void describe_mem_free_node(CUdeviceptr dptr, mt_event *ev)
+{
+    ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
+    ev->address = dptr;
+}
+
+/* cuGraphAddNode(_v2): a memory node is the same event as from cuGraphAddMemAllocNode /
  * cuGraphAddMemFreeNode; any other node type is no memory event. */
 static int describe_graph_node(const CUgraphNodeParams *p, int ok, mt_event *ev)
 {
     if (!p) return 0;
     if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
-        ev->bytes = p->alloc.bytesize;
-        if (p->alloc.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-            ev->device = p->alloc.poolProps.location.id;
-        if (ok) ev->address = p->alloc.dptr;
+        describe_mem_alloc_node(&p->alloc.poolProps, p->alloc.bytesize, p->alloc.dptr, ok, ev);
         return 1;
     }
     if (p->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
-        ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
-        ev->address = p->free.dptr;
+        describe_mem_free_node(p->free.dptr, ev);
         return 1;
     }
     return 0;
 }
 
+/* Fills ev from the call's parameters. Returns 0 when the call is not one we record. */
 static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event *ev)
 {
     switch (cbid) {
@@ -336,24 +350,17 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         return 1;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode: {
-        /* a graph memory node: memory the graph allocates each time it runs, at a virtual
-         * address fixed now; its physical pages come from the device's graph memory pool */
         const cuGraphAddMemAllocNode_params *p = params;
-        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
-        if (p->nodeParams) {
-            ev->bytes = p->nodeParams->bytesize;
-            if (p->nodeParams->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-                ev->device = p->nodeParams->poolProps.location.id;
-            if (ok) ev->address = p->nodeParams->dptr;
-        }
+        if (p->nodeParams)
+            describe_mem_alloc_node(&p->nodeParams->poolProps, p->nodeParams->bytesize,
+                                    p->nodeParams->dptr, ok, ev);
+        else /* CUDA refuses the call; the failed request is still recorded */
+            ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
         return 1;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode: {
-        const cuGraphAddMemFreeNode_params *p = params;
-        ev->op = MT_OP_FREE, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
-        ev->address = p->dptr;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode:
+        describe_mem_free_node(((const cuGraphAddMemFreeNode_params *)params)->dptr, ev);
         return 1;
-    }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode:
         return describe_graph_node(((const cuGraphAddNode_params *)params)->nodeParams, ok, ev);
     case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2:
