@@ -49,10 +49,11 @@
  * several traces of one job line up. Ids: trace index << 48 | lifetime serial.
  *
  * Slices are limited by --min-bytes and --top-allocs; by default at most
- * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. A first read of the
- * trace (survey) finds the streams of each device and kind and, when a cap applies, the size of
- * the N-th largest allocation (sizes counted by value; past SURVEY_SIZES different ones, a
- * size-N min-heap).
+ * MT_CHROME_DEFAULT_MAX_SLICES per trace (the largest kept), said in otherData. A survey of the
+ * trace finds the streams of each device and kind and, when a cap applies, the size of the N-th
+ * largest allocation (sizes counted by value; past SURVEY_SIZES different ones, a size-N
+ * min-heap): made while mt_analyze reads the trace (the CLI), or by a read of its own
+ * (mt_chrome_add). The export itself is one more read.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -102,6 +103,15 @@ typedef struct slot_info {
     uint64_t last_cat[MT_CAT_MAX]; /* by_category last written */
 } slot_info;
 
+/* The device slots in the order first met (host, cuda:?, cuda:N): the survey makes them while the
+ * trace is first read, and the export takes them over, streams and all. */
+typedef struct slot_table {
+    slot_info *v;
+    size_t n;
+    uint16_t ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in v + 1 */
+    int oom;
+} slot_table;
+
 typedef struct chrome {
     mt_out *o;
     mt_analysis *a;
@@ -129,9 +139,7 @@ typedef struct chrome {
         char text[24]; /* mt_format_bytes; "" = empty entry */
     } sizes[SIZE_CACHE]; /* direct-mapped by size: a trace's sizes repeat */
     char size_spill[32];  /* one too long for the table */
-    slot_info *slots;
-    size_t n_slots;
-    uint16_t slot_ix[MT_MAX_DEVICE_ORDINAL + 3]; /* host, cuda:?, cuda:N -> index in slots + 1 */
+    slot_table slots; /* the survey's, taken over */
     int oom;
 } chrome;
 
@@ -165,22 +173,29 @@ static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
 
 /* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
  * so a sample naming another has none). */
-static slot_info *slot_of(chrome *c, int32_t device, int is_host)
+static slot_info *table_slot(slot_table *t, int32_t device, int is_host)
 {
     if (is_host) device = -1;
     if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
-    uint16_t *ix = &c->slot_ix[is_host ? 0 : device + 2];
-    if (*ix) return &c->slots[*ix - 1];
-    slot_info *n = realloc(c->slots, (c->n_slots + 1) * sizeof *n);
+    uint16_t *ix = &t->ix[is_host ? 0 : device + 2];
+    if (*ix) return &t->v[*ix - 1];
+    slot_info *n = realloc(t->v, (t->n + 1) * sizeof *n);
     if (!n) {
-        c->oom = 1;
+        t->oom = 1;
         return NULL;
     }
-    c->slots = n;
-    c->slots[c->n_slots] = (slot_info){.device = device, .is_host = is_host};
-    root_of(device, is_host, c->slots[c->n_slots].root, sizeof c->slots[c->n_slots].root);
-    *ix = (uint16_t)++c->n_slots;
-    return &c->slots[c->n_slots - 1];
+    t->v = n;
+    t->v[t->n] = (slot_info){.device = device, .is_host = is_host};
+    root_of(device, is_host, t->v[t->n].root, sizeof t->v[t->n].root);
+    *ix = (uint16_t)++t->n;
+    return &t->v[t->n - 1];
+}
+
+static slot_info *slot_of(chrome *c, int32_t device, int is_host)
+{
+    slot_info *si = table_slot(&c->slots, device, is_host);
+    if (c->slots.oom) c->oom = 1;
+    return si;
 }
 
 static int is_host_kind(unsigned kind)
@@ -722,10 +737,10 @@ static void heap_up(uint64_t *h, size_t i)
     }
 }
 
-static void note_stream(chrome *c, const mt_event *e)
+static void note_stream(slot_table *t, const mt_event *e)
 {
     int is_host = is_host_kind(e->kind);
-    slot_info *si = slot_of(c, e->device, is_host);
+    slot_info *si = table_slot(t, e->device, is_host);
     if (!si || e->kind >= MT_KIND_MAX_) return;
     uint8_t *n = &si->n_streams[e->kind];
     for (size_t i = 0; i < *n && i < MAX_STREAMS; i++)
@@ -761,64 +776,97 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->bytes > b->bytes ? -1 : a->bytes < b->bytes;
 }
 
-/* Every ALLOC (except VMM_MAP, which is a mapping, not a lifetime) starts one lifetime. Reads the
- * trace once: the streams of each device and kind, and with keep > 0 the `keep` largest sizes
- * (the threshold is set when there are more lifetimes than that). Sizes repeat, so they are
- * counted by value while there are at most SURVEY_SIZES different ones, and the threshold found
- * from the counts; a trace of more goes on in a heap of the `keep` largest (a heap of 500 000
- * sizes for every allocation was half of the survey's time). Either gives the same threshold and
- * ties: the keep-th largest size, and how many of that size are kept. */
-static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
+/* What the export must know before it writes a slice, from a first read of the trace: the streams
+ * of each device and kind, and the `keep` largest sizes (the threshold is set when there are more
+ * lifetimes than that). Every ALLOC (except VMM_MAP, which is a mapping, not a lifetime) starts one
+ * lifetime. Sizes repeat, so they are counted by value while there are at most SURVEY_SIZES
+ * different ones, and the threshold found from the counts; a trace of more goes on in a heap of the
+ * `keep` largest (a heap of 500 000 sizes for every allocation was half of the survey's time).
+ * Either gives the same threshold and ties: the keep-th largest size, and how many of that size
+ * are kept. The CLI makes the survey while mt_analyze reads the trace (mt_analyze_options.on_event):
+ * the survey's own read was a third of the export's time. */
+struct mt_chrome_survey {
+    const mt_chrome_options *opt;
+    slot_table slots;
+    top_sizes top;     /* top.keep: the cap (the default one or --top-allocs) */
+    mt_u64map counts;  /* size -> a: how many (until there are too many sizes: heap) */
+    size_t n_sizes;
+    uint64_t total;    /* lifetimes that could have a slice */
+    int oom;
+};
+
+void mt_chrome_survey_free(mt_chrome_survey *sv)
 {
-    mt_reader *r = mt_reader_open_fd(c->a->fd, c->a->path, err, errlen);
-    if (!r) return -1;
-    top_sizes top = {.keep = keep};
-    mt_u64map counts = {0}; /* size -> a: how many (until there are too many sizes: heap) */
-    size_t n_sizes = 0;
-    int oom = 0;
-    uint64_t total = 0;
-    mt_record rec;
-    while (!oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        const mt_event *e = &rec.u.event;
-        if (rec.type != MT_REC_EVENT || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP)
-            continue;
-        if (e->kind == MT_KIND_DRIVER && !c->opt->driver_slices) continue;
-        note_stream(c, e);
-        if (!keep || e->bytes < c->opt->min_bytes) continue;
-        total++;
-        if (top.heap) {
-            top_add(&top, e->bytes);
-            continue;
-        }
-        mt_u64map_slot *sl = mt_u64map_upsert(&counts, e->bytes);
-        if (!sl) {
-            oom = 1;
-            break;
-        }
-        if (!sl->a++) n_sizes++;
-        if (n_sizes <= SURVEY_SIZES) continue;
-        /* too many different sizes: those counted so far go into the heap */
-        if (!(top.heap = malloc(keep * sizeof *top.heap))) {
-            oom = 1;
-            break;
-        }
-        for (size_t i = 0; i < counts.cap; i++)
-            for (uint64_t k = 0; counts.slots[i].used && k < counts.slots[i].a; k++)
-                top_add(&top, counts.slots[i].key);
-        mt_u64map_destroy(&counts);
+    if (!sv) return;
+    free(sv->slots.v);
+    free(sv->top.heap);
+    mt_u64map_destroy(&sv->counts);
+    free(sv);
+}
+
+void mt_chrome_survey_event(void *survey, const mt_event *e)
+{
+    mt_chrome_survey *sv = survey;
+    if (sv->oom || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP) return;
+    if (e->kind == MT_KIND_DRIVER && !sv->opt->driver_slices) return;
+    note_stream(&sv->slots, e);
+    if (e->bytes < sv->opt->min_bytes) return;
+    sv->total++;
+    top_sizes *top = &sv->top;
+    if (top->heap) {
+        top_add(top, e->bytes);
+        return;
     }
-    if (!oom && keep && total > keep) {
+    mt_u64map_slot *sl = mt_u64map_upsert(&sv->counts, e->bytes);
+    if (!sl) {
+        sv->oom = 1;
+        return;
+    }
+    if (!sl->a++) sv->n_sizes++;
+    if (sv->n_sizes <= SURVEY_SIZES) return;
+    /* too many different sizes: those counted so far go into the heap */
+    if (!(top->heap = malloc(top->keep * sizeof *top->heap))) {
+        sv->oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < sv->counts.cap; i++)
+        for (uint64_t k = 0; sv->counts.slots[i].used && k < sv->counts.slots[i].a; k++)
+            top_add(top, sv->counts.slots[i].key);
+    mt_u64map_destroy(&sv->counts);
+}
+
+/* The survey's own read, for a caller that did not make it alongside the analysis. */
+static int survey_read(mt_chrome_survey *sv, const mt_analysis *a, char *err, size_t errlen)
+{
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
+    if (!r) return -1;
+    mt_record rec;
+    while (!sv->oom && mt_reader_next(r, &rec) == MT_READ_RECORD)
+        if (rec.type == MT_REC_EVENT) mt_chrome_survey_event(sv, &rec.u.event);
+    mt_reader_close(r);
+    return 0;
+}
+
+/* The threshold from the survey, when more than `keep` lifetimes could have slices; the export
+ * takes over the survey's slots. */
+static int survey_finish(chrome *c, mt_chrome_survey *sv, uint64_t keep, char *err, size_t errlen)
+{
+    int oom = sv->oom || sv->slots.oom;
+    c->slots = sv->slots;
+    sv->slots = (slot_table){0};
+    if (!oom && keep && sv->total > keep) {
         c->select = 1;
         uint64_t above = 0;
-        if (top.heap) {
-            c->threshold = top.heap[0];
-            for (size_t i = 0; i < top.n; i++) above += top.heap[i] > c->threshold;
+        if (sv->top.heap) {
+            c->threshold = sv->top.heap[0];
+            for (size_t i = 0; i < sv->top.n; i++) above += sv->top.heap[i] > c->threshold;
         } else { /* the largest sizes first, until keep lifetimes are covered */
-            size_count *v = malloc((n_sizes ? n_sizes : 1) * sizeof *v);
+            size_count *v = malloc((sv->n_sizes ? sv->n_sizes : 1) * sizeof *v);
             size_t m = 0;
             if (!v) oom = 1;
-            for (size_t i = 0; v && i < counts.cap; i++)
-                if (counts.slots[i].used) v[m++] = (size_count){counts.slots[i].key, counts.slots[i].a};
+            for (size_t i = 0; v && i < sv->counts.cap; i++)
+                if (sv->counts.slots[i].used)
+                    v[m++] = (size_count){sv->counts.slots[i].key, sv->counts.slots[i].a};
             if (v) qsort(v, m, sizeof *v, by_size_desc);
             for (size_t i = 0; v && i < m; i++) {
                 if (above + v[i].count >= keep) {
@@ -831,14 +879,11 @@ static int survey(chrome *c, uint64_t keep, char *err, size_t errlen)
         }
         c->ties_left = keep - above;
     }
-    free(top.heap);
-    mt_u64map_destroy(&counts);
-    mt_reader_close(r);
     if (oom) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    return c->oom ? -1 : 0;
+    return 0;
 }
 
 /* ---- one trace ---------------------------------------------------------------------------------- */
@@ -948,8 +993,8 @@ static void final_counters(chrome *c, uint64_t end)
         slot_info *si = slot_of(c, u[i].device, u[i].is_host);
         emit_counters(c, &u[i], si && !u[i].is_host ? si->caching : 0, end, 1);
     }
-    for (size_t i = 0; i < c->n_slots; i++) {
-        slot_info *si = &c->slots[i];
+    for (size_t i = 0; i < c->slots.n; i++) {
+        slot_info *si = &c->slots.v[i];
         if (!si->have_nvml) continue;
         flush_nvml(c, si);
         counter(c, root_of(si->device, 0, root, sizeof root), "nvidia-smi (process)", end,
@@ -957,12 +1002,12 @@ static void final_counters(chrome *c, uint64_t end)
     }
 }
 
-static int one_trace(chrome *c, char *err, size_t errlen)
+static int one_trace(chrome *c, mt_chrome_survey *sv, char *err, size_t errlen)
 {
     mt_analysis *a = c->a;
-    uint64_t keep = c->opt->top_allocs ? c->opt->top_allocs : MT_CHROME_DEFAULT_MAX_SLICES;
+    uint64_t keep = sv->top.keep;
     if (!c->opt->top_allocs && a->events <= keep) keep = 0; /* no cap can apply */
-    if (survey(c, keep, err, errlen) < 0) return -1;
+    if (survey_finish(c, sv, keep, err, errlen) < 0) return -1;
     uint64_t cap = c->opt->max_counter_points ? c->opt->max_counter_points
                                               : MT_CHROME_MAX_COUNTER_POINTS;
     if (cap < 3) cap = 3;
@@ -1046,11 +1091,36 @@ mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
     return s;
 }
 
+mt_chrome_survey *mt_chrome_survey_begin(const mt_chrome_stream *s)
+{
+    mt_chrome_survey *sv = calloc(1, sizeof *sv);
+    if (!sv) return NULL;
+    sv->opt = &s->opt;
+    sv->top.keep = s->opt.top_allocs ? s->opt.top_allocs : MT_CHROME_DEFAULT_MAX_SLICES;
+    return sv;
+}
+
 int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
+{
+    mt_chrome_survey *sv = mt_chrome_survey_begin(s);
+    if (!sv) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (survey_read(sv, a, err, errlen) < 0) {
+        mt_chrome_survey_free(sv);
+        return -1;
+    }
+    return mt_chrome_add_surveyed(s, a, sv, err, errlen);
+}
+
+int mt_chrome_add_surveyed(mt_chrome_stream *s, mt_analysis *a, mt_chrome_survey *sv, char *err,
+                           size_t errlen)
 {
     char **np = realloc(s->paths, (s->n + 1) * sizeof *np);
     if (!np || !(np[s->n] = strdup(a->path ? a->path : ""))) {
         if (np) s->paths = np;
+        mt_chrome_survey_free(sv);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -1059,9 +1129,10 @@ int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen)
     chrome c = {.o = s->o, .a = a, .opt = &s->opt, .pid = a->pid, .t_index = s->n++,
                 .offset_ns = start > s->base ? start - s->base : 0, .first = &s->first,
                 .frames = mt_frames_resolve(a->frames, s->opt.frames)};
-    int rc = one_trace(&c, err, errlen);
+    int rc = one_trace(&c, sv, err, errlen);
+    mt_chrome_survey_free(sv);
     free(c.cs);
-    free(c.slots);
+    free(c.slots.v);
     mt_namebuf_free(&c.nb);
     mt_u64map_destroy(&c.stack_json);
     mt_u64map_destroy(&c.who_json);

@@ -489,3 +489,95 @@ Test(export, chrome_counters_bounded_exact_peak)
     mt_analysis_free(a);
     unlink(path);
 }
+
+/* ---- the survey made alongside the analysis writes what the export's own read writes ----------- */
+
+static char *chrome_own_read(const char *path, const mt_chrome_options *co)
+{
+    mt_analysis *a = fx_analyze(path);
+    char *json = fx_capture(a, chrome_capped_fn, (void *)co, "own.json");
+    mt_analysis_free(a);
+    return json;
+}
+
+/* The CLI's way: mt_analyze calls the survey with every event it reads. */
+static char *chrome_surveyed(const char *path, const mt_chrome_options *co)
+{
+    char out[512], err[256] = "";
+    mt_analysis *a = fx_analyze(path); /* only for the start on the wall clock, as the CLI's
+                                          earliest_start reads it from the header */
+    uint64_t base = a->header.start_realtime_ns;
+    mt_analysis_free(a);
+    mt_test_tmpname(out, sizeof out, "surveyed.json");
+    mt_out *o = mt_out_open(out, err, sizeof err);
+    cr_assert(o, "%s", err);
+    mt_chrome_stream *s = mt_chrome_begin(o, co, base);
+    mt_chrome_survey *sv = mt_chrome_survey_begin(s);
+    cr_assert(s && sv);
+    mt_analyze_options ao = {.on_event = mt_chrome_survey_event, .event_ctx = sv};
+    cr_assert_eq(mt_analyze(path, &ao, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mt_chrome_add_surveyed(s, a, sv, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mt_chrome_end(s), 0);
+    mt_analysis_free(a);
+    cr_assert_eq(mt_out_close(o), 0);
+    size_t n = 0;
+    char *buf = (char *)mt_test_slurp(out, &n), *json = realloc(buf, n + 1);
+    json[n] = 0;
+    unlink(out);
+    return json;
+}
+
+static void expect_same_chrome(const char *path, const mt_chrome_options *co, const char *what)
+{
+    char *own = chrome_own_read(path, co), *sv = chrome_surveyed(path, co);
+    cr_expect_str_eq(sv, own, "%s: %s", path, what);
+    free(own);
+    free(sv);
+}
+
+/* Slice selection by counted sizes (a few hundred sizes) and by the heap (more different sizes
+ * than SURVEY_SIZES), ties at the threshold, streams split into tracks, and every GPU fixture. */
+Test(export, chrome_survey_alongside_analysis_same_bytes)
+{
+    char path[512];
+    mt_test_tmpname(path, sizeof path, "synth.mtrace");
+    cr_assert_eq(mt_synth_file_write(path, 200000, 5), 0);
+    mt_chrome_options top = {.top_allocs = 1000}, min = {.min_bytes = 1 << 20},
+                      drv = {.driver_slices = 1}, dflt = {0};
+    expect_same_chrome(path, &top, "top 1000 of a few hundred sizes");
+    expect_same_chrome(path, &min, "min-bytes");
+    unlink(path);
+
+    fx f; /* 70 000 allocations of 70 000 sizes over 3 streams, 200 of each size class tied */
+    fx_open(&f, "many_sizes.mtrace");
+    for (uint64_t i = 0; i < 70000; i++) {
+        uint64_t bytes = 4096 + (i < 69000 ? i : 69000 + i % 5) * 512;
+        mt_record r = {.type = MT_REC_EVENT};
+        r.u.event = (mt_event){.time_ns = FX_T0 + (i + 1) * MS, .address = A + i * 0x100000,
+                               .bytes = bytes, .tid = 7, .stream = 0x100 + i % 3,
+                               .op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC};
+        fx_put(&f, &r);
+    }
+    fx_end(&f, 100, 70000, 0);
+    fx_close(&f);
+    mt_chrome_options heap = {.top_allocs = 5000}, heap_ties = {.top_allocs = 998};
+    expect_same_chrome(f.path, &heap, "heap of the 5000 largest");
+    expect_same_chrome(f.path, &heap_ties, "heap, ties at the threshold");
+    unlink(f.path);
+
+    DIR *d = opendir(MT_TEST_DATA_DIR);
+    cr_assert(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".mtrace") != 0) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", MT_TEST_DATA_DIR, de->d_name);
+        expect_same_chrome(p, &dflt, "default options");
+        expect_same_chrome(p, &drv, "driver slices");
+        n++;
+    }
+    closedir(d);
+    cr_expect_geq(n, 10, "the GPU fixtures were found");
+}

@@ -518,6 +518,10 @@ typedef struct mt_analyze_options {
     void *progress_ctx;
     int strict; /* a damaged chunk or a truncated file fails the analysis instead of being
                    stepped over and reported */
+    /* Called with every event of the first pass, in file order (an exporter's own survey of the
+     * trace, made without a read of its own: mt_chrome_survey_event). */
+    void (*on_event)(void *ctx, const mt_event *e);
+    void *event_ctx;
 } mt_analyze_options;
 
 /* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends, and

@@ -185,8 +185,8 @@ typedef struct mt_chrome_options {
 
 /* {"traceEvents": [...], "otherData": {...}}: per process (the traced pid) its counters, one async
  * track per device and allocation kind ("cuda:0 async", split by stream when a kind uses several),
- * peaks and failed requests as instants; exporters/chrome.c draws the layout. Re-reads each trace
- * (the analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
+ * peaks and failed requests as instants; exporters/chrome.c draws the layout. Reads each trace
+ * twice more (the analyses give peaks and durations). Returns 0, or -1 with a one-line reason in err. */
 int mt_export_chrome(mt_out *o, mt_analysis *const *a, size_t n, const mt_chrome_options *opt,
                      char *err, size_t errlen);
 /* The same, one analysis at a time (a job's 64 ranks need the memory of the largest one): begin
@@ -196,6 +196,16 @@ typedef struct mt_chrome_stream mt_chrome_stream;
 mt_chrome_stream *mt_chrome_begin(mt_out *o, const mt_chrome_options *opt,
                                   uint64_t base_realtime_ns);
 int mt_chrome_add(mt_chrome_stream *s, mt_analysis *a, char *err, size_t errlen);
+/* The same without the export's first read of the trace: the survey (streams per device and kind,
+ * the sizes of the largest allocations) is made while mt_analyze reads it. Begin a survey, pass
+ * mt_chrome_survey_event and it as mt_analyze_options.on_event and .event_ctx, then add the
+ * analysis with it; add frees the survey (so does mt_chrome_survey_free, for one never added). */
+typedef struct mt_chrome_survey mt_chrome_survey;
+mt_chrome_survey *mt_chrome_survey_begin(const mt_chrome_stream *s);
+void mt_chrome_survey_event(void *survey, const mt_event *e);
+void mt_chrome_survey_free(mt_chrome_survey *sv);
+int mt_chrome_add_surveyed(mt_chrome_stream *s, mt_analysis *a, mt_chrome_survey *sv, char *err,
+                           size_t errlen);
 int mt_chrome_end(mt_chrome_stream *s);
 /* Frees a stream that will not be ended (a trace failed): nothing more is written. */
 void mt_chrome_abandon(mt_chrome_stream *s);

@@ -170,7 +170,8 @@ int mt_cli_analyze(const char *cmd, const char *path, const mt_cli_analysis_opti
     char err[512];
     int tty = isatty(2);
     mt_analyze_options o = {.progress = tty ? mt_cli_progress : NULL, .progress_ctx = (void *)path,
-                            .category_rules = opt->category_rules, .strict = opt->strict};
+                            .category_rules = opt->category_rules, .strict = opt->strict,
+                            .on_event = opt->on_event, .event_ctx = opt->event_ctx};
     int rc = mt_analyze(path, &o, out, err, sizeof err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc < 0) return mt_cli_fail("%s: %s", cmd, err);

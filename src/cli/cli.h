@@ -54,6 +54,8 @@ typedef struct mt_cli_analysis_options {
     int strict;                 /* --strict: a damaged or truncated trace is an error */
     int base_dir;               /* Python files under the current directory named relative to it */
     int warn_incomplete;        /* say on stderr how the trace is incomplete */
+    void (*on_event)(void *ctx, const struct mt_event *e); /* mt_analyze_options.on_event */
+    void *event_ctx;
 } mt_cli_analysis_options;
 /* Analyses one trace (progress on a terminal's stderr). opt NULL: base_dir and warnings. 0, or 2
  * after saying why on stderr. The one place every command's analysis goes through. */

@@ -107,12 +107,19 @@ static void say_device(mt_analysis *const *as, int n)
     }
 }
 
-static int analyze_one(const char *path, const char *rules, mt_analysis **a, int strict)
+static int analyze_surveyed(const char *path, const char *rules, mt_analysis **a, int strict,
+                            mt_chrome_survey *sv)
 {
     /* folded and speedscope have no place to say a trace is incomplete: stderr does */
     mt_cli_analysis_options o = {.category_rules = rules, .strict = strict, .base_dir = 1,
-                                 .warn_incomplete = 1};
+                                 .warn_incomplete = 1, .on_event = sv ? mt_chrome_survey_event : NULL,
+                                 .event_ctx = sv};
     return mt_cli_analyze("export", path, &o, a);
+}
+
+static int analyze_one(const char *path, const char *rules, mt_analysis **a, int strict)
+{
+    return analyze_surveyed(path, rules, a, strict, NULL);
 }
 
 /* The earliest start on the wall clock among the traces (headers only): the chrome timelines of a
@@ -173,8 +180,16 @@ static int export_traces(char **paths, int n, const char *format, const char *ou
             if (!cs) rc = -1, snprintf(err, sizeof err, "out of memory");
             for (int i = 0; i < n && cs && rc == 0; i++) {
                 mt_analysis *a = NULL;
-                if ((status = analyze_one(paths[i], rules, &a, strict)) != 0) break;
-                rc = mt_chrome_add(cs, a, err, sizeof err);
+                mt_chrome_survey *sv = mt_chrome_survey_begin(cs);
+                if (!sv) {
+                    rc = -1, snprintf(err, sizeof err, "out of memory");
+                    break;
+                }
+                if ((status = analyze_surveyed(paths[i], rules, &a, strict, sv)) != 0) {
+                    mt_chrome_survey_free(sv);
+                    break;
+                }
+                rc = mt_chrome_add_surveyed(cs, a, sv, err, sizeof err); /* frees sv */
                 if (tty) fputs("\r\033[K", stderr);
                 mt_analysis_free(a);
             }

@@ -1106,6 +1106,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         }
         const mt_event *e = &rec.u.event;
         a->events++;
+        if (opt && opt->on_event) opt->on_event(opt->event_ctx, e);
         if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {
             if (!(a->categories = mt_categorizer_new(a->frames))) rc = -1;
             else if (opt && opt->category_rules &&
