@@ -75,11 +75,34 @@ enum { /* counter tracks of a device; "by kind" follows as COUNTERS_ + kind */
     COUNTER_ADDRESS_SPACE, COUNTERS_
 };
 
+/* What a counter point shows of a device's usage (emit_counters). The whole mt_usage is ~660
+ * bytes (~400 without by_category), and copying it at every event, twice at a new high, was a
+ * tenth of the export's main thread. */
+typedef struct point {
+    int32_t device;
+    int is_host, has_pool_info;
+    uint64_t in_use, api_in_use, pool_reserved, vmm_reserved, segment_bytes;
+    uint64_t by_kind[MT_KIND_MAX_];
+    uint64_t by_category[MT_CAT_MAX]; /* copied only with a categorizer */
+} point;
+
+static void point_of(point *p, const mt_usage *u, int categories)
+{
+    p->device = u->device, p->is_host = u->is_host, p->has_pool_info = u->has_pool_info;
+    p->in_use = u->in_use, p->api_in_use = u->api_in_use, p->pool_reserved = u->pool_reserved;
+    p->vmm_reserved = u->vmm_reserved, p->segment_bytes = u->segment_bytes;
+    memcpy(p->by_kind, u->by_kind, sizeof p->by_kind);
+    if (categories) memcpy(p->by_category, u->by_category, sizeof p->by_category);
+}
+
 typedef struct counter_state {
     uint64_t clock;  /* latest event time so far on this device: points never step back */
     uint64_t bucket; /* of clock */
+    uint64_t bucket_end; /* the first absolute time of the next bucket (saturated) */
     int have_max, have_last;
-    mt_usage max, last; /* highest and latest point in the current bucket */
+    int last_live; /* last is the tracker's usage as it is now, copied only when an event is about
+                      to end the bucket (settle_last): a copy at every event was most of on_usage */
+    point max, last; /* highest and latest point in the current bucket */
     uint64_t max_t, last_t;
     uint64_t max_caching, last_caching; /* caching allocator bytes at those points */
 } counter_state;
@@ -173,12 +196,18 @@ static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
 
 /* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
  * so a sample naming another has none). */
-static slot_info *table_slot(slot_table *t, int32_t device, int is_host)
+static slot_info *new_slot(slot_table *t, int32_t device, int is_host, uint16_t *ix);
+
+static inline slot_info *table_slot(slot_table *t, int32_t device, int is_host)
 {
     if (is_host) device = -1;
     if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
     uint16_t *ix = &t->ix[is_host ? 0 : device + 2];
-    if (*ix) return &t->v[*ix - 1];
+    return *ix ? &t->v[*ix - 1] : new_slot(t, device, is_host, ix);
+}
+
+static slot_info *new_slot(slot_table *t, int32_t device, int is_host, uint16_t *ix)
+{
     slot_info *n = realloc(t->v, (t->n + 1) * sizeof *n);
     if (!n) {
         t->oom = 1;
@@ -191,7 +220,7 @@ static slot_info *table_slot(slot_table *t, int32_t device, int is_host)
     return &t->v[t->n - 1];
 }
 
-static slot_info *slot_of(chrome *c, int32_t device, int is_host)
+static inline slot_info *slot_of(chrome *c, int32_t device, int is_host)
 {
     slot_info *si = table_slot(&c->slots, device, is_host);
     if (c->slots.oom) c->oom = 1;
@@ -262,24 +291,27 @@ static int in_use_kind(unsigned k)
 }
 
 /* The device report of a usage slot: its kinds over the whole trace decide the counter keys. */
-static const mt_device_report *report_of(const chrome *c, const mt_usage *u)
+static const mt_device_report *report_of(const chrome *c, int32_t device, int is_host)
 {
     const mt_analysis *a = c->a;
-    if (u->is_host) return a->host;
+    if (is_host) return a->host;
     for (size_t i = 0; i < a->n_devices; i++)
-        if (a->devices[i].u.device == u->device) return &a->devices[i];
+        if (a->devices[i].u.device == device) return &a->devices[i];
     return NULL;
 }
 
-static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64_t when,
-                          int force)
+/* The points of every counter track of a device that changed (all of them: force). The keys of
+ * "by kind" and which tracks exist follow the device's usage over the whole trace (its report; a
+ * usage slot without one: the tracker's so far). */
+static void emit_counters(chrome *c, const point *u, uint64_t caching, uint64_t when, int force)
 {
     char root[32];
     root_of(u->device, u->is_host, root, sizeof root);
     mt_out *o = c->o;
     slot_info *si = slot_of(c, u->device, u->is_host);
     counter_if(c, si, COUNTER_IN_USE, root, "in use", when, u->in_use, force);
-    const mt_device_report *d = report_of(c, u);
+    const mt_device_report *d = report_of(c, u->device, u->is_host);
+    const mt_usage *whole = d ? &d->u : mt_tracker_usage(c->t, u->device, u->is_host);
     int first = 1, changed = force || !si;
     for (unsigned k = 0; k < MT_KIND_MAX_ && !changed; k++)
         changed = in_use_kind(k) &&
@@ -292,7 +324,7 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
             si->last[COUNTERS_ + k] = u->by_kind[k];
             si->written[COUNTERS_ + k] = 1;
         }
-        if (!(d ? d->u.by_kind_peak[k] : u->by_kind_peak[k])) continue;
+        if (!whole || !whole->by_kind_peak[k]) continue;
         if (first) {
             begin_event(c);
             mt_out_puts(o, "\"ph\":\"C\",\"pid\":");
@@ -331,7 +363,7 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
     if (u->has_pool_info)
         counter_if(c, si, COUNTER_POOL, root, "pool reserved", when, u->pool_reserved, force);
     if (u->is_host) return;
-    if (d ? d->u.vmm_reserved_peak : u->vmm_reserved_peak) /* cuMemAddressReserve: not bytes */
+    if (whole && whole->vmm_reserved_peak) /* cuMemAddressReserve: not bytes */
         counter_if(c, si, COUNTER_ADDRESS_SPACE, root, "address space", when,
                    u->vmm_reserved, force);
     uint64_t async = u->by_kind[MT_KIND_ASYNC], pool = 0;
@@ -339,9 +371,8 @@ static void emit_counters(chrome *c, const mt_usage *u, uint64_t caching, uint64
     uint64_t in_pool = u->has_pool_info ? async : 0, api = u->api_in_use;
     /* PyTorch's segments: flagged by the recorder (its live bytes are the tracker's
      * segment_bytes); older traces: classified by stack */
-    const mt_usage *whole = d ? &d->u : u;
-    if (whole->segment_peak) caching = u->segment_bytes;
-    int tensors = whole->by_kind_peak[MT_KIND_TENSOR] > 0;
+    if (whole && whole->segment_peak) caching = u->segment_bytes;
+    int tensors = whole && whole->by_kind_peak[MT_KIND_TENSOR] > 0;
     /* in tensor mode the segments are not in api_in_use (their tensors are) */
     uint64_t mine = tensors ? u->by_kind[MT_KIND_TENSOR] + in_pool : caching + in_pool;
     counter_if(c, si, COUNTER_RESERVED, root, "allocator reserved", when, caching + pool, force);
@@ -362,8 +393,39 @@ static uint64_t bucket_of(const chrome *c, uint64_t abs)
     return (rel_of(c, abs) - c->offset_ns) / c->quantum;
 }
 
+/* Copies the last point of usage slot i out of the tracker, if it is still only there. */
+static void take_last(chrome *c, size_t i)
+{
+    counter_state *s = &c->cs[i];
+    if (!s->last_live) return;
+    const mt_usage *u;
+    size_t n = mt_tracker_usages(c->t, &u);
+    if (i < n) point_of(&s->last, &u[i], c->a->categories != NULL);
+    s->last_live = 0;
+}
+
+/* Before the tracker applies an event at time t: a slot whose bucket that event could end (were it
+ * the slot's event) gets its last point copied now, while the tracker still shows it. A slot the
+ * event does not touch keeps a copy that is still right. */
+static void settle_last(chrome *c, uint64_t t)
+{
+    for (size_t i = 0; i < c->n_cs; i++)
+        if (c->cs[i].last_live && t >= c->cs[i].bucket_end) take_last(c, i);
+}
+
+static void set_bucket(chrome *c, counter_state *s, uint64_t b)
+{
+    uint64_t start = c->a->header.start_monotonic_ns, span, end;
+    s->bucket = b;
+    if (__builtin_mul_overflow(b + 1, c->quantum, &span) || b + 1 == 0 ||
+        __builtin_add_overflow(start, span, &end))
+        end = UINT64_MAX;
+    s->bucket_end = end;
+}
+
 static void flush_bucket(chrome *c, counter_state *s)
 {
+    take_last(c, (size_t)(s - c->cs));
     if (s->have_max) emit_counters(c, &s->max, s->max_caching, s->max_t, 0);
     if (s->have_last && (!s->have_max || s->last_t != s->max_t || s->last.in_use != s->max.in_use))
         emit_counters(c, &s->last, s->last_caching, s->last_t, 0);
@@ -422,20 +484,18 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     counter_state *s = &c->cs[i];
     if (time_ns > s->clock) s->clock = time_ns;
     uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
-    if (b != s->bucket) {
+    if (b != s->bucket || !s->bucket_end) {
         flush_bucket(c, s);
-        s->bucket = b;
+        set_bucket(c, s, b);
     }
-    /* A whole mt_usage is ~660 bytes, and copying it at every event was a tenth of the export:
-     * without a categorizer the counters never read by_category (its last 256), so it stays out. */
-    size_t size = c->a->categories ? sizeof *u : offsetof(mt_usage, by_category);
+    int cats = c->a->categories != NULL;
     if (!s->have_max || u->in_use > s->max.in_use) {
-        memcpy(&s->max, u, size);
+        point_of(&s->max, u, cats);
         s->max_t = s->clock;
         s->max_caching = caching;
         s->have_max = 1;
     }
-    memcpy(&s->last, u, size);
+    s->last_live = 1;
     s->last_t = s->clock;
     s->last_caching = caching;
     s->have_last = 1;
@@ -788,6 +848,8 @@ static int by_size_desc(const void *pa, const void *pb)
 struct mt_chrome_survey {
     const mt_chrome_options *opt;
     slot_table slots;
+    mt_event last; /* device, kind and stream of the last ALLOC noted: most repeat it */
+    int have_last;
     top_sizes top;     /* top.keep: the cap (the default one or --top-allocs) */
     mt_u64map counts;  /* size -> a: how many (until there are too many sizes: heap) */
     size_t n_sizes;
@@ -809,7 +871,12 @@ void mt_chrome_survey_event(void *survey, const mt_event *e)
     mt_chrome_survey *sv = survey;
     if (sv->oom || e->op != MT_OP_ALLOC || e->kind == MT_KIND_VMM_MAP) return;
     if (e->kind == MT_KIND_DRIVER && !sv->opt->driver_slices) return;
-    note_stream(&sv->slots, e);
+    if (!sv->have_last || e->device != sv->last.device || e->kind != sv->last.kind ||
+        e->stream != sv->last.stream) {
+        note_stream(&sv->slots, e);
+        sv->last = *e;
+        sv->have_last = 1;
+    }
     if (e->bytes < sv->opt->min_bytes) return;
     sv->total++;
     top_sizes *top = &sv->top;
@@ -991,7 +1058,9 @@ static void final_counters(chrome *c, uint64_t end)
     for (size_t i = 0; i < n; i++) {
         if (!u[i].alloc_count && !u[i].free_count && !u[i].has_pool_info) continue;
         slot_info *si = slot_of(c, u[i].device, u[i].is_host);
-        emit_counters(c, &u[i], si && !u[i].is_host ? si->caching : 0, end, 1);
+        point p;
+        point_of(&p, &u[i], c->a->categories != NULL);
+        emit_counters(c, &p, si && !u[i].is_host ? si->caching : 0, end, 1);
     }
     for (size_t i = 0; i < c->slots.n; i++) {
         slot_info *si = &c->slots.v[i];
@@ -1041,6 +1110,7 @@ static int one_trace(chrome *c, mt_chrome_survey *sv, char *err, size_t errlen)
         }
         if (e->time_ns > last) last = e->time_ns;
         if (e->op == MT_OP_FAILED) failed_instant(c, e);
+        settle_last(c, e->time_ns);
         if (mt_tracker_event(c->t, e) < 0) c->oom = 1;
         if (c->opt->progress && ++n % 65536 == 0)
             c->opt->progress(c->opt->progress_ctx,
