@@ -94,6 +94,8 @@ typedef struct nvml_sample {
  * quarter of `report`'s time). */
 typedef struct pending_ring {
     uint32_t ix[PENDING_PER_DEVICE];
+    uint64_t time[PENDING_PER_DEVICE]; /* nvml[ix[j]].p.time_ns, here: reading it there missed the
+                                          cache at most usage changes (a tenth of pass1_usage) */
     uint32_t n;
     uint64_t latest; /* the latest sample time among them: most changes come after it */
 } pending_ring;
@@ -289,7 +291,7 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     const pending_ring *ring = p->pending[slot_key(u->device, 0)];
     if (!ring || t > ring->latest) return;
     for (uint32_t j = ring->n; j-- > 0;) {
-        uint64_t st = p->nvml[ring->ix[j]].p.time_ns;
+        uint64_t st = ring->time[j];
         if (t > st) break; /* and so for every earlier sample */
         /* a change from before the sample, read while the sample's window is open */
         if (st + SAMPLE_WINDOW_NS >= p->latest_change)
@@ -306,17 +308,20 @@ static void pending_add(pending_ring *r, const nvml_sample *nvml, uint32_t ix)
         for (uint32_t j = 1; j < r->n; j++)
             if (r->ix[j] < r->ix[m]) m = j;
         memmove(&r->ix[m], &r->ix[m + 1], (r->n - m - 1) * sizeof *r->ix);
+        memmove(&r->time[m], &r->time[m + 1], (r->n - m - 1) * sizeof *r->time);
         r->n--;
     }
     uint32_t j = r->n;
     uint64_t t = nvml[ix].p.time_ns;
-    while (j > 0 && nvml[r->ix[j - 1]].p.time_ns > t) {
+    while (j > 0 && r->time[j - 1] > t) {
         r->ix[j] = r->ix[j - 1];
+        r->time[j] = r->time[j - 1];
         j--;
     }
     r->ix[j] = ix;
+    r->time[j] = t;
     r->n++;
-    r->latest = nvml[r->ix[r->n - 1]].p.time_ns;
+    r->latest = r->time[r->n - 1];
 }
 
 /* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far. */
