@@ -95,4 +95,22 @@ void mt_fuzz_use_trace(const char *path)
         mt_out_close(o);
     }
     mt_analysis_free(a);
+    /* the CLI's Chrome export: its survey made while mt_analyze reads the trace; few counter
+     * points, so that buckets end often */
+    mt_out *o2 = mt_out_open("/dev/null", err, sizeof err);
+    if (!o2) return;
+    mt_chrome_options co = {.max_counter_points = 7, .top_allocs = 16};
+    mt_chrome_stream *s = mt_chrome_begin(o2, &co, 0);
+    mt_chrome_survey *sv = s ? mt_chrome_survey_begin(s) : NULL;
+    mt_analyze_options ao = {.on_event = mt_chrome_survey_event, .event_ctx = sv};
+    mt_analysis *b = NULL;
+    if (sv && mt_analyze(path, &ao, &b, err, sizeof err) == 0) {
+        if (mt_chrome_add_surveyed(s, b, sv, err, sizeof err) == 0) mt_chrome_end(s);
+        else mt_chrome_abandon(s);
+        mt_analysis_free(b);
+    } else {
+        mt_chrome_survey_free(sv);
+        mt_chrome_abandon(s);
+    }
+    mt_out_close(o2);
 }
