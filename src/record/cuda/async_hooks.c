@@ -89,7 +89,7 @@ static void record(mt_event *ev, cudaError_t rc, uint64_t entry_ns, int h, uint6
     if (ev->op != MT_OP_FREE) current_context(ev);
     uint64_t api_ip = (uint64_t)(uintptr_t)ORIGINAL(h);
     mt_record_call(&mt_rec, ev, as_curesult(rc), entry_ns, api_ip);
-    if (t_timed) mt_cost_add(&mt_rec.hooks.ns, &mt_rec.hooks.calls, t_timed);
+    if (t_timed) mt_cost_add(&mt_rec.hooks.ns, &mt_rec.hooks.calls, t_timed, &mt_rec.hooks.spread);
 }
 
 static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t size,

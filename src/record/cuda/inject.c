@@ -215,7 +215,8 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
         if (mt_time_this_call()) {
             uint64_t t0 = mt_now_ns();
             mt_on_callback(ud, d, id, data);
-            mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0);
+            mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0,
+                        &mt_rec.costs.callback_spread);
         } else {
             mt_on_callback(ud, d, id, data);
         }

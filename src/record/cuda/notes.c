@@ -52,30 +52,55 @@ void mt_trace_note(int level, const char *fmt, ...)
 
 static double per(uint64_t total, uint64_t n) { return n ? (double)total / (double)n : 0.0; }
 
+static void put_ns(char *buf, size_t len, uint64_t ns)
+{
+    if (ns < 10000) snprintf(buf, len, "%" PRIu64 " ns", ns);
+    else snprintf(buf, len, "%.1f us", (double)ns / 1000.0);
+}
+
+/* "; timed calls: median under 310 ns, 90% under 520 ns, 99% under 2.1 us" (cost_spread.h:
+ * the upper bounds of the buckets where those fractions of the timed calls are reached). */
+static const char *spread_text(const mt_cost_spread *sp, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (!mt_cost_quantile_end(sp, 1.0)) return buf;
+    char t[3][32];
+    put_ns(t[0], sizeof t[0], mt_cost_quantile_end(sp, 0.5));
+    put_ns(t[1], sizeof t[1], mt_cost_quantile_end(sp, 0.9));
+    put_ns(t[2], sizeof t[2], mt_cost_quantile_end(sp, 0.99));
+    snprintf(buf, len, "; timed calls: median under %s, 90%% under %s, 99%% under %s", t[0], t[1],
+             t[2]);
+    return buf;
+}
+
 /* The cost budget is part of the product: what memtrace's own work took, per call, from its
  * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
 void mt_write_cost_notes(mt_recorder *r)
 {
     if (r->cfg.census) mt_census_note(r);
+    char sp[160];
     uint64_t cbs = atomic_load(&r->costs.callbacks);
     if (cbs)
         mt_trace_note(MT_NOTE_INFO,
                       "callbacks: about %" PRIu64 " (API entry and exit), %.0f ns each on average "
-                      "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed)",
-                      cbs, per(atomic_load(&r->costs.callback_ns), cbs), MT_TIME_SAMPLE);
+                      "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed%s)",
+                      cbs, per(atomic_load(&r->costs.callback_ns), cbs), MT_TIME_SAMPLE,
+                      spread_text(&r->costs.callback_spread, sp, sizeof sp));
     uint64_t hooked = atomic_load(&r->hooks.calls);
     if (hooked)
         mt_trace_note(MT_NOTE_INFO,
                       "hooked calls: about %" PRIu64 " cudaMallocAsync/cudaFreeAsync, %.0f ns each on "
-                      "average inside memtrace after the call (1 in %d timed)",
-                      hooked, per(atomic_load(&r->hooks.ns), hooked), MT_TIME_SAMPLE);
+                      "average inside memtrace after the call (1 in %d timed%s)",
+                      hooked, per(atomic_load(&r->hooks.ns), hooked), MT_TIME_SAMPLE,
+                      spread_text(&r->hooks.spread, sp, sizeof sp));
     uint64_t tensors = atomic_load(&r->tensors.calls);
     if (tensors)
         mt_trace_note(MT_NOTE_INFO,
                       "tensor reports: about %" PRIu64 " allocations and frees reported by "
                       "PyTorch's caching allocator, %.0f ns each on average inside memtrace "
-                      "(1 in %d timed)",
-                      tensors, per(atomic_load(&r->tensors.ns), tensors), MT_TIME_SAMPLE);
+                      "(1 in %d timed%s)",
+                      tensors, per(atomic_load(&r->tensors.ns), tensors), MT_TIME_SAMPLE,
+                      spread_text(&r->tensors.spread, sp, sizeof sp));
     mt_unwind_totals u;
     mt_unwind_stats(&u);
     if (u.walks) {
@@ -99,14 +124,15 @@ void mt_write_cost_notes(mt_recorder *r)
                       "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
                       "call site's last stack (leaf memo; %.1f%% found in its table), the "
                       "others %.1f frames long (%.1f%% of them after a walk the unwinder did not "
-                      "hold whole); 1 in %d timed; %u trie nodes",
+                      "hold whole); 1 in %d timed%s; %u trie nodes",
                       calls, per(atomic_load(&r->costs.stack_ns), calls),
                       per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
                       100.0 * (1.0 - per(built, calls)),
                       100.0 * per(atomic_load(&r->costs.stack_from_table), calls),
                       per(atomic_load(&r->costs.stack_frames), built),
                       100.0 * per(atomic_load(&r->costs.stack_built_walked), built),
-                      MT_TIME_SAMPLE, mt_trie_size(r->trie));
+                      MT_TIME_SAMPLE, spread_text(&r->costs.stack_spread, sp, sizeof sp),
+                      mt_trie_size(r->trie));
     uint64_t unaddressed = atomic_load(&r->activity.unaddressed);
     if (unaddressed)
         mt_trace_note(MT_NOTE_INFO, "activity: %" PRIu64 " driver allocation records without an "

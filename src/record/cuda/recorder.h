@@ -44,6 +44,7 @@
 #include <sys/types.h>
 
 #include "memtrace/record.h"
+#include "../cost_spread.h" /* mt_cost_spread */
 
 /* The CUPTI functions we call, resolved from whichever libcupti.so.13 we loaded. */
 typedef struct mt_cupti {
@@ -128,6 +129,7 @@ enum {
  * around our own work, and counts for MT_TIME_SAMPLE calls. Two clock reads on every call would be a tenth
  * of what they measure. A power of two. */
 #define MT_TIME_SAMPLE 16
+
 
 
 #define MT_MAX_POOLS 64
@@ -232,6 +234,7 @@ typedef struct mt_recorder {
         mt_got_patcher *patcher;
         _Atomic int active; /* 1: the stand-ins record, CUPTI's stream-ordered callbacks are off */
         _Atomic uint64_t calls, ns; /* cost of the stand-ins' own work, for a note (sampled) */
+        mt_cost_spread spread;
     } hooks;
 
     /* tensor_hooks.c: PyTorch's tensors (record --tensors) */
@@ -241,6 +244,7 @@ typedef struct mt_recorder {
         _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
+        mt_cost_spread spread;
     } tensors;
 
     /* what our own work costs, sampled (MT_TIME_SAMPLE), for the notes at exit (notes.c) */
@@ -252,6 +256,7 @@ typedef struct mt_recorder {
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
+        mt_cost_spread stack_spread, callback_spread;
     } costs;
 } mt_recorder;
 
@@ -275,10 +280,14 @@ int mt_trace_open(mt_recorder *r);
 uint64_t mt_now_ns(void);
 /* A sampled measurement: ns of our own work since t0 into *ns, one call into *calls (either NULL
  * to skip), each counted MT_TIME_SAMPLE times. */
-static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0)
+static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
+                               mt_cost_spread *spread)
 {
-    if (ns)
-        atomic_fetch_add_explicit(ns, (mt_now_ns() - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
+    if (ns) {
+        uint64_t dt = mt_now_ns() - t0;
+        atomic_fetch_add_explicit(ns, dt * MT_TIME_SAMPLE, memory_order_relaxed);
+        if (spread) atomic_fetch_add_explicit(&spread->n[mt_cost_bucket(dt)], 1, memory_order_relaxed);
+    }
     if (calls) atomic_fetch_add_explicit(calls, MT_TIME_SAMPLE, memory_order_relaxed);
 }
 
@@ -390,7 +399,8 @@ void mt_gpu_sampler_stop(mt_gpu_sampler *g);
 void mt_stacks_init(mt_recorder *r);        /* where our and CUPTI's code are */
 int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
 /* t0: a CLOCK_MONOTONIC stamp taken just before the call (the event's own), from which the
- * capture's cost is measured for the exit note: one clock read fewer per allocation. */
+ * capture's cost is measured for the exit note: one clock read fewer per allocation; 0: none
+ * (the capture reads the clock itself when it times this call). */
 uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip);
 /* Called by a stand-in before it calls the allocator, with its own frame address: on a thread
  * without Python frames (autograd's workers), that names the call site's depth, and the walk the

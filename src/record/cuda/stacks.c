@@ -298,7 +298,7 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
                                      &c->walk_id);
     __asm__ volatile("" : "+r"(timed));
-    if (timed) mt_cost_add(&r->costs.unwind_ns, NULL, t1);
+    if (timed) mt_cost_add(&r->costs.unwind_ns, NULL, t1, NULL);
 }
 
 /* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). Found
@@ -380,6 +380,7 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     stack_tls *tls = this_thread_stack_tls();
     if (!tls) return 0;
     int timed = mt_time_this_call();
+    if (timed && !t0) t0 = mt_now_ns(); /* the caller's stamp is not just before this call */
     capture c = {.r = r, .tls = tls, .api_ip = api_ip,
                  .want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON),
                  .want_native = (r->cfg.stacks & MT_STACKS_NATIVE) != 0};
@@ -397,14 +398,14 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     }
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
     if (timed) {
-        mt_cost_add(&r->costs.stack_ns, &r->costs.stack_calls, t0);
+        mt_cost_add(&r->costs.stack_ns, &r->costs.stack_calls, t0, &r->costs.stack_spread);
         if (n >= 0) {
             atomic_fetch_add_explicit(&r->costs.stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
                                       memory_order_relaxed);
-            mt_cost_add(NULL, &r->costs.stack_built, 0);
-            if (walked) mt_cost_add(NULL, &r->costs.stack_built_walked, 0);
+            mt_cost_add(NULL, &r->costs.stack_built, 0, NULL);
+            if (walked) mt_cost_add(NULL, &r->costs.stack_built_walked, 0, NULL);
         } else if (c.from_table) {
-            mt_cost_add(NULL, &r->costs.stack_from_table, 0);
+            mt_cost_add(NULL, &r->costs.stack_from_table, 0, NULL);
         }
     }
     return leaf;

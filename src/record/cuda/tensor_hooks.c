@@ -68,7 +68,7 @@ static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserve
             ev.bytes = (uint64_t)-size;
         }
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
-        if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now);
+        if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now, &r->tensors.spread);
         mt_hook_leave(r);
     }
     if (orig) orig(ptr, size, allocated, reserved, device);
