@@ -228,3 +228,41 @@ Test(symbols_trace, bad_files_fail_with_a_reason)
     cr_expect(err[0] != '\0');
     cr_expect_eq(file_size(path), len, "a refused file is left as it was");
 }
+
+/* A trace that stopped at a file-size limit (ulimit -f): its symbols do not fit. `memtrace
+ * symbolize` says so and exits 2; SIGXFSZ does not kill it (on the GPU check, `record` exited 153
+ * for a program that exited 0, killed while symbolizing); the trace is as it was. */
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+Test(symbols_trace, a_file_size_limit_fails_the_append_not_memtrace)
+{
+    char path[512];
+    mt_test_tmpname(path, sizeof path, "sym_fsize.mtrace");
+    int call_line = 0;
+    uint64_t ips[] = {mt_fix_call(&call_line)};
+    mt_record mods[1] = {mt_fix_module_record(&fix, 7)};
+    cr_assert_eq(mt_fix_write_trace(path, mods, 1, ips, 1, 0), 0);
+    uint64_t size = file_size(path);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {(rlim_t)size, (rlim_t)size};
+        signal(SIGXFSZ, SIG_DFL); /* as a shell leaves it */
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 1);
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(126);
+        execl(MT_TEST_BIN_DIR "/src/cli/memtrace", "memtrace", "symbolize", path, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_expect(!WIFSIGNALED(st), "memtrace killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit status %d",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    cr_expect_eq(file_size(path), size, "nothing written past the limit");
+    mt_fix_sym *syms;
+    cr_expect_eq(mt_fix_read_symbols(path, &syms), 0, "the trace reads, without symbols");
+    free(syms);
+}

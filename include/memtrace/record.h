@@ -50,6 +50,7 @@ typedef struct mt_sink_stats {
     int opened;             /* the file was written (mt_sink_open was called, or fd >= 0) */
     uint64_t rings_freed;   /* per-thread rings freed after their thread exited */
     uint64_t rings_reused;  /* ... or taken over by a new thread */
+    uint64_t rings_populated; /* rings whose pages the writer mapped ahead of their thread */
     uint64_t waits;         /* times a thread found its ring full and waited for the writer */
     uint64_t wait_ns;       /* ... for this long in all */
     uint64_t max_wait_ns;   /* ... the longest single wait */

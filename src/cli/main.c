@@ -1,4 +1,5 @@
 /* memtrace: dispatch to one subcommand. See `memtrace --help`. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,6 +82,11 @@ int main(int argc, char **argv)
         printf("memtrace %s\n", MEMTRACE_VERSION);
         return 0;
     }
+    /* A file-size limit (ulimit -f) makes a write that crosses it fail with EFBIG, which every
+     * command reports, instead of killing memtrace with SIGXFSZ. Not for record: the program it
+     * runs inherits the disposition (record ignores the signal itself once the program is done,
+     * before it symbolizes). */
+    if (strcmp(argv[1], "record") != 0) signal(SIGXFSZ, SIG_IGN);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "memtrace: unknown command '%s'\n", argv[1]);

@@ -1,5 +1,6 @@
 /* The end of `memtrace record`: symbolize, summarize, suggest. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,10 @@ static void summarize_one(const char *path, int symbolize, int quiet)
  * "<pid> skipped <comm>" per process that initialized CUDA but made no context. */
 void mt_record_summarize(const char *manifest, int symbolize, int quiet)
 {
+    /* The program is done. Symbolizing appends to traces that may have stopped at a file-size
+     * limit (ulimit -f): that write must fail with EFBIG and be reported, not kill memtrace with
+     * SIGXFSZ, which made `record` exit 153 for a program that exited 0 (seen on the GPU check). */
+    signal(SIGXFSZ, SIG_IGN);
     FILE *f = fopen(manifest, "re");
     if (!f) return;
     char line[4200], skipped[1024] = "";
