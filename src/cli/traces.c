@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "grow.h" /* src/util: MT_GROW */
 #include "memtrace/trace.h"
 
 typedef struct entry {
@@ -30,13 +31,7 @@ static int ends_with(const char *s, const char *suffix)
 
 static int add(entry **v, size_t *n, size_t *cap, const char *path)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 16;
-        entry *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv) return -1;
-        *v = nv;
-        *cap = nc;
-    }
+    if (MT_GROW(*v, *cap, *n + 1) < 0) return -1;
     char *p = strdup(path);
     if (!p) return -1;
     (*v)[(*n)++] = (entry){.path = p, .rank = -1};

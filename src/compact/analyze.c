@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h" /* src/util: mt_grow */
 #include "internal.h"
 
 #define PROGRESS_EVERY 65536
@@ -205,18 +206,6 @@ static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
     if (b + 1 > tl->n) tl->n = b + 1;
 }
 
-static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap * 2 : need;
-    while (ncap < need) ncap *= 2;
-    void *np = realloc(*p, ncap * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = ncap;
-    return 0;
-}
-
 static inline int wraps(uint64_t t)
 {
     return t > UINT64_MAX - SAMPLE_WINDOW_NS;
@@ -254,7 +243,7 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     size_t i = (size_t)(u - base);
     if (n > p->n_tl) { /* ~28 KiB a device: grown geometrically, never copied per device */
         size_t cap = p->cap_tl;
-        if (grow_array((void **)&p->tl, &cap, n, sizeof *p->tl) < 0) {
+        if (mt_grow((void **)&p->tl, &cap, n, sizeof *p->tl) < 0) {
             p->oom = 1;
             return;
         }
@@ -334,7 +323,7 @@ static void pass1_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_e
     peak_keep *pk = k < N_SLOTS ? p->keep[k] : NULL;
     if (!pk || l->start_seq > pk->peak_seq) return;
     if (pk->n == pk->cap &&
-        grow_array((void **)&pk->ended, &pk->cap, pk->n + 1, sizeof *pk->ended) < 0) {
+        mt_grow((void **)&pk->ended, &pk->cap, pk->n + 1, sizeof *pk->ended) < 0) {
         p->oom = 1;
         return;
     }
@@ -902,13 +891,13 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         if (ord < 0 || ord > MT_MAX_DEVICE_ORDINAL) return 0;
         for (size_t k = 0; k < *n_devs; k++)
             if ((*devs)[k].ordinal == ord) return 0;
-        if (grow_array((void **)devs, &p->cap_devs, *n_devs + 1, sizeof **devs) < 0) return -1;
+        if (mt_grow((void **)devs, &p->cap_devs, *n_devs + 1, sizeof **devs) < 0) return -1;
         (*devs)[*n_devs] = (dev_info){ord, dupstr(rec->u.device.name), rec->u.device.total_bytes};
         (*n_devs)++;
         return 0;
     }
     case MT_REC_THREAD: {
-        if (grow_array((void **)&a->threads, &p->cap_threads, a->n_threads + 1,
+        if (mt_grow((void **)&a->threads, &p->cap_threads, a->n_threads + 1,
                        sizeof *a->threads) < 0)
             return -1;
         a->threads[a->n_threads].tid = rec->u.thread.tid;
@@ -918,8 +907,8 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
     case MT_REC_NOTE: {
         if (rec->u.note.level != MT_NOTE_WARNING) return 0;
         size_t cap = p->cap_warnings;
-        if (grow_array((void **)&a->warnings, &cap, a->n_warnings + 1, sizeof *a->warnings) < 0 ||
-            grow_array((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,
+        if (mt_grow((void **)&a->warnings, &cap, a->n_warnings + 1, sizeof *a->warnings) < 0 ||
+            mt_grow((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,
                        sizeof *a->warning_times_ns) < 0)
             return -1;
         a->warning_times_ns[a->n_warnings] = rel(rec->u.note.time_ns, a->header.start_monotonic_ns);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grow.h" /* src/util: MT_GROW */
 #include "internal.h"
 
 #define NIL UINT32_MAX
@@ -170,15 +171,9 @@ static void visit(mt_range_set *s, uint32_t t, query *q)
         const mt_range *r = &s->n[t].r;
         if (r->start >= q->b) return; /* this one and everything to its right start too late */
         if (r->end > q->a) {
-            if (q->n == q->cap) {
-                size_t ncap = q->cap ? q->cap * 2 : 16;
-                uint32_t *no = realloc(q->out, ncap * sizeof *no);
-                if (!no) {
-                    q->oom = 1;
-                    return;
-                }
-                q->out = no;
-                q->cap = ncap;
+            if (MT_GROW(q->out, q->cap, q->n + 1) < 0) {
+                q->oom = 1;
+                return;
             }
             q->out[q->n++] = t;
         }
