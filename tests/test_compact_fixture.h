@@ -4,6 +4,7 @@
 #define MT_TEST_COMPACT_FIXTURE_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,25 @@ static inline const mt_device_report *fx_dev(const mt_analysis *a, int ordinal)
         if (a->devices[i].u.device == ordinal) return &a->devices[i];
     cr_assert_fail("no device %d in the analysis", ordinal);
     return NULL;
+}
+
+/* Calls fn with the path of every trace recorded on a GPU for the tests (the .mtrace files in
+ * tests/data). Returns how many, or -1 when the directory cannot be opened. */
+static inline int fx_each_gpu_fixture(void (*fn)(const char *path, void *ctx), void *ctx)
+{
+    DIR *d = opendir(MT_TEST_DATA_DIR);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 7, ".mtrace") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
+        fn(path, ctx);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 
 /* Runs an exporter into a temp file and returns its contents (NUL-terminated, malloc'd). */

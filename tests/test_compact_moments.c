@@ -1,7 +1,6 @@
 /* Moments (src/compact/moments.c): the finer timeline with its series, the peaks it keeps, and
  * the live sets at chosen moments, checked against an independent replay of the same trace and
  * against the analysis, on synthetic traces and on every GPU fixture. */
-#include <dirent.h>
 
 #include "test_compact_fixture.h"
 #include "trace/synthetic.h"
@@ -450,33 +449,27 @@ Test(compact_moments, series_by_category_where_the_trace_has_them)
     mt_analysis_free(a);
 }
 
+static void check_fixture_moments(const char *path, void *ctx)
+{
+    (void)ctx;
+    mt_analysis *a = fx_analyze(path);
+    for (size_t points = 16; points <= MT_MOMENTS_POINTS; points *= 128) {
+        mt_series_key by_category;
+        mt_moments_options o = {.exact = points, .points = points, .spans = points / 2};
+        mt_moments *m = moments_of(a, &o);
+        check_moments(a, m, MT_MOMENTS_TOP);
+        mt_moments_free(m);
+        if (mt_series_by_category(a, &by_category) < 0) continue;
+        o.series = &by_category;
+        m = moments_of(a, &o);
+        check_moments(a, m, MT_MOMENTS_TOP);
+        mt_moments_free(m);
+    }
+    mt_analysis_free(a);
+}
+
 Test(compact_moments, every_gpu_fixture, .timeout = 120)
 {
-    DIR *dir = opendir(MT_TEST_DATA_DIR);
-    cr_assert(dir);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(dir))) {
-        size_t len = strlen(e->d_name);
-        if (len < 7 || strcmp(e->d_name + len - 7, ".mtrace") != 0) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
-        mt_analysis *a = fx_analyze(path);
-        for (size_t points = 16; points <= MT_MOMENTS_POINTS; points *= 128) {
-            mt_series_key by_category;
-            mt_moments_options o = {.exact = points, .points = points, .spans = points / 2};
-            mt_moments *m = moments_of(a, &o);
-            check_moments(a, m, MT_MOMENTS_TOP);
-            mt_moments_free(m);
-            if (mt_series_by_category(a, &by_category) < 0) continue;
-            o.series = &by_category;
-            m = moments_of(a, &o);
-            check_moments(a, m, MT_MOMENTS_TOP);
-            mt_moments_free(m);
-        }
-        mt_analysis_free(a);
-        n++;
-    }
-    closedir(dir);
+    int n = fx_each_gpu_fixture(check_fixture_moments, NULL);
     cr_expect(n >= 5, "fixtures found: %d", n);
 }

@@ -1,7 +1,6 @@
 /* Exporters and the report/export commands: golden text report, JSON report, Chrome trace format
  * (validated by a Python checker), folded sums, gzip output, exit statuses. The helpers take any
  * trace path, so tests/data fixtures recorded on a GPU are checked the same way (last test). */
-#include <dirent.h>
 #include <sys/wait.h>
 
 #include "test_compact_fixture.h"
@@ -321,23 +320,19 @@ Test(export, cli_errors_exit_2)
 
 /* Every fixture in tests/data (recorded on real GPUs by the lead) must analyse, keep the folded
  * invariants, and export valid Chrome JSON. */
+static void check_fixture(const char *path, void *ctx)
+{
+    (void)ctx;
+    mt_analysis *a = fx_analyze(path);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+    chrome_summary s;
+    export_chrome(path, "", "fixture.json.gz", &s);
+}
+
 Test(export, data_fixtures)
 {
-    DIR *d = opendir(MT_TEST_DATA_DIR);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 7 || strcmp(e->d_name + n - 7, ".mtrace") != 0) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
-        mt_analysis *a = fx_analyze(path);
-        fx_check_invariants(a);
-        mt_analysis_free(a);
-        chrome_summary s;
-        export_chrome(path, "", "fixture.json.gz", &s);
-    }
-    closedir(d);
+    fx_each_gpu_fixture(check_fixture, NULL);
 }
 
 /* A 300 000-event realistic stream (trace/synthetic.h) over 3 devices: peaks against an
@@ -535,6 +530,14 @@ static void expect_same_chrome(const char *path, const mt_chrome_options *co, co
     free(sv);
 }
 
+static void same_chrome_both_ways(const char *path, void *ctx)
+{
+    (void)ctx;
+    mt_chrome_options dflt = {0}, drv = {.driver_slices = 1};
+    expect_same_chrome(path, &dflt, "default options");
+    expect_same_chrome(path, &drv, "driver slices");
+}
+
 /* Slice selection by counted sizes (a few hundred sizes) and by the heap (more different sizes
  * than SURVEY_SIZES), ties at the threshold, streams split into tracks, and every GPU fixture. */
 Test(export, chrome_survey_alongside_analysis_same_bytes)
@@ -542,8 +545,7 @@ Test(export, chrome_survey_alongside_analysis_same_bytes)
     char path[512];
     mt_test_tmpname(path, sizeof path, "synth.mtrace");
     cr_assert_eq(mt_synth_file_write(path, 200000, 5), 0);
-    mt_chrome_options top = {.top_allocs = 1000}, min = {.min_bytes = 1 << 20},
-                      drv = {.driver_slices = 1}, dflt = {0};
+    mt_chrome_options top = {.top_allocs = 1000}, min = {.min_bytes = 1 << 20};
     expect_same_chrome(path, &top, "top 1000 of a few hundred sizes");
     expect_same_chrome(path, &min, "min-bytes");
     unlink(path);
@@ -565,19 +567,5 @@ Test(export, chrome_survey_alongside_analysis_same_bytes)
     expect_same_chrome(f.path, &heap_ties, "heap, ties at the threshold");
     unlink(f.path);
 
-    DIR *d = opendir(MT_TEST_DATA_DIR);
-    cr_assert(d);
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len < 7 || strcmp(de->d_name + len - 7, ".mtrace") != 0) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", MT_TEST_DATA_DIR, de->d_name);
-        expect_same_chrome(p, &dflt, "default options");
-        expect_same_chrome(p, &drv, "driver slices");
-        n++;
-    }
-    closedir(d);
-    cr_expect_geq(n, 10, "the GPU fixtures were found");
+    cr_expect_geq(fx_each_gpu_fixture(same_chrome_both_ways, NULL), 10, "the GPU fixtures were found");
 }
