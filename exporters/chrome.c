@@ -194,18 +194,6 @@ static const char *root_of(int32_t device, int is_host, char *buf, size_t len)
     return mt_device_root_name(&probe, buf, len);
 }
 
-/* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
- * so a sample naming another has none). */
-static slot_info *new_slot(slot_table *t, int32_t device, int is_host, uint16_t *ix);
-
-static inline slot_info *table_slot(slot_table *t, int32_t device, int is_host)
-{
-    if (is_host) device = -1;
-    if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
-    uint16_t *ix = &t->ix[is_host ? 0 : device + 2];
-    return *ix ? &t->v[*ix - 1] : new_slot(t, device, is_host, ix);
-}
-
 static slot_info *new_slot(slot_table *t, int32_t device, int is_host, uint16_t *ix)
 {
     slot_info *n = realloc(t->v, (t->n + 1) * sizeof *n);
@@ -218,6 +206,16 @@ static slot_info *new_slot(slot_table *t, int32_t device, int is_host, uint16_t 
     root_of(device, is_host, t->v[t->n].root, sizeof t->v[t->n].root);
     *ix = (uint16_t)++t->n;
     return &t->v[t->n - 1];
+}
+
+/* The slot of a device (found by ordinal: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL,
+ * so a sample naming another has none). */
+static inline slot_info *table_slot(slot_table *t, int32_t device, int is_host)
+{
+    if (is_host) device = -1;
+    if (device < -1 || device > MT_MAX_DEVICE_ORDINAL) return NULL;
+    uint16_t *ix = &t->ix[is_host ? 0 : device + 2];
+    return *ix ? &t->v[*ix - 1] : new_slot(t, device, is_host, ix);
 }
 
 static inline slot_info *slot_of(chrome *c, int32_t device, int is_host)
@@ -478,13 +476,14 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
             return;
         }
         memset(ns + c->n_cs, 0, (n - c->n_cs) * sizeof *ns);
+        for (size_t k = c->n_cs; k < n; k++) set_bucket(c, &ns[k], 0);
         c->cs = ns;
         c->n_cs = n;
     }
     counter_state *s = &c->cs[i];
     if (time_ns > s->clock) s->clock = time_ns;
     uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
-    if (b != s->bucket || !s->bucket_end) {
+    if (b != s->bucket) {
         flush_bucket(c, s);
         set_bucket(c, s, b);
     }

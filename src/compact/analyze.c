@@ -898,7 +898,7 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
     }
     case MT_REC_THREAD: {
         if (mt_grow((void **)&a->threads, &p->cap_threads, a->n_threads + 1,
-                       sizeof *a->threads) < 0)
+                    sizeof *a->threads) < 0)
             return -1;
         a->threads[a->n_threads].tid = rec->u.thread.tid;
         a->threads[a->n_threads++].name = dupstr(rec->u.thread.name);
@@ -909,7 +909,7 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         size_t cap = p->cap_warnings;
         if (mt_grow((void **)&a->warnings, &cap, a->n_warnings + 1, sizeof *a->warnings) < 0 ||
             mt_grow((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,
-                       sizeof *a->warning_times_ns) < 0)
+                    sizeof *a->warning_times_ns) < 0)
             return -1;
         a->warning_times_ns[a->n_warnings] = rel(rec->u.note.time_ns, a->header.start_monotonic_ns);
         a->warnings[a->n_warnings++] = dupstr(rec->u.note.text);
