@@ -279,7 +279,7 @@ static inline int mt_time_this_call(void)
 int mt_trace_open(mt_recorder *r);
 uint64_t mt_now_ns(void);
 /* A sampled measurement: ns of our own work since t0 into *ns, one call into *calls (either NULL
- * to skip), each counted MT_TIME_SAMPLE times. */
+ * to skip), each counted MT_TIME_SAMPLE times; with ns, the time once into *spread (NULL: none). */
 static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
                                mt_cost_spread *spread)
 {
