@@ -1145,7 +1145,8 @@
         pick({ type: 'failed', i: T.failed.indexOf(failed[f]) });
         return;
       }
-      if (x >= M.l && x <= M.l + plotW) pick({ type: 'moment', i: momentAt(D, tOf(x)) });
+      if (x >= M.l && x <= M.l + plotW)
+        pick({ type: 'moment', i: momentAt(D, tOf(x), tOf(x + 3) - tOf(x)) });
     };
     canvas.addEventListener('dblclick', () => {
       view = [0, end];
@@ -1175,12 +1176,15 @@
     drawBase();
   }
 
-  /* the moment whose span holds ns, else the nearest */
-  function momentAt(D, ns) {
+  /* The moment whose tick is within `near` ns of ns (the nearest such: a click lands on a whole
+   * pixel, and on a long run a moment's tick can sit less than a pixel inside its span), else the
+   * one whose span holds ns, else the nearest. */
+  function momentAt(D, ns, near) {
     let best = -1,
       bd = Infinity;
     D.moments.forEach((m, i) => {
-      const d = ns >= m.from && ns < m.to ? -1 : Math.abs(m.t - ns);
+      const dt = Math.abs(m.t - ns);
+      const d = dt <= near ? dt - 2 * near : ns >= m.from && ns < m.to ? -1 : dt;
       if (d < bd) {
         bd = d;
         best = i;

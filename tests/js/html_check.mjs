@@ -160,8 +160,20 @@ async function interact(page, name, d, trace) {
   const D = await page.eval(
     '(() => { const s = window.memtrace.state; return window.memtrace.data.traces[s.trace].devices[s.device]; })()',
   );
-  // a moment that is not the peak, clicked where it is on the timeline
-  const k = D.moments.findIndex((m, i) => !m.peak && i >= D.moments.length / 2);
+  // a moment that is not the peak, clicked where its tick is on the timeline: of those in the
+  // second half, the one farthest from its neighbours (a click lands on a whole pixel, and ticks
+  // closer than that cannot be told apart by position)
+  let k = -1,
+    room = -1;
+  D.moments.forEach((m, i) => {
+    if (m.peak || i < D.moments.length / 2) return;
+    const prev = i > 0 ? m.t - D.moments[i - 1].t : Infinity;
+    const next = i + 1 < D.moments.length ? D.moments[i + 1].t - m.t : Infinity;
+    if (Math.min(prev, next) > room) {
+      room = Math.min(prev, next);
+      k = i;
+    }
+  });
   if (k >= 0) {
     const m = D.moments[k];
     await centre(page, '#timeline canvas');
