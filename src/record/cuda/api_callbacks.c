@@ -481,18 +481,15 @@ void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_n
         if (atomic_load_explicit(&r->tensors.active, memory_order_relaxed))
             ev->flags |= MT_EF_TENSORS_TRACKED;
     }
-    if (ev->op == MT_OP_FREE) {
-        ev->time_ns = entry_ns; /* stamped at entry, see the top of this file */
-    } else if (ev->kind == MT_KIND_TENSOR) {
-        /* PyTorch reports a block after its allocator has handed it out: the report's entry is
-         * the event's time (one clock read fewer per tensor; 40 ns on the lent H100s) */
-        ev->time_ns = entry_ns;
-        ev->stack = mt_capture_stack(r, &ev->flags, 0, api_ip);
-    } else {
-        ev->time_ns = mt_now_ns();
-        if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)
-            ev->stack = mt_capture_stack(r, &ev->flags, ev->time_ns, api_ip);
-    }
+    /* A free is stamped at entry (see the top of this file). So is a tensor: PyTorch reports a
+     * block after its allocator has handed it out, so the report's entry is the event's time (one
+     * clock read fewer per tensor; 40 ns on the lent H100s). Anything else is stamped now, once
+     * the call has returned. The stack capture times itself from t0 when the cost is sampled:
+     * from the stamp when it was just taken, else (0) from a clock read of its own. */
+    int at_entry = ev->op == MT_OP_FREE || ev->kind == MT_KIND_TENSOR;
+    ev->time_ns = at_entry ? entry_ns : mt_now_ns();
+    if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)
+        ev->stack = mt_capture_stack(r, &ev->flags, at_entry ? 0 : ev->time_ns, api_ip);
     mt_sink_event(r->sink, ev);
     if (ev->op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
     if (ev->op == MT_OP_ALLOC && ev->kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev->time_ns);
