@@ -24,6 +24,9 @@
 #   hardening the recorder in a hostile process: 20 000 short-lived threads (memory kept per
 #             thread), a program that takes the trace's descriptor number over, a file-size limit
 #             (ulimit -f) the trace crosses; and check/diff/--markdown on fresh recordings
+#   long      600-step training runs (scripts/long-traces.sh): bytes per event of the trace the
+#             recorder wrote (<= 3 for tensor mode, issue 17), and PyTorch's allocated counter
+#             read back from every tensor event (format version 2 predicts it)
 #   multigpu  one process on two GPUs (model split across devices, a thread per device), and
 #             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
 #             against each rank's PyTorch numbers, the rank table's imbalance
@@ -34,7 +37,7 @@ set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu-check-out}
 STEPS=${CIFAR_STEPS:-300}
-SECTIONS=${SECTIONS:-basics programs cifar training hardening multigpu}
+SECTIONS=${SECTIONS:-basics programs cifar training hardening long multigpu}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
 LOG=$OUT/gpu-check.log
@@ -383,6 +386,19 @@ if want training; then
 fi
 
 # ---- hardening: the recorder inside a hostile process ---------------------------------------------
+# ---- long: what the trace format costs on long runs -----------------------------------------------
+if want long; then
+  say "== long"
+  OUT="$OUT" bash scripts/long-traces.sh "$BUILD" 600 >> "$LOG" 2>&1
+  for n in resnet18_tensors gpt2_tensors cifar_tensors; do
+    bpe=$(grep "^$n " "$OUT/long.txt" | sed 's/.*bytes\/event=//')
+    check "long $n: at most 3 bytes/event ($bpe)" yes "$($PY -c "print('yes' if '$bpe' and float('$bpe') <= 3 else 'no')" 2>&1)"
+    check "long $n: tensor peak equal to PyTorch's own counter" 1 \
+      "$("$MT" report "$OUT/long/$n.mtrace" 2>> "$LOG" | grep -c "equal to PyTorch's own counter")"
+  done
+  grep . "$OUT/long.txt" >> "$SUM"
+fi
+
 if want hardening; then
   say "== hardening"
   # per-thread state: the growth of the process per short-lived thread, traced vs untraced

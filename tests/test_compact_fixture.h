@@ -132,25 +132,6 @@ static inline const mt_device_report *fx_dev(const mt_analysis *a, int ordinal)
     return NULL;
 }
 
-/* Calls fn with the path of every trace recorded on a GPU for the tests (the .mtrace files in
- * tests/data). Returns how many, or -1 when the directory cannot be opened. */
-static inline int fx_each_gpu_fixture(void (*fn)(const char *path, void *ctx), void *ctx)
-{
-    DIR *d = opendir(MT_TEST_DATA_DIR);
-    if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len < 7 || strcmp(e->d_name + len - 7, ".mtrace") != 0) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
-        fn(path, ctx);
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
 /* Runs an exporter into a temp file and returns its contents (NUL-terminated, malloc'd). */
 typedef int (*fx_export_fn)(mt_out *o, mt_analysis *a, void *ctx);
 

@@ -470,6 +470,6 @@ static void check_fixture_moments(const char *path, void *ctx)
 
 Test(compact_moments, every_gpu_fixture, .timeout = 120)
 {
-    int n = fx_each_gpu_fixture(check_fixture_moments, NULL);
+    int n = mt_test_each_gpu_fixture(check_fixture_moments, NULL);
     cr_expect(n >= 5, "fixtures found: %d", n);
 }

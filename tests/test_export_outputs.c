@@ -332,7 +332,7 @@ static void check_fixture(const char *path, void *ctx)
 
 Test(export, data_fixtures)
 {
-    fx_each_gpu_fixture(check_fixture, NULL);
+    mt_test_each_gpu_fixture(check_fixture, NULL);
 }
 
 /* A 300 000-event realistic stream (trace/synthetic.h) over 3 devices: peaks against an
@@ -567,5 +567,5 @@ Test(export, chrome_survey_alongside_analysis_same_bytes)
     expect_same_chrome(f.path, &heap_ties, "heap, ties at the threshold");
     unlink(f.path);
 
-    cr_expect_geq(fx_each_gpu_fixture(same_chrome_both_ways, NULL), 10, "the GPU fixtures were found");
+    cr_expect_geq(mt_test_each_gpu_fixture(same_chrome_both_ways, NULL), 10, "the GPU fixtures were found");
 }

@@ -130,7 +130,9 @@ Test(trace_corrupt, bad_magic_and_newer_version_refused)
     write_header(h, MT_TRACE_VERSION + 1, MT_FILE_HEADER_SIZE);
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
     cr_assert_null(mt_reader_open(path, err, sizeof err));
-    cr_assert(strstr(err, path) && strstr(err, "version 2"), "%s", err);
+    char want[32];
+    snprintf(want, sizeof want, "version %d", MT_TRACE_VERSION + 1);
+    cr_assert(strstr(err, path) && strstr(err, want), "%s", err);
 
     write_header(h, 0, MT_FILE_HEADER_SIZE);
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
@@ -168,11 +170,13 @@ static size_t make_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
     return 16 + clen;
 }
 
-static mt_read_status read_crafted(const char *path, const uint8_t *raw, size_t rawlen,
-                                   size_t *records)
+/* raw is a chunk payload in the layout of format `version` (its lane directory has 6 lengths in
+ * version 1, 7 from version 2) */
+static mt_read_status read_crafted_v(const char *path, uint16_t version, const uint8_t *raw,
+                                     size_t rawlen, size_t *records)
 {
     uint8_t file[4096];
-    write_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    write_header(file, version, MT_FILE_HEADER_SIZE);
     size_t len = MT_FILE_HEADER_SIZE + make_chunk(file + MT_FILE_HEADER_SIZE, raw, rawlen);
     cr_assert_eq(mt_test_spit(path, file, len), 0);
     char err[512];
@@ -189,6 +193,10 @@ static mt_read_status read_crafted(const char *path, const uint8_t *raw, size_t 
     return st;
 }
 
+#define read_crafted(path, raw, rawlen, records) read_crafted_v(path, 1, raw, rawlen, records)
+
+/* The payloads below are drawn in version 1's layout (6 lanes), which readers keep reading; the
+ * lanes version 2 changed are crafted in version2_time_lanes. */
 Test(trace_corrupt, strict_valid_crc_bad_records)
 {
     char path[256];
@@ -227,6 +235,49 @@ Test(trace_corrupt, strict_valid_crc_bad_records)
     cr_assert_eq(read_crafted(path, dir_short, sizeof dir_short, &n), MT_READ_CORRUPT);
     const uint8_t dir_long[] = {1, 0, 0, 0, 0, 0, MT_REC_DROPPED, 5};
     cr_assert_eq(read_crafted(path, dir_long, sizeof dir_long, &n), MT_READ_CORRUPT);
+    unlink(path);
+}
+
+/* Version 2: seven lanes, and an event's time delta is split into a varint of z >> 8 (time lane)
+ * and z's low byte (time-lo lane, the 7th). */
+Test(trace_corrupt, version2_time_lanes)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "crafted2.mtrace");
+    size_t n;
+    /* one event: time lane v(1), time-lo 0x2a: z = 0x12a, time 149 */
+    const uint8_t ok[] = {2, 1, 0, 0, 0, 0, 1, MT_REC_EVENT, MT_OP_ALLOC, 1, 0x2a};
+    cr_assert_eq(read_crafted_v(path, 2, ok, sizeof ok, &n), MT_READ_END, "the crafting is right");
+    cr_assert_eq(n, 1);
+    uint8_t file[256];
+    write_header(file, 2, MT_FILE_HEADER_SIZE);
+    size_t len = MT_FILE_HEADER_SIZE + make_chunk(file + MT_FILE_HEADER_SIZE, ok, sizeof ok);
+    cr_assert_eq(mt_test_spit(path, file, len), 0);
+    char err[512];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    cr_assert_eq(mt_reader_next(r, &rec), MT_READ_RECORD);
+    cr_assert_eq(rec.type, MT_REC_EVENT);
+    cr_assert_eq(rec.u.event.time_ns, 149, "z 0x12a is +149");
+    mt_reader_close(r);
+    /* the same bytes under a version 1 header: the 7th length is a stray main-lane byte */
+    cr_assert_eq(read_crafted_v(path, 1, ok, sizeof ok, &n), MT_READ_CORRUPT);
+    /* no low byte for the event */
+    const uint8_t no_lo[] = {2, 1, 0, 0, 0, 0, 0, MT_REC_EVENT, MT_OP_ALLOC, 1};
+    cr_assert_eq(read_crafted_v(path, 2, no_lo, sizeof no_lo, &n), MT_READ_CORRUPT);
+    /* a low byte left over */
+    const uint8_t stray_lo[] = {2, 1, 0, 0, 0, 0, 2, MT_REC_EVENT, MT_OP_ALLOC, 1, 0x2a, 7};
+    cr_assert_eq(read_crafted_v(path, 2, stray_lo, sizeof stray_lo, &n), MT_READ_CORRUPT);
+    cr_assert_eq(n, 1);
+    /* a high part of 57 bits: with the low byte that is more than 64 */
+    const uint8_t wide[] = {2, 9, 0, 0, 0, 0, 1, MT_REC_EVENT, MT_OP_ALLOC,
+                            0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0};
+    cr_assert_eq(read_crafted_v(path, 2, wide, sizeof wide, &n), MT_READ_CORRUPT);
+    const uint8_t widest_ok[] = {2, 8, 0, 0, 0, 0, 1, MT_REC_EVENT, MT_OP_ALLOC,
+                                 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff};
+    cr_assert_eq(read_crafted_v(path, 2, widest_ok, sizeof widest_ok, &n), MT_READ_END,
+                 "56 bits and a low byte are the whole 64-bit delta");
     unlink(path);
 }
 
@@ -397,7 +448,7 @@ Test(trace_corrupt, a_bad_record_drops_the_rest_of_its_chunk_only)
     char path[256];
     mt_test_tmpname(path, sizeof path, "badrec.mtrace");
     uint8_t file[4096];
-    write_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    write_header(file, 1, MT_FILE_HEADER_SIZE); /* payloads in version 1's layout: 6 lanes */
     size_t len = MT_FILE_HEADER_SIZE;
     const uint8_t bad[] = {3, 0, 0, 0, 0, 0, MT_REC_DROPPED, 5, 0xEE}; /* then an unknown type */
     const uint8_t good[] = {2, 0, 0, 0, 0, 0, MT_REC_DROPPED, 7};

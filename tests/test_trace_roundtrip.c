@@ -25,12 +25,15 @@ static int open_new(const char *path)
     return fd;
 }
 
-/* Writes recs, reads them back and checks each one and the clean end. Returns the file size. */
-static uint64_t round_trip(const mt_record *recs, size_t n, size_t chunk)
+/* Writes recs in format `version`, reads them back and checks each one and the clean end.
+ * Returns the file size. */
+static uint64_t round_trip_v(const mt_record *recs, size_t n, size_t chunk, uint16_t version)
 {
     char path[256];
     mt_test_tmpname(path, sizeof path, "rt.mtrace");
-    mt_writer *w = mt_writer_open_fd(open_new(path), &header, chunk);
+    mt_file_header hv = header;
+    hv.version = version;
+    mt_writer *w = mt_writer_open_fd(open_new(path), &hv, chunk);
     cr_assert_not_null(w);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(mt_writer_put(w, &recs[i]), 0, "put %zu", i);
@@ -42,7 +45,7 @@ static uint64_t round_trip(const mt_record *recs, size_t n, size_t chunk)
     mt_reader *r = mt_reader_open(path, err, sizeof err);
     cr_assert_not_null(r, "%s", err);
     const mt_file_header *h = mt_reader_header(r);
-    cr_assert_eq(h->version, MT_TRACE_VERSION);
+    cr_assert_eq(h->version, version);
     cr_assert_eq(h->pid, header.pid);
     cr_assert_eq(h->start_monotonic_ns, header.start_monotonic_ns);
     cr_assert_eq(h->start_realtime_ns, header.start_realtime_ns);
@@ -58,6 +61,14 @@ static uint64_t round_trip(const mt_record *recs, size_t n, size_t chunk)
     mt_reader_close(r);
     unlink(path);
     return size;
+}
+
+/* Every test below round-trips in each version a writer can write: the current one, and 1 (which
+ * `symbolize` still appends to). */
+static uint64_t round_trip(const mt_record *recs, size_t n, size_t chunk)
+{
+    round_trip_v(recs, n, chunk, 1);
+    return round_trip_v(recs, n, chunk, MT_TRACE_VERSION);
 }
 
 Test(trace_roundtrip, every_type_edge_values)
@@ -92,6 +103,24 @@ Test(trace_roundtrip, every_type_edge_values)
         {.type = MT_REC_SAMPLE, .u.sample = {UINT64_MAX, -1, UINT16_MAX, UINT64_MAX}},
         {.type = MT_REC_DEVICE, .u.device = {INT32_MIN, UINT64_MAX, "NVIDIA H100", "GPU-1"}},
         {.type = MT_REC_END, .u.end = {UINT64_MAX, 0, UINT64_MAX}},
+        /* tensor events, whose aux version 2 predicts from the previous one on the device (& 7):
+         * exact, wrapping, on another device, aliasing device 0's slot, then wrong */
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .bytes = 512,
+                                           .aux = 512, .time_ns = 10}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .bytes = 1024,
+                                           .aux = 1536, .time_ns = 5}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_FREE, .kind = MT_KIND_TENSOR, .bytes = 2048,
+                                           .aux = UINT64_MAX - 511, .time_ns = UINT64_MAX}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .bytes = 7,
+                                           .aux = 7, .device = 1}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_FAILED, .kind = MT_KIND_TENSOR, .bytes = 9,
+                                           .aux = UINT64_MAX - 511, .device = 8}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_FREE, .kind = MT_KIND_TENSOR, .bytes = 1,
+                                           .aux = 3, .device = -1}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_ALLOC, .kind = MT_KIND_DEVICE, .bytes = 1,
+                                           .aux = 3}},
+        {.type = MT_REC_EVENT, .u.event = {.op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .bytes = 1,
+                                           .aux = 5, .device = 1}},
     };
     size_t n = sizeof recs / sizeof recs[0];
     round_trip(recs, n, 0);
@@ -159,8 +188,18 @@ Test(trace_roundtrip, write_error_is_sticky)
     if (fd < 0) cr_skip_test("no /dev/full");
     /* hdr != NULL: the header write fails, so open fails */
     cr_assert_null(mt_writer_open_fd(fd, &header, 0));
-    mt_writer *w = mt_writer_open_fd(fd, NULL, 256);
+    /* appending reads the file's header first: a trace, then its descriptor becomes /dev/full */
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "sticky.mtrace");
+    mt_writer *w0 = mt_writer_open_fd(open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644), &header, 0);
+    cr_assert_not_null(w0);
+    cr_assert_eq(mt_writer_close(w0, 1), 0);
+    int app = open(path, O_RDWR | O_APPEND);
+    cr_assert_geq(app, 0);
+    mt_writer *w = mt_writer_open_fd(app, NULL, 256);
     cr_assert_not_null(w);
+    cr_assert_eq(dup2(fd, app), app);
+    unlink(path);
     mt_mix m;
     mt_mix_init(&m, 2);
     mt_record rec;
@@ -177,6 +216,7 @@ Test(trace_roundtrip, write_error_is_sticky)
     cr_assert_eq(errno, ENOSPC);
     cr_assert_eq(mt_writer_flush(w), -1);
     cr_assert_eq(mt_writer_close(w, 1), -1);
+    close(fd);
 }
 
 Test(trace_roundtrip, unknown_record_type_refused)

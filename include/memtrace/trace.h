@@ -20,11 +20,12 @@ extern "C" {
 /* ---- File header --------------------------------------------------------------------------- */
 
 #define MT_TRACE_MAGIC "\x89MTRACE\n" /* 8 bytes; the \x89 keeps text tools from guessing "text" */
-#define MT_TRACE_VERSION 1
+#define MT_TRACE_VERSION 2 /* readers read every version up to theirs; see docs/trace-format.md */
 #define MT_FILE_HEADER_SIZE 64
 
 typedef struct mt_file_header {
-    uint16_t version;            /* MT_TRACE_VERSION of the writer */
+    uint16_t version;            /* format version: as read; for a writer 0 = MT_TRACE_VERSION, or an
+                                    older version to write (1) */
     uint32_t pid;                /* process that recorded */
     uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC at recorder start; event times share this clock */
     uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment, to print wall-clock dates */
@@ -264,9 +265,12 @@ typedef struct mt_writer mt_writer;
 
 #define MT_CHUNK_RAW_DEFAULT (256u * 1024u)
 
-/* hdr != NULL: write the file header first (new file). hdr == NULL: append chunks to a file that
- * already has one (fd opened with O_APPEND). chunk_raw_bytes = 0 picks MT_CHUNK_RAW_DEFAULT.
- * Returns NULL on allocation failure or when the header cannot be written. */
+/* hdr != NULL: write the file header first (new file), in format version hdr->version (0 = the
+ * current one). hdr == NULL: append chunks to a file that already has one (fd opened with
+ * O_RDWR | O_APPEND: the writer reads the header to write chunks in the file's own version).
+ * chunk_raw_bytes = 0 picks MT_CHUNK_RAW_DEFAULT. Returns NULL on allocation failure, when the
+ * header cannot be written, or (errno EINVAL) for a version this writer cannot write or a file
+ * whose header it cannot read. */
 mt_writer *mt_writer_open_fd(int fd, const mt_file_header *hdr, size_t chunk_raw_bytes);
 int mt_writer_put(mt_writer *w, const mt_record *r); /* 0 ok, -1 write error (errno set) */
 int mt_writer_flush(mt_writer *w);                   /* finish the current chunk */

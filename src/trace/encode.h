@@ -28,14 +28,22 @@ enum {
     MT_LANE_BYTES = 3,
     MT_LANE_STACK = 4,
     MT_LANE_CORR = 5,
-    MT_LANES = 6
+    MT_LANE_TIME_LO = 6, /* version 2: the low byte of each time delta (near-uniform noise) */
+    MT_LANES = 7
 };
 #define MT_LANES_DIR_MAX (MT_LANES * MT_VARINT_MAX)
 
-/* Writes the directory: one v length per lane, in lane order. Returns its size. */
-size_t mt_lanes_put_dir(uint8_t *out, const size_t len[MT_LANES]);
-/* Splits a raw chunk payload into lane cursors. -1 unless the lengths cover it exactly. */
-int mt_lanes_split(const uint8_t *raw, size_t rawlen, mt_cursor lane[MT_LANES]);
+/* How many lanes a chunk of this format version has: 6 in version 1, 7 from version 2. */
+static inline int mt_lanes_of(unsigned version)
+{
+    return version >= 2 ? 7 : 6;
+}
+
+/* Writes the directory: one v length per lane of `version`, in lane order. Returns its size. */
+size_t mt_lanes_put_dir(uint8_t *out, const size_t len[MT_LANES], unsigned version);
+/* Splits a raw chunk payload into lane cursors (lanes the version lacks are empty). -1 unless
+ * the lengths cover it exactly. */
+int mt_lanes_split(const uint8_t *raw, size_t rawlen, mt_cursor lane[MT_LANES], unsigned version);
 
 /* Live-allocation table: a direct-mapped cache address -> bytes of the ALLOCs seen in this chunk,
  * so a FREE whose size the recorder knew costs no size bytes. Power of two. */
@@ -44,8 +52,10 @@ int mt_lanes_split(const uint8_t *raw, size_t rawlen, mt_cursor lane[MT_LANES]);
 /* Predictions for "same as before" fields. Indexed by op & 7 where the value depends on the op
  * (alloc and free of one kind alternate, but each keeps its own API id and typical size). */
 typedef struct mt_codec {
+    unsigned version; /* the file's format version (1 or 2): what the event layout is */
     /* events */
     uint64_t time, address, stream, aux;
+    uint64_t tensor_aux[8]; /* version 2: aux of the latest TENSOR event per device & 7 */
     uint64_t bytes_by_op[8];
     uint64_t last_alloc;     /* address of the latest ALLOC: LIFO frees are common */
     uint32_t stack_by_op[8]; /* alloc and free sites differ; each op's stacks cluster */
@@ -62,7 +72,8 @@ typedef struct mt_codec {
     } live[MT_CODEC_LIVE_SLOTS];
 } mt_codec;
 
-void mt_codec_reset(mt_codec *c);
+/* Empties the state for a new chunk of a file of format `version` (1 or MT_TRACE_VERSION). */
+void mt_codec_reset(mt_codec *c, unsigned version);
 
 /* Upper bound of mt_encode_record's output for r (strings included); 0 for an unknown type. */
 size_t mt_encode_bound(const mt_record *r);

@@ -174,7 +174,7 @@ static chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why
         snprintf(why, wlen, "chunk payload does not inflate to its size");
         return CH_BAD;
     }
-    if (mt_lanes_split(f->raw, rlen, f->lane) != 0) {
+    if (mt_lanes_split(f->raw, rlen, f->lane, f->version) != 0) {
         snprintf(why, wlen, "bad lane directory");
         return CH_BAD;
     }
@@ -182,7 +182,7 @@ static chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why
     f->chunks_loaded++;
     f->chunk_off = off;
     f->chunk_end = f->pos = payload + clen;
-    mt_codec_reset(&f->codec);
+    mt_codec_reset(&f->codec, f->version);
     return CH_OK;
 }
 
@@ -308,10 +308,11 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
     }
 }
 
-int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start,
-                 unsigned n_raws)
+int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
+                 uint64_t start, unsigned n_raws)
 {
     memset(f, 0, sizeof *f);
+    f->version = version;
     f->n_raws = n_raws < 1 ? 1 : n_raws > MT_FEED_MAX_RAWS ? MT_FEED_MAX_RAWS : n_raws;
     f->fd = fd;
     f->path = path;

@@ -22,6 +22,7 @@ struct libdeflate_decompressor;
 
 typedef struct mt_feed {
     int fd;             /* the reader's descriptor, read with pread */
+    unsigned version;   /* the file header's format version: lanes and event layout */
     const char *path;   /* the reader's, for messages */
     uint64_t file_size; /* at open, refreshed when a chunk seems to run past it */
     uint64_t pos;       /* file offset of the next chunk to load */
@@ -50,10 +51,10 @@ typedef struct mt_feed {
     atomic_int *stop; /* set when the reader closes: a long resync gives up (may be NULL) */
 } mt_feed;
 
-/* Starts reading chunks at offset `start` of fd (whose size is file_size), into n_raws
- * (1..MT_FEED_MAX_RAWS) chunk buffers in turn. -1 when out of memory. */
-int mt_feed_init(mt_feed *f, int fd, const char *path, uint64_t file_size, uint64_t start,
-                 unsigned n_raws);
+/* Starts reading chunks of format `version` at offset `start` of fd (whose size is file_size),
+ * into n_raws (1..MT_FEED_MAX_RAWS) chunk buffers in turn. -1 when out of memory. */
+int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
+                 uint64_t start, unsigned n_raws);
 void mt_feed_free(mt_feed *f);
 /* The next record (strings point into the feed's chunk buffer until the next call), or the end
  * of the file, or a failure; failures are sticky. */

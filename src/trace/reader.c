@@ -292,7 +292,7 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
         r->header.node_rank = (int32_t)mt_get_le32(h + MT_HDR_OFF_NODE_RANK);
     }
     int threaded = want_thread((uint64_t)st.st_size);
-    if (mt_feed_init(&r->feed, r->fd, r->path, (uint64_t)st.st_size, hsize,
+    if (mt_feed_init(&r->feed, r->fd, r->path, version, (uint64_t)st.st_size, hsize,
                      threaded ? N_BATCHES + 1 : 1) != 0) {
         open_error(err, errlen, "%s: offset 0: out of memory", path);
         mt_feed_free(&r->feed);

@@ -43,6 +43,7 @@ struct mt_writer {
     z_stream z;
     int z_ready;
     mt_codec codec;
+    unsigned version; /* the format version written: the file's own when appending */
     int guard;       /* mt_writer_guard_fd: the fd must still be this file before each write */
     dev_t dev;
     ino_t ino;
@@ -80,11 +81,12 @@ static int fail(mt_writer *w)
     return -1;
 }
 
-static void put_file_header(uint8_t h[MT_FILE_HEADER_SIZE], const mt_file_header *hdr)
+static void put_file_header(uint8_t h[MT_FILE_HEADER_SIZE], const mt_file_header *hdr,
+                            unsigned version)
 {
     memset(h, 0, MT_FILE_HEADER_SIZE);
     memcpy(h, MT_TRACE_MAGIC, 8);
-    mt_put_le16(h + MT_HDR_OFF_VERSION, MT_TRACE_VERSION);
+    mt_put_le16(h + MT_HDR_OFF_VERSION, (uint16_t)version);
     mt_put_le16(h + MT_HDR_OFF_SIZE, MT_FILE_HEADER_SIZE);
     mt_put_le32(h + MT_HDR_OFF_PID, hdr->pid);
     mt_put_le64(h + MT_HDR_OFF_MONO, hdr->start_monotonic_ns);
@@ -97,8 +99,24 @@ static void put_file_header(uint8_t h[MT_FILE_HEADER_SIZE], const mt_file_header
     mt_put_le32(h + MT_HDR_OFF_NODE_RANK, (uint32_t)(has_rank ? hdr->node_rank : 0));
 }
 
+/* The version of the file an appending writer continues: chunks must be in the header's format.
+ * 0 when the header cannot be read (a write-only descriptor) or is not a trace we can write. */
+static unsigned file_version(int fd)
+{
+    uint8_t h[MT_HDR_OFF_VERSION + 2];
+    if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h, MT_TRACE_MAGIC, 8) != 0)
+        return 0;
+    unsigned v = mt_get_le16(h + MT_HDR_OFF_VERSION);
+    return v >= 1 && v <= MT_TRACE_VERSION ? v : 0;
+}
+
 mt_writer *mt_writer_open_fd(int fd, const mt_file_header *hdr, size_t chunk_raw_bytes)
 {
+    unsigned version = hdr ? (hdr->version ? hdr->version : MT_TRACE_VERSION) : file_version(fd);
+    if (version < 1 || version > MT_TRACE_VERSION) {
+        errno = EINVAL;
+        return NULL;
+    }
     if (chunk_raw_bytes == 0) chunk_raw_bytes = MT_CHUNK_RAW_DEFAULT;
     if (chunk_raw_bytes > MT_CHUNK_RAW_MAX - MT_LANES_DIR_MAX)
         chunk_raw_bytes = MT_CHUNK_RAW_MAX - MT_LANES_DIR_MAX;
@@ -115,11 +133,12 @@ mt_writer *mt_writer_open_fd(int fd, const mt_file_header *hdr, size_t chunk_raw
     w->out = malloc(w->out_cap);
     if (!lanes_ok || !w->raw || !w->out || deflateInit(&w->z, MT_DEFLATE_LEVEL) != Z_OK) goto fail;
     w->z_ready = 1;
-    mt_codec_reset(&w->codec);
+    w->version = version;
+    mt_codec_reset(&w->codec, version);
 
     if (hdr) {
         uint8_t h[MT_FILE_HEADER_SIZE];
-        put_file_header(h, hdr);
+        put_file_header(h, hdr, version);
         if (write_all(fd, h, sizeof h) != 0) goto fail;
         w->written = MT_FILE_HEADER_SIZE;
     } else {
@@ -144,7 +163,7 @@ fail:;
 static int emit_chunk(mt_writer *w)
 {
     if (w->raw_len == 0) return 0;
-    size_t rlen = mt_lanes_put_dir(w->raw, w->lane_len);
+    size_t rlen = mt_lanes_put_dir(w->raw, w->lane_len, w->version);
     for (int i = 0; i < MT_LANES; i++) {
         memcpy(w->raw + rlen, w->lane[i], w->lane_len[i]);
         rlen += w->lane_len[i];
@@ -187,7 +206,7 @@ static int emit_chunk(mt_writer *w)
     w->written += total;
     w->raw_len = 0;
     memset(w->lane_len, 0, sizeof w->lane_len);
-    mt_codec_reset(&w->codec); /* every chunk decodes on its own */
+    mt_codec_reset(&w->codec, w->version); /* every chunk decodes on its own */
     return 0;
 }
 

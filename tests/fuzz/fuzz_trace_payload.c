@@ -3,7 +3,9 @@
  * CRCs behind a valid file header, so every input reaches the record decoder and the compactor.
  *
  *   input: [u8 n] payload ...     n % 4 + 1 chunks; the payload is cut into that many pieces at
- *                                 the first bytes "\xffCHUNK" (then evenly)
+ *                                 the first bytes "\xffCHUNK" (then evenly). Bit 2 of n set: the
+ *                                 file header says format version 1 (6 lanes), else the current
+ *                                 version, so both decoders are fuzzed.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,13 +39,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2 || size > (1u << 20)) return 0;
     unsigned pieces = data[0] % 4 + 1;
+    unsigned version = data[0] & 4 ? 1 : MT_TRACE_VERSION;
     data++;
     size--;
     uint8_t *file = malloc(64 + pieces * 16 + compressBound((uLong)size) + pieces * 64);
     if (!file) return 0;
     memset(file, 0, 64);
     memcpy(file, MT_TRACE_MAGIC, 8);
-    file[8] = MT_TRACE_VERSION;
+    file[8] = (uint8_t)version;
     file[10] = MT_FILE_HEADER_SIZE;
     size_t len = 64, at = 0;
     for (unsigned k = 0; k < pieces; k++) {

@@ -49,6 +49,8 @@ static void seed(const char *fdir, const char *pdir, const char *path, const cha
         return;
     }
     spit(fdir, stem, 0, b, len, -1);
+    /* the payload harness's first byte: one chunk, and bit 2 for a version 1 file's payloads */
+    int first = b[8] == 1 && b[9] == 0 ? 4 : 0;
     unsigned k = 0;
     for (size_t off = 64; off + 16 <= len && memcmp(b + off, "MTCK", 4) == 0 && k < 64; k++) {
         uint32_t clen = le32(b + off + 4), rlen = le32(b + off + 8);
@@ -56,7 +58,7 @@ static void seed(const char *fdir, const char *pdir, const char *path, const cha
         uint8_t *raw = malloc(rlen ? rlen : 1);
         uLongf got = rlen;
         if (raw && uncompress(raw, &got, b + off + 16, clen) == Z_OK)
-            spit(pdir, stem, k, raw, got, 0);
+            spit(pdir, stem, k, raw, got, first);
         free(raw);
         off += 16 + clen;
     }

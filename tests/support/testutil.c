@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,4 +54,21 @@ int mt_test_spit(const char *path, const void *data, size_t len)
     if (!f) return -1;
     size_t w = fwrite(data, 1, len, f);
     return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+int mt_test_each_gpu_fixture(void (*fn)(const char *path, void *ctx), void *ctx)
+{
+    DIR *d = opendir(MT_TEST_DATA_DIR);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 7, ".mtrace") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, e->d_name);
+        fn(path, ctx);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
