@@ -20,6 +20,7 @@ typedef struct capture {
     uint64_t ips[MT_MAX_FRAMES];
     void *bt[MT_MAX_FRAMES + 16];
     int n, nbt, truncated;
+    int lazy; /* answered lazily (MT_UNWIND_LATER, then mt_unwind_recall) */
     uint64_t walk_id;
 } capture;
 
@@ -452,7 +453,40 @@ Test(record_unwind, equal_walk_ids_mean_equal_frames)
     /* after the first round every site keeps its id: 3 sites, ~40 walks each */
     cr_expect_gt(compared, 3 * 38 * 37 / 2, "only %d pairs shared an id", compared);
     cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 2].walk_id, "two paths, two ids");
-    cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 1].walk_id, "two keys, two memos");
+    cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 1].walk_id, "two keys, two call sites");
+}
+
+/* An id names the frames a walk gave, not the memo that held them: ten call sites under one key
+ * share a set of eight ways and, visited in a cycle, evict each other (every walk is done again,
+ * not found whole), yet each site's walk keeps its id from round to round, so that what a caller
+ * keeps under the id (the recorder's leaf memo) still applies. Before 2026-11-23 each new walk
+ * got a new id, and the recorder built the stack again. */
+Test(record_unwind, a_walk_done_again_with_the_same_frames_keeps_its_id)
+{
+    warm_backtrace();
+    enum { SITES = 10, ROUNDS = 3 };
+    uint64_t ids[ROUNDS][SITES];
+    capture c;
+    mt_unwind_totals t0, t1;
+    int wrong = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        if (round == 1) mt_unwind_stats(&t0);
+        for (int d = 0; d < SITES; d++) {
+            keyed_deep(&c, 4711, d);
+            wrong += differs_from_backtrace(&c);
+            ids[round][d] = c.walk_id;
+        }
+    }
+    mt_unwind_stats(&t1);
+    cr_expect_eq(wrong, 0, "%d walks differ from backtrace()", wrong);
+    cr_expect_lt(t1.whole_hits - t0.whole_hits, SITES, "the sites must have evicted each other "
+                 "(%lu found whole)", (unsigned long)(t1.whole_hits - t0.whole_hits));
+    for (int d = 0; d < SITES; d++) {
+        cr_expect_neq(ids[0][d], 0);
+        for (int round = 1; round < ROUNDS; round++)
+            cr_expect_eq(ids[round][d], ids[0][d], "site %d, round %d: a new id", d, round);
+        if (d) cr_expect_neq(ids[0][d], ids[0][d - 1], "sites %d and %d share an id", d - 1, d);
+    }
 }
 
 /* A training step allocates from ~40 places: every one must find its own earlier walk a step
@@ -595,6 +629,7 @@ static NOINLINE void lazy_leaf(capture *c, uint64_t key, int recall_after_other)
     c->n = mt_unwind_keyed_lazy(c->ips, MT_MAX_FRAMES, 0, &c->truncated, key, &c->walk_id);
     c->nbt = backtrace(c->bt, MT_MAX_FRAMES + 16);
     skip_interceptor_frames(c);
+    c->lazy = c->n == MT_UNWIND_LATER;
     if (c->n == MT_UNWIND_LATER) {
         if (recall_after_other) {
             uint64_t other[MT_MAX_FRAMES];
@@ -604,7 +639,6 @@ static NOINLINE void lazy_leaf(capture *c, uint64_t key, int recall_after_other)
         c->n = mt_unwind_recall(c->walk_id, c->ips, MT_MAX_FRAMES, 0, &t);
         if (c->n >= 0) cr_expect_eq(t, c->truncated, "recall and check agree on truncation");
         c->truncated = t;
-        c->walk_id |= 1ull << 63; /* marks "answered lazily" for the test */
     }
     sink++;
 }
@@ -622,7 +656,7 @@ Test(record_unwind, lazy_walks_recall_the_frames_a_real_walk_gives)
     int wrong = 0, lazy = 0;
     for (int k = 0; k < 50; k++) {
         (k % 5 ? lazy_mid : (void (*)(capture *, uint64_t, int))lazy_leaf)(&c, 55 + k % 5, 0);
-        if (c.walk_id >> 63) lazy++;
+        lazy += c.lazy;
         wrong += differs_from_backtrace(&c);
     }
     cr_expect_eq(wrong, 0, "%d frames differ from backtrace()", wrong);
@@ -632,7 +666,7 @@ Test(record_unwind, lazy_walks_recall_the_frames_a_real_walk_gives)
     int n[2];
     for (int k = 0; k < two; k++) { /* one call site: a fresh key walked for real, then */
         lazy_mid(&c, 99, 1);        /* remembered, but another walk runs before the recall */
-        how[k] = c.walk_id >> 63;
+        how[k] = (uint64_t)c.lazy;
         n[k] = c.n;
     }
     cr_expect_eq(how[0], 0);

@@ -358,13 +358,23 @@ static void memo_seal(mt_walk_memo *m)
     uint64_t *ra = mt_memo_ra(m);
     m->nwords = 0;
     m->check = 0;
+    /* The id names the walk's output (its return addresses, how many, how it ended), not the
+     * memo: a call site walked again because a word of its check changed (a saved rbp that is a
+     * scratch value, a way another site took) mostly finds the same frames, and then keeps its id,
+     * so what the caller remembers under the id (the recorder's leaf memo) still applies. Two
+     * walks with one id and different frames need a 64-bit coincidence, the bar of the check. */
+    uint64_t id = ((uint64_t)m->n << 8 | (uint64_t)m->end) * MT_GOLDEN64;
     int whole = 1;
     for (int k = 0; k < m->n; k++) {
         ra[k] = s[k].ra;
+        id = (id ^ s[k].ra) * MT_CHECK_DC + MT_GOLDEN64;
+        id ^= id >> 31;
         whole = whole && check_add(m, sp0, s[k].ra_addr, s[k].ra);
         if (whole && bp_word_matters(m, k)) whole = check_add(m, sp0, s[k].bp_addr, s[k].bp_val);
     }
     if (!whole) m->nwords = -1;
+    id = mt_mix64(id);
+    m->id = id > 1 ? id : id + 2; /* 0 names no walk, 1 "no native frames" (the recorder's) */
     m->pc0 = s[0].pc;
     m->sp0 = sp0;
     m->bp0 = s[0].bp;
@@ -436,13 +446,11 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
         tls_stats.t.stored++;
         memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
         memos->used[w] = ++memos->clock;
-        old->id = ++memos->next_id;
         memo_seal(old);
         *walk_id = old->n > 0 ? old->id : 0;
     } else if (rec) {
         if (rec->n == 0) rec->n = o->steps; /* emit() set -1 if it outgrew the memo */
         rec->end = end;
-        rec->id = ++memos->next_id;
         /* Stored as a copy of its own size; the spare stays for the next walk. Out of memory:
          * the way keeps what it held. */
         mt_walk_memo *kept = mt_walk_memo_copy(rec);

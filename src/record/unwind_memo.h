@@ -85,7 +85,8 @@ typedef enum mt_walk_end {
 #define MT_CHECK_MAX_WORD 0xffffu
 
 typedef struct mt_walk_memo {
-    uint64_t id;                /* names its content (walk_id); a new one at every change */
+    uint64_t id;                /* names its content (walk_id): a hash of its output, set by the
+                                   seal (unwind.c), so a walk done again the same keeps it */
     uint64_t check;             /* the sum the check's words must give */
     uintptr_t pc0, sp0, bp0;    /* the first step's state, copied for the check */
     uintptr_t bp0_known;        /* its bp_known */
@@ -163,7 +164,6 @@ typedef struct mt_walk_memos {
     uint64_t key[MT_MEMO_WAYS];      /* and its key, for mt_unwind_prefetch (which has no rsp) */
     uint32_t used[MT_MEMO_WAYS];     /* `clock` at its last use: the set's smallest is replaced */
     uint32_t clock;
-    uint64_t next_id;                /* last memo id given out on this thread */
     mt_walk_memo *spare;             /* where walks are recorded; NULL = not allocated yet */
     int last;                        /* way holding the latest walk; -1 = none yet */
     int busy;

@@ -135,8 +135,8 @@ int mt_stacks_init_python(mt_recorder *r)
 
 static uint32_t code_id_cb(void *ctx, uintptr_t code) { return code_id(ctx, code); }
 
-/* The leaf a call site produced last time: when neither its native frames (the same unwinder
- * memo, walk_id) nor its Python frames (the same signature) nor the API frame changed, the stack
+/* The leaf a call site produced last time: when neither its native frames (the same walk_id: the
+ * unwinder names a walk by its frames, so a walk done again the same keeps it) nor its Python frames (the same signature) nor the API frame changed, the stack
  * is the same, and merging, code ids and the trie are skipped. Those touch a cache line or two per
  * frame that the program has usually evicted since (~0.3 us an allocation in PyTorch).
  * Entries are found by one 64-bit digest of all three (a wrong leaf needs a 2^-64 coincidence,
@@ -368,7 +368,7 @@ static int build_words(capture *c, uint64_t *words, uint16_t *added)
 static inline void remember_leaf(capture *c, uint32_t leaf, uint16_t flags)
 {
     if (!c->walk_id || !leaf) return;
-    uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip); /* walk_id changes when it walked again */
+    uint64_t key = leaf_key(c->py_sig, c->walk_id, c->api_ip); /* walk_id names the frames */
     leaf_memo *slot = slot_ways(c->want_native, c->walk_id);
     if (slot) put_leaf(slot, SLOT_WAYS, key, leaf, flags);
     put_leaf(table_ways(c->tls, key), LEAF_MEMO_WAYS, key, leaf, flags);
