@@ -172,13 +172,18 @@ static size_t make_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
 
 /* raw is a chunk payload in the layout of format `version` (its lane directory has 6 lengths in
  * version 1, 7 from version 2) */
-static mt_read_status read_crafted_v(const char *path, uint16_t version, const uint8_t *raw,
-                                     size_t rawlen, size_t *records)
+static void write_crafted(const char *path, uint16_t version, const uint8_t *raw, size_t rawlen)
 {
     uint8_t file[4096];
     write_header(file, version, MT_FILE_HEADER_SIZE);
     size_t len = MT_FILE_HEADER_SIZE + make_chunk(file + MT_FILE_HEADER_SIZE, raw, rawlen);
     cr_assert_eq(mt_test_spit(path, file, len), 0);
+}
+
+static mt_read_status read_crafted_v(const char *path, uint16_t version, const uint8_t *raw,
+                                     size_t rawlen, size_t *records)
+{
+    write_crafted(path, version, raw, rawlen);
     char err[512];
     mt_reader *r = mt_reader_open(path, err, sizeof err);
     cr_assert_not_null(r, "%s", err);
@@ -249,10 +254,7 @@ Test(trace_corrupt, version2_time_lanes)
     const uint8_t ok[] = {2, 1, 0, 0, 0, 0, 1, MT_REC_EVENT, MT_OP_ALLOC, 1, 0x2a};
     cr_assert_eq(read_crafted_v(path, 2, ok, sizeof ok, &n), MT_READ_END, "the crafting is right");
     cr_assert_eq(n, 1);
-    uint8_t file[256];
-    write_header(file, 2, MT_FILE_HEADER_SIZE);
-    size_t len = MT_FILE_HEADER_SIZE + make_chunk(file + MT_FILE_HEADER_SIZE, ok, sizeof ok);
-    cr_assert_eq(mt_test_spit(path, file, len), 0);
+    write_crafted(path, 2, ok, sizeof ok);
     char err[512];
     mt_reader *r = mt_reader_open(path, err, sizeof err);
     cr_assert_not_null(r, "%s", err);
