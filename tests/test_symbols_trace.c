@@ -99,6 +99,32 @@ Test(symbols_trace, resolves_appends_and_second_run_adds_nothing)
     free(syms);
 }
 
+/* A trace of an earlier release (format version 1): the symbols are appended in version 1 too,
+ * so the file still reads to a clean end (a version 2 chunk behind a version 1 header would not). */
+Test(symbols_trace, a_version_1_trace_gets_version_1_chunks)
+{
+    char path[512];
+    mt_test_tmpname(path, sizeof path, "sym_v1.mtrace");
+    int call_line = 0;
+    uint64_t ra_call = mt_fix_call(&call_line);
+    mt_record mods[1] = {mt_fix_module_record(&fix, 7)};
+    uint64_t ips[] = {ra_call};
+    cr_assert_eq(mt_fix_write_trace_version(path, 1, mods, 1, ips, 1, 0), 0);
+    mt_symbolize_stats st;
+    char err[512] = "";
+    cr_assert_eq(mt_symbolize_trace(path, &st, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(st.symbols_written, 1);
+    mt_fix_sym *syms;
+    long n = mt_fix_read_symbols(path, &syms);
+    cr_assert_eq(n, 1, "the file reads to a clean end with its symbol");
+    expect_sym(&syms[0], 7, "mt_fix_call", "fixture.c", call_line);
+    free(syms);
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    cr_expect_eq(mt_reader_header(r)->version, 1);
+    mt_reader_close(r);
+}
+
 Test(symbols_trace, changed_module_is_left_unresolved)
 {
     char path[512];

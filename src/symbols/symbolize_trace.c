@@ -8,7 +8,8 @@
  *   2. a trace ending in a partial chunk (recorder killed) is cut back to its last whole chunk,
  *      else chunks appended after the garbage would never be reached by a reader;
  *   3. ips grouped by module, sorted; each module opened once (ELF + lazily its DWARF);
- *   4. records appended with mt_writer_open_fd(fd opened O_APPEND, NULL header).
+ *   4. records appended with mt_writer_open_fd(fd opened O_RDWR | O_APPEND, NULL header), in
+ *      the file's own format version (the writer reads it from the header).
  *
  * The trace may still be open in a process that outlived the command `record` waited for, and
  * appending behind a writer's back corrupts both. So: the file must be a regular file; it is

@@ -75,9 +75,15 @@ mt_record mt_fix_module_record(const mt_fix_module *m, uint32_t id)
 int mt_fix_write_trace(const char *path, const mt_record *recs, size_t nrecs, const uint64_t *ips,
                        size_t nips, size_t chunk_bytes)
 {
+    return mt_fix_write_trace_version(path, MT_TRACE_VERSION, recs, nrecs, ips, nips, chunk_bytes);
+}
+
+int mt_fix_write_trace_version(const char *path, uint16_t version, const mt_record *recs,
+                               size_t nrecs, const uint64_t *ips, size_t nips, size_t chunk_bytes)
+{
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
-    mt_file_header hdr = {.version = MT_TRACE_VERSION, .pid = (uint32_t)getpid(),
+    mt_file_header hdr = {.version = version, .pid = (uint32_t)getpid(),
                           .start_monotonic_ns = 1000, .start_realtime_ns = 2000};
     mt_writer *w = mt_writer_open_fd(fd, &hdr, chunk_bytes);
     if (!w) {

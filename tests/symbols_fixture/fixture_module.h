@@ -24,6 +24,9 @@ mt_record mt_fix_module_record(const mt_fix_module *m, uint32_t id);
  * per ip (ids 1..n, a chain: each the parent of the next). chunk_bytes = 0: default. 0 = ok. */
 int mt_fix_write_trace(const char *path, const mt_record *recs, size_t nrecs, const uint64_t *ips,
                        size_t nips, size_t chunk_bytes);
+/* The same in an older format version (a trace of an earlier release). */
+int mt_fix_write_trace_version(const char *path, uint16_t version, const mt_record *recs,
+                               size_t nrecs, const uint64_t *ips, size_t nips, size_t chunk_bytes);
 
 /* Reads every MT_REC_SYMBOL of the trace (strings copied, caller frees with mt_fix_free_syms).
  * Returns the count, or -1 when the trace does not read to a clean end. */
