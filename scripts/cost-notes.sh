@@ -4,6 +4,6 @@
 # prints the recorder's self-measurements that TRACE carries as notes (callback time, stack
 # capture, unwinder), each line prefixed with "LABEL: ".
 cost_notes() {
-  "$1" dump "$2" 2>/dev/null | grep -o '"callbacks: [^"]*\|"tensor reports: [^"]*\|"hooked calls: [^"]*\|"stack capture: [^"]*\|"unwinder: [^"]*' \
+  "$1" dump "$2" 2>/dev/null | grep -o '"callbacks: [^"]*\|"tensor reports: [^"]*\|"hooked calls: [^"]*\|"stack capture: [^"]*\|"events: [^"]*\|"unwinder: [^"]*' \
     | sed "s/^/$3: /"
 }

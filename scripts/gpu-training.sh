@@ -42,7 +42,7 @@ for m in resnet18 gpt2; do
       if [ $what = memtrace ]; then
         (cd "$W" && SAMPLE_STATS="$W/ab.json" timeout 300 "$MT" record -q --tensors -o "$W/ab.mtrace" -f -- $PY "$S/train.py" --model $m --steps 400 --warmup 20 --ab 20) >> "$LOG" 2>&1
         settle_trace "$W/ab.mtrace"
-        note=$("$MT" dump "$W/ab.mtrace" | grep -o 'tensor reports: [^"]*\|stack capture: [^"]*' | tr '\n' ' ')
+        note=$("$MT" dump "$W/ab.mtrace" | grep -o 'tensor reports: [^"]*\|stack capture: [^"]*\|events: [^"]*' | tr '\n' ' ')
       else
         (cd "$W" && SAMPLE_STATS="$W/ab.json" timeout 300 $PY "$S/train.py" --model $m --steps 400 --warmup 20 --ab 20 --ab-what history) >> "$LOG" 2>&1
         note=""

@@ -80,6 +80,11 @@ void mt_sink_stats_now(mt_sink *s, mt_sink_stats *st);
  * shutdown lose their record, never the program. */
 void mt_sink_event(mt_sink *s, const mt_event *ev);
 void mt_sink_node(mt_sink *s, const mt_stack_node *node);
+/* Hot path: asks for the lines of the calling thread's next ring slot, for writing, so that an
+ * event recorded a little later (after the stack capture) finds them in this core's cache
+ * instead of waiting for the writer thread's core to give them up. Does nothing on a thread that
+ * has no ring yet. Never blocks, never faults. */
+void mt_sink_prefetch(mt_sink *s);
 
 /* The calling thread is about to make an event stamped `time_ns` but will commit it only later
  * (a free is stamped when the call starts and recorded when it returns): until this thread's next

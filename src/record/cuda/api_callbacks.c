@@ -414,6 +414,7 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         return;
     }
 
+    mt_sink_prefetch(r->sink); /* the event's slot, fetched while the call is described */
     CUresult res = cb->functionReturnValue ? *(const CUresult *)cb->functionReturnValue
                                            : CUDA_SUCCESS;
     int ok = res == CUDA_SUCCESS;
@@ -490,7 +491,10 @@ void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_n
     ev->time_ns = at_entry ? entry_ns : mt_now_ns();
     if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)
         ev->stack = mt_capture_stack(r, &ev->flags, at_entry ? 0 : ev->time_ns, api_ip);
+    /* its own sample: what the ring costs, apart from the stack (the cost notes) */
+    uint64_t t_sink = mt_time_this_call() ? mt_now_ns() : 0;
     mt_sink_event(r->sink, ev);
+    if (t_sink) mt_cost_add(&r->costs.sink_ns, &r->costs.sink_calls, t_sink, &r->costs.sink_spread);
     if (ev->op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
     if (ev->op == MT_OP_ALLOC && ev->kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev->time_ns);
 }

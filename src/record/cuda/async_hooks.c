@@ -98,6 +98,7 @@ static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t 
     malloc_async_fn orig = (malloc_async_fn)ORIGINAL(h);
     if (!mt_hook_enter(&mt_rec, &mt_rec.hooks.active)) return orig(ptr, size, stream);
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
+    mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, size, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,
@@ -114,6 +115,7 @@ static cudaError_t malloc_from_pool(int h, CUpti_CallbackId api, void **ptr, siz
     malloc_pool_fn orig = (malloc_pool_fn)ORIGINAL(h);
     if (!mt_hook_enter(&mt_rec, &mt_rec.hooks.active)) return orig(ptr, size, pool, stream);
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
+    mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, size, pool, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,
@@ -134,6 +136,7 @@ static cudaError_t free_async(int h, CUpti_CallbackId api, void *ptr, cudaStream
                    .address = (uint64_t)(uintptr_t)ptr, .stream = (uint64_t)(uintptr_t)stream};
     current_context(&ev); /* before the call: the pointer is still valid */
     mt_sink_hold(mt_rec.sink, entry);
+    mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, stream);
     uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
     record(&ev, rc, entry, h, t);

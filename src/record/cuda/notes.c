@@ -101,6 +101,13 @@ void mt_write_cost_notes(mt_recorder *r)
                       "(1 in %d timed%s)",
                       tensors, per(atomic_load(&r->tensors.ns), tensors), MT_TIME_SAMPLE,
                       spread_text(&r->tensors.spread, sp, sizeof sp));
+    uint64_t written = atomic_load(&r->costs.sink_calls);
+    if (written)
+        mt_trace_note(MT_NOTE_INFO,
+                      "events: about %" PRIu64 " recorded, %.0f ns each on average to put one "
+                      "into its thread's buffer (part of the times above; 1 in %d timed%s)",
+                      written, per(atomic_load(&r->costs.sink_ns), written), MT_TIME_SAMPLE,
+                      spread_text(&r->costs.sink_spread, sp, sizeof sp));
     mt_unwind_totals u;
     mt_unwind_stats(&u);
     if (u.walks) {

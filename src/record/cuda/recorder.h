@@ -256,7 +256,8 @@ typedef struct mt_recorder {
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
-        mt_cost_spread stack_spread, callback_spread;
+        _Atomic uint64_t sink_calls, sink_ns;    /* copying an event into the thread's ring */
+        mt_cost_spread stack_spread, callback_spread, sink_spread;
     } costs;
 } mt_recorder;
 

@@ -56,6 +56,7 @@ static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserve
     usage_fn orig = (usage_fn)r->tensors.table[MT_TENSOR_HOOK_USAGE].original;
     int32_t dev;
     if (cuda_device(device, &dev) && mt_hook_enter(r, &r->tensors.active)) {
+        mt_sink_prefetch(r->sink); /* the event's slot, fetched while the stack is taken */
         uint64_t now = mt_now_ns();
         int timed = mt_time_this_call();
         mt_event ev = {.kind = MT_KIND_TENSOR, .address = (uint64_t)(uintptr_t)ptr,
