@@ -263,7 +263,9 @@ typedef struct capture {
     uint64_t walk_id; /* the unwinder's memo of the native walk (1: no native frames) */
     int nn, truncated;
     int from_table;   /* the leaf came from the leaf memo's table (for the cost note) */
-    uint64_t native[MT_MAX_FRAMES];
+    uint64_t *native; /* MT_MAX_FRAMES words, the caller's: outside the struct, which is zeroed
+                         at every capture (1 KB of stores, ~40 cycles, for frames that ~99% of
+                         captures never fetch) */
 } capture;
 
 /* Step 1, where the call comes from: the Python frames' signature first (its innermost frame
@@ -381,7 +383,8 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     if (!tls) return 0;
     int timed = mt_time_this_call();
     if (timed && !t0) t0 = mt_now_ns(); /* the caller's stamp is not just before this call */
-    capture c = {.r = r, .tls = tls, .api_ip = api_ip,
+    uint64_t native[MT_MAX_FRAMES];
+    capture c = {.r = r, .tls = tls, .api_ip = api_ip, .native = native,
                  .want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON),
                  .want_native = (r->cfg.stacks & MT_STACKS_NATIVE) != 0};
     find_site(&c, timed, t0);
