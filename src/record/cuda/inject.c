@@ -146,9 +146,9 @@ static void at_fork_child(void)
 #define QUIESCE_STEPS 1000 /* 100 ms in all */
 static int quiesce(void)
 {
-    for (int i = 0; i < QUIESCE_STEPS && atomic_load(&mt_rec.inflight) > 0; i++)
+    for (int i = 0; i < QUIESCE_STEPS && !mt_inflight_quiet(&mt_rec); i++)
         usleep(QUIESCE_STEP_US);
-    return atomic_load(&mt_rec.inflight) == 0;
+    return mt_inflight_quiet(&mt_rec);
 }
 
 static void at_exit(void)
@@ -179,10 +179,11 @@ static void at_exit(void)
     mt_mux_unsubscribe(&mt_rec);
     mt_sink_stats st;
     /* Why freeing the sink is safe: every path into it from another thread (API callbacks, the
-     * GOT stand-ins, CUPTI's activity deliveries) counts itself in `inflight` before it reads
-     * `enabled` or the sink pointer (seq_cst on both sides). Once `enabled` is 0 and the pointer
-     * NULL, a newcomer touches nothing; so when `inflight` is 0 after both stores, nobody holds
-     * the old pointer. A call still in flight after the bounded wait (a thread stuck inside the
+     * GOT stand-ins, CUPTI's activity deliveries) counts itself in flight before it reads
+     * `enabled` or the sink pointer (seq_cst on both sides, or its own slot ordered by the
+     * membarrier in mt_inflight_quiet: inflight.c). Once `enabled` is 0 and the pointer NULL, a
+     * newcomer touches nothing; so when nobody is in flight after both stores, nobody holds the
+     * old pointer. A call still in flight after the bounded wait (a thread stuck inside the
      * real cudaMallocAsync) may still write: the sink is then stopped without being freed. */
     mt_rec.sink = NULL;
     int clean = quiesce();
@@ -208,7 +209,7 @@ static void at_exit(void)
 void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
                                    const void *data)
 {
-    atomic_fetch_add(&mt_rec.inflight, 1);
+    mt_inflight_begin(&mt_rec);
     if (atomic_load(&mt_rec.enabled) &&
         (!atomic_load_explicit(&mt_rec.paused, memory_order_relaxed) ||
          d == CUPTI_CB_DOMAIN_RESOURCE)) { /* a context's birth and death are never skipped */
@@ -221,7 +222,7 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
             mt_on_callback(ud, d, id, data);
         }
     }
-    atomic_fetch_sub(&mt_rec.inflight, 1);
+    mt_inflight_end(&mt_rec);
 }
 
 /* The program's own switch (declared in memtrace/record.h): 1 pauses, 0 resumes; returns the
@@ -286,6 +287,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     if (atomic_exchange(&once, 1)) return 1;
     mt_recorder *r = &mt_rec;
     r->pid = getpid();
+    mt_inflight_init(r);
     pthread_mutex_init(&r->pool_lock, NULL);
     pthread_mutex_init(&r->open_lock, NULL);
 

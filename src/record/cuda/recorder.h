@@ -14,6 +14,7 @@
  *   cupti_mux.c                     one CUPTI subscription shared with the program's own CUPTI
  *                                   client (torch.profiler): both get their callbacks
  *   stacks.c                        the caller's stack -> a trie leaf id
+ *   inflight.c                      who is inside the recorder now (at_exit waits for them)
  *
  * All state lives in one struct, `mt_rec` (defined in inject.c): a reader looking for global state
  * finds it there (the sink, unwinder and trie keep theirs behind their handles), with these
@@ -28,6 +29,8 @@
  *   api_callbacks.c per-thread caches (__thread): the last context's device, the thread's name
  *                   and whether it is an autograd thread, the current call's entry stamp
  *   async_hooks.c   per-thread cache (__thread): the last context's id
+ *   inflight.c      mt_inflight_tls: this thread's count of calls in progress (its slot in
+ *                   mt_rec.inflight_slots, or the shared counter)
  * The recorder core (src/record/, outside cuda/) has its own per-thread state: sink.c's tls_ring (this
  * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds), unwind_stats and
  * stop_range (mt_unwind_stop_at, set once by mt_stacks_init_python),
@@ -154,13 +157,27 @@ static inline int mt_cbid_has(mt_cbid_set *s, unsigned domain, unsigned cbid)
            (atomic_load_explicit(&s->w[domain][cbid / 64], memory_order_relaxed) >> (cbid % 64)) & 1;
 }
 
+/* A thread's count of its calls in progress (inflight.c). One cache line each. */
+#define MT_INFLIGHT_SLOTS 256
+typedef struct mt_inflight_slot {
+    _Atomic uint32_t n;
+    _Atomic int taken;
+    char pad[56];
+} __attribute__((aligned(64))) mt_inflight_slot;
+
 typedef struct mt_recorder {
     _Atomic int enabled; /* callbacks do nothing unless 1: cleared on fork, on shutdown, on errors */
     pid_t pid;           /* the process that owns the trace; a fork()ed child differs */
     mt_recorder_config cfg;
     mt_cupti cupti;
     mt_cuda cuda;
-    _Atomic int inflight; /* callbacks and hooked calls in progress: at_exit waits for them */
+    _Atomic int inflight; /* callbacks, hooked calls, activity deliveries in progress without a
+                             slot of their own (inflight.c): at_exit waits for them */
+    struct {
+        int on;              /* membarrier registered: threads count themselves in a slot */
+        pthread_key_t key;   /* gives a thread's slot back when it exits */
+        mt_inflight_slot slot[MT_INFLIGHT_SLOTS];
+    } inflight_slots;
     _Atomic int paused;   /* the program asked for a pause (memtrace_set_paused) */
     dev_t output_dev; /* the trace file as created (mt_output_check_still_there) */
     ino_t output_ino;
@@ -355,21 +372,52 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
 /* async_hooks.c */
 int mt_async_hooks_install(mt_recorder *r); /* 1: active (call before mt_callbacks_enable) */
 void mt_async_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
+/* inflight.c: counting the calls in progress, which at_exit waits for. This thread's count
+ * (NULL: not chosen yet; MT_INFLIGHT_SHARED: it uses r->inflight). */
+extern __thread _Atomic uint32_t *mt_inflight_tls;
+#define MT_INFLIGHT_SHARED ((_Atomic uint32_t *)1)
+void mt_inflight_init(mt_recorder *r);                 /* at start: membarrier available? */
+_Atomic uint32_t *mt_inflight_assign(mt_recorder *r);  /* a thread's first call */
+int mt_inflight_quiet(mt_recorder *r);                 /* at exit: 1 when nobody is inside */
+/* Counted in flight, then (the caller) checks `enabled`: plain stores to the thread's own slot,
+ * ordered for at_exit by its membarrier; the shared counter with seq_cst adds otherwise. */
+static inline void mt_inflight_begin(mt_recorder *r)
+{
+    _Atomic uint32_t *mine = mt_inflight_tls;
+    if (__builtin_expect(!mine, 0)) mine = mt_inflight_assign(r);
+    if (mine == MT_INFLIGHT_SHARED) {
+        atomic_fetch_add(&r->inflight, 1); /* seq_cst, then the check: see inject.c at_exit */
+        return;
+    }
+    atomic_store_explicit(mine, atomic_load_explicit(mine, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the count before the check, for the compiler */
+}
+static inline void mt_inflight_end(mt_recorder *r)
+{
+    _Atomic uint32_t *mine = mt_inflight_tls;
+    if (mine == MT_INFLIGHT_SHARED)
+        atomic_fetch_sub_explicit(&r->inflight, 1, memory_order_release);
+    else
+        atomic_store_explicit(mine, atomic_load_explicit(mine, memory_order_relaxed) - 1,
+                              memory_order_release);
+}
+
 /* Entered like a CUPTI callback: counted in flight first (at_exit waits for it), then checked.
  * 0: pass the call through untouched. Shared by the GOT stand-ins. */
 static inline int mt_hook_enter(mt_recorder *r, _Atomic int *active)
 {
-    atomic_fetch_add(&r->inflight, 1); /* seq_cst, then the check: see inject.c at_exit */
+    mt_inflight_begin(r);
     if (atomic_load(&r->enabled) &&
         atomic_load_explicit(active, memory_order_relaxed) &&
         !atomic_load_explicit(&r->paused, memory_order_relaxed))
         return 1;
-    atomic_fetch_sub_explicit(&r->inflight, 1, memory_order_release);
+    mt_inflight_end(r);
     return 0;
 }
 static inline void mt_hook_leave(mt_recorder *r)
 {
-    atomic_fetch_sub_explicit(&r->inflight, 1, memory_order_release);
+    mt_inflight_end(r);
 }
 
 /* api_census.c: the MEMTRACE_CALLBACKS=count diagnostic */
