@@ -1,12 +1,14 @@
 /* The live set: every allocation alive right now, keyed by (device, family, address).
  *
- * Two arrays. The keys (address, family, and where the lifetime is) are a hash table with open
+ * Two arrays. The keys (address, family, device, and where the lifetime is) are a hash table with open
  * addressing, linear probing and backward-shift deletion (no tombstones), so a table that sees
  * millions of alloc/free pairs stays as small as the live set itself; load <= 1/2. The lifetimes
  * themselves (88 bytes each) sit in a second array, cap / 2 of them, and never move while they
  * live (a freed one's place is reused). A probe reads 16-byte keys, four to a cache line, and a
  * deletion shifts keys, not lifetimes: the lookups were a tenth of `report`'s time when the table
- * held the lifetimes themselves.
+ * held the lifetimes themselves. The table remembers where its last lookup ended: the insertion
+ * after a lookup that missed, and the removal of what a lookup found, take that slot instead of
+ * probing again (the tracker looks up every key before it inserts or removes it).
  *
  * The slot of every key, the probe order and the resizing are those of the table of lifetimes it
  * replaces, so the live set is visited (mt_tracker_foreach_live, mt_tracker_finish) in the same
@@ -17,34 +19,44 @@
 
 #include "internal.h"
 
-/* The slot where the probe for a key starts (cap > 0). */
-static inline size_t home_of(const mt_live_table *t, int32_t device, uint8_t family,
-                             uint64_t addr)
+/* The slot where the probe for a key of hash h starts (cap > 0). */
+static inline size_t home_of(const mt_live_table *t, uint64_t h)
 {
-    uint64_t h = mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)family << 58));
     return h & (t->cap - 1);
 }
 
-mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family, uint64_t addr)
+mt_lifetime *mt_live_find_h(mt_live_table *t, uint64_t h, int32_t device, uint8_t family,
+                            uint64_t addr)
 {
     if (!t->cap) return NULL;
     size_t mask = t->cap - 1;
-    for (size_t j = home_of(t, device, family, addr);; j = (j + 1) & mask) {
+    t->memo_hash = h;
+    t->memo_ver = t->ver;
+    for (size_t j = home_of(t, h);; j = (j + 1) & mask) {
         const mt_live_key *k = &t->keys[j];
-        if (k->ix == MT_LIVE_NONE) return NULL;
-        if (k->address == addr && k->family == family) {
-            mt_lifetime *l = &t->items[k->ix];
-            if (l->device == device) return l;
+        if (k->ix == MT_LIVE_NONE) {
+            t->memo_slot = j; /* where an insertion of this key would go */
+            return NULL;
+        }
+        if (k->address == addr && k->family == family && k->device == device) {
+            t->memo_slot = j;
+            return &t->items[k->ix];
         }
     }
 }
 
-/* Puts a key for items[ix] (key fields from the lifetime) at its first free slot. */
-static void place(mt_live_table *t, const mt_lifetime *l, uint32_t ix)
+/* Puts a key for items[ix] (key fields from the lifetime, h its hash) at its first free slot. */
+static void place(mt_live_table *t, uint64_t h, const mt_lifetime *l, uint32_t ix)
 {
-    size_t mask = t->cap - 1, j = home_of(t, l->device, l->family, l->address);
-    while (t->keys[j].ix != MT_LIVE_NONE) j = (j + 1) & mask;
-    t->keys[j] = (mt_live_key){.address = l->address, .ix = ix, .family = l->family};
+    size_t mask = t->cap - 1, j = home_of(t, h);
+    /* the lookup that found this key missing ended at that same slot, unless the table changed */
+    if (t->memo_ver == t->ver && t->memo_hash == h && t->memo_slot < t->cap &&
+        t->keys[t->memo_slot].ix == MT_LIVE_NONE)
+        j = t->memo_slot;
+    else
+        while (t->keys[j].ix != MT_LIVE_NONE) j = (j + 1) & mask;
+    t->keys[j] = (mt_live_key){.address = l->address, .ix = ix, .family = l->family,
+                               .device = (int16_t)l->device};
 }
 
 /* A table of ncap slots holding the same lifetimes, keys placed in the old slot order (as the
@@ -67,11 +79,12 @@ static int resize(mt_live_table *t, size_t ncap)
     t->keys = nk;
     t->items = ni;
     t->cap = ncap;
+    t->ver++; /* no memo of the old table holds */
     uint32_t n = 0;
     for (size_t i = 0; i < ocap; i++)
         if (ok[i].ix != MT_LIVE_NONE) {
             ni[n] = oi[ok[i].ix];
-            place(t, &ni[n], n);
+            place(t, mt_live_hash(ok[i].device, ok[i].family, ok[i].address), &ni[n], n);
             n++;
         }
     free(ok);
@@ -83,14 +96,15 @@ static int resize(mt_live_table *t, size_t ncap)
     return 0;
 }
 
-int mt_live_insert(mt_live_table *t, const mt_lifetime *l)
+int mt_live_insert_h(mt_live_table *t, uint64_t h, const mt_lifetime *l)
 {
     if ((t->len + 1) * 2 > t->cap && resize(t, t->cap ? t->cap * 2 : 1024) < 0) return -1;
     /* len < cap / 2 here, so a place is free: a spare one, or one never used since the resize */
     uint32_t ix = t->n_spare ? t->spare[--t->n_spare] : (uint32_t)t->n_items++;
     t->items[ix] = *l;
-    place(t, l, ix);
+    place(t, h, l, ix);
     t->len++;
+    t->ver++;
     return 0;
 }
 
@@ -98,15 +112,18 @@ void mt_live_remove(mt_live_table *t, mt_lifetime *p)
 {
     size_t mask = t->cap - 1;
     uint32_t ix = (uint32_t)(p - t->items);
-    size_t hole = home_of(t, p->device, p->family, p->address);
-    while (t->keys[hole].ix != ix) hole = (hole + 1) & mask;
+    size_t hole = t->memo_slot; /* p was nearly always found by the last lookup */
+    if (hole >= t->cap || t->keys[hole].ix != ix) {
+        hole = home_of(t, mt_live_hash(p->device, p->family, p->address));
+        while (t->keys[hole].ix != ix) hole = (hole + 1) & mask;
+    }
     /* Backward shift: move later keys of the probe run into the hole when their home slot does
      * not lie (cyclically) between the hole and their current position. */
     for (size_t j = hole;;) {
         j = (j + 1) & mask;
         const mt_live_key *k = &t->keys[j];
         if (k->ix == MT_LIVE_NONE) break;
-        size_t home = home_of(t, t->items[k->ix].device, k->family, k->address);
+        size_t home = home_of(t, mt_live_hash(k->device, k->family, k->address));
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             t->keys[hole] = *k;
             hole = j;
@@ -115,6 +132,7 @@ void mt_live_remove(mt_live_table *t, mt_lifetime *p)
     t->keys[hole].ix = MT_LIVE_NONE;
     t->spare[t->n_spare++] = ix;
     t->len--;
+    t->ver++;
     /* Shrink after a big burst so memory follows the live set back down. */
     if (t->cap > 1024 && t->len * 8 < t->cap) resize(t, t->cap / 2);
 }

@@ -151,7 +151,7 @@ static int is_temp_category(unsigned cat)
 }
 
 static mt_ctx_member lifetime_member(const mt_lifetime *l);
-static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m);
+static mt_lifetime *member_lifetime(mt_tracker *t, mt_ctx_member m);
 static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m);
 
 /* A backward pass or optimizer step (`phase`) has ended: its temporaries still live take their
@@ -275,9 +275,10 @@ static inline void account(mt_usage *u, unsigned kind, unsigned flags, uint64_t 
     }
 }
 
+/* The freed-key cache's hash of a key: the live table's (one hash serves both lookups). */
 static inline uint64_t freed_hash(int32_t device, unsigned fam, uint64_t addr)
 {
-    return mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)fam << 58)) | 1;
+    return mt_live_hash(device, (uint8_t)fam, addr) | 1;
 }
 
 static void usage_hook(mt_tracker *t, size_t slot, uint64_t now)
@@ -295,7 +296,7 @@ static mt_ctx_member lifetime_member(const mt_lifetime *l)
 }
 
 /* The lifetime member m names, if it is still live. */
-static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m)
+static mt_lifetime *member_lifetime(mt_tracker *t, mt_ctx_member m)
 {
     mt_lifetime *l = mt_live_find(&t->live, (int32_t)(uint32_t)(m.c >> 8), (uint8_t)m.c, m.a);
     return l && l->serial == m.b ? l : NULL;
@@ -471,12 +472,13 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
                     long slot)
 {
     uint64_t now = e->time_ns;
-    mt_lifetime *old = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    uint64_t lh = mt_live_hash(dev, (uint8_t)fam, e->address);
+    mt_lifetime *old = mt_live_find_h(&t->live, lh, dev, (uint8_t)fam, e->address);
     if (old) {
         t->an.replaced++;
         release(t, old, now, MT_END_REPLACED);
     }
-    uint64_t h = freed_hash(dev, fam, e->address);
+    uint64_t h = lh | 1; /* freed_hash */
     uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
     if (*fc == h) *fc = 0;
     mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
@@ -492,7 +494,7 @@ static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fa
         if (ended) promote(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
-    if (mt_live_insert(&t->live, &l) < 0) return -1;
+    if (mt_live_insert_h(&t->live, lh, &l) < 0) return -1;
     if (t->categorizer && is_temp_category(l.category) &&
         mt_ctx_join(&t->temps, l.category, lifetime_member(&l), lifetime_still, t) < 0) {
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
@@ -542,7 +544,8 @@ static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev,
         if (ended) promote(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
-    mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
+    uint64_t lh = mt_live_hash(dev, (uint8_t)fam, e->address);
+    mt_lifetime *p = mt_live_find_h(&t->live, lh, dev, (uint8_t)fam, e->address);
     if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
     if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
         p->extra_refs--;
@@ -552,7 +555,7 @@ static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev,
         for (size_t i = 0; i < t->n_usages && !p; i++)
             if (!t->usages[i].is_host && t->usages[i].device != dev)
                 p = mt_live_find(&t->live, t->usages[i].device, (uint8_t)fam, e->address);
-    uint64_t h = freed_hash(p ? p->device : dev, fam, e->address);
+    uint64_t h = !p || p->device == dev ? lh | 1 : freed_hash(p->device, fam, e->address);
     uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
     if (!p) {
         if (*fc == h) t->an.double_frees++;
