@@ -1087,18 +1087,18 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     dev_info *devs = NULL;
     size_t n_devs = 0;
     int rc = p.t ? 0 : -1, have_time = 0;
-    mt_record rec;
+    const mt_record *rec; /* in the reader's batch: not copied */
     mt_read_status st = MT_READ_END;
-    while (rc == 0 && (st = mt_reader_next(r, &rec)) == MT_READ_RECORD) {
+    while (rc == 0 && (st = mt_reader_next_ref(r, &rec)) == MT_READ_RECORD) {
         a->records++;
         if (opt && opt->progress && a->records % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 1,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
-        if (rec.type != MT_REC_EVENT) {
-            rc = keep_record(a, &p, &rec, &devs, &n_devs);
+        if (rec->type != MT_REC_EVENT) {
+            rc = keep_record(a, &p, rec, &devs, &n_devs);
             continue;
         }
-        const mt_event *e = &rec.u.event;
+        const mt_event *e = &rec->u.event;
         a->events++;
         if (opt && opt->on_event) opt->on_event(opt->event_ctx, e);
         if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {

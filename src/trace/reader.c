@@ -60,6 +60,7 @@ struct mt_reader {
     int done;               /* the feed's last status was read back: */
     mt_read_status last;    /* it, sticky */
     uint64_t chunk_off, file_size; /* of the record last returned */
+    mt_record one; /* on one thread: the record last returned (mt_reader_next_ref points here) */
 };
 
 /* ---- the second thread ---------------------------------------------------------------------- */
@@ -145,13 +146,14 @@ static void stop_thread(mt_reader *r)
     r->started = 0;
 }
 
-/* The next record from the second thread's batches. */
-static mt_read_status next_threaded(mt_reader *r, mt_record *out)
+/* The next record from the second thread's batches, in place: valid until the next call (the
+ * batch's slot is handed back only when a record after its last one is asked for). */
+static mt_read_status next_threaded(mt_reader *r, const mt_record **out)
 {
     for (;;) {
         if (r->done) return r->last;
         if (r->cur && r->next < r->cur->n) {
-            *out = r->cur->rec[r->next++];
+            *out = &r->cur->rec[r->next++];
             return MT_READ_RECORD;
         }
         pthread_mutex_lock(&r->mu);
@@ -324,13 +326,24 @@ void mt_reader_set_strict(mt_reader *r, int strict)
     r->feed.strict = strict;
 }
 
-mt_read_status mt_reader_next(mt_reader *r, mt_record *out)
+mt_read_status mt_reader_next_ref(mt_reader *r, const mt_record **out)
 {
     if (r->threaded && !r->started && !r->done) {
         if (pthread_create(&r->thread, NULL, feed_thread, r) == 0) r->started = 1;
         else r->threaded = 0; /* read on this thread */
     }
-    return r->threaded ? next_threaded(r, out) : mt_feed_next(&r->feed, out);
+    if (r->threaded) return next_threaded(r, out);
+    *out = &r->one;
+    return mt_feed_next(&r->feed, &r->one);
+}
+
+mt_read_status mt_reader_next(mt_reader *r, mt_record *out)
+{
+    if (!r->threaded) return mt_feed_next(&r->feed, out); /* straight into out */
+    const mt_record *rec;
+    mt_read_status st = mt_reader_next_ref(r, &rec);
+    if (st == MT_READ_RECORD) *out = *rec;
+    return st;
 }
 
 const mt_file_header *mt_reader_header(const mt_reader *r)
