@@ -102,27 +102,36 @@ typedef struct pending_ring {
 } pending_ring;
 #define HISTORY_BUDGET_PER_EVENT 64
 
-typedef struct change {
-    uint64_t t; /* since trace start */
-    int32_t device;
-    int64_t delta;
-    uint64_t tmax; /* the latest t of this change and of every change before it */
-} change;
-
 /* The look-back of a sample, without walking the whole history: a walk of its 65536 changes for
  * every sample (1.5 MB each time) was a tenth of `report`. The result, and the budget it spends,
  * are those of the walk (sample_seen): it would step over the changes newer than the first one
  * (newest first) more than SAMPLE_WINDOW_NS before the sample, found by a binary search in the
  * changes that are older than every later change (`mins`, their numbers in push order, oldest
  * first, times increasing); and of those only the changes after the sample's time take part, so
- * the walk ends where every older change (tmax) is at or before it. */
+ * the walk ends where every older change is at or before it.
+ *
+ * Pushing a change (every usage change: nearly every event) only writes its time, delta and device
+ * and notes the running maximum of the times; `mins` is brought up to date when a sample looks
+ * back (samples are rare: one per device every 50 ms), over the changes pushed since. Its content
+ * is a function of the ring's changes alone (those older than every later change in the ring), so
+ * it is the same as if it were kept at every push (which cost ~50 instructions per event). The
+ * running maximum is kept at the last change of each block of HIST_BLOCK changes: the walk tests it
+ * there only, so it may step over up to HIST_BLOCK - 1 more changes than it must, all at or before
+ * the sample's time (they take no part): the same result, and the budget is counted before. */
+#define HIST_BLOCK 64
+#define HIST_BLOCKS (HISTORY / HIST_BLOCK)
 typedef struct hist_index {
-    uint64_t pushed; /* changes ever pushed: change number k sits at hist[k % HISTORY] */
-    uint64_t tmax;
-    uint64_t *mins;  /* a ring of HISTORY numbers: [lo, lo + n) */
+    uint64_t pushed;  /* changes ever pushed: change number k sits at slot k % HISTORY */
+    uint64_t indexed; /* changes that mins has taken in */
+    uint64_t tmax;    /* the latest t of every change pushed */
+    uint64_t *bmax;   /* HIST_BLOCKS, a ring: tmax as of the last change of each block (a block
+                         that shares its slot with a newer one reads the newer's: larger, so the
+                         walk only goes on further) */
+    uint64_t *mins;   /* a ring of HISTORY numbers: [lo, lo + n) */
     size_t lo, n;
-    size_t wraps; /* changes in the ring whose t + SAMPLE_WINDOW_NS wraps around 2^64: while there
-                     are any the walk itself is taken, as the exact arithmetic of it */
+    uint64_t last_wrap; /* 1 + the number of the latest change whose t + SAMPLE_WINDOW_NS wraps
+                           around 2^64 (0: none). While it is in the ring the walk itself is
+                           taken, as the exact arithmetic of it */
 } hist_index;
 
 /* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its
@@ -147,14 +156,15 @@ typedef struct pass1 {
     int64_t *nvml_live;  /* parallel to nvml: the trace's live bytes at the sample, so far */
     pending_ring *pending[MT_MAX_DEVICE_ORDINAL + 3]; /* by device + 2; made on a first sample */
     uint64_t latest_change; /* the latest event time of a change so far: closes windows */
-    change *hist;        /* the last HISTORY changes, a ring */
-    size_t hist_n, hist_head;
+    /* the last HISTORY changes (usage changes of GPU devices), a ring: slot k % HISTORY */
+    uint64_t *hist_t;     /* its time, since trace start */
+    int64_t *hist_delta;  /* the change of the device's api_visible */
+    int16_t *hist_dev;    /* its device (-1..MT_MAX_DEVICE_ORDINAL) */
     hist_index hix;
     uint64_t hist_budget; /* look-back steps still allowed (HISTORY_BUDGET_PER_EVENT a change) */
     mt_tracker *t;
     uint64_t start;
-    timeline *tl; /* parallel to the tracker's usage slots */
-    size_t n_tl, cap_tl;
+    timeline *tl[N_SLOTS]; /* by slot key, made at a slot's first usage change (~28 KiB each) */
     size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     peak_keep *keep[N_SLOTS]; /* by slot key, made at a device's first peak */
     int oom;
@@ -211,50 +221,83 @@ static inline int wraps(uint64_t t)
     return t > UINT64_MAX - SAMPLE_WINDOW_NS;
 }
 
-/* Appends c to the history (the oldest change leaves a full ring) and to its index. */
-static void hist_push(pass1 *p, change c)
+/* Appends a change to the history (the oldest change leaves a full ring); mins takes it in later
+ * (hist_catch_up). */
+static inline void hist_push(pass1 *p, uint64_t t, int32_t device, int64_t delta)
 {
     hist_index *x = &p->hix;
-    size_t at = p->hist_head; /* == x->pushed % HISTORY */
-    if (p->hist_n == HISTORY) {
-        if (wraps(p->hist[at].t)) x->wraps--;
-        if (x->n && x->mins[x->lo] == x->pushed - HISTORY) {
-            x->lo = (x->lo + 1) % HISTORY;
-            x->n--;
-        }
-    }
-    if (c.t > x->tmax) x->tmax = c.t;
-    c.tmax = x->tmax;
-    p->hist[at] = c;
-    if (wraps(c.t)) x->wraps++;
-    while (x->n && p->hist[x->mins[(x->lo + x->n - 1) % HISTORY] % HISTORY].t >= c.t) x->n--;
-    x->mins[(x->lo + x->n) % HISTORY] = x->pushed;
-    x->n++;
+    size_t at = (size_t)(x->pushed % HISTORY);
+    p->hist_t[at] = t;
+    p->hist_delta[at] = delta;
+    p->hist_dev[at] = (int16_t)device;
+    if (t > x->tmax) x->tmax = t;
+    x->bmax[(x->pushed / HIST_BLOCK) % HIST_BLOCKS] = x->tmax;
+    if (wraps(t)) x->last_wrap = x->pushed + 1;
     x->pushed++;
-    p->hist_head = (at + 1) % HISTORY;
-    if (p->hist_n < HISTORY) p->hist_n++;
+}
+
+/* Changes in the ring, and the number of its oldest. */
+static inline uint64_t hist_count(const hist_index *x)
+{
+    return x->pushed < HISTORY ? x->pushed : HISTORY;
+}
+
+/* mins for the ring as it is now: the changes that left the ring leave it (they are its oldest),
+ * then each change pushed since joins it, after every change not older than it has left. */
+static void hist_catch_up(pass1 *p)
+{
+    hist_index *x = &p->hix;
+    uint64_t first = x->pushed - hist_count(x);
+    uint64_t *mins = x->mins;
+    const uint64_t *ht = p->hist_t;
+    size_t lo = x->lo, n = x->n;
+    while (n && mins[lo] < first) {
+        lo = (lo + 1) % HISTORY;
+        n--;
+    }
+    /* the time of the newest in mins, kept at hand: times mostly grow, and then nothing leaves */
+    uint64_t top = n ? ht[mins[(lo + n - 1) % HISTORY] % HISTORY] : 0;
+    for (uint64_t k = x->indexed > first ? x->indexed : first; k < x->pushed; k++) {
+        uint64_t t = ht[k % HISTORY];
+        while (n && top >= t) {
+            n--;
+            if (n) top = ht[mins[(lo + n - 1) % HISTORY] % HISTORY];
+        }
+        mins[(lo + n) % HISTORY] = k;
+        n++;
+        top = t;
+    }
+    x->lo = lo;
+    x->n = n;
+    x->indexed = x->pushed;
+}
+
+static int hist_alloc(pass1 *p)
+{
+    /* hist_t last: it says the others are there (all are freed with pass1) */
+    if ((!p->hist_delta && !(p->hist_delta = malloc(HISTORY * sizeof *p->hist_delta))) ||
+        (!p->hist_dev && !(p->hist_dev = malloc(HISTORY * sizeof *p->hist_dev))) ||
+        (!p->hix.mins && !(p->hix.mins = malloc(HISTORY * sizeof *p->hix.mins))) ||
+        (!p->hix.bmax && !(p->hix.bmax = malloc(HIST_BLOCKS * sizeof *p->hix.bmax))))
+        return -1;
+    return (p->hist_t = malloc(HISTORY * sizeof *p->hist_t)) ? 0 : -1;
 }
 
 static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     pass1 *p = ctx;
-    const mt_usage *base;
-    size_t n = mt_tracker_usages(p->t, &base);
-    size_t i = (size_t)(u - base);
-    if (n > p->n_tl) { /* ~28 KiB a device: grown geometrically, never copied per device */
-        size_t cap = p->cap_tl;
-        if (mt_grow((void **)&p->tl, &cap, n, sizeof *p->tl) < 0) {
-            p->oom = 1;
-            return;
-        }
-        memset(p->tl + p->n_tl, 0, (n - p->n_tl) * sizeof *p->tl);
-        p->cap_tl = cap;
-        p->n_tl = n;
+    size_t k = (size_t)slot_key(u->device, u->is_host);
+    /* found by slot key, not by the slot's index among the tracker's (a call and a division by
+     * sizeof(mt_usage) per event) */
+    if (k >= N_SLOTS) return; /* never: the tracker keeps ordinals to -1..MT_MAX_DEVICE_ORDINAL */
+    timeline *tl = p->tl[k];
+    if (!tl && !(tl = p->tl[k] = calloc(1, sizeof *tl))) {
+        p->oom = 1;
+        return;
     }
     uint64_t t = rel(time_ns, p->start);
-    timeline_note(&p->tl[i], u, t);
-    size_t k = (size_t)slot_key(u->device, u->is_host);
-    if (u->peak && k < N_SLOTS && (!p->keep[k] || p->keep[k]->peak_seq != u->peak_seq)) {
+    timeline_note(tl, u, t);
+    if (u->peak && (!p->keep[k] || p->keep[k]->peak_seq != u->peak_seq)) {
         /* a new peak: what ended before it was not live at it */
         if (!p->keep[k] && !(p->keep[k] = calloc(1, sizeof *p->keep[k]))) {
             p->oom = 1;
@@ -267,15 +310,14 @@ static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     p->hist_budget += HISTORY_BUDGET_PER_EVENT;
     if (u->is_host) return;
     uint64_t v = mt_breakdown_visible(u) - u->by_kind[MT_KIND_DRIVER];
-    int64_t delta = (int64_t)(v - p->tl[i].api_visible);
-    p->tl[i].api_visible = v;
+    int64_t delta = (int64_t)(v - tl->api_visible);
+    tl->api_visible = v;
     if (!delta) return;
-    if ((!p->hist && !(p->hist = malloc(HISTORY * sizeof *p->hist))) ||
-        (!p->hix.mins && !(p->hix.mins = malloc(HISTORY * sizeof *p->hix.mins)))) {
+    if (!p->hist_t && hist_alloc(p) < 0) {
         p->oom = 1;
         return;
     }
-    hist_push(p, (change){t, u->device, delta, 0});
+    hist_push(p, t, u->device, delta);
     if (t > p->latest_change) p->latest_change = t;
     const pending_ring *ring = p->pending[slot_key(u->device, 0)];
     if (!ring || t > ring->latest) return;
@@ -336,10 +378,12 @@ static void pass1_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_e
  * live. */
 static int64_t hist_walk(pass1 *p, int32_t device, uint64_t t, int64_t live)
 {
-    for (size_t k = 0; k < p->hist_n && p->hist_budget; k++, p->hist_budget--) {
-        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
-        if (c->t + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
-        if (c->device == device && c->t > t) live = wrap_add(live, -(uint64_t)c->delta);
+    uint64_t n = hist_count(&p->hix);
+    for (uint64_t k = 0; k < n && p->hist_budget; k++, p->hist_budget--) {
+        size_t at = (size_t)((p->hix.pushed - 1 - k) % HISTORY);
+        if (p->hist_t[at] + SAMPLE_WINDOW_NS < t) break; /* before anything out of order could be */
+        if (p->hist_dev[at] == device && p->hist_t[at] > t)
+            live = wrap_add(live, -(uint64_t)p->hist_delta[at]);
     }
     return live;
 }
@@ -347,16 +391,19 @@ static int64_t hist_walk(pass1 *p, int32_t device, uint64_t t, int64_t live)
 /* The same result and budget as hist_walk without stepping over every change (hist_index). */
 static int64_t hist_look_back(pass1 *p, int32_t device, uint64_t t, int64_t live)
 {
-    const hist_index *x = &p->hix;
-    if (x->wraps) return hist_walk(p, device, t, live);
+    hist_index *x = &p->hix;
+    if (!x->pushed) return live; /* nothing to walk (and no ring yet) */
+    if (x->last_wrap && x->last_wrap - 1 >= x->pushed - hist_count(x))
+        return hist_walk(p, device, t, live);
+    hist_catch_up(p);
     /* the steps of the walk: the changes newer than the newest with c->t < t - SAMPLE_WINDOW_NS */
-    uint64_t steps = p->hist_n;
+    uint64_t steps = hist_count(x);
     if (t > SAMPLE_WINDOW_NS && x->n) {
         uint64_t before = t - SAMPLE_WINDOW_NS;
         size_t lo = 0, hi = x->n; /* mins[0 .. k) of the ring have t < before: find k */
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (p->hist[x->mins[(x->lo + mid) % HISTORY] % HISTORY].t < before) lo = mid + 1;
+            if (p->hist_t[x->mins[(x->lo + mid) % HISTORY] % HISTORY] < before) lo = mid + 1;
             else hi = mid;
         }
         if (lo) steps = x->pushed - 1 - x->mins[(x->lo + lo - 1) % HISTORY];
@@ -364,9 +411,12 @@ static int64_t hist_look_back(pass1 *p, int32_t device, uint64_t t, int64_t live
     if (steps > p->hist_budget) steps = p->hist_budget;
     p->hist_budget -= steps;
     for (uint64_t k = 0; k < steps; k++) {
-        const change *c = &p->hist[(p->hist_head + HISTORY - 1 - k) % HISTORY];
-        if (c->tmax <= t) break; /* no change from here back is after the sample */
-        if (c->device == device && c->t > t) live = wrap_add(live, -(uint64_t)c->delta);
+        uint64_t m = x->pushed - 1 - k;
+        /* no change from here back is after the sample */
+        if (m % HIST_BLOCK == HIST_BLOCK - 1 && x->bmax[(m / HIST_BLOCK) % HIST_BLOCKS] <= t) break;
+        size_t at = (size_t)(m % HISTORY);
+        if (p->hist_dev[at] == device && p->hist_t[at] > t)
+            live = wrap_add(live, -(uint64_t)p->hist_delta[at]);
     }
     return live;
 }
@@ -1039,8 +1089,8 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 d->capacity = devs[k].total;
                 break;
             }
-        if (i < p->n_tl) {
-            const timeline *tl = &p->tl[i];
+        const timeline *tl = p->tl[slot_key(u[i].device, u[i].is_host)];
+        if (tl) {
             d->timeline = malloc((tl->n ? tl->n : 1) * sizeof *d->timeline);
             if (!d->timeline) return -1;
             for (size_t k = 0; k < tl->n; k++)
@@ -1154,12 +1204,15 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     if (rc < 0 && err && !err[0]) fail(err, errlen, "%s: out of memory", a->path);
     for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
     free(devs);
-    free(p.tl);
     free(p.nvml);
     free(p.nvml_live);
-    free(p.hist);
+    free(p.hist_t);
+    free(p.hist_delta);
+    free(p.hist_dev);
     free(p.hix.mins);
+    free(p.hix.bmax);
     for (size_t k = 0; k < N_SLOTS; k++) {
+        free(p.tl[k]);
         free(p.pending[k]);
         if (p.keep[k]) free(p.keep[k]->ended);
         free(p.keep[k]);

@@ -240,7 +240,12 @@ int mt_breakdown_end(mt_breakdown_acc *acc);
 /* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
  * (driver-internal included), with the async allocations of a pool replaced by the pool's
  * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
-uint64_t mt_breakdown_visible(const mt_usage *u);
+static inline uint64_t mt_breakdown_visible(const mt_usage *u)
+{
+    uint64_t async = u->by_kind[MT_KIND_ASYNC];
+    if (!u->has_pool_info || u->pool_reserved <= async) return u->in_use;
+    return u->in_use + (u->pool_reserved - async);
+}
 /* Pairs b's moment with an NVML sample consistent with it (see breakdown.c); then the remainder.
  * visible: mt_breakdown_visible at the moment, driver: its driver-internal bytes. None: the total
  * is unknown, and b says why. */
