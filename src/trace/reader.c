@@ -61,7 +61,13 @@ struct mt_reader {
     mt_read_status last;    /* it, sticky */
     uint64_t chunk_off, file_size; /* of the record last returned */
     mt_record one; /* on one thread: the record last returned (mt_reader_next_ref points here) */
+    /* on one thread: runs of plain events of the current chunk (mt_feed_events), read back in
+     * order before the feed is asked for more; position and damage are the chunk's meanwhile */
+    mt_record *run;
+    size_t run_n, run_next;
 };
+
+#define RUN_RECORDS 256
 
 /* ---- the second thread ---------------------------------------------------------------------- */
 
@@ -107,6 +113,10 @@ static void *feed_thread(void *arg)
         carried = 0;
         /* records are decoded straight into the batch: no copy on the way */
         while (b->n < BATCH_RECORDS) {
+            if (b->n) { /* the plain events that follow in this chunk, in one run */
+                b->n += mt_feed_events(f, &b->rec[b->n], BATCH_RECORDS - b->n);
+                if (b->n == BATCH_RECORDS) break;
+            }
             mt_record *rec = &b->rec[b->n];
             mt_read_status st = mt_feed_next(f, rec);
             if (st != MT_READ_RECORD) {
@@ -213,6 +223,7 @@ void mt_reader_close(mt_reader *r)
         pthread_cond_destroy(&r->emptied);
     }
     free(r->ring);
+    free(r->run);
     if (r->feed_ready) mt_feed_free(&r->feed);
     if (r->fd >= 0) close(r->fd);
     free(r->path);
@@ -326,6 +337,17 @@ void mt_reader_set_strict(mt_reader *r, int strict)
     r->feed.strict = strict;
 }
 
+/* On this thread: the next record of the run, or of a new run, or NULL (then the feed's next
+ * record is the next one). */
+static const mt_record *next_in_run(mt_reader *r)
+{
+    if (r->run_next < r->run_n) return &r->run[r->run_next++];
+    r->run_n = r->run_next = 0;
+    if (!r->run && !(r->run = malloc(RUN_RECORDS * sizeof *r->run))) return NULL; /* one by one */
+    r->run_n = mt_feed_events(&r->feed, r->run, RUN_RECORDS);
+    return r->run_n ? &r->run[r->run_next++] : NULL;
+}
+
 mt_read_status mt_reader_next_ref(mt_reader *r, const mt_record **out)
 {
     if (r->threaded && !r->started && !r->done) {
@@ -333,13 +355,19 @@ mt_read_status mt_reader_next_ref(mt_reader *r, const mt_record **out)
         else r->threaded = 0; /* read on this thread */
     }
     if (r->threaded) return next_threaded(r, out);
+    if ((*out = next_in_run(r))) return MT_READ_RECORD;
     *out = &r->one;
     return mt_feed_next(&r->feed, &r->one);
 }
 
 mt_read_status mt_reader_next(mt_reader *r, mt_record *out)
 {
-    if (!r->threaded) return mt_feed_next(&r->feed, out); /* straight into out */
+    if (!r->threaded) {
+        const mt_record *rec = next_in_run(r);
+        if (!rec) return mt_feed_next(&r->feed, out); /* straight into out */
+        *out = *rec;
+        return MT_READ_RECORD;
+    }
     const mt_record *rec;
     mt_read_status st = mt_reader_next_ref(r, &rec);
     if (st == MT_READ_RECORD) *out = *rec;
