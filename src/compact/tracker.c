@@ -236,7 +236,7 @@ static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64
     return *ref ? *ref - 1 : new_slot(t, device, is_host, now, ref);
 }
 
-static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
+static inline void note_in_use_peaks(mt_usage *u, uint64_t now, uint64_t seq)
 {
     if (u->in_use > u->peak) {
         u->peak = u->in_use;
@@ -247,6 +247,11 @@ static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
         u->api_peak = u->api_in_use;
         u->api_peak_mono_ns = now;
     }
+}
+
+static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
+{
+    note_in_use_peaks(u, now, seq);
     if (u->vmm_reserved > u->vmm_reserved_peak) u->vmm_reserved_peak = u->vmm_reserved;
     if (u->vmm_mapped > u->vmm_mapped_peak) u->vmm_mapped_peak = u->vmm_mapped;
     if (u->pool_reserved > u->pool_reserved_peak) u->pool_reserved_peak = u->pool_reserved;
@@ -384,17 +389,28 @@ static int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
     return mt_ctx_join(&t->ctx_lifetimes, l->context, lifetime_member(l), lifetime_still, t);
 }
 
-/* Ends lifetime p: tells the hook, takes its bytes off its slot, removes it. */
-static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
+/* The usage slot a lifetime counts on, or -1 (a device lifetime of an unknown device). */
+static inline long slot_of(mt_tracker *t, const mt_lifetime *p, uint64_t now)
+{
+    int host = is_host_family(p->family);
+    return host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
+}
+
+/* Ends lifetime p, whose slot is s (slot_of): tells the hook, takes its bytes off its slot, removes
+ * it. */
+static void release_in(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why, long s)
 {
     if (t->hooks.on_release) t->hooks.on_release(t->hooks.ctx, p, now, why);
-    int host = is_host_family(p->family);
-    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
     if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
     if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
     mt_live_remove(&t->live, p);
+}
+
+static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
+{
+    release_in(t, p, now, why, slot_of(t, p, now));
 }
 
 /* ---- VMM mappings ------------------------------------------------------------------------------ */
@@ -563,15 +579,10 @@ static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev,
         return;
     }
     *fc = h;
-    int host = is_host_family(fam);
-    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
-    if (s >= 0) {
-        t->usages[s].free_count++;
-        release(t, p, now, MT_END_FREE);
-        usage_hook(t, (size_t)s, now);
-    } else {
-        release(t, p, now, MT_END_FREE);
-    }
+    long s = slot_of(t, p, now);
+    if (s >= 0) t->usages[s].free_count++;
+    release_in(t, p, now, MT_END_FREE, s);
+    if (s >= 0) usage_hook(t, (size_t)s, now);
 }
 
 static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
@@ -664,7 +675,14 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
                                          : do_alloc(t, e, kind, fam, dev, s);
         if (rc < 0) return -1;
         if (s < 0) return 0;
-        note_peaks(&t->usages[s], now, t->seq);
+        /* an allocation raises in_use (and then only the address space or the mappings of those
+         * kinds; pool reservations only with POOL_RESERVED) */
+        mt_usage *u = &t->usages[s];
+        note_in_use_peaks(u, now, t->seq);
+        if (kind == MT_KIND_VMM_RESERVE && u->vmm_reserved > u->vmm_reserved_peak)
+            u->vmm_reserved_peak = u->vmm_reserved;
+        if (kind == MT_KIND_VMM_MAP && u->vmm_mapped > u->vmm_mapped_peak)
+            u->vmm_mapped_peak = u->vmm_mapped;
         usage_hook(t, (size_t)s, now);
         return 0;
     }
