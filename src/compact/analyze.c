@@ -1180,31 +1180,40 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     alloc_sums *allocs = calloc(1, sizeof *allocs); /* 12 KiB */
     dev_info *devs = NULL;
     size_t n_devs = 0;
-    int rc = p.t && allocs ? 0 : -1, have_time = 0;
-    const mt_record *rec; /* in the reader's batch: not copied */
+    int rc = p.t && allocs ? 0 : -1;
+    const mt_record *group; /* in the reader's batch: not copied */
+    size_t n_group = 0, g = 0;
     mt_read_status st = MT_READ_END;
-    while (rc == 0 && (st = mt_reader_next_ref(r, &rec)) == MT_READ_RECORD) {
+    void (*progress)(void *, int, double) = opt ? opt->progress : NULL;
+    void (*on_event)(void *, const mt_event *) = opt ? opt->on_event : NULL;
+    uint64_t start = a->header.start_monotonic_ns, first_ns = UINT64_MAX, last_ns = 0;
+    while (rc == 0) {
+        if (g == n_group) {
+            g = 0;
+            if (!(n_group = mt_reader_next_group(r, &group, &st))) break;
+            st = MT_READ_RECORD;
+        }
+        const mt_record *rec = &group[g++];
         a->records++;
-        if (opt && opt->progress && a->records % PROGRESS_EVERY == 0)
-            opt->progress(opt->progress_ctx, 1,
-                          (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
+        if (progress && a->records % PROGRESS_EVERY == 0)
+            progress(opt->progress_ctx, 1,
+                     (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
         if (rec->type != MT_REC_EVENT) {
             rc = keep_record(a, &p, rec, &devs, &n_devs);
             continue;
         }
         const mt_event *e = &rec->u.event;
         a->events++;
-        if (opt && opt->on_event) opt->on_event(opt->event_ctx, e);
+        if (on_event) on_event(opt->event_ctx, e);
         if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && !a->categories) {
             if (!(a->categories = mt_categorizer_new(a->frames))) rc = -1;
             else if (opt && opt->category_rules &&
                      mt_categorizer_load_rules(a->categories, opt->category_rules, err, errlen) < 0)
                 rc = -2;
         }
-        uint64_t t = rel(e->time_ns, a->header.start_monotonic_ns);
-        if (!have_time || t < a->first_ns) a->first_ns = t;
-        if (t > a->last_ns) a->last_ns = t;
-        have_time = 1;
+        uint64_t t = rel(e->time_ns, start);
+        if (t < first_ns) first_ns = t;
+        if (t > last_ns) last_ns = t;
         if (e->op == MT_OP_FAILED) {
             a->failed_total++;
             if (a->n_failed < MT_MAX_FAILED_KEPT && snapshot_failed(a, p.t, e) < 0) rc = -1;
@@ -1214,6 +1223,10 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         }
         if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
         if (p.oom) rc = -1;
+    }
+    if (a->events) { /* else both stay 0 */
+        a->first_ns = first_ns;
+        a->last_ns = last_ns;
     }
     mt_read_damage dmg;
     mt_reader_damage(r, &dmg);

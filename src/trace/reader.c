@@ -360,6 +360,26 @@ mt_read_status mt_reader_next_ref(mt_reader *r, const mt_record **out)
     return mt_feed_next(&r->feed, &r->one);
 }
 
+size_t mt_reader_next_group(mt_reader *r, const mt_record **recs, mt_read_status *st)
+{
+    if (r->threaded && r->started && !r->done && r->cur && r->next < r->cur->n) {
+        size_t n = r->cur->n - r->next; /* the rest of the batch */
+        *recs = &r->cur->rec[r->next];
+        r->next = r->cur->n;
+        return n;
+    }
+    if (!r->threaded && r->run_next < r->run_n) {
+        size_t n = r->run_n - r->run_next; /* the rest of the run */
+        *recs = &r->run[r->run_next];
+        r->run_next = r->run_n;
+        return n;
+    }
+    /* the next record the usual way: it may start a batch or a run, whose rest comes next */
+    mt_read_status s = mt_reader_next_ref(r, recs);
+    *st = s;
+    return s == MT_READ_RECORD;
+}
+
 mt_read_status mt_reader_next(mt_reader *r, mt_record *out)
 {
     if (!r->threaded) {
