@@ -10,58 +10,6 @@
 #include "hash.h"   /* src/util: mt_mix64, MT_GOLDEN64 */
 #include "u64map.h" /* src/util: mt_u64map */
 
-/* ---- live table: live lifetimes keyed by (device, family, address) (live.c) ---------------- */
-typedef struct mt_live_key {
-    uint64_t address;
-    uint32_t ix;    /* the lifetime's place in items; MT_LIVE_NONE marks an empty slot */
-    uint8_t family;
-    int16_t device; /* the lifetime's (-1..MT_MAX_DEVICE_ORDINAL): a probe and a deletion's shift
-                       never read the lifetimes themselves (a cache miss each) */
-} mt_live_key;
-
-typedef struct mt_live_table {
-    mt_live_key *keys;  /* cap slots */
-    mt_lifetime *items; /* cap / 2 places; a lifetime stays at its place while it lives */
-    uint32_t *spare;    /* places freed since the last resize (n_spare of them) */
-    size_t cap, len, n_items, n_spare; /* n_items: places used since the last resize */
-    /* Where the last lookup ended (the key's slot, or the empty slot that ended a miss), for the
-     * insertion or removal that nearly always follows it: neither probes again. memo_ver is ver
-     * at that lookup; ver counts the insertions, removals and resizes. */
-    size_t memo_slot;
-    uint64_t memo_hash, memo_ver, ver;
-} mt_live_table;
-
-#define MT_LIVE_NONE UINT32_MAX
-
-/* The hash of a key: the table's probe starts at its low bits; the tracker's freed-key cache uses
- * the same value (one hash per event). */
-static inline uint64_t mt_live_hash(int32_t device, uint8_t family, uint64_t addr)
-{
-    return mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)family << 58));
-}
-
-/* The live lifetime with that key (h = mt_live_hash of it), or NULL. The pointer is valid until
- * the next insertion or removal. */
-mt_lifetime *mt_live_find_h(mt_live_table *t, uint64_t h, int32_t device, uint8_t family,
-                            uint64_t addr);
-static inline mt_lifetime *mt_live_find(mt_live_table *t, int32_t device, uint8_t family,
-                                        uint64_t addr)
-{
-    return mt_live_find_h(t, mt_live_hash(device, family, addr), device, family, addr);
-}
-/* Inserts a copy of l (its key must not be present; l->device in -1..MT_MAX_DEVICE_ORDINAL).
- * -1 when out of memory. */
-int mt_live_insert_h(mt_live_table *t, uint64_t h, const mt_lifetime *l);
-static inline int mt_live_insert(mt_live_table *t, const mt_lifetime *l)
-{
-    return mt_live_insert_h(t, mt_live_hash(l->device, l->family, l->address), l);
-}
-/* Removes the lifetime p points to (from mt_live_find). */
-void mt_live_remove(mt_live_table *t, mt_lifetime *p);
-/* Calls fn on every live lifetime, in slot order (fn must not insert or remove). */
-void mt_live_foreach(const mt_live_table *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
-void mt_live_destroy(mt_live_table *t);
-
 /* ---- mapped VMM ranges, ordered by start (ranges.c) --------------------------------------- */
 typedef struct mt_range {
     uint64_t start, end, handle;

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "live.h"
 
 #define FREED_CACHE_BITS 16
 
