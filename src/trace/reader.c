@@ -10,8 +10,8 @@
  *
  * Two threads, on a machine with more than one CPU: a second thread runs the feed (read, CRC,
  * inflate, decode: a third of `report`'s time) and hands its records over in batches of at most
- * BATCH_RECORDS, each from one chunk, through a ring of N_BATCHES; the caller's thread only copies
- * them out. The feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the
+ * BATCH_RECORDS, each from one chunk, through a ring of N_BATCHES; the caller's thread reads them
+ * there (mt_reader_next_ref, mt_reader_next_group) or copies them out (mt_reader_next). The feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the
  * batches not yet read back (at most N_BATCHES) are never overwritten. The records, statuses and
  * damage are the feed's, in its order: the same as one thread gives. Memory: N_BATCHES + 1 chunk
  * buffers (each at most MT_CHUNK_RAW_MAX) instead of one.
@@ -30,7 +30,11 @@
 #include "layout.h"
 #include "memtrace/trace.h"
 
-#define BATCH_RECORDS 4096 /* 320 KiB: fewer hand-overs (each may wake the other thread) */
+/* 640 KiB a batch, 2.5 MiB for the ring. While the feed inflates a chunk (~0.5 ms for 256 KiB) it
+ * hands nothing over, and the ring must hold enough to keep the analysis busy meanwhile: with
+ * 4096-record batches, `report` on 10 M synthetic events took 0.54-0.56 s, with 8192 0.51-0.52 s
+ * (the reader's thread slightly faster than the analysis on average). */
+#define BATCH_RECORDS 8192
 #define N_BATCHES 4
 
 typedef struct batch {
