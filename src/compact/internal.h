@@ -64,14 +64,11 @@ void mt_ctx_registry_destroy(mt_ctx_registry *r);
 /* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
 static inline int mt_kind_counts(unsigned kind)
 {
-    switch (kind) {
-    case MT_KIND_DEVICE: case MT_KIND_PITCH: case MT_KIND_ASYNC: case MT_KIND_MANAGED:
-    case MT_KIND_VMM_PHYSICAL: case MT_KIND_DRIVER: case MT_KIND_HOST_PINNED:
-    case MT_KIND_HOST_REGISTERED: case MT_KIND_TENSOR:
-        return 1;
-    default:
-        return 0;
-    }
+    const uint32_t counting = 1u << MT_KIND_DEVICE | 1u << MT_KIND_PITCH | 1u << MT_KIND_ASYNC |
+                              1u << MT_KIND_MANAGED | 1u << MT_KIND_VMM_PHYSICAL |
+                              1u << MT_KIND_DRIVER | 1u << MT_KIND_HOST_PINNED |
+                              1u << MT_KIND_HOST_REGISTERED | 1u << MT_KIND_TENSOR;
+    return kind < 32 && (counting >> kind & 1);
 }
 
 /* How an allocation's bytes count on its device, from its kind and flags:
@@ -84,6 +81,11 @@ enum { MT_COUNT_NONE = 0, MT_COUNT_IN_USE = 1, MT_COUNT_RESERVED = 2 };
 
 static inline int mt_counting(unsigned kind, unsigned flags)
 {
+    /* the common case first: no flag that changes how a kind counts (a few instructions, a few
+     * times per event) */
+    if (!(flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED | MT_EF_CAPTURED | MT_EF_IMPORTED |
+                   MT_EF_RETAIN)))
+        return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
     if ((flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED)) ==
         (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED))
         return MT_COUNT_RESERVED;
