@@ -29,6 +29,7 @@
 
 #include "grow.h" /* src/util: mt_grow */
 #include "internal.h"
+#include "tracker_core.h" /* pass 1's events take the tracker's path with its hooks inlined */
 
 #define PROGRESS_EVERY 65536
 
@@ -185,27 +186,33 @@ static inline uint64_t rel(uint64_t t, uint64_t start) { return t > start ? t - 
  * and a signed overflow would be undefined behaviour (found by fuzz_trace_payload) */
 static inline int64_t wrap_add(int64_t a, uint64_t b) { return (int64_t)((uint64_t)a + b); }
 
-/* Keeps the highest point of each bucket; halves the resolution when time runs past the end. */
-static void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
+/* The bucket of time_rel, outside the last one noted: halves the resolution when time runs past
+ * the end. */
+static __attribute__((noinline)) uint64_t timeline_bucket(timeline *tl, uint64_t time_rel)
+{
+    if (!tl->width) tl->width = 1000;
+    uint64_t b = time_rel / tl->width;
+    while (b >= MT_TIMELINE_POINTS) {
+        for (size_t i = 0; i < MT_TIMELINE_POINTS / 2; i++) {
+            mt_timeline_point *x = &tl->p[2 * i], *y = &tl->p[2 * i + 1];
+            tl->p[i] = (y->time_ns && y->in_use > x->in_use) || !x->time_ns ? *y : *x;
+        }
+        memset(&tl->p[MT_TIMELINE_POINTS / 2], 0, sizeof tl->p / 2);
+        tl->n = (tl->n + 1) / 2;
+        tl->width *= 2;
+        b = time_rel / tl->width;
+    }
+    tl->b = b;
+    tl->lo = b * tl->width;
+    tl->hi = tl->lo + tl->width; /* may wrap: then this bucket is never taken as the last */
+    return b;
+}
+
+/* Keeps the highest point of each bucket. */
+static inline void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_rel)
 {
     uint64_t b = tl->b;
-    if (time_rel < tl->lo || time_rel >= tl->hi) {
-        if (!tl->width) tl->width = 1000;
-        b = time_rel / tl->width;
-        while (b >= MT_TIMELINE_POINTS) {
-            for (size_t i = 0; i < MT_TIMELINE_POINTS / 2; i++) {
-                mt_timeline_point *x = &tl->p[2 * i], *y = &tl->p[2 * i + 1];
-                tl->p[i] = (y->time_ns && y->in_use > x->in_use) || !x->time_ns ? *y : *x;
-            }
-            memset(&tl->p[MT_TIMELINE_POINTS / 2], 0, sizeof tl->p / 2);
-            tl->n = (tl->n + 1) / 2;
-            tl->width *= 2;
-            b = time_rel / tl->width;
-        }
-        tl->b = b;
-        tl->lo = b * tl->width;
-        tl->hi = tl->lo + tl->width; /* may wrap: then this bucket is never taken as the last */
-    }
+    if (time_rel < tl->lo || time_rel >= tl->hi) b = timeline_bucket(tl, time_rel);
     mt_timeline_point *p = &tl->p[b];
     /* time_ns + 1 marks the bucket used even at time 0; undone when copied out. */
     if (!p->time_ns || u->in_use > p->in_use) {
@@ -283,7 +290,8 @@ static int hist_alloc(pass1 *p)
     return (p->hist_t = malloc(HISTORY * sizeof *p->hist_t)) ? 0 : -1;
 }
 
-static void pass1_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
+static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const mt_usage *u,
+                                                               uint64_t time_ns)
 {
     pass1 *p = ctx;
     size_t k = (size_t)slot_key(u->device, u->is_host);
@@ -356,7 +364,8 @@ static void pending_add(pending_ring *r, const nvml_sample *nvml, uint32_t ix)
 }
 
 /* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far. */
-static void pass1_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_end_reason why)
+static inline __attribute__((always_inline)) void pass1_release(void *ctx, const mt_lifetime *l,
+                                                                 uint64_t end_ns, mt_end_reason why)
 {
     (void)end_ns;
     (void)why;
@@ -1221,7 +1230,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
             if (alloc_sum_add(allocs, agg_key(&l), e->bytes) < 0) rc = -1;
         }
-        if (rc == 0 && mt_tracker_event(p.t, e) < 0) rc = -1;
+        /* mt_tracker_event, with the hooks p.t was made with known here */
+        if (rc == 0 && mt_tracker_event_with(p.t, e, pass1_usage, pass1_release) < 0) rc = -1;
         if (p.oom) rc = -1;
     }
     if (a->events) { /* else both stay 0 */

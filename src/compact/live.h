@@ -1,6 +1,6 @@
 /* live.h — the live set: every allocation alive right now, keyed by (device, family, address).
- * Private to tracker.c, which includes it: its lookups, insertions and removals are inlined into
- * the tracker's event handling (a call each, three or four per event, were ~6% of the analysis
+ * Private to the tracker (tracker.c, tracker_core.h): its lookups, insertions and removals are
+ * inlined into the tracker's event handling (a call each, three or four per event, were ~6% of the analysis
  * thread's instructions).
  *
  * Two arrays. The keys (address, family, device, and where the lifetime is) are a hash table with open
@@ -180,14 +180,14 @@ static inline __attribute__((always_inline)) void mt_live_remove(mt_live_table *
 }
 
 /* Calls fn on every live lifetime, in slot order (fn must not insert or remove). */
-static void mt_live_foreach(const mt_live_table *t, void (*fn)(void *ctx, mt_lifetime *l),
-                            void *ctx)
+static inline void mt_live_foreach(const mt_live_table *t,
+                                   void (*fn)(void *ctx, mt_lifetime *l), void *ctx)
 {
     for (size_t i = 0; i < t->cap; i++)
         if (t->keys[i].ix != MT_LIVE_NONE) fn(ctx, &t->items[t->keys[i].ix]);
 }
 
-static void mt_live_destroy(mt_live_table *t)
+static inline void mt_live_destroy(mt_live_table *t)
 {
     free(t->keys);
     free(t->items);
