@@ -97,7 +97,7 @@ typedef struct nvml_sample {
  * (at or after the change's time and with their window still open: both grow with the sample's
  * time), so the change is added once, at that place, in `add`: sample j has taken the sum of
  * add[0..j], which goes to nvml_live when the ring changes and at the end (pending_settle). When
- * the synthetic trace's threads drift apart, a change goes to several samples: adding it to each
+ * the synthetic trace's threads drift apart, a change goes to many samples: adding it to each
  * made the analysis 5% slower per event on 100 M events than on 10 M. */
 typedef struct pending_ring {
     uint32_t ix[PENDING_PER_DEVICE];
@@ -352,9 +352,17 @@ static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const m
     uint64_t from = t;
     if (p->latest_change >= SAMPLE_WINDOW_NS && p->latest_change - SAMPLE_WINDOW_NS > from)
         from = p->latest_change - SAMPLE_WINDOW_NS;
-    uint32_t j = ring->n;
-    while (j > 0 && ring->time[j - 1] >= from) j--;
-    if (j < ring->n) ring->add[j] += (uint64_t)delta;
+    if (!ring->n || ring->time[ring->n - 1] < from) return; /* most changes reach none */
+    /* the first at or after `from`: a binary search (when the trace's threads have drifted apart,
+     * a change from a thread behind the others reaches all ~40 samples of the last 2 s: a walk
+     * down to the first was 26 instructions per event on 100 M synthetic events) */
+    uint32_t lo = 0, hi = ring->n - 1; /* time[hi] >= from */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ring->time[mid] < from) lo = mid + 1;
+        else hi = mid;
+    }
+    ring->add[lo] += (uint64_t)delta;
 }
 
 /* Every change the ring holds for its samples, into nvml_live. */
