@@ -352,11 +352,19 @@ static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const m
     uint64_t from = t;
     if (p->latest_change >= SAMPLE_WINDOW_NS && p->latest_change - SAMPLE_WINDOW_NS > from)
         from = p->latest_change - SAMPLE_WINDOW_NS;
-    if (!ring->n || ring->time[ring->n - 1] < from) return; /* most changes reach none */
-    /* the first at or after `from`: a binary search (when the trace's threads have drifted apart,
-     * a change from a thread behind the others reaches all ~40 samples of the last 2 s: a walk
-     * down to the first was 26 instructions per event on 100 M synthetic events) */
+    if (!ring->n || ring->time[ring->n - 1] < from) return; /* none */
+    /* the first at or after `from`: steps down from the latest doubling in length, then a binary
+     * search in the last step (usually one or two samples are reached; when the trace's threads
+     * have drifted apart, a change from a thread behind the others reaches all ~40 samples of the
+     * last 2 s: a walk down to the first was 26 instructions per event on 100 M synthetic events) */
     uint32_t lo = 0, hi = ring->n - 1; /* time[hi] >= from */
+    for (uint32_t step = 1; hi >= step; step *= 2) {
+        if (ring->time[hi - step] < from) {
+            lo = hi - step + 1;
+            break;
+        }
+        hi -= step;
+    }
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if (ring->time[mid] < from) lo = mid + 1;
