@@ -213,6 +213,7 @@ static __attribute__((noinline)) uint64_t timeline_bucket(timeline *tl, uint64_t
     tl->b = b;
     tl->lo = b * tl->width;
     tl->hi = tl->lo + tl->width; /* may wrap: then this bucket is never taken as the last */
+    if (b + 1 > tl->n) tl->n = b + 1; /* (only here does b change, and n shrink) */
     return b;
 }
 
@@ -228,7 +229,6 @@ static inline void timeline_note(timeline *tl, const mt_usage *u, uint64_t time_
         p->in_use = u->in_use;
         memcpy(p->by_kind, u->by_kind, sizeof p->by_kind);
     }
-    if (b + 1 > tl->n) tl->n = b + 1;
 }
 
 static inline int wraps(uint64_t t)
@@ -335,7 +335,7 @@ static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const m
     }
     hist_push(p, t, u->device, delta);
     if (t > p->latest_change) p->latest_change = t;
-    pending_ring *ring = p->pending[slot_key(u->device, 0)];
+    pending_ring *ring = p->pending[k]; /* k = slot_key(u->device, 0): not host */
     if (!ring || t > ring->latest) return;
     if (ring->wrapping) {
         for (uint32_t j = ring->n; j-- > 0;) {
