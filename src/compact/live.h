@@ -3,13 +3,13 @@
  * inlined into the tracker's event handling (a call each, three or four per event, were ~6% of the analysis
  * thread's instructions).
  *
- * Two arrays. The keys (address, family, device, and where the lifetime is) are a hash table with open
- * addressing, linear probing and backward-shift deletion (no tombstones), so a table that sees
- * millions of alloc/free pairs stays as small as the live set itself; load <= 1/2. The lifetimes
- * themselves (88 bytes each) sit in a second array, cap / 2 of them, and never move while they
- * live (a freed one's place is reused). A probe reads 16-byte keys, four to a cache line, and a
- * deletion shifts keys, not lifetimes: the lookups were a tenth of `report`'s time when the table
- * held the lifetimes themselves. The table remembers where its last lookup ended: the insertion
+ * Two arrays. The keys (address, family, device, and where the lifetime is) are a hash table
+ * with open addressing, linear probing and backward-shift deletion (no tombstones), so a table
+ * that sees millions of alloc/free pairs stays as small as the live set itself; load <= 1/2. The
+ * lifetimes themselves (88 bytes each) sit in a second array, cap / 2 of them, and never move
+ * while they live (a freed one's place is reused). A probe reads 16-byte keys, four to a cache
+ * line, and a deletion shifts keys, not lifetimes: the lookups were a tenth of `report`'s time
+ * when the table held the lifetimes themselves. The table remembers where its last lookup ended: the insertion
  * after a lookup that missed, and the removal of what a lookup found, take that slot instead of
  * probing again (the tracker looks up every key before it inserts or removes it).
  *

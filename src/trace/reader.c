@@ -9,12 +9,17 @@
  * passes over a copied pipe), and the file may grow while it is read (symbols appended).
  *
  * Two threads, on a machine with more than one CPU: a second thread runs the feed (read, CRC,
- * inflate, decode: a third of `report`'s time) and hands its records over in batches of at most
- * BATCH_RECORDS, each from one chunk, through a ring of N_BATCHES; the caller's thread reads them
- * there (mt_reader_next_ref, mt_reader_next_group) or copies them out (mt_reader_next). The feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the
- * batches not yet read back (at most N_BATCHES) are never overwritten. The records, statuses and
- * damage are the feed's, in its order: the same as one thread gives. Memory: N_BATCHES + 1 chunk
- * buffers (each at most MT_CHUNK_RAW_MAX) instead of one.
+ * inflate, decode: about half of `report`'s time) and hands its records over in batches of at
+ * most BATCH_RECORDS, each from one chunk, through a ring of N_BATCHES; the caller's thread reads
+ * them there (mt_reader_next_ref, mt_reader_next_group) or copies them out (mt_reader_next). The
+ * feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the batches not
+ * yet read back (at most N_BATCHES) are never overwritten. The records, statuses and damage are
+ * the feed's, in its order: the same as one thread gives. Memory: N_BATCHES + 1 chunk buffers
+ * (each at most MT_CHUNK_RAW_MAX) instead of one.
+ *
+ * Either way the plain events of a chunk are decoded in runs (mt_feed_events: no bound check per
+ * field); on one thread a run of up to RUN_RECORDS is kept here and handed out before the feed is
+ * asked for the next record (position and damage stay the chunk's meanwhile).
  */
 #include <errno.h>
 #include <fcntl.h>
