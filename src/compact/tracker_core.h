@@ -195,8 +195,8 @@ static inline long slot_of(mt_tracker *t, const mt_lifetime *p, uint64_t now)
     return host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
 }
 
-/* Ends lifetime p, whose slot is s (slot_of): tells the hook (t->hooks.on_release), takes its
- * bytes off its slot, removes it. */
+/* Ends lifetime p, whose slot is s (slot_of): tells on_release (the tracker's own hook), takes
+ * its bytes off its slot, removes it. */
 static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_lifetime *p,
                                                                uint64_t now, mt_end_reason why,
                                                                long s, mt_release_hook on_release)
