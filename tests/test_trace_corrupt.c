@@ -510,3 +510,66 @@ Test(trace_corrupt, false_chunk_starts_cannot_make_the_reader_slow, .timeout = 2
     free(file);
     unlink(path);
 }
+
+/* The same damaged file read one record at a time and a group at a time (mt_reader_next_group),
+ * side by side (strings live in the readers' buffers): the same records, each with the same chunk
+ * offset and damage so far, and the same end. */
+Test(trace_corrupt, groups_read_what_one_at_a_time_reads)
+{
+    char path[256];
+    mt_test_tmpname(path, sizeof path, "groups.mtrace");
+    size_t len, n;
+    static uint64_t offs[4096];
+    uint8_t *data = build(path, &len, offs, &n);
+    uint8_t *copy = malloc(len);
+    mt_mix m;
+    mt_mix_init(&m, 77);
+    for (int iter = 0; iter < 200; iter++) {
+        memcpy(copy, data, len);
+        for (size_t f = iter ? 1 + mt_mix_rand(&m) % 4 : 0; f > 0; f--)
+            copy[MT_FILE_HEADER_SIZE + mt_mix_rand(&m) % (len - MT_FILE_HEADER_SIZE)] =
+                (uint8_t)mt_mix_rand(&m);
+        size_t cut = iter % 4 == 1 ? MT_FILE_HEADER_SIZE + mt_mix_rand(&m) % (len - 63) : len;
+        cr_assert_eq(mt_test_spit(path, copy, cut), 0);
+        for (int strict = 0; strict < 2; strict++) {
+            char err[512];
+            mt_reader *ra = mt_reader_open(path, err, sizeof err), *rb = mt_reader_open(path, err, sizeof err);
+            cr_assert(ra && rb, "%s", err);
+            mt_reader_set_strict(ra, strict);
+            mt_reader_set_strict(rb, strict);
+            mt_read_status sa, sb = MT_READ_RECORD;
+            mt_record rec;
+            const mt_record *g = NULL;
+            size_t k = 0, i = 0, records = 0;
+            while ((sa = mt_reader_next(ra, &rec)) == MT_READ_RECORD) {
+                if (i == k) {
+                    i = 0;
+                    k = mt_reader_next_group(rb, &g, &sb);
+                    cr_assert_gt(k, 0, "iteration %d: the groups end after %zu records", iter,
+                                 records);
+                }
+                cr_assert(mt_record_eq(&rec, &g[i]), "iteration %d: record %zu", iter, records);
+                cr_assert_eq(mt_reader_offset(ra), mt_reader_offset(rb), "record %zu", records);
+                mt_read_damage da, db;
+                mt_reader_damage(ra, &da);
+                mt_reader_damage(rb, &db);
+                cr_assert_eq(da.chunks, db.chunks, "iteration %d: record %zu", iter, records);
+                i++;
+                records++;
+            }
+            cr_assert_eq(i, k, "iteration %d: %zu more records in the last group", iter, k - i);
+            cr_assert_eq(mt_reader_next_group(rb, &g, &sb), 0);
+            cr_assert_eq(sa, sb);
+            mt_read_damage da, db;
+            mt_reader_damage(ra, &da);
+            mt_reader_damage(rb, &db);
+            cr_assert_eq(da.chunks, db.chunks);
+            cr_assert_eq(da.bytes, db.bytes);
+            mt_reader_close(ra);
+            mt_reader_close(rb);
+        }
+    }
+    free(copy);
+    free(data);
+    unlink(path);
+}

@@ -312,6 +312,16 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
 void mt_reader_set_strict(mt_reader *r, int strict);
 const mt_file_header *mt_reader_header(const mt_reader *r);
 mt_read_status mt_reader_next(mt_reader *r, mt_record *out);
+/* The same record in place: *out points into the reader's own buffers (with the second thread, the
+ * batch it handed over: no copy of the record on this thread) and stays valid until the next call
+ * of mt_reader_next or mt_reader_next_ref, or mt_reader_close. */
+mt_read_status mt_reader_next_ref(mt_reader *r, const mt_record **out);
+/* The next records in place, as many as are at hand (at least one): *recs points at them, valid
+ * until the next call of any mt_reader_next*, and the count is returned. 0 when there are none:
+ * then *st is what mt_reader_next would return (the end, or a failure). The same records, in the
+ * same order, as mt_reader_next gives one at a time (mt_reader_offset and mt_reader_damage say the
+ * same for each of them: a group never spans two chunks). */
+size_t mt_reader_next_group(mt_reader *r, const mt_record **recs, mt_read_status *st);
 /* After TRUNCATED/CORRUPT/IO: a one-line description and the byte offset of the bad chunk. */
 const char *mt_reader_error(const mt_reader *r);
 uint64_t mt_reader_error_offset(const mt_reader *r);

@@ -125,13 +125,6 @@ int mt_breakdown_end(mt_breakdown_acc *c)
     return rc;
 }
 
-uint64_t mt_breakdown_visible(const mt_usage *u)
-{
-    uint64_t async = u->by_kind[MT_KIND_ASYNC];
-    if (!u->has_pool_info || u->pool_reserved <= async) return u->in_use;
-    return u->in_use + (u->pool_reserved - async);
-}
-
 void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
                               uint64_t driver)
 {

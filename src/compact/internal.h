@@ -10,33 +10,6 @@
 #include "hash.h"   /* src/util: mt_mix64, MT_GOLDEN64 */
 #include "u64map.h" /* src/util: mt_u64map */
 
-/* ---- live table: live lifetimes keyed by (device, family, address) (live.c) ---------------- */
-typedef struct mt_live_key {
-    uint64_t address;
-    uint32_t ix;    /* the lifetime's place in items; MT_LIVE_NONE marks an empty slot */
-    uint8_t family; /* the device is the lifetime's */
-} mt_live_key;
-
-typedef struct mt_live_table {
-    mt_live_key *keys;  /* cap slots */
-    mt_lifetime *items; /* cap / 2 places; a lifetime stays at its place while it lives */
-    uint32_t *spare;    /* places freed since the last resize (n_spare of them) */
-    size_t cap, len, n_items, n_spare; /* n_items: places used since the last resize */
-} mt_live_table;
-
-#define MT_LIVE_NONE UINT32_MAX
-
-/* The live lifetime with that key, or NULL. The pointer is valid until the next insertion or
- * removal. */
-mt_lifetime *mt_live_find(const mt_live_table *t, int32_t device, uint8_t family, uint64_t addr);
-/* Inserts a copy of l (its key must not be present). -1 when out of memory. */
-int mt_live_insert(mt_live_table *t, const mt_lifetime *l);
-/* Removes the lifetime p points to (from mt_live_find). */
-void mt_live_remove(mt_live_table *t, mt_lifetime *p);
-/* Calls fn on every live lifetime, in slot order (fn must not insert or remove). */
-void mt_live_foreach(const mt_live_table *t, void (*fn)(void *ctx, mt_lifetime *l), void *ctx);
-void mt_live_destroy(mt_live_table *t);
-
 /* ---- mapped VMM ranges, ordered by start (ranges.c) --------------------------------------- */
 typedef struct mt_range {
     uint64_t start, end, handle;
@@ -91,14 +64,11 @@ void mt_ctx_registry_destroy(mt_ctx_registry *r);
 /* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
 static inline int mt_kind_counts(unsigned kind)
 {
-    switch (kind) {
-    case MT_KIND_DEVICE: case MT_KIND_PITCH: case MT_KIND_ASYNC: case MT_KIND_MANAGED:
-    case MT_KIND_VMM_PHYSICAL: case MT_KIND_DRIVER: case MT_KIND_HOST_PINNED:
-    case MT_KIND_HOST_REGISTERED: case MT_KIND_TENSOR:
-        return 1;
-    default:
-        return 0;
-    }
+    const uint32_t counting = 1u << MT_KIND_DEVICE | 1u << MT_KIND_PITCH | 1u << MT_KIND_ASYNC |
+                              1u << MT_KIND_MANAGED | 1u << MT_KIND_VMM_PHYSICAL |
+                              1u << MT_KIND_DRIVER | 1u << MT_KIND_HOST_PINNED |
+                              1u << MT_KIND_HOST_REGISTERED | 1u << MT_KIND_TENSOR;
+    return kind < 32 && (counting >> kind & 1);
 }
 
 /* How an allocation's bytes count on its device, from its kind and flags:
@@ -111,6 +81,11 @@ enum { MT_COUNT_NONE = 0, MT_COUNT_IN_USE = 1, MT_COUNT_RESERVED = 2 };
 
 static inline int mt_counting(unsigned kind, unsigned flags)
 {
+    /* the common case first: no flag that changes how a kind counts (a few instructions, a few
+     * times per event) */
+    if (!(flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED | MT_EF_CAPTURED | MT_EF_IMPORTED |
+                   MT_EF_RETAIN)))
+        return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
     if ((flags & (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED)) ==
         (MT_EF_SEGMENT | MT_EF_TENSORS_TRACKED))
         return MT_COUNT_RESERVED;
@@ -215,7 +190,12 @@ int mt_breakdown_end(mt_breakdown_acc *acc);
 /* The bytes of usage slot u that NVML can see: every live device allocation counted in in_use
  * (driver-internal included), with the async allocations of a pool replaced by the pool's
  * reservation when it is larger. Equal to a breakdown's reserved + other + driver bytes. */
-uint64_t mt_breakdown_visible(const mt_usage *u);
+static inline uint64_t mt_breakdown_visible(const mt_usage *u)
+{
+    uint64_t async = u->by_kind[MT_KIND_ASYNC];
+    if (!u->has_pool_info || u->pool_reserved <= async) return u->in_use;
+    return u->in_use + (u->pool_reserved - async);
+}
 /* Pairs b's moment with an NVML sample consistent with it (see breakdown.c); then the remainder.
  * visible: mt_breakdown_visible at the moment, driver: its driver-internal bytes. None: the total
  * is unknown, and b says why. */

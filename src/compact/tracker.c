@@ -42,58 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-#define FREED_CACHE_BITS 16
-
-typedef struct pool_entry {
-    uint64_t handle, bytes;
-    size_t slot;
-} pool_entry;
-
-struct mt_tracker {
-    mt_tracker_hooks hooks;
-    mt_live_table live;
-    mt_usage *usages;
-    size_t n_usages, cap_usages;
-    int32_t ord_index[MT_MAX_DEVICE_ORDINAL + 1]; /* ordinal -> usage index + 1 (0 = not seen) */
-    int32_t unknown_index;  /* usage index + 1 of the unknown device (-1) */
-    int32_t host_index;     /* usage index + 1 of the host slot */
-    mt_range_set *maps;     /* mapped ranges (UVA keeps ranges of all devices disjoint) */
-    uint32_t *hits;         /* scratch: ids of the ranges an unmap touches */
-    size_t cap_hits;
-    pool_entry *pools;
-    size_t n_pools, cap_pools;
-    mt_u64map pool_index;   /* pool handle -> a: index in pools */
-    mt_ctx_registry ctx_lifetimes; /* context -> live allocations (a: address, b: device, family),
-                                      once a second context is seen (ctx_mode) */
-    int ctx_mode;                  /* CTX_NONE, CTX_ONE (every live lifetime is ctx_one's) or
-                                      CTX_MANY (ctx_lifetimes says whose each is) */
-    uint32_t ctx_one;
-    mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
-    mt_ctx_registry temps;         /* with a categorizer: the live tensors of each temporary
-                                      category (keyed by category), promoted at a phase end */
-    uint32_t phase_ends;           /* backward passes and optimizer steps ended so far */
-    uint64_t seq, serial;
-    mt_anomalies an;
-    uint64_t freed[1u << FREED_CACHE_BITS]; /* hashed keys of recently freed allocations */
-    mt_categorizer *categorizer; /* NULL: tensors keep category 0 (mt_tracker_set_categorizer) */
-};
-
-static const uint8_t family_of_kind[MT_KIND_MAX_] = {
-    [MT_KIND_UNKNOWN] = MT_FAM_OTHER,          [MT_KIND_DEVICE] = MT_FAM_LINEAR,
-    [MT_KIND_PITCH] = MT_FAM_LINEAR,           [MT_KIND_ASYNC] = MT_FAM_LINEAR,
-    [MT_KIND_MANAGED] = MT_FAM_LINEAR,         [MT_KIND_HOST_PINNED] = MT_FAM_PINNED,
-    [MT_KIND_HOST_REGISTERED] = MT_FAM_REGISTERED, [MT_KIND_VMM_RESERVE] = MT_FAM_VMM_RESERVE,
-    [MT_KIND_VMM_PHYSICAL] = MT_FAM_VMM_PHYSICAL, [MT_KIND_VMM_MAP] = MT_FAM_OTHER,
-    [MT_KIND_POOL] = MT_FAM_OTHER,             [MT_KIND_DRIVER] = MT_FAM_DRIVER,
-    [MT_KIND_TENSOR] = MT_FAM_TENSOR,
-};
-
-static inline int is_host_family(unsigned fam)
-{
-    return fam == MT_FAM_PINNED || fam == MT_FAM_REGISTERED;
-}
+#include "tracker_core.h"
 
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks)
 {
@@ -137,21 +86,7 @@ void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
     if (c) mt_categorizer_restart(c); /* a new replay: no phase yet */
 }
 
-static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now);
-
-static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
-{
-    return t->categorizer && l->kind == MT_KIND_TENSOR &&
-           mt_counting(l->kind, l->flags) == MT_COUNT_IN_USE && l->category < MT_CAT_MAX;
-}
-
-static int is_temp_category(unsigned cat)
-{
-    return cat == MT_CAT_BACKWARD_TEMP || cat == MT_CAT_OPTIMIZER_TEMP;
-}
-
-static mt_ctx_member lifetime_member(const mt_lifetime *l);
-static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m);
+static mt_lifetime *member_lifetime(mt_tracker *t, mt_ctx_member m);
 static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m);
 
 /* A backward pass or optimizer step (`phase`) has ended: its temporaries still live take their
@@ -200,20 +135,8 @@ size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out)
     return t->n_usages;
 }
 
-static int device_ok(int32_t device)
-{
-    return device >= -1 && device <= MT_MAX_DEVICE_ORDINAL;
-}
-
-/* Where slot_index keeps the index of (device, is_host); device must be device_ok. */
-static int32_t *slot_ref(mt_tracker *t, int32_t device, int is_host)
-{
-    if (is_host) return &t->host_index;
-    return device < 0 ? &t->unknown_index : &t->ord_index[device];
-}
-
 /* A new usage slot for (device, is_host); ref is where its index goes. Returns it or -1 (OOM). */
-static long new_slot(mt_tracker *t, int32_t device, int is_host, uint64_t now, int32_t *ref)
+long mt_tracker_new_slot_(mt_tracker *t, int32_t device, int is_host, uint64_t now, int32_t *ref)
 {
     if (t->n_usages == t->cap_usages) {
         size_t ncap = t->cap_usages ? t->cap_usages * 2 : 8;
@@ -229,57 +152,6 @@ static long new_slot(mt_tracker *t, int32_t device, int is_host, uint64_t now, i
     return (long)i;
 }
 
-/* The usage slot of (device, is_host), created on first use. Returns an index or -1 (OOM). */
-static inline long slot_index(mt_tracker *t, int32_t device, int is_host, uint64_t now)
-{
-    int32_t *ref = slot_ref(t, device, is_host);
-    return *ref ? *ref - 1 : new_slot(t, device, is_host, now, ref);
-}
-
-static inline void note_peaks(mt_usage *u, uint64_t now, uint64_t seq)
-{
-    if (u->in_use > u->peak) {
-        u->peak = u->in_use;
-        u->peak_mono_ns = now;
-        u->peak_seq = seq;
-    }
-    if (u->api_in_use > u->api_peak) {
-        u->api_peak = u->api_in_use;
-        u->api_peak_mono_ns = now;
-    }
-    if (u->vmm_reserved > u->vmm_reserved_peak) u->vmm_reserved_peak = u->vmm_reserved;
-    if (u->vmm_mapped > u->vmm_mapped_peak) u->vmm_mapped_peak = u->vmm_mapped;
-    if (u->pool_reserved > u->pool_reserved_peak) u->pool_reserved_peak = u->pool_reserved;
-}
-
-/* Adds (sign > 0) or removes the bytes of a lifetime of `kind` with event flags `flags` from its
- * slot. */
-static inline void account(mt_usage *u, unsigned kind, unsigned flags, uint64_t bytes, int sign)
-{
-    uint64_t d = sign > 0 ? bytes : -bytes; /* unsigned wrap-around adds or subtracts */
-    if (flags & MT_EF_SEGMENT) {
-        u->segment_bytes += d;
-        if (u->segment_bytes > u->segment_peak) u->segment_peak = u->segment_bytes;
-    }
-    int how = mt_counting(kind, flags);
-    if (how == MT_COUNT_RESERVED) return; /* its tensors are counted instead */
-    if (how == MT_COUNT_NONE && mt_kind_counts(kind)) return; /* a graph memory node */
-    u->by_kind[kind] += d;
-    /* per-kind high-water: the tensor peak (torch's max_memory_allocated) in tensor mode */
-    if (sign > 0 && u->by_kind[kind] > u->by_kind_peak[kind]) u->by_kind_peak[kind] = u->by_kind[kind];
-    if (how == MT_COUNT_IN_USE) {
-        u->in_use += d;
-        if (kind != MT_KIND_DRIVER) u->api_in_use += d;
-    } else if (kind == MT_KIND_VMM_RESERVE) {
-        u->vmm_reserved += d;
-    }
-}
-
-static inline uint64_t freed_hash(int32_t device, unsigned fam, uint64_t addr)
-{
-    return mt_mix64(addr ^ ((uint64_t)(uint32_t)device << 40) ^ ((uint64_t)fam << 58)) | 1;
-}
-
 static void usage_hook(mt_tracker *t, size_t slot, uint64_t now)
 {
     if (t->hooks.on_usage) t->hooks.on_usage(t->hooks.ctx, &t->usages[slot], now);
@@ -287,15 +159,8 @@ static void usage_hook(mt_tracker *t, size_t slot, uint64_t now)
 
 /* ---- context membership ------------------------------------------------------------------ */
 
-/* Members of a context: a lifetime is (address, serial, device << 8 | family); a mapping is
- * (range id, serial). The serial tells a member from a later one at the same place. */
-static mt_ctx_member lifetime_member(const mt_lifetime *l)
-{
-    return (mt_ctx_member){l->address, l->serial, (uint64_t)(uint32_t)l->device << 8 | l->family};
-}
-
 /* The lifetime member m names, if it is still live. */
-static mt_lifetime *member_lifetime(const mt_tracker *t, mt_ctx_member m)
+static mt_lifetime *member_lifetime(mt_tracker *t, mt_ctx_member m)
 {
     mt_lifetime *l = mt_live_find(&t->live, (int32_t)(uint32_t)(m.c >> 8), (uint8_t)m.c, m.a);
     return l && l->serial == m.b ? l : NULL;
@@ -313,20 +178,16 @@ static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m)
     return member_lifetime(arg, m) != NULL;
 }
 
+int mt_tracker_lifetime_still_(void *arg, uint32_t ctx, mt_ctx_member m)
+{
+    return lifetime_still(arg, ctx, m);
+}
+
 static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)
 {
     (void)ctx;
     return member_range(arg, m) != NULL;
 }
-
-/* Which context each live lifetime belongs to. A trace has one context or two, so while every
- * lifetime so far came from one context (CTX_ONE) no list is kept: MT_OP_CTX_DESTROY of that
- * context ends every live lifetime, and the live set itself, ordered by serial, is the list.
- * (A list per context cost a join per allocation and, to keep it short, a lookup of each member
- * now and then: a tenth of `report`'s time.) The first lifetime of another context turns the
- * live set into that first context's list (CTX_MANY) and lists are kept from then on. Either way
- * a destruction ends its context's lifetimes in allocation order. */
-enum { CTX_NONE = 0, CTX_ONE = 1, CTX_MANY = 2 };
 
 static int cmp_member_serial(const void *pa, const void *pb)
 {
@@ -358,16 +219,11 @@ static mt_ctx_member *live_members(mt_tracker *t, size_t *n)
     return m.v;
 }
 
-/* Lifetime l (just inserted in the live set) joins its context. -1 when out of memory. */
-static int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
+/* Lifetime l (just inserted) joins its context when that is not the one context so far
+ * (ctx_join_lifetime). -1 when out of memory. */
+int mt_tracker_ctx_join_more_(mt_tracker *t, const mt_lifetime *l)
 {
-    if (t->ctx_mode == CTX_NONE || (t->ctx_mode == CTX_ONE && t->live.len == 1)) {
-        t->ctx_mode = CTX_ONE; /* nothing else is live: l's context is the one */
-        t->ctx_one = l->context;
-        return 0;
-    }
     if (t->ctx_mode == CTX_ONE) {
-        if (l->context == t->ctx_one) return 0;
         /* a second context: what is live (l aside) is ctx_one's, in allocation order */
         size_t n;
         mt_ctx_member *v = live_members(t, &n);
@@ -383,17 +239,15 @@ static int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
     return mt_ctx_join(&t->ctx_lifetimes, l->context, lifetime_member(l), lifetime_still, t);
 }
 
-/* Ends lifetime p: tells the hook, takes its bytes off its slot, removes it. */
-static void release(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
+/* Ends lifetime p however it ends (replaced, its context destroyed): tells t's hook. */
+void mt_tracker_release_(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why)
 {
-    if (t->hooks.on_release) t->hooks.on_release(t->hooks.ctx, p, now, why);
-    int host = is_host_family(p->family);
-    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
-    if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
-    if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
-    if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
-    if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
-    mt_live_remove(&t->live, p);
+    release_in(t, p, now, why, slot_of(t, p, now), t->hooks.on_release);
+}
+
+void mt_tracker_promote_(mt_tracker *t, int phase)
+{
+    promote(t, phase);
 }
 
 /* ---- VMM mappings ------------------------------------------------------------------------------ */
@@ -466,109 +320,14 @@ static int do_unmap(mt_tracker *t, const mt_event *e, uint64_t now)
 
 /* ---- Events ------------------------------------------------------------------------------------ */
 
-/* slot < 0: a device allocation on an unknown device (counted as an anomaly, on no device). */
-static int do_alloc(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fam, int32_t dev,
-                    long slot)
-{
-    uint64_t now = e->time_ns;
-    mt_lifetime *old = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-    if (old) {
-        t->an.replaced++;
-        release(t, old, now, MT_END_REPLACED);
-    }
-    uint64_t h = freed_hash(dev, fam, e->address);
-    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
-    if (*fc == h) *fc = 0;
-    mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
-                     .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
-                     .start_seq = t->seq,
-                     .stack = e->stack, .tid = e->tid, .context = e->context, .device = dev,
-                     .flags = e->flags, .kind = (uint8_t)kind, .family = (uint8_t)fam};
-    if (t->categorizer && kind == MT_KIND_TENSOR) {
-        /* categorized before it joins the live set: a phase that this tensor ends promotes what
-         * was live before it, not the tensor itself */
-        l.category = (uint8_t)mt_categorize(t->categorizer, &l);
-        int ended = mt_categorizer_phase(t->categorizer, l.category, e->tid, 1);
-        if (ended) promote(t, ended);
-        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
-    }
-    if (mt_live_insert(&t->live, &l) < 0) return -1;
-    if (t->categorizer && is_temp_category(l.category) &&
-        mt_ctx_join(&t->temps, l.category, lifetime_member(&l), lifetime_still, t) < 0) {
-        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-        if (p) mt_live_remove(&t->live, p);
-        return -1;
-    }
-    if (ctx_join_lifetime(t, &l) < 0) {
-        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-        if (p) mt_live_remove(&t->live, p);
-        return -1;
-    }
-    if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
-    if (slot < 0) {
-        t->an.unknown_device++;
-        return 0;
-    }
-    mt_usage *u = &t->usages[slot];
-    account(u, kind, e->flags, e->bytes, +1);
-    if (counts_by_category(t, &l)) u->by_category[l.category] += e->bytes;
-    if (mt_counting(kind, e->flags) == MT_COUNT_IN_USE) {
-        u->alloc_bytes += e->bytes;
-        u->alloc_count++;
-        if (e->bytes == 0) u->zero_byte_allocs++;
-    }
-    if (e->flags & MT_EF_CAPTURED) {
-        u->captured_count++;
-        u->captured_bytes += e->bytes;
-    }
-    if (kind == MT_KIND_TENSOR && e->aux > u->tensor_counter_peak) u->tensor_counter_peak = e->aux;
-    return 0;
-}
-
 /* A live VMM handle, on whichever device (handles are unique in the process). */
-static mt_lifetime *find_handle(mt_tracker *t, int32_t dev, uint64_t handle)
+mt_lifetime *mt_tracker_find_handle_(mt_tracker *t, int32_t dev, uint64_t handle)
 {
     mt_lifetime *p = mt_live_find(&t->live, dev, MT_FAM_VMM_PHYSICAL, handle);
     for (size_t i = 0; i < t->n_usages && !p; i++)
         if (!t->usages[i].is_host && t->usages[i].device != dev)
             p = mt_live_find(&t->live, t->usages[i].device, MT_FAM_VMM_PHYSICAL, handle);
     return p ? p : mt_live_find(&t->live, -1, MT_FAM_VMM_PHYSICAL, handle);
-}
-
-static void do_free(mt_tracker *t, const mt_event *e, unsigned fam, int32_t dev, uint64_t now)
-{
-    if (t->categorizer && fam == MT_FAM_TENSOR) { /* a free may end the backward pass */
-        int ended = mt_categorizer_phase(t->categorizer, MT_CAT_NONE, e->tid, 0);
-        if (ended) promote(t, ended);
-        if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
-    }
-    mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-    if (!p && fam == MT_FAM_VMM_PHYSICAL) p = find_handle(t, dev, e->address);
-    if (p && p->extra_refs) { /* cuMemRelease of a retained reference: the handle lives on */
-        p->extra_refs--;
-        return;
-    }
-    if (!p && dev < 0 && !is_host_family(fam))
-        for (size_t i = 0; i < t->n_usages && !p; i++)
-            if (!t->usages[i].is_host && t->usages[i].device != dev)
-                p = mt_live_find(&t->live, t->usages[i].device, (uint8_t)fam, e->address);
-    uint64_t h = freed_hash(p ? p->device : dev, fam, e->address);
-    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
-    if (!p) {
-        if (*fc == h) t->an.double_frees++;
-        else t->an.unmatched_frees++;
-        return;
-    }
-    *fc = h;
-    int host = is_host_family(fam);
-    long s = host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
-    if (s >= 0) {
-        t->usages[s].free_count++;
-        release(t, p, now, MT_END_FREE);
-        usage_hook(t, (size_t)s, now);
-    } else {
-        release(t, p, now, MT_END_FREE);
-    }
 }
 
 static int do_pool_reserved(mt_tracker *t, const mt_event *e, size_t slot)
@@ -609,7 +368,7 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     for (size_t i = 0; i < n; i++) {
         mt_lifetime *p = member_lifetime(t, v[i]);
         if (p) {
-            release(t, p, now, MT_END_CTX_DESTROY);
+            mt_tracker_release_(t, p, now, MT_END_CTX_DESTROY);
             released++;
         }
     }
@@ -631,26 +390,16 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     return 0;
 }
 
-int mt_tracker_event(mt_tracker *t, const mt_event *e)
+/* Every event but an ALLOC or FREE of a lifetime (tracker_core.h's path), after the checks there. */
+int mt_tracker_event_rest_(mt_tracker *t, const mt_event *e, unsigned kind, unsigned fam,
+                           int host, int32_t dev, uint64_t now)
 {
-    uint64_t now = e->time_ns;
-    t->seq++;
-    unsigned kind = e->kind < MT_KIND_MAX_ ? e->kind : MT_KIND_UNKNOWN;
-    unsigned fam = family_of_kind[kind];
-    int host = is_host_family(fam);
-    int32_t dev = host ? -1 : e->device;
-    if (!device_ok(dev) || (e->op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
-        t->an.bad_devices++;
-        return 0;
-    }
     switch (e->op) {
-    case MT_OP_ALLOC: {
-        /* The recorder names every device allocation's device; one it could not (an older
-         * recorder, a thread with no context) is tracked but put on no device. */
+    case MT_OP_ALLOC: { /* a mapping, or a VMM handle retained */
         long s = host || dev >= 0 || kind == MT_KIND_VMM_MAP ? slot_index(t, dev, host, now) : -1;
         if (s < 0 && (host || dev >= 0 || kind == MT_KIND_VMM_MAP)) return -1;
         if (kind == MT_KIND_VMM_PHYSICAL && (e->flags & MT_EF_RETAIN)) {
-            mt_lifetime *p = find_handle(t, dev, e->address);
+            mt_lifetime *p = mt_tracker_find_handle_(t, dev, e->address);
             if (p) { /* one more reference to memory already counted */
                 p->extra_refs++;
                 t->an.retained++;
@@ -661,14 +410,15 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
                                          : do_alloc(t, e, kind, fam, dev, s);
         if (rc < 0) return -1;
         if (s < 0) return 0;
-        note_peaks(&t->usages[s], now, t->seq);
+        mt_usage *u = &t->usages[s];
+        note_in_use_peaks(u, now, t->seq);
+        if (kind == MT_KIND_VMM_MAP && u->vmm_mapped > u->vmm_mapped_peak)
+            u->vmm_mapped_peak = u->vmm_mapped;
         usage_hook(t, (size_t)s, now);
         return 0;
     }
-    case MT_OP_FREE:
-        if (kind == MT_KIND_VMM_MAP) return do_unmap(t, e, now);
-        do_free(t, e, fam, dev, now);
-        return 0;
+    case MT_OP_FREE: /* an unmapping */
+        return do_unmap(t, e, now);
     case MT_OP_FAILED: {
         if (!host && dev < 0) return 0; /* no device to count it on; the analysis lists it */
         long s = slot_index(t, dev, host, now);
@@ -691,6 +441,11 @@ int mt_tracker_event(mt_tracker *t, const mt_event *e)
         t->an.unknown_events++;
         return 0;
     }
+}
+
+int mt_tracker_event(mt_tracker *t, const mt_event *e)
+{
+    return mt_tracker_event_with(t, e, t->hooks.on_usage, t->hooks.on_release);
 }
 
 typedef struct finish_ctx {

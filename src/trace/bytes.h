@@ -185,6 +185,34 @@ static inline __attribute__((always_inline)) uint64_t mt_get_varint(mt_cursor *c
     return mt_get_varint_long(c);
 }
 
+/* A varint of at most 8 bytes at p, which has 8 bytes after it (the caller knows): its value and,
+ * in *len, its length; *len = 0 when it runs longer (for the checked decoder to read). */
+static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *p, unsigned *len)
+{
+    if (__builtin_expect(*p < 0x80, 1)) {
+        *len = 1;
+        return *p;
+    }
+    uint64_t x;
+    memcpy(&x, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    uint64_t stops = ~x & 0x8080808080808080ull;
+    if (!stops) {
+        *len = 0;
+        return 0;
+    }
+    unsigned bits = (unsigned)__builtin_ctzll(stops) + 1;
+    uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
+    if (bits < 64) v &= (1ull << bits) - 1;
+    v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
+    v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
+    v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
+    *len = bits / 8;
+    return v;
+}
+
 /* A varint that must fit a u32 field: larger values are corruption, not silently truncated. */
 static inline uint32_t mt_get_varint32(mt_cursor *c)
 {

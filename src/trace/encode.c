@@ -282,6 +282,151 @@ static int decode_event_v2(mt_codec *c, mt_cursor *lane, mt_event *e)
     return decode_event_v(c, lane, e, 1);
 }
 
+/* A run of events without a bound check per field (mt_decode_events). An event here reads at most
+ * RUN_MAIN..RUN_CORR bytes of each lane, all within that many of where its field starts (a varint
+ * is read as 8 bytes and may be up to 8 long), so `room` events fit in lanes that have room * that
+ * many bytes left. */
+enum { RUN_MAIN = 2, RUN_TIME = 8, RUN_LO = 1, RUN_ADDR = 9, RUN_BYTES = 8, RUN_STACK = 8, RUN_CORR = 8 };
+
+static inline size_t run_room(const mt_cursor *c, const uint8_t *p, size_t per_event)
+{
+    return (size_t)(c->end - p) / per_event;
+}
+
+static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c, mt_cursor *lane,
+                                                                    mt_record *out, size_t max,
+                                                                    const int v2)
+{
+    const uint8_t *pm = lane[MT_LANE_MAIN].p, *pt = lane[MT_LANE_TIME].p,
+                  *pl = lane[MT_LANE_TIME_LO].p, *pa = lane[MT_LANE_ADDR].p,
+                  *pb = lane[MT_LANE_BYTES].p, *ps = lane[MT_LANE_STACK].p,
+                  *pc = lane[MT_LANE_CORR].p;
+    uint64_t time = c->time, address = c->address, last_alloc = c->last_alloc;
+    uint32_t stack = c->stack, corr = c->correlation;
+    /* what an event without a rare field keeps from the one before (and, for a tensor event of
+     * version 2, the allocator's counter: predicted from the device's last one) */
+    const int tensor = v2 && c->kind == MT_KIND_TENSOR;
+    uint64_t *tensor_aux = &c->tensor_aux[(unsigned)c->device & 7];
+    uint64_t aux = c->aux;
+    const mt_event keep = {.stream = c->stream, .tid = c->tid, .context = c->context,
+                           .device = c->device, .result = c->result, .flags = c->flags,
+                           .kind = c->kind};
+    size_t n = 0;
+    for (;;) {
+        size_t room = max - n, r;
+        if ((r = run_room(&lane[MT_LANE_MAIN], pm, RUN_MAIN)) < room) room = r;
+        if ((r = run_room(&lane[MT_LANE_TIME], pt, RUN_TIME)) < room) room = r;
+        if (v2 && (r = run_room(&lane[MT_LANE_TIME_LO], pl, RUN_LO)) < room) room = r;
+        if ((r = run_room(&lane[MT_LANE_ADDR], pa, RUN_ADDR)) < room) room = r;
+        if ((r = run_room(&lane[MT_LANE_BYTES], pb, RUN_BYTES)) < room) room = r;
+        if ((r = run_room(&lane[MT_LANE_STACK], ps, RUN_STACK)) < room) room = r;
+        if ((r = run_room(&lane[MT_LANE_CORR], pc, RUN_CORR)) < room) room = r;
+        if (!room) break;
+        for (size_t end = n + room; n < end; n++) {
+            /* Everything is read and checked before anything is kept: an event this loop does not
+             * take (another record, a rare field, an escaped op, a long or bad value) is left to
+             * mt_decode_record, which reads it from the same place and state. */
+            if (pm[0] != MT_REC_EVENT) goto done;
+            unsigned head = pm[1];
+            if (head & EV_RARE || (head & EV_OP_MASK) == EV_OP_ESCAPE) goto done;
+            unsigned op = head & EV_OP_MASK, len;
+            uint64_t dt = mt_varint8(pt, &len);
+            if (!len) goto done;
+            const uint8_t *npt = pt + len, *npa = pa, *npb = pb, *nps = ps, *npc = pc;
+            if (v2) dt = dt << 8 | *pl; /* below 2^64: the varint held at most 56 bits */
+            uint64_t addr = address;
+            if (head & EV_ADDR) {
+                unsigned sh = pa[0];
+                uint64_t m = mt_varint8(pa + 1, &len);
+                if (!len || sh > 63) goto done;
+                npa = pa + 1 + len;
+                addr = (op == MT_OP_ALLOC ? address : last_alloc) + (mt_unzigzag64(m) << sh);
+            }
+            uint64_t bytes;
+            if (head & EV_BYTES) {
+                bytes = mt_varint8(pb, &len);
+                if (!len) goto done;
+                npb = pb + len;
+            } else {
+                bytes = predict_bytes(c, (uint8_t)op, addr);
+            }
+            uint32_t st = stack;
+            if (head & EV_STACK) {
+                uint64_t z = mt_varint8(ps, &len);
+                if (!len || z > UINT32_MAX) goto done;
+                nps = ps + len;
+                st = c->stack_by_op[op] + (uint32_t)mt_unzigzag64(z);
+            }
+            uint32_t co = corr;
+            if (head & EV_CORR) {
+                uint64_t z = mt_varint8(pc, &len);
+                if (!len || z > UINT32_MAX) goto done;
+                npc = pc + len;
+                co += (uint32_t)mt_unzigzag64(z);
+            }
+            /* the event is whole: keep it */
+            pm += 2;
+            pt = npt;
+            pl += v2;
+            pa = npa;
+            pb = npb;
+            ps = nps;
+            pc = npc;
+            time += (uint64_t)(int64_t)mt_unzigzag64(dt);
+            address = addr;
+            stack = st;
+            corr = co;
+            c->bytes_by_op[op] = bytes;
+            c->stack_by_op[op] = st;
+            if (op == MT_OP_ALLOC) {
+                unsigned s = live_slot(addr);
+                c->live[s].address = addr;
+                c->live[s].bytes = bytes;
+                last_alloc = addr;
+            }
+            if (tensor) {
+                aux = op == MT_OP_ALLOC ? *tensor_aux + bytes
+                    : op == MT_OP_FREE  ? *tensor_aux - bytes
+                                        : *tensor_aux;
+                *tensor_aux = aux;
+            }
+            mt_record *rec = &out[n];
+            rec->type = MT_REC_EVENT;
+            mt_event *e = &rec->u.event;
+            *e = keep;
+            e->time_ns = time;
+            e->address = addr;
+            e->bytes = bytes;
+            e->aux = aux;
+            e->stack = st;
+            e->correlation = co;
+            e->api = c->api_by_op[op];
+            e->op = (uint8_t)op;
+        }
+    }
+done:
+    lane[MT_LANE_MAIN].p = pm;
+    lane[MT_LANE_TIME].p = pt;
+    lane[MT_LANE_TIME_LO].p = pl;
+    lane[MT_LANE_ADDR].p = pa;
+    lane[MT_LANE_BYTES].p = pb;
+    lane[MT_LANE_STACK].p = ps;
+    lane[MT_LANE_CORR].p = pc;
+    c->time = time;
+    c->address = address;
+    c->last_alloc = last_alloc;
+    c->stack = stack;
+    c->correlation = corr;
+    c->aux = aux;
+    return n;
+}
+
+size_t mt_decode_events(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max)
+{
+    return c->version >= 2 ? decode_events_v(c, lane, out, max, 1)
+                           : decode_events_v(c, lane, out, max, 0);
+}
+
 /* ---- MT_REC_STACK_NODE
  * ---------------------------------------------------------------------------
  *

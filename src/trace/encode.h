@@ -89,5 +89,12 @@ size_t mt_encode_record(mt_codec *c, uint8_t *lane[MT_LANES], const mt_record *r
  * there). Returns 0, or -1 on malformed input (unknown type, out-of-range value, length past the
  * end of a lane); then the codec state is unspecified. */
 int mt_decode_record(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out);
+/* The same for the plain events that follow (no rare field, an op below 7), up to max of them, as
+ * long as every lane has room for an event's longest fields: each is read without a bound check
+ * per field and the codec's predictions stay in registers. Stops before anything else (another
+ * record, a rare or long field, a lane near its end), which mt_decode_record then reads from the
+ * same place and state: the records, lanes and codec are what mt_decode_record gives. Returns how
+ * many were decoded into out. */
+size_t mt_decode_events(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max);
 
 #endif

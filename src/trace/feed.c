@@ -308,6 +308,12 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
     }
 }
 
+size_t mt_feed_events(mt_feed *f, mt_record *out, size_t max)
+{
+    if (f->failed || f->at_end) return 0;
+    return mt_decode_events(&f->codec, f->lane, out, max); /* 0 when the chunk's lanes are done */
+}
+
 int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
                  uint64_t start, unsigned n_raws)
 {

@@ -59,6 +59,10 @@ void mt_feed_free(mt_feed *f);
 /* The next record (strings point into the feed's chunk buffer until the next call), or the end
  * of the file, or a failure; failures are sticky. */
 mt_read_status mt_feed_next(mt_feed *f, mt_record *out);
+/* The plain events that follow in the current chunk (mt_decode_events), up to max, decoded into out
+ * without a bound check per field; 0 at anything else (another record, the chunk's end, a
+ * failure), which mt_feed_next then reads. Position and damage stay those of the chunk. */
+size_t mt_feed_events(mt_feed *f, mt_record *out, size_t max);
 /* Reads up to n bytes at off; returns how many (short only at end of file), or -1 (errno). */
 ssize_t mt_pread_full(int fd, uint8_t *p, size_t n, uint64_t off);
 /* Ends reading with st (sticky) and a reason at offset off. Returns st. */

@@ -6,13 +6,18 @@
  *                                 the first bytes "\xffCHUNK" (then evenly). Bit 2 of n set: the
  *                                 file header says format version 1 (6 lanes), else the current
  *                                 version, so both decoders are fuzzed.
+ *
+ * Each piece is also decoded directly, record by record and with runs of plain events
+ * (tests/support/decode_runs.h): any difference between the two aborts.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "decode_runs.h"
 #include "fuzz_common.h"
 #include "memtrace/trace.h"
 
@@ -59,7 +64,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             end = cut ? (size_t)(cut - data) : at + (size - at) / (pieces - k);
             skip = cut ? 6 : 0;
         }
-        if (end > at) len += chunk(file + len, data + at, end - at); /* empty chunks are invalid */
+        if (end > at) {
+            char why[200];
+            if (mt_check_decode_runs(data + at, end - at, version, 1 + (end - at) % 97, NULL, why,
+                                     sizeof why) != 0) {
+                fprintf(stderr, "runs of events decode differently: %s\n", why);
+                abort();
+            }
+            len += chunk(file + len, data + at, end - at); /* empty chunks are invalid */
+        }
         at = end + skip;
     }
     char path[64];
