@@ -401,6 +401,28 @@ Test(analysis, nvml_sample_before_its_events_in_the_file)
     mt_analysis_free(a);
 }
 
+/* A change at the very nanosecond of a sample counts as seen by it, whether it comes before the
+ * sample in the file (the look back over recent changes) or after it (the samples still open to
+ * later changes): only what happened after the sample's time is left out. */
+Test(analysis, nvml_sample_sees_the_changes_of_its_own_moment)
+{
+    fx f;
+    fx_open(&f, "same_ns.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 100 * MiB, 1, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x10000000, 50 * MiB, 5, 0); /* at 5 ms, before */
+    fx_sample(&f, 0, 5, 400 * MiB);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x20000000, 25 * MiB, 5, 0); /* at 5 ms, after */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x30000000, 1 * MiB, 7, 0);  /* later: unseen */
+    fx_end(&f, 12, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert_eq(d->n_nvml, 1);
+    cr_expect_eq(d->nvml[0].api_visible, 175 * MiB, "%llu MiB",
+                 (unsigned long long)(d->nvml[0].api_visible / MiB));
+    mt_analysis_free(a);
+}
+
 Test(analysis, readable_trees)
 {
     fx f;
