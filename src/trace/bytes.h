@@ -152,10 +152,40 @@ static inline uint64_t mt_get_varint_long(mt_cursor *c)
     return 0;
 }
 
+/* A varint of at most 8 bytes at p, which has 8 bytes after it (the caller knows): its value and,
+ * in *len, its length; *len = 0 when it runs longer (for the checked decoder to read). Decoded
+ * without a branch on its length: the lengths of time and address deltas vary from one event to
+ * the next, and a mispredicted branch per byte was most of the decoder's time. */
+static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *p, unsigned *len)
+{
+    if (__builtin_expect(*p < 0x80, 1)) {
+        *len = 1;
+        return *p;
+    }
+    uint64_t x;
+    memcpy(&x, p, 8); /* the first byte lowest */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    uint64_t stops = ~x & 0x8080808080808080ull; /* bit 7 clear: the last byte */
+    if (!stops) {
+        *len = 0;
+        return 0;
+    }
+    unsigned bits = (unsigned)__builtin_ctzll(stops) + 1; /* 8 * length */
+    uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
+    if (bits < 64) v &= (1ull << bits) - 1;
+    /* gather the 7-bit groups: 8 x 7 -> 4 x 14 -> 2 x 28 -> 56 bits */
+    v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
+    v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
+    v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
+    *len = bits / 8;
+    return v;
+}
+
 /* A one-byte varint (most fields) is one compare. With 8 bytes left in the lane, a varint of up
- * to 8 bytes (any value below 2^56) is decoded without a branch on its length: the lengths of
- * time and address deltas vary from one event to the next, and a mispredicted branch per byte
- * was most of the decoder's time. Same result, and the same bad inputs, as the byte loop. */
+ * to 8 bytes (any value below 2^56) is mt_varint8's; longer ones, and lanes near their end, take
+ * the byte loop. Same result, and the same bad inputs, as the byte loop. */
 static inline __attribute__((always_inline)) uint64_t mt_get_varint(mt_cursor *c)
 {
     const uint8_t *p = c->p;
@@ -164,53 +194,14 @@ static inline __attribute__((always_inline)) uint64_t mt_get_varint(mt_cursor *c
         return *p;
     }
     if (__builtin_expect(c->end - p >= 8, 1)) {
-        uint64_t x;
-        memcpy(&x, p, 8); /* the first byte lowest */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        x = __builtin_bswap64(x);
-#endif
-        uint64_t stops = ~x & 0x8080808080808080ull; /* bit 7 clear: the last byte */
-        if (stops) {
-            unsigned bits = (unsigned)__builtin_ctzll(stops) + 1; /* 8 * length */
-            uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
-            if (bits < 64) v &= (1ull << bits) - 1;
-            /* gather the 7-bit groups: 8 x 7 -> 4 x 14 -> 2 x 28 -> 56 bits */
-            v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
-            v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
-            v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
-            c->p = p + bits / 8;
+        unsigned len;
+        uint64_t v = mt_varint8(p, &len);
+        if (len) {
+            c->p = p + len;
             return v;
         }
     }
     return mt_get_varint_long(c);
-}
-
-/* A varint of at most 8 bytes at p, which has 8 bytes after it (the caller knows): its value and,
- * in *len, its length; *len = 0 when it runs longer (for the checked decoder to read). */
-static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *p, unsigned *len)
-{
-    if (__builtin_expect(*p < 0x80, 1)) {
-        *len = 1;
-        return *p;
-    }
-    uint64_t x;
-    memcpy(&x, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    x = __builtin_bswap64(x);
-#endif
-    uint64_t stops = ~x & 0x8080808080808080ull;
-    if (!stops) {
-        *len = 0;
-        return 0;
-    }
-    unsigned bits = (unsigned)__builtin_ctzll(stops) + 1;
-    uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
-    if (bits < 64) v &= (1ull << bits) - 1;
-    v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
-    v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
-    v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
-    *len = bits / 8;
-    return v;
 }
 
 /* A varint that must fit a u32 field: larger values are corruption, not silently truncated. */
