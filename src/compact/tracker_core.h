@@ -238,13 +238,9 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     if (mt_live_insert_h(&t->live, lh, &l) < 0) return -1;
-    if (t->categorizer && is_temp_category(l.category) &&
-        mt_ctx_join(&t->temps, l.category, lifetime_member(&l), mt_tracker_lifetime_still_, t) < 0) {
-        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-        if (p) mt_live_remove(&t->live, p);
-        return -1;
-    }
-    if (ctx_join_lifetime(t, &l) < 0) {
+    if ((t->categorizer && is_temp_category(l.category) &&
+         mt_ctx_join(&t->temps, l.category, lifetime_member(&l), mt_tracker_lifetime_still_, t) < 0) ||
+        ctx_join_lifetime(t, &l) < 0) { /* out of memory: not live after all */
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
         if (p) mt_live_remove(&t->live, p);
         return -1;
