@@ -2,7 +2,7 @@
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
     python train.py --model resnet18|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd]
-                    [--amp] [--compile] [--ab K]
+                    [--amp] [--compile] [--ab K] [--record-history]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default.
 gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
@@ -16,7 +16,8 @@ memory measured from the live objects at the end: parameter bytes (sum of numel*
 gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
 the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab; with
 --ab-what history PyTorch's own _record_memory_history(stacks="python") instead) and adds
-ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs.
+ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs. --record-history keeps PyTorch's recorder on for the
+whole run (its cost between processes).
 """
 import argparse
 import ctypes
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--ab", type=int, default=0)
     ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history"])
+    ap.add_argument("--record-history", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -78,6 +80,8 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    if args.record_history:
+        torch.cuda.memory._record_memory_history(enabled="all", stacks="python")
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()

@@ -11,12 +11,17 @@
 # measure inside one process instead: cifar.py --ab switches the recorder off and on every AB
 # (default 50) steps and reports the median ratio of adjacent phases; the table's second part
 # gives the median over runs. ab_history does the same with torch's _record_memory_history.
-# BASE=OTHER_BUILD_DIR adds ab_tensors_base and ab_tensors_python_base: the same A/B with another
+# BASE=OTHER_BUILD_DIR adds ab_tensors_base, ab_tensors_python_base and ab_default_base: the same A/B with another
 # build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
-# BUILDS="NAME=DIR ..." adds ab_tensors_NAME and ab_tensors_python_NAME for each (variants).
+# BUILDS="NAME=DIR ..." adds ab_tensors_NAME, ab_tensors_python_NAME and ab_default_NAME for each.
 # WORKLOAD=resnet18|gpt2 measures samples/train.py instead (a torchvision ResNet-18 or a GPT-2-like
 # transformer, AdamW; WARGS="--batch 8" etc. passed on); step_ms then comes from its SAMPLE_STATS
-# file, and only the settings train.py supports are offered (no --record-history: use ab_history).
+# file.
+# Between processes: rounds alternate their order (ABC, CBA, ...) so that no setting always runs
+# first or last, and the table's "paired" column compares each run with the untraced run of its
+# own round (the two nearest in time), median over rounds; untraced_again, an untraced process
+# like untraced_default, is the control: its paired figure is the noise of the method itself.
+# Each run's step time is also appended to $OUT/overhead-runs.txt as it finishes.
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 . "$(dirname "$0")/settle-trace.sh"
@@ -30,6 +35,7 @@ if [ "$WORKLOAD" = cifar ]; then CIFAR=$PWD/samples/cifar.py
 else CIFAR="$PWD/samples/train.py --model $WORKLOAD --warmup 20 ${WARGS:-}"; fi
 declare -A CMD
 CMD[untraced_default]="$PY $CIFAR"
+CMD[untraced_again]="$PY $CIFAR"
 CMD[record_history]="$PY $CIFAR --record-history"
 CMD[traced_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR"
 CMD[untraced_async]="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync $PY $CIFAR"
@@ -41,10 +47,13 @@ CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $A
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_default_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+CMD[ab_tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
   name=${nb%%=*}; MB=$PWD/${nb#*=}/src/cli/memtrace
   CMD[ab_tensors_$name]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
   CMD[ab_tensors_python_$name]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+  CMD[ab_default_$name]="$MB record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 done
 CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
 CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
@@ -59,27 +68,35 @@ CMD[tensors_nostack]="$MT record -q -f --tensors --stacks none -o $W/t.mtrace --
 CMD[tensors_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 [ "$WORKLOAD" = cifar ] || ORDER=${ORDER:-"untraced_default traced_default tensors_both ab_tensors ab_history ab_default"}
 ORDER=${ORDER:-"untraced_default record_history traced_default untraced_async tensors_both tensors_python tensors_native tensors_nostack tensors_noactivity tensors_nonvml"}
+REVERSED=$(for c in $ORDER; do echo "$c"; done | tac | tr '\n' ' ')
 for r in $(seq "$REPEATS"); do
-  for c in $ORDER; do
+  round=$ORDER; [ $((r % 2)) = 0 ] && round=$REVERSED
+  for c in $round; do
     (cd "$W" && SAMPLE_STATS="$W/$c.$r.json" ${PIN:-} ${CMD[$c]} --steps "$STEPS") > "$W/$c.$r.out" 2> "$W/$c.$r.err"
     rc=$?; [ $rc = 0 ] || echo "$c run $r: exit status $rc" >> "$W/failures"
-    sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" >> "$W/$c.ms"
-    [ "$WORKLOAD" = cifar ] || $PY - "$W/$c.$r.json" "$W/$c.ms" "$W/$c.ab" <<'PYEOF' 2>> "$W/failures"
+    # this run's step time: cifar.py prints it, train.py writes it to its SAMPLE_STATS file
+    if [ "$WORKLOAD" = cifar ]; then
+      ms=$(sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' "$W/$c.$r.out" | tail -n 1)
+      grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
+    else
+      ms=$($PY - "$W/$c.$r.json" "$W/$c.ab" <<'PYEOF' 2>> "$W/failures"
 import json, sys
 d = json.load(open(sys.argv[1]))
-if "step_ms" in d:
-    open(sys.argv[2], "a").write("%s\n" % d["step_ms"])
 if "ab_off_ms" in d:
-    open(sys.argv[3], "a").write(" ".join("%s=%s" % (k, d[k]) for k in ("ab_off_ms", "ab_on_ms", "ab_overhead_pct", "ab_pairs")) + "\n")
+    open(sys.argv[2], "a").write(" ".join("%s=%s" % (k, d[k]) for k in ("ab_off_ms", "ab_on_ms", "ab_overhead_pct", "ab_pairs")) + "\n")
+print(d.get("step_ms", ""))
 PYEOF
-    grep -o 'ab_off_ms.*' "$W/$c.$r.out" >> "$W/$c.ab"
-    case $c in tensors*|ab_tensors*) ;; *) continue ;; esac
+)
+    fi
+    [ -n "$ms" ] && echo "$r $ms" >> "$W/$c.ms"
+    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
+    case $c in tensors*|ab_tensors*|ab_default*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
     cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
 done
 {
-  printf "%-20s %9s %9s  %s\n" config median_ms overhead runs_ms
+  printf "%-20s %9s %9s %9s  %s\n" config median_ms overhead paired "runs_ms (paired: median over rounds of run / untraced_default of its round - 1)"
   for c in $ORDER; do
     case $c in ab_*) continue ;; esac
     # --tensors leaves PyTorch's allocator as it is (docs/tensor-mode.md): every setting is
@@ -87,10 +104,14 @@ done
     base=untraced_default
     $PY - "$W/$c.ms" "$W/$base.ms" "$c" <<'PYEOF'
 import statistics, sys
-v = [float(x) for x in open(sys.argv[1]) if x.strip()]
-b = [float(x) for x in open(sys.argv[2]) if x.strip()]
-m, mb = statistics.median(v), statistics.median(b)
-print("%-20s %9.4f %8.2f%%  %s" % (sys.argv[3], m, 100.0 * (m / mb - 1), " ".join("%.4f" % x for x in v)))
+rounds = lambda f: dict((int(r), float(ms)) for r, ms in (l.split() for l in open(f) if l.strip()))
+v, b = rounds(sys.argv[1]), rounds(sys.argv[2])
+if v and b:
+    m, mb = statistics.median(v.values()), statistics.median(b.values())
+    pairs = [100.0 * (v[r] / b[r] - 1) for r in sorted(v) if r in b]
+    print("%-20s %9.4f %8.2f%% %8.2f%%  %s  (paired per round: %s)" % (sys.argv[3], m, 100.0 * (m / mb - 1),
+          statistics.median(pairs) if pairs else float("nan"),
+          " ".join("%.4f" % v[r] for r in sorted(v)), " ".join("%.2f" % p for p in pairs)))
 PYEOF
   done
   if ls "$W"/*.ab > /dev/null 2>&1; then
