@@ -12,8 +12,9 @@ extern "C" {
  * `memtrace record` finds it with dlsym(RTLD_DEFAULT, "memtrace_set_paused") (Python:
  * ctypes.CDLL(None).memtrace_set_paused). 1 pauses recording, 0 resumes it; returns the previous
  * state, or -1 when the process is not being recorded. What happens while paused is not in the
- * trace (a tensor allocated before and freed during a pause looks leaked). Made for measuring what
- * recording costs inside one process (samples/cifar.py --ab) and for leaving out phases. */
+ * trace (a tensor allocated before and freed during a pause looks leaked), nor are nvidia-smi's
+ * numbers (the NVML sampler waits too). Made for measuring what recording costs inside one
+ * process (samples/cifar.py --ab) and for leaving out phases. */
 int memtrace_set_paused(int paused);
 
 #ifdef __cplusplus

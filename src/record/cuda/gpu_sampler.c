@@ -20,7 +20,6 @@
 
 #include "recorder.h"
 
-#define SAMPLE_MS 50
 #define PROC_LISTED_WITHIN_MS 5000 /* NVML lists a process by then, or never will */
 #define MAX_DEVICES 64
 #define MAX_PROCS 256
@@ -117,11 +116,23 @@ static void *sampler_main(void *arg)
                 break;
             }
         }
-        if (mapped) sample_once(g);
-        if (mapped && ++rounds == PROC_LISTED_WITHIN_MS / SAMPLE_MS && !g->proc_seen)
-            mt_trace_note(MT_NOTE_WARNING, "NVML does not list this process (pid namespace?): "
-                                           "only device-wide used memory is sampled");
-        struct timespec ts = {0, SAMPLE_MS * 1000000L};
+        /* paused by the program: no samples either, like the events (memtrace_set_paused) */
+        if (mapped && !atomic_load_explicit(&g->r->paused, memory_order_relaxed)) {
+            /* timed, for the cost notes: NVML asks the kernel driver, which the program's own
+             * CUDA calls may wait for */
+            uint64_t t0 = mt_now_ns();
+            sample_once(g);
+            uint64_t ns = mt_now_ns() - t0;
+            atomic_fetch_add_explicit(&g->r->costs.nvml_samples, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&g->r->costs.nvml_ns, ns, memory_order_relaxed);
+            if (ns > atomic_load_explicit(&g->r->costs.nvml_max_ns, memory_order_relaxed))
+                atomic_store_explicit(&g->r->costs.nvml_max_ns, ns, memory_order_relaxed);
+            /* counted in rounds taken, so that a pause does not look like NVML not listing us */
+            if (++rounds == PROC_LISTED_WITHIN_MS / MT_NVML_SAMPLE_MS && !g->proc_seen)
+                mt_trace_note(MT_NOTE_WARNING, "NVML does not list this process (pid namespace?): "
+                                               "only device-wide used memory is sampled");
+        }
+        struct timespec ts = {0, MT_NVML_SAMPLE_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
     return NULL;

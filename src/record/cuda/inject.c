@@ -227,9 +227,10 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
 
 /* The program's own switch (declared in memtrace/record.h): 1 pauses, 0 resumes; returns the
  * previous state, -1 when this process is not being recorded. While paused, the callbacks and the
- * hooks return at once: what the program does then is not in the trace, and costs it nothing of
- * memtrace's but CUPTI's dispatch of the callbacks still enabled (none for the allocations of
- * tensor mode). Each switch is a note in the trace. */
+ * hooks return at once and the NVML sampler takes no samples: what the program does then is not in
+ * the trace, and costs it nothing of memtrace's but CUPTI's dispatch of the callbacks still enabled
+ * (none for the allocations of tensor mode) and its activity records of driver-internal
+ * allocations. Each switch is a note in the trace. */
 __attribute__((visibility("default"))) int memtrace_set_paused(int paused)
 {
     if (getpid() != mt_rec.pid || !mt_rec.sink) return -1;

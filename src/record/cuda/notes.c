@@ -108,6 +108,15 @@ void mt_write_cost_notes(mt_recorder *r)
                       "into its thread's buffer (part of the times above; 1 in %d timed%s)",
                       written, per(atomic_load(&r->costs.sink_ns), written), MT_TIME_SAMPLE,
                       spread_text(&r->costs.sink_spread, sp, sizeof sp));
+    uint64_t samples = atomic_load(&r->costs.nvml_samples);
+    if (samples)
+        mt_trace_note(MT_NOTE_INFO,
+                      "NVML sampler: %" PRIu64 " rounds on its own thread, %.0f us each on "
+                      "average, the longest %.0f us (every %d ms: %.2f%% of one core)",
+                      samples, per(atomic_load(&r->costs.nvml_ns), samples) / 1000.0,
+                      (double)atomic_load(&r->costs.nvml_max_ns) / 1000.0, MT_NVML_SAMPLE_MS,
+                      100.0 * per(atomic_load(&r->costs.nvml_ns), samples) /
+                          (MT_NVML_SAMPLE_MS * 1e6));
     mt_unwind_totals u;
     mt_unwind_stats(&u);
     if (u.walks) {

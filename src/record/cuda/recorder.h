@@ -274,6 +274,8 @@ typedef struct mt_recorder {
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
         _Atomic uint64_t sink_calls, sink_ns;    /* copying an event into the thread's ring */
+        _Atomic uint64_t nvml_samples, nvml_ns, nvml_max_ns; /* the NVML sampler's rounds (each
+                                                              timed: 20 a second) */
         mt_cost_spread stack_spread, callback_spread, sink_spread;
     } costs;
 } mt_recorder;
@@ -441,6 +443,7 @@ void mt_pool_poll_if_due(mt_recorder *r, uint64_t now); /* after async allocs: <
 void mt_pool_forget(mt_recorder *r, uint64_t pool); /* cuMemPoolDestroy */
 
 /* gpu_sampler.c */
+#define MT_NVML_SAMPLE_MS 50 /* how often it asks NVML (the notes say what that cost) */
 mt_gpu_sampler *mt_gpu_sampler_start(mt_recorder *r);
 void mt_gpu_sampler_stop(mt_gpu_sampler *g);
 
