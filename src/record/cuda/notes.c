@@ -73,50 +73,45 @@ static const char *spread_text(const mt_cost_spread *sp, char *buf, size_t len)
     return buf;
 }
 
+/* One sampled cost, as the notes of the hot paths put it:
+ *   "NAME: about N WHAT, X ns each on average WHERE (ASIDE1 in 16 timed; timed calls: ...)"
+ * nothing when there were no calls. */
+static void cost_note(const char *name, const char *what, const char *where, const char *aside,
+                      uint64_t calls, uint64_t ns, const mt_cost_spread *spread)
+{
+    if (!calls) return;
+    char sp[160];
+    mt_trace_note(MT_NOTE_INFO,
+                  "%s: about %" PRIu64 " %s, %.0f ns each on average %s (%s1 in %d timed%s)",
+                  name, calls, what, per(ns, calls), where, aside, MT_TIME_SAMPLE,
+                  spread_text(spread, sp, sizeof sp));
+}
+
 /* The cost budget is part of the product: what memtrace's own work took, per call, from its
  * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
 void mt_write_cost_notes(mt_recorder *r)
 {
     if (r->cfg.census) mt_census_note(r);
-    char sp[160];
-    uint64_t cbs = atomic_load(&r->costs.callbacks);
-    if (cbs)
-        mt_trace_note(MT_NOTE_INFO,
-                      "callbacks: about %" PRIu64 " (API entry and exit), %.0f ns each on average "
-                      "inside memtrace (CUPTI's own dispatch not included; 1 in %d timed%s)",
-                      cbs, per(atomic_load(&r->costs.callback_ns), cbs), MT_TIME_SAMPLE,
-                      spread_text(&r->costs.callback_spread, sp, sizeof sp));
-    uint64_t hooked = atomic_load(&r->hooks.calls);
-    if (hooked)
-        mt_trace_note(MT_NOTE_INFO,
-                      "hooked calls: about %" PRIu64 " cudaMallocAsync/cudaFreeAsync, %.0f ns each on "
-                      "average inside memtrace after the call (1 in %d timed%s)",
-                      hooked, per(atomic_load(&r->hooks.ns), hooked), MT_TIME_SAMPLE,
-                      spread_text(&r->hooks.spread, sp, sizeof sp));
-    uint64_t tensors = atomic_load(&r->tensors.calls);
-    if (tensors)
-        mt_trace_note(MT_NOTE_INFO,
-                      "tensor reports: about %" PRIu64 " allocations and frees reported by "
-                      "PyTorch's caching allocator, %.0f ns each on average inside memtrace "
-                      "(1 in %d timed%s)",
-                      tensors, per(atomic_load(&r->tensors.ns), tensors), MT_TIME_SAMPLE,
-                      spread_text(&r->tensors.spread, sp, sizeof sp));
-    uint64_t written = atomic_load(&r->costs.sink_calls);
-    if (written)
-        mt_trace_note(MT_NOTE_INFO,
-                      "events: about %" PRIu64 " recorded, %.0f ns each on average to put one "
-                      "into its thread's buffer (part of the times above; 1 in %d timed%s)",
-                      written, per(atomic_load(&r->costs.sink_ns), written), MT_TIME_SAMPLE,
-                      spread_text(&r->costs.sink_spread, sp, sizeof sp));
+    cost_note("callbacks", "(API entry and exit)", "inside memtrace",
+              "CUPTI's own dispatch not included; ", atomic_load(&r->costs.callbacks),
+              atomic_load(&r->costs.callback_ns), &r->costs.callback_spread);
+    cost_note("hooked calls", "cudaMallocAsync/cudaFreeAsync", "inside memtrace after the call", "",
+              atomic_load(&r->hooks.calls), atomic_load(&r->hooks.ns), &r->hooks.spread);
+    cost_note("tensor reports", "allocations and frees reported by PyTorch's caching allocator",
+              "inside memtrace", "", atomic_load(&r->tensors.calls), atomic_load(&r->tensors.ns),
+              &r->tensors.spread);
+    cost_note("events", "recorded", "to put one into its thread's buffer",
+              "part of the times above; ", atomic_load(&r->costs.sink_calls),
+              atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);
     uint64_t samples = atomic_load(&r->costs.nvml_samples);
+    double round_ns = per(atomic_load(&r->costs.nvml_ns), samples);
     if (samples)
         mt_trace_note(MT_NOTE_INFO,
                       "NVML sampler: %" PRIu64 " rounds on its own thread, %.0f us each on "
                       "average, the longest %.0f us (every %d ms: %.2f%% of one core)",
-                      samples, per(atomic_load(&r->costs.nvml_ns), samples) / 1000.0,
+                      samples, round_ns / 1000.0,
                       (double)atomic_load(&r->costs.nvml_max_ns) / 1000.0, MT_NVML_SAMPLE_MS,
-                      100.0 * per(atomic_load(&r->costs.nvml_ns), samples) /
-                          (MT_NVML_SAMPLE_MS * 1e6));
+                      100.0 * round_ns / (MT_NVML_SAMPLE_MS * 1e6));
     mt_unwind_totals u;
     mt_unwind_stats(&u);
     if (u.walks) {
@@ -134,6 +129,7 @@ void mt_write_cost_notes(mt_recorder *r)
     }
     uint64_t calls = atomic_load(&r->costs.stack_calls);
     uint64_t built = atomic_load(&r->costs.stack_built);
+    char sp[160];
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
