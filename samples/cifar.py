@@ -13,9 +13,12 @@ step_ms is measured over the steps after the warm-up, with the GPU synchronized.
 --ab K measures what a recorder costs inside this one process, free of the few-percent spread
 between identical processes: after the warm-up the run alternates phases of K steps with the
 recorder off and on (memtrace: memtrace_set_paused, found when run under `memtrace record`;
-history: torch's _record_memory_history) and prints
-    ab_off_ms=<median ms per step, off> ab_on_ms=<..., on> ab_overhead_pct=<median of on/off - 1
-    over adjacent pairs of phases> ab_pairs=<n>
+history: torch's _record_memory_history; none: nothing, an A/A control whose figure is the
+method's own noise and bias) and prints
+    ab_off_ms=<median ms per step, off> ab_on_ms=<..., on> ab_overhead_pct=<median over on-phases
+    of on / (mean of the off-phases either side) - 1> ab_pairs=<n>
+Comparing each on-phase with the off-phases on both sides cancels a steady drift of the machine
+(which a comparison with the phase before alone would count as the recorder's cost).
 """
 import argparse
 import ctypes
@@ -50,6 +53,8 @@ class Net(nn.Module):
 
 def recorder_switch(what):
     """A function on(bool) that turns the recorder being measured on or off."""
+    if what == "none":
+        return lambda on: None
     if what == "history":
         return lambda on: torch.cuda.memory._record_memory_history(
             enabled="all" if on else None, stacks="python")
@@ -63,6 +68,13 @@ def recorder_switch(what):
         if pause(0 if on else 1) < 0:
             raise SystemExit("--ab-what memtrace: this process is not being recorded")
     return switch
+
+
+def ab_ratios(off, on):
+    """on[i] against the off-phases either side of it (off[i] before, off[i + 1] after, when
+    there is one): a drift of the machine over the run moves both sides alike."""
+    return [on[i] / ((off[i] + off[i + 1]) / 2.0 if i + 1 < len(off) else off[i]) - 1.0
+            for i in range(min(len(off), len(on)))]
 
 
 def train(steps, batch, warmup, ab=0, switch=None):
@@ -126,7 +138,7 @@ def main():
                          "to compare its cost with memtrace's")
     ap.add_argument("--ab", type=int, default=0, metavar="K",
                     help="alternate phases of K steps with the recorder off and on (see above)")
-    ap.add_argument("--ab-what", choices=["memtrace", "history"], default="memtrace")
+    ap.add_argument("--ab-what", choices=["memtrace", "history", "none"], default="memtrace")
     args = ap.parse_args()
     if args.record_history:
         torch.cuda.memory._record_memory_history(stacks="python")
@@ -136,9 +148,9 @@ def main():
     print(f"loss={loss:.4f}")
     if args.ab:
         off, on = phases[False], phases[True]
-        pairs = min(len(off), len(on))
+        ratios = ab_ratios(off, on)
+        pairs = len(ratios)
         if pairs:
-            ratios = [on[i] / off[i] - 1.0 for i in range(pairs)]
             print(f"ab_off_ms={statistics.median(off):.4f} ab_on_ms={statistics.median(on):.4f} "
                   f"ab_overhead_pct={100.0 * statistics.median(ratios):.3f} ab_pairs={pairs}")
     nvml = nvml_process_bytes()

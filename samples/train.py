@@ -15,8 +15,9 @@ stdout is the same in every run. What the GPU checks compare with a trace goes t
 memory measured from the live objects at the end: parameter bytes (sum of numel*element_size),
 gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
 the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab; with
---ab-what history PyTorch's own _record_memory_history(stacks="python") instead) and adds
-ab_off_ms, ab_on_ms, ab_overhead_pct, ab_pairs. --record-history keeps PyTorch's recorder on for the
+--ab-what history PyTorch's own _record_memory_history(stacks="python") instead; with none,
+nothing: an A/A control) and adds ab_off_ms, ab_on_ms, ab_overhead_pct (median over on-phases of
+on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs. --record-history keeps PyTorch's recorder on for the
 whole run (its cost between processes).
 """
 import argparse
@@ -60,7 +61,7 @@ def main():
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--ab", type=int, default=0)
-    ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history"])
+    ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history", "none"])
     ap.add_argument("--record-history", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -87,7 +88,10 @@ def main():
     torch.cuda.synchronize()
     extra = {}
     if args.ab:
-        if args.ab_what == "history":  # PyTorch's own recorder, switched the same way
+        if args.ab_what == "none":  # the A/A control: the method's own noise and bias
+            def pause(p):
+                pass
+        elif args.ab_what == "history":  # PyTorch's own recorder, switched the same way
             def pause(p):
                 torch.cuda.memory._record_memory_history(enabled=None if p else "all",
                                                          stacks="python")
@@ -105,9 +109,10 @@ def main():
                 step()
             torch.cuda.synchronize()
             times[on].append((time.perf_counter() - t0) * 1000.0 / args.ab)
-            if on:
-                ratios.append(times[1][-1] / times[0][-1] - 1.0)
         pause(0)
+        off_ms = times[0]
+        ratios = [on_ms / ((off_ms[i] + off_ms[i + 1]) / 2.0 if i + 1 < len(off_ms) else off_ms[i])
+                  - 1.0 for i, on_ms in enumerate(times[1])]
         extra = {"ab_off_ms": statistics.median(times[0]), "ab_on_ms": statistics.median(times[1]),
                  "ab_overhead_pct": 100.0 * statistics.median(ratios), "ab_pairs": len(ratios)}
     else:

@@ -10,7 +10,10 @@
 # Identical processes still spread by several percent on the lent machine, so the ab_* settings
 # measure inside one process instead: cifar.py --ab switches the recorder off and on every AB
 # (default 50) steps and reports the median ratio of adjacent phases; the table's second part
-# gives the median over runs. ab_history does the same with torch's _record_memory_history.
+# gives the median over runs (each on-phase against the off-phases either side of it, so that a
+# steady drift cancels). ab_history does the same with torch's _record_memory_history;
+# ab_control switches nothing (the A/A control: the method's own noise), ab_control_traced the
+# same while recording with --tensors throughout.
 # BASE=OTHER_BUILD_DIR adds ab_tensors_base, ab_tensors_python_base and ab_default_base: the same A/B with another
 # build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
 # BUILDS="NAME=DIR ..." adds ab_tensors_NAME, ab_tensors_python_NAME and ab_default_NAME for each.
@@ -56,6 +59,15 @@ for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
   CMD[ab_default_$name]="$MB record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
 done
 CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
+# The in-process A/A controls: phases as above, nothing switched (untraced; recorded throughout).
+CMD[ab_control]="$PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control_traced]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+# Their off_ms against ab_control's is what being recorded costs while paused; to find where it
+# goes: default mode, no activity records, no NVML sampler, subscribed to CUPTI with nothing on.
+CMD[ab_control_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control_subscribed]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
 CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
 CMD[subscribed_only]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
@@ -89,8 +101,8 @@ PYEOF
 )
     fi
     [ -n "$ms" ] && echo "$r $ms" >> "$W/$c.ms"
-    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
-    case $c in tensors*|ab_tensors*|ab_default*) ;; *) continue ;; esac
+    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
+    case $c in tensors*|ab_tensors*|ab_default*|ab_control_?*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
     cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
   done
@@ -116,7 +128,7 @@ PYEOF
   done
   if ls "$W"/*.ab > /dev/null 2>&1; then
     echo
-    printf "%-20s %9s %9s %9s  %s\n" "in-process A/B" off_ms on_ms overhead "per-run medians of on/off - 1 over adjacent phase pairs"
+    printf "%-20s %9s %9s %9s  %s\n" "in-process A/B" off_ms on_ms overhead "per-run medians of on / (mean of the off-phases either side) - 1"
     for c in $ORDER; do
       case $c in ab_*) ;; *) continue ;; esac
       $PY - "$W/$c.ab" "$c" <<'PYEOF'
