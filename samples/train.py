@@ -14,11 +14,11 @@ stdout is the same in every run. What the GPU checks compare with a trace goes t
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
 memory measured from the live objects at the end: parameter bytes (sum of numel*element_size),
 gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
-the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab; with
---ab-what history PyTorch's own _record_memory_history(stacks="python") instead; with none,
+the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab;
+with --ab-what history PyTorch's own _record_memory_history(stacks="python") instead; with none,
 nothing: an A/A control) and adds ab_off_ms, ab_on_ms, ab_overhead_pct (median over on-phases of
-on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs. --record-history keeps PyTorch's recorder on for the
-whole run (its cost between processes).
+on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs.
+--record-history keeps PyTorch's recorder on for the whole run (its cost between processes).
 """
 import argparse
 import ctypes
@@ -28,6 +28,7 @@ import time
 import torch
 
 import mt_stats
+from cifar import ab_ratios  # the A/B's comparison, one definition for both samples
 
 
 def build(model, batch, dev):
@@ -99,7 +100,6 @@ def main():
             pause = ctypes.CDLL(None).memtrace_set_paused
             pause.argtypes = [ctypes.c_int]
         times = {0: [], 1: []}
-        ratios = []
         for k in range(args.steps // args.ab):
             on = k % 2
             pause(0 if on else 1)
@@ -110,9 +110,7 @@ def main():
             torch.cuda.synchronize()
             times[on].append((time.perf_counter() - t0) * 1000.0 / args.ab)
         pause(0)
-        off_ms = times[0]
-        ratios = [on_ms / ((off_ms[i] + off_ms[i + 1]) / 2.0 if i + 1 < len(off_ms) else off_ms[i])
-                  - 1.0 for i, on_ms in enumerate(times[1])]
+        ratios = ab_ratios(times[0], times[1])
         extra = {"ab_off_ms": statistics.median(times[0]), "ab_on_ms": statistics.median(times[1]),
                  "ab_overhead_pct": 100.0 * statistics.median(ratios), "ab_pairs": len(ratios)}
     else:

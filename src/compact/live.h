@@ -9,9 +9,10 @@
  * lifetimes themselves (88 bytes each) sit in a second array, cap / 2 of them, and never move
  * while they live (a freed one's place is reused). A probe reads 16-byte keys, four to a cache
  * line, and a deletion shifts keys, not lifetimes: the lookups were a tenth of `report`'s time
- * when the table held the lifetimes themselves. The table remembers where its last lookup ended: the insertion
- * after a lookup that missed, and the removal of what a lookup found, take that slot instead of
- * probing again (the tracker looks up every key before it inserts or removes it).
+ * when the table held the lifetimes themselves. The table remembers where its last lookup
+ * ended: the insertion after a lookup that missed, and the removal of what a lookup found, take
+ * that slot instead of probing again (the tracker looks up every key before it inserts or
+ * removes it).
  *
  * The slot of every key, the probe order and the resizing are those of the table of lifetimes it
  * replaces, so the live set is visited (mt_tracker_foreach_live, mt_tracker_finish) in the same
