@@ -19,10 +19,16 @@ method's own noise and bias) and prints
     of on / (mean of the off-phases either side) - 1> ab_pairs=<n>
 Comparing each on-phase with the off-phases on both sides cancels a steady drift of the machine
 (which a comparison with the phase before alone would count as the recorder's cost).
+--ab-order random puts each pair of phases in a random order instead, (off, on) or (on, off), and
+compares the two phases of each pair; the figure is the mean of two medians, over the pairs that
+ran on first and over those that ran it second. Anything that falls on every other phase (a garbage
+collection every so many allocations), which alternation always puts on the same side, and a drift
+within pairs then count for one group and against the other, and cancel (ab_order is printed).
 """
 import argparse
 import ctypes
 import os
+import random
 import statistics
 import time
 
@@ -77,7 +83,49 @@ def ab_ratios(off, on):
             for i in range(min(len(off), len(on)))]
 
 
-def train(steps, batch, warmup, ab=0, switch=None):
+def ab_plan(order, seed=None):
+    """on(k): whether phase k (from 0, after the warm-up) is an on-phase. alternate: off, on, off,
+    on, ...; random: each pair of phases (2j, 2j + 1) is (off, on) or (on, off) at random."""
+    rng, flips = random.Random(seed), []
+
+    def on(k):
+        if order == "alternate":
+            return k % 2 == 1
+        while len(flips) <= k // 2:
+            flips.append(rng.random() < 0.5)
+        return (k % 2 == 1) != flips[k // 2]
+    return on
+
+
+def ab_overhead(phases, order):
+    """phases: [(on, ms per step)] in the order they ran. Returns (overhead, pairs), overhead as a
+    fraction. alternate: the median over on-phases of on / (mean of the off-phases either side) - 1.
+    random: each pair's on / off - 1, the median taken apart over the pairs that ran on first and
+    those that ran it second, and the two averaged: a drift within pairs counts against one group
+    and for the other, and so does anything that falls on every other phase, so both cancel (a
+    median over all pairs would pick whichever group is larger)."""
+    if order == "alternate":
+        ratios = ab_ratios([ms for o, ms in phases if not o], [ms for o, ms in phases if o])
+        return (statistics.median(ratios) if ratios else None), len(ratios)
+    by_first = {True: [], False: []}
+    for i in range(0, len(phases) - 1, 2):
+        (first_on, a), (_, b) = phases[i], phases[i + 1]
+        by_first[first_on].append((a / b if first_on else b / a) - 1.0)
+    groups = [statistics.median(g) for g in by_first.values() if g]
+    return (sum(groups) / len(groups) if groups else None), sum(map(len, by_first.values()))
+
+
+def ab_fields(phases, order):
+    """The A/B's printed figures, as a dict (empty without a whole pair)."""
+    overhead, pairs = ab_overhead(phases, order)
+    if overhead is None:
+        return {}
+    return {"ab_off_ms": statistics.median(ms for o, ms in phases if not o),
+            "ab_on_ms": statistics.median(ms for o, ms in phases if o),
+            "ab_overhead_pct": 100.0 * overhead, "ab_pairs": pairs, "ab_order": order}
+
+
+def train(steps, batch, warmup, ab=0, switch=None, plan=None):
     device = torch.device("cuda")
     torch.manual_seed(0)
     net = Net().to(device)
@@ -86,20 +134,20 @@ def train(steps, batch, warmup, ab=0, switch=None):
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
     start = None
-    phases = {False: [], True: []}  # ms per step of each phase, recorder off / on
+    phases = []  # (recorder on, ms per step) of each phase, in order
     phase_start = None
     for step in range(steps):
         if step == warmup:
             torch.cuda.synchronize()
             start = time.perf_counter()
         if ab and step >= warmup and (step - warmup) % ab == 0:
-            # a phase ends here: the recorder was on in odd phases
+            # a phase ends here (phase index - 1), the next begins
             torch.cuda.synchronize()
             now = time.perf_counter()
             index = (step - warmup) // ab
             if phase_start is not None:
-                phases[index % 2 == 0].append((now - phase_start) * 1000.0 / ab)
-            switch(index % 2 == 1)
+                phases.append((plan(index - 1), (now - phase_start) * 1000.0 / ab))
+            switch(plan(index))
             phase_start = time.perf_counter()
         optimizer.zero_grad()
         outputs = net(images)
@@ -139,20 +187,19 @@ def main():
     ap.add_argument("--ab", type=int, default=0, metavar="K",
                     help="alternate phases of K steps with the recorder off and on (see above)")
     ap.add_argument("--ab-what", choices=["memtrace", "history", "none"], default="memtrace")
+    ap.add_argument("--ab-order", choices=["alternate", "random"], default="alternate")
     args = ap.parse_args()
     if args.record_history:
         torch.cuda.memory._record_memory_history(stacks="python")
     switch = recorder_switch(args.ab_what) if args.ab else None
     loss, step_ms, phases = train(args.steps, args.batch, min(args.warmup, args.steps - 1),
-                                  args.ab, switch)
+                                  args.ab, switch, ab_plan(args.ab_order))
     print(f"loss={loss:.4f}")
-    if args.ab:
-        off, on = phases[False], phases[True]
-        ratios = ab_ratios(off, on)
-        pairs = len(ratios)
-        if pairs:
-            print(f"ab_off_ms={statistics.median(off):.4f} ab_on_ms={statistics.median(on):.4f} "
-                  f"ab_overhead_pct={100.0 * statistics.median(ratios):.3f} ab_pairs={pairs}")
+    ab = ab_fields(phases, args.ab_order) if args.ab else {}
+    if ab:
+        print(f"ab_off_ms={ab['ab_off_ms']:.4f} ab_on_ms={ab['ab_on_ms']:.4f} "
+              f"ab_overhead_pct={ab['ab_overhead_pct']:.3f} ab_pairs={ab['ab_pairs']} "
+              f"ab_order={ab['ab_order']}")
     nvml = nvml_process_bytes()
     print(
         f"max_memory_allocated={torch.cuda.max_memory_allocated()} "

@@ -17,7 +17,8 @@ gradient bytes (parameters with a .grad), optimizer state bytes (tensors in opti
 the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab;
 with --ab-what history PyTorch's own _record_memory_history(stacks="python") instead; with none,
 nothing: an A/A control) and adds ab_off_ms, ab_on_ms, ab_overhead_pct (median over on-phases of
-on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs.
+on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs, ab_order;
+--ab-order random puts each pair of phases in a random order and compares within pairs (cifar.py).
 --record-history keeps PyTorch's recorder on for the whole run (its cost between processes).
 """
 import argparse
@@ -28,7 +29,7 @@ import time
 import torch
 
 import mt_stats
-from cifar import ab_ratios  # the A/B's comparison, one definition for both samples
+from cifar import ab_fields, ab_plan  # the A/B's schedule and comparison, shared with cifar.py
 
 
 def build(model, batch, dev):
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--ab", type=int, default=0)
     ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history", "none"])
+    ap.add_argument("--ab-order", default="alternate", choices=["alternate", "random"])
     ap.add_argument("--record-history", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -99,20 +101,18 @@ def main():
         else:
             pause = ctypes.CDLL(None).memtrace_set_paused
             pause.argtypes = [ctypes.c_int]
-        times = {0: [], 1: []}
+        plan, phases = ab_plan(args.ab_order), []
         for k in range(args.steps // args.ab):
-            on = k % 2
+            on = plan(k)
             pause(0 if on else 1)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(args.ab):
                 step()
             torch.cuda.synchronize()
-            times[on].append((time.perf_counter() - t0) * 1000.0 / args.ab)
+            phases.append((on, (time.perf_counter() - t0) * 1000.0 / args.ab))
         pause(0)
-        ratios = ab_ratios(times[0], times[1])
-        extra = {"ab_off_ms": statistics.median(times[0]), "ab_on_ms": statistics.median(times[1]),
-                 "ab_overhead_pct": 100.0 * statistics.median(ratios), "ab_pairs": len(ratios)}
+        extra = ab_fields(phases, args.ab_order)
     else:
         t0 = time.perf_counter()
         for _ in range(args.steps):

@@ -17,6 +17,8 @@
 # BASE=OTHER_BUILD_DIR adds ab_tensors_base, ab_tensors_python_base and ab_default_base: the same A/B with another
 # build (say, the previous commit's), interleaved with this one, to tell a change from the lease.
 # BUILDS="NAME=DIR ..." adds ab_tensors_NAME, ab_tensors_python_NAME and ab_default_NAME for each.
+# AB_ORDER=random runs each pair of phases in a random order and averages the medians of the
+# pairs that ran the recorder first and second (cancels what falls on every other phase).
 # WORKLOAD=resnet18|gpt2 measures samples/train.py instead (a torchvision ResNet-18 or a GPT-2-like
 # transformer, AdamW; WARGS="--batch 8" etc. passed on); step_ms then comes from its SAMPLE_STATS
 # file.
@@ -46,28 +48,33 @@ CMD[tensors_both]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR"
 # In-process A/B (cifar.py --ab): the recorder switched off and on every AB steps in one process.
 AB=${AB:-50}
-CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-CMD[ab_default_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-CMD[ab_tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+# AB_ORDER=random: each pair of phases in a random order (cifar.py --ab-order; docs/performance.md)
+ABO=${AB_ORDER:+ --ab-order $AB_ORDER}
+CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+# The thread's Python state asked of CPython at every stack instead of noted at the GIL's release
+# (src/record/pyrelease.c): what that saves, in one build.
+CMD[ab_tensors_norelease]="env MEMTRACE_PYRELEASE=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+CMD[ab_default_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+CMD[ab_tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
   name=${nb%%=*}; MB=$PWD/${nb#*=}/src/cli/memtrace
-  CMD[ab_tensors_$name]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-  CMD[ab_tensors_python_$name]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
-  CMD[ab_default_$name]="$MB record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB"
+  CMD[ab_tensors_$name]="$MB record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+  CMD[ab_tensors_python_$name]="$MB record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+  CMD[ab_default_$name]="$MB record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 done
-CMD[ab_history]="$PY $CIFAR --ab $AB --ab-what history"
+CMD[ab_history]="$PY $CIFAR --ab $AB$ABO --ab-what history"
 # The in-process A/A controls: phases as above, nothing switched (untraced; recorded throughout).
-CMD[ab_control]="$PY $CIFAR --ab $AB --ab-what none"
-CMD[ab_control_traced]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control]="$PY $CIFAR --ab $AB$ABO --ab-what none"
+CMD[ab_control_traced]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO --ab-what none"
 # Their off_ms against ab_control's is what being recorded costs while paused; to find where it
 # goes: default mode, no activity records, no NVML sampler, subscribed to CUPTI with nothing on.
-CMD[ab_control_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
-CMD[ab_control_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
-CMD[ab_control_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
-CMD[ab_control_subscribed]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB --ab-what none"
+CMD[ab_control_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO --ab-what none"
+CMD[ab_control_noactivity]="env MEMTRACE_ACTIVITY=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO --ab-what none"
+CMD[ab_control_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO --ab-what none"
+CMD[ab_control_subscribed]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO --ab-what none"
 CMD[tensors_cupti]="env MEMTRACE_ASYNC_HOOKS=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
 CMD[tensors_native]="$MT record -q -f --tensors --stacks native -o $W/t.mtrace -- $PY $CIFAR"
 CMD[subscribed_only]="env MEMTRACE_CALLBACKS=0 MEMTRACE_ACTIVITY=0 MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR"
