@@ -54,9 +54,6 @@ CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $A
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
-# The thread's Python state asked of CPython at every stack instead of noted at the GIL's release
-# (src/record/pyrelease.c): what that saves, in one build.
-CMD[ab_tensors_norelease]="env MEMTRACE_PYRELEASE=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_default_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do

@@ -6,7 +6,6 @@
  *   mt_trie     stack deduplication: each frame written once, events carry a leaf id
  *   mt_modules  the loaded ELF objects (path, load address, build id) for later symbolization
  *   mt_pyframes the calling thread's Python frames, read without the GIL
- *   mt_pyrelease the PyThreadState a thread handed back when it released the GIL
  *   mt_got      redirect one object's calls of an imported function to a stand-in (GOT slots)
  * Everything here runs inside the traced program: no function may crash, block for long, or print
  * more than one warning per problem.
@@ -223,13 +222,10 @@ typedef struct mt_pyframe {
 mt_pyframes *mt_pyframes_new(const char **why);
 /* The calling thread's Python frames, innermost first. 0 when the thread has none. */
 int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max);
-/* The same from `top` (mt_pyframes_top's, on this thread, while it is still in the same call). */
-int mt_pyframes_read_from(mt_pyframes *py, uintptr_t top, mt_pyframe *out, int max);
 /* The calling thread's innermost Python frame (an address, for mt_pyframes_signature), 0 when it
- * has none. tstate: the thread's PyThreadState when the caller knows it (mt_pyrelease_state), 0
- * to ask CPython for it. *key: a nonzero word naming that frame's position (code object and
- * instruction), a call-site key for mt_unwind_keyed; 0 with no frame. Reads that one frame. */
-uintptr_t mt_pyframes_top(mt_pyframes *py, uintptr_t tstate, uint64_t *key);
+ * has none. *key: a nonzero word naming that frame's position (code object and instruction), a
+ * call-site key for mt_unwind_keyed; 0 with no frame. Reads that one frame. */
+uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key);
 /* A 64-bit digest of what mt_pyframes_read would decide by (each frame's code object, position
  * and ownership), from `top` (mt_pyframes_top's, on this thread, while it is still in the same
  * call) outward, read from the frames alone: no code object, line table or type is touched.
@@ -242,17 +238,6 @@ uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t top);
 int mt_pyframes_describe(mt_pyframes *py, uintptr_t code, char *filename, int flen, char *qualname,
                          int qlen, uint32_t *firstlineno);
 void mt_pyframes_free(mt_pyframes *py);
-
-/* ---- The GIL's release (pyrelease.c) ----------------------------------------------------------- */
-
-/* Puts stand-ins into the import slots of PyEval_SaveThread, and of the calls that take the GIL
- * back, of every object loaded since the last call: from then on a thread that releases the GIL
- * through one of them notes the PyThreadState it hands back, for mt_pyrelease_state. Returns the
- * slots newly redirected (-1: out of memory); `conflict` as mt_got_patch_new's. Thread-safe. */
-int mt_pyrelease_patch(char *conflict, size_t len);
-/* The PyThreadState the calling thread released through a redirected slot and has not taken back
- * (alive, and the one whose frames it was running), or 0: then ask CPython. */
-uintptr_t mt_pyrelease_state(void);
 
 /* ---- Python + native = one stack ------------------------------------------------------------- */
 

@@ -259,17 +259,13 @@ static inline uint64_t frame_pos(const mt_py_layout *L, uintptr_t frame)
                                                : rd_ptr(frame, L->fr_pos);
 }
 
-/* The calling thread's innermost frame, 0 when it has none (or Python is not running). ts: the
- * thread's PyThreadState when the caller knows it (mt_pyrelease_state), 0 to ask CPython. */
-static uintptr_t innermost_frame(mt_pyframes *py, uintptr_t ts)
+/* The calling thread's innermost frame, 0 when it has none (or Python is not running). */
+static uintptr_t innermost_frame(mt_pyframes *py)
 {
-    /* Also with a state handed in: Py_FinalizeEx clears the flag before it frees the states of
-     * the threads still running (daemon threads), whose noted states then dangle. */
     if (!py->is_initialized())
         return 0;
     const mt_py_layout *L = py->L;
-    if (!ts)
-        ts = (uintptr_t)py->this_thread_state();
+    uintptr_t ts = (uintptr_t)py->this_thread_state();
     if (!ptr_ok(ts))
         return 0; /* a thread Python never saw */
     uintptr_t frame = rd_ptr(ts, L->ts_frame);
@@ -280,16 +276,10 @@ static uintptr_t innermost_frame(mt_pyframes *py, uintptr_t ts)
 
 int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
 {
-    if (!py)
-        return 0;
-    return mt_pyframes_read_from(py, innermost_frame(py, 0), out, max);
-}
-
-int mt_pyframes_read_from(mt_pyframes *py, uintptr_t frame, mt_pyframe *out, int max)
-{
     if (!py || !out || max <= 0)
         return 0;
     const mt_py_layout *L = py->L;
+    uintptr_t frame = innermost_frame(py);
 
     int n = 0;
     for (int steps = 0; ptr_ok(frame) && n < max && steps < MT_PY_MAX_DEPTH; steps++) {
@@ -318,13 +308,13 @@ int mt_pyframes_read_from(mt_pyframes *py, uintptr_t frame, mt_pyframe *out, int
     return n;
 }
 
-uintptr_t mt_pyframes_top(mt_pyframes *py, uintptr_t tstate, uint64_t *key)
+uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
 {
     *key = 0;
     if (!py)
         return 0;
     const mt_py_layout *L = py->L;
-    uintptr_t frame = innermost_frame(py, tstate);
+    uintptr_t frame = innermost_frame(py);
     if (!ptr_ok(frame))
         return 0;
     uintptr_t code = rd_ptr(frame, L->fr_code);

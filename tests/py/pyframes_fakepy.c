@@ -118,22 +118,6 @@ int main(void)
     EXPECT(out[1].code == (uintptr_t)code && out[1].line == 105);
     EXPECT(mt_pyframes_read(py, out, 1) == 1 && out[0].line == 107); /* cached, max honoured */
 
-    /* A state handed in (as the recorder does with mt_pyrelease_state) is read, not looked up:
-     * with CPython's lookup saying "no state", the frames are still found from it. */
-    uint64_t key = 0, key2 = 0;
-    uintptr_t top = mt_pyframes_top(py, 0, &key);
-    EXPECT(top == (uintptr_t)frame_a && key != 0);
-    fake_tstate = NULL;
-    EXPECT(mt_pyframes_top(py, 0, &key2) == 0 && key2 == 0);
-    EXPECT(mt_pyframes_top(py, (uintptr_t)tstate, &key2) == (uintptr_t)frame_a && key2 == key);
-    EXPECT(mt_pyframes_read_from(py, top, out, 300) == 2 && out[1].line == 105);
-    fake_tstate = tstate;
-    /* Python finalizing: no frames, whichever way the state is known */
-    fake_initialized = 0;
-    EXPECT(mt_pyframes_top(py, (uintptr_t)tstate, &key2) == 0 && key2 == 0);
-    EXPECT(mt_pyframes_read(py, out, 300) == 0);
-    fake_initialized = 1;
-
     char f[32], q[8];
     uint32_t first = 0;
     EXPECT(mt_pyframes_describe(py, (uintptr_t)code, f, sizeof f, q, sizeof q, &first) == 0);

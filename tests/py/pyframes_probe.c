@@ -2,7 +2,6 @@
  * tests/py/test_pyframes.py. ctypes.CDLL releases the GIL around every call, as PyTorch does
  * around a CUDA op, so what the probe sees is what the recorder sees inside a CUPTI callback.
  */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -134,85 +133,7 @@ int probe_line(int format, const unsigned char *tab, long n, int firstlineno, in
 unsigned long long probe_signature(unsigned long long *key)
 {
     uint64_t k = 0;
-    uintptr_t top = mt_pyframes_top(probe_py, 0, &k);
+    uintptr_t top = mt_pyframes_top(probe_py, &k);
     *key = k;
     return mt_pyframes_signature(probe_py, top);
-}
-
-/* ---- The GIL's release (src/record/pyrelease.c) -------------------------------------------- */
-
-int probe_release_patch(char *conflict, int len)
-{
-    return mt_pyrelease_patch(conflict, (size_t)len);
-}
-
-/* What the thread noted as it released the GIL: call through ctypes.PyDLL (the GIL held, nothing
- * released) to see it cleared, through ctypes.CDLL to see it set. */
-unsigned long long probe_release_state(void)
-{
-    return mt_pyrelease_state();
-}
-
-/* Called through ctypes.CDLL after probe_release_patch: _ctypes released the GIL through its
- * (redirected) PyEval_SaveThread slot just before. Returns a bit per failed expectation:
- *   1: no state noted; 2: not the thread's own (PyGILState_GetThisThreadState);
- *   4: another innermost frame or key than the looked-up one; 8: another signature;
- *   16: other frames read from it. */
-int probe_release_check(void)
-{
-    uintptr_t ts = mt_pyrelease_state();
-    void *(*this_ts)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
-    int bad = 0;
-    if (!ts) bad |= 1;
-    if (!this_ts || ts != (uintptr_t)this_ts()) bad |= 2;
-    uint64_t k1 = 0, k2 = 0;
-    uintptr_t t1 = mt_pyframes_top(probe_py, ts, &k1), t2 = mt_pyframes_top(probe_py, 0, &k2);
-    if (!t1 || t1 != t2 || k1 != k2) bad |= 4;
-    if (mt_pyframes_signature(probe_py, t1) != mt_pyframes_signature(probe_py, t2)) bad |= 8;
-    mt_pyframe a[PROBE_MAX], b[PROBE_MAX];
-    int na = mt_pyframes_read_from(probe_py, t1, a, PROBE_MAX);
-    int nb = mt_pyframes_read(probe_py, b, PROBE_MAX);
-    if (na < 1 || na != nb || memcmp(a, b, (size_t)na * sizeof a[0]) != 0) bad |= 16;
-    return bad;
-}
-
-static void *state_in_thread(void *arg)
-{
-    *(unsigned long long *)arg = mt_pyrelease_state();
-    return NULL;
-}
-
-/* A thread Python never saw has nothing noted: returns its word (0 expected). */
-unsigned long long probe_release_state_in_pthread(void)
-{
-    pthread_t t;
-    unsigned long long v = ~0ull;
-    if (pthread_create(&t, NULL, state_in_thread, &v) != 0) return ~0ull;
-    pthread_join(t, NULL);
-    return v;
-}
-
-/* ns per mt_pyframes_top + mt_pyframes_signature at the caller's stack, `sweep` bytes written
- * between two calls (the program's own work evicting what the reader touched), with the state
- * asked of CPython (hinted 0) or as noted at the GIL's release (1; call through ctypes.CDLL after
- * probe_release_patch). The sweep is timed apart and taken off. */
-double probe_bench_top_ns(int iters, int sweep, int hinted)
-{
-    static char junk[64 << 20];
-    if (sweep > (int)sizeof junk) sweep = (int)sizeof junk;
-    volatile uint64_t sink = 0;
-    double total = 0, swept = 0;
-    for (int i = 0; i < iters; i++) {
-        double t0 = now_ns();
-        for (int b = 0; b < sweep; b += 64) junk[b]++;
-        double t1 = now_ns();
-        uint64_t key;
-        uintptr_t top = mt_pyframes_top(probe_py, hinted ? mt_pyrelease_state() : 0, &key);
-        sink += mt_pyframes_signature(probe_py, top) ^ key;
-        double t2 = now_ns();
-        swept += t1 - t0;
-        total += t2 - t1;
-    }
-    (void)swept;
-    return total / iters;
 }

@@ -27,14 +27,6 @@ LIB.probe_bench_ns.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int),
 LIB.probe_bench_ns.restype = ctypes.c_double
 LIB.probe_signature.argtypes = [ctypes.POINTER(ctypes.c_ulonglong)]
 LIB.probe_signature.restype = ctypes.c_ulonglong
-LIB.probe_release_patch.argtypes = [ctypes.c_char_p, ctypes.c_int]
-LIB.probe_release_state.restype = ctypes.c_ulonglong
-LIB.probe_release_state_in_pthread.restype = ctypes.c_ulonglong
-# The same library called with the GIL held (ctypes.PyDLL releases nothing around the call).
-LIB_GIL_HELD = ctypes.PyDLL(sys.argv[1])
-LIB_GIL_HELD.probe_release_state.restype = ctypes.c_ulonglong
-LIB.probe_bench_top_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
-LIB.probe_bench_top_ns.restype = ctypes.c_double
 LIB.probe_line.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_long, ctypes.c_int,
                            ctypes.c_int]
 
@@ -349,59 +341,12 @@ def test_signature():
              "gave key %#x / signature %#x against %#x / %#x" % (t[0][1], t[0][0], ka, sa))
 
 
-def release_check_deep(n):
-    if n:
-        return release_check_deep(n - 1)
-    return LIB.probe_release_check()
-
-
-def test_release():
-    """src/record/pyrelease.c: once its stand-ins are in _ctypes' import slots, a call through
-    ctypes.CDLL (which releases the GIL with PyEval_SaveThread, as PyTorch's bindings do) finds
-    the thread's own state noted, and the frames read from it are the looked-up ones; with the GIL
-    taken back (PyEval_RestoreThread) the note is gone."""
-    if LIB_GIL_HELD.probe_release_state() != 0:
-        fail("release: a state noted before any stand-in was in place")
-    conflict = ctypes.create_string_buffer(512)
-    slots = LIB.probe_release_patch(conflict, len(conflict))
-    if slots < 2:  # at least _ctypes' PyEval_SaveThread and PyEval_RestoreThread
-        fail("release: %d import slots redirected (conflict: %r)" % (slots, conflict.value))
-        return
-    for depth in (0, 7):
-        bad = release_check_deep(depth)
-        if bad:
-            fail("release: check at depth %d failed, bits %#x (see probe_release_check)" %
-                 (depth, bad))
-    if LIB_GIL_HELD.probe_release_state() != 0:
-        fail("release: the note outlived the release (the GIL is held again)")
-    bad = []
-    th = threading.Thread(target=lambda: bad.append(release_check_deep(3)))
-    th.start()
-    th.join()
-    if bad != [0]:
-        fail("release: in a Python thread, bits %s" % bad)
-    if LIB.probe_release_state_in_pthread() != 0:
-        fail("release: a thread Python never saw has a state noted")
-    again = LIB.probe_release_patch(conflict, len(conflict))
-    if again != 0:
-        fail("release: patching again redirected %d more slots (nothing new was loaded)" % again)
-    print("release: %d import slots redirected; the noted state is the thread's own, frames "
-          "equal" % slots)
-
-
 def bench():
     depth, cold = ctypes.c_int(), ctypes.c_double()
     ns = pyframes_helper.descend(16, lambda: LIB.probe_bench_ns(200000, ctypes.byref(depth),
                                                                 ctypes.byref(cold)))
     print("bench: %d-deep Python stack: %.0f ns per mt_pyframes_read warm, %.0f ns cold" %
           (depth.value, ns, cold.value))
-    # The recorder's per-allocation part (innermost frame + signature), 4 MiB written between
-    # calls: the thread state asked of CPython, and as noted when ctypes released the GIL.
-    for sweep in (0, 4 << 20):
-        asked = pyframes_helper.descend(16, lambda: LIB.probe_bench_top_ns(2000, sweep, 0))
-        noted = pyframes_helper.descend(16, lambda: LIB.probe_bench_top_ns(2000, sweep, 1))
-        print("bench: top + signature, %d bytes swept between calls: %.0f ns with the state "
-              "asked of CPython, %.0f ns as noted at the GIL's release" % (sweep, asked, noted))
 
 
 def main():
@@ -420,7 +365,6 @@ def main():
     test_misuse()
     test_line_tables()
     test_signature()
-    test_release()
     bench()
     print("Python %s: %s (stack depths %s)" % (sys.version.split()[0],
           "FAILED %d" % len(FAILURES) if FAILURES else "all checks passed", depths))

@@ -28,8 +28,6 @@
  *                      (record --tensors; tensor_hooks.c)
  *   MEMTRACE_ASYNC_HOOKS 1: take cudaMallocAsync/cudaFreeAsync calls from the callers' import
  *                      slots instead of CUPTI (async_hooks.c says what it costs)
- *   MEMTRACE_PYRELEASE 0: ask CPython for every thread's state instead of noting it as the thread
- *                      releases the GIL (diagnostic: what pyrelease.c saves, scripts/overhead.sh)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
  *   MEMTRACE_MANIFEST  file to which one line per process is appended (output.c)
  */
@@ -103,7 +101,6 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_activity_tick(r);
     mt_async_hooks_tick(r);
     mt_tensor_hooks_tick(r);
-    mt_stacks_tick(r);
     mt_find_c10(r);
     if (mt_trie_full(r->trie))
         mt_warn_once("trie", "the stack table is full (%u frames, %u MiB): new stacks end at the "
@@ -259,7 +256,6 @@ static void read_config(mt_recorder_config *c)
     if (stacks && strcmp(stacks, "python") == 0) c->stacks = MT_STACKS_PYTHON;
     c->native_full = stacks && strcmp(stacks, "full") == 0;
     c->activity = !env_is("MEMTRACE_ACTIVITY", "0");
-    c->pyrelease = !env_is("MEMTRACE_PYRELEASE", "0");
     const char *flush = getenv("MEMTRACE_FLUSH_MS");
     c->flush_ms = flush ? (uint32_t)atoi(flush) : 0;
     c->census = env_is("MEMTRACE_CALLBACKS", "count");

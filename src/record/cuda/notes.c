@@ -133,14 +133,12 @@ void mt_write_cost_notes(mt_recorder *r)
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
-                      "Python frames %.0f ns, native unwinding %.0f ns; the thread's Python state "
-                      "as noted at its release of the GIL for %.1f%%); %.1f%% the same as the "
+                      "Python frames %.0f ns, native unwinding %.0f ns); %.1f%% the same as the "
                       "call site's last stack (leaf memo; %.1f%% found in its table), the "
                       "others %.1f frames long (%.1f%% of them after a walk the unwinder did not "
                       "hold whole); 1 in %d timed%s; %u trie nodes",
                       calls, per(atomic_load(&r->costs.stack_ns), calls),
                       per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
-                      100.0 * per(atomic_load(&r->costs.stack_py_noted), calls),
                       100.0 * (1.0 - per(built, calls)),
                       100.0 * per(atomic_load(&r->costs.stack_from_table), calls),
                       per(atomic_load(&r->costs.stack_frames), built),

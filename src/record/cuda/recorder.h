@@ -108,7 +108,6 @@ typedef struct mt_recorder_config {
     int native_full;   /* MEMTRACE_STACKS=full: with Python frames, unwind past the innermost one
                           too (C frames between Python frames kept; stacks.c says what it costs) */
     int activity;      /* enable CUPTI activity enrichment (default 1) */
-    int pyrelease;     /* note threads' states as they release the GIL (pyrelease.c; default 1) */
     int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
     int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1: see async_hooks.c */
     int tensors;       /* MEMTRACE_TENSORS=1 (record --tensors): see tensor_hooks.c */
@@ -273,7 +272,6 @@ typedef struct mt_recorder {
         _Atomic uint64_t stack_from_table;   /* ... found in the leaf memo's table, not the slot */
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
-        _Atomic uint64_t stack_py_noted; /* ... stacks whose thread state was noted (pyrelease.c) */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
         _Atomic uint64_t sink_calls, sink_ns;    /* copying an event into the thread's ring */
         _Atomic uint64_t nvml_samples, nvml_ns, nvml_max_ns; /* the NVML sampler's rounds (each
@@ -452,7 +450,6 @@ void mt_gpu_sampler_stop(mt_gpu_sampler *g);
 /* stacks.c */
 void mt_stacks_init(mt_recorder *r);        /* where our and CUPTI's code are */
 int mt_stacks_init_python(mt_recorder *r); /* 0: Python frames available */
-void mt_stacks_tick(mt_recorder *r);        /* writer thread: extensions loaded since */
 /* t0: a CLOCK_MONOTONIC stamp taken just before the call (the event's own), from which the
  * capture's cost is measured for the exit note: one clock read fewer per allocation; 0: none
  * (the capture reads the clock itself when it times this call). */

@@ -128,23 +128,7 @@ int mt_stacks_init_python(mt_recorder *r)
         mt_trace_note(MT_NOTE_INFO, "native frames: up to the innermost Python frame "
                       "(record --stacks full: all)");
     }
-    if (r->cfg.pyrelease) {
-        char conflict[512];
-        int slots = mt_pyrelease_patch(conflict, sizeof conflict);
-        mt_trace_note(MT_NOTE_INFO, "Python thread states: noted as threads release the GIL "
-                      "(%d import slots of PyEval_SaveThread and the calls that take the GIL "
-                      "back redirected)%s%s", slots > 0 ? slots : 0,
-                      conflict[0] ? "; left alone, with its own libpython: " : "", conflict);
-    }
     return 0;
-}
-
-void mt_stacks_tick(mt_recorder *r)
-{
-    /* Extensions imported since: their releases of the GIL are noted from now on. Quiet: a
-     * program imports many, and one that is not patched only takes the slower way. */
-    if (r->py && r->cfg.pyrelease && (r->cfg.stacks & MT_STACKS_PYTHON))
-        mt_pyrelease_patch(NULL, 0);
 }
 
 /* ---- merging: see mt_merge_python (src/record/merge_python.c) ---------------------------------- */
@@ -274,8 +258,6 @@ typedef struct capture {
     stack_tls *tls;
     int want_py, want_native;
     uint64_t api_ip;
-    uintptr_t top;    /* the innermost Python frame (0: none) */
-    int noted;        /* its thread state was noted at the GIL's release (for the cost note) */
     uint64_t inner;   /* the call site's key: the innermost Python frame, or the stand-in's */
     uint64_t py_sig;  /* the Python frames' signature */
     uint64_t walk_id; /* the unwinder's memo of the native walk (1: no native frames) */
@@ -296,11 +278,9 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
 {
     mt_recorder *r = c->r;
     if (c->want_py) {
-        uintptr_t ts = mt_pyrelease_state();
-        c->top = mt_pyframes_top(r->py, ts, &c->inner);
-        c->noted = ts != 0;
+        uintptr_t top = mt_pyframes_top(r->py, &c->inner);
         if (c->want_native) mt_unwind_prefetch(c->inner);
-        c->py_sig = mt_pyframes_signature(r->py, c->top);
+        c->py_sig = mt_pyframes_signature(r->py, top);
     }
     tls_had_no_python = !c->inner;
     if (!c->inner) c->inner = tls_site_key;
@@ -355,7 +335,7 @@ static int build_words(capture *c, uint64_t *words, uint16_t *added)
                                  &c->walk_id);
     }
     mt_pyframe py[MT_MAX_FRAMES];
-    int np = c->top ? mt_pyframes_read_from(r->py, c->top, py, 96) : 0;
+    int np = c->want_py ? mt_pyframes_read(r->py, py, 96) : 0;
     int skip = 0;
     while (skip < nn && ((native[skip] >= r->self_lo && native[skip] < r->self_hi) ||
                          (native[skip] >= r->cupti_lo && native[skip] < r->cupti_hi)))
@@ -422,7 +402,6 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
     if (timed) {
         mt_cost_add(&r->costs.stack_ns, &r->costs.stack_calls, t0, &r->costs.stack_spread);
-        if (c.noted) mt_cost_add(NULL, &r->costs.stack_py_noted, 0, NULL);
         if (n >= 0) {
             atomic_fetch_add_explicit(&r->costs.stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
                                       memory_order_relaxed);
