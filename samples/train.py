@@ -23,7 +23,6 @@ on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pai
 """
 import argparse
 import ctypes
-import statistics
 import time
 
 import torch

@@ -132,7 +132,7 @@ PYEOF
   done
   if ls "$W"/*.ab > /dev/null 2>&1; then
     echo
-    printf "%-20s %9s %9s %9s  %s\n" "in-process A/B" off_ms on_ms overhead "per-run medians of on / (mean of the off-phases either side) - 1"
+    printf "%-20s %9s %9s %9s  %s\n" "in-process A/B" off_ms on_ms overhead "per-run ab_overhead_pct (cifar.py: alternate, on / (mean of the off-phases either side) - 1; random, the mean of the two orders' medians)"
     for c in $ORDER; do
       case $c in ab_*) ;; *) continue ;; esac
       $PY - "$W/$c.ab" "$c" <<'PYEOF'
