@@ -75,7 +75,9 @@ static void usage(FILE *out)
         "worker) to close its trace before symbolizing; Ctrl-C stops that wait, and traces still\n"
         "being written are left for `memtrace symbolize`.\n\n"
         "environment: MEMTRACE_CUPTI=/path/libcupti.so.13 overrides where CUPTI is found;\n"
-        "MEMTRACE_INJECT=/path/libmemtrace_inject.so overrides the recorder library.\n",
+        "MEMTRACE_INJECT=/path/libmemtrace_inject.so overrides the recorder library;\n"
+        "MEMTRACE_CLOCK=monotonic stamps events with clock_gettime(CLOCK_MONOTONIC) instead of\n"
+        "the CPU's time-stamp counter mapped to it (the trace's notes say which was used).\n",
         out);
 }
 

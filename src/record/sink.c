@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "memtrace/record.h"
 
 enum { SLOT_EVENT = 1, SLOT_NODE = 2 };
@@ -543,7 +544,7 @@ static void write_event(mt_sink *s, const mt_event *ev)
  * except (all = 0) the events that a later drain may still have to put before (see the top). */
 static void drain(mt_sink *s, int all)
 {
-    uint64_t cut = all ? UINT64_MAX : mono_ns() - HOLDBACK_NS;
+    uint64_t cut = all ? UINT64_MAX : mt_clock_now() - HOLDBACK_NS; /* the events' clock */
     pthread_mutex_lock(&s->lock);
     mt_side *side = s->side_head;
     s->side_head = NULL;
@@ -798,7 +799,7 @@ static void stop(mt_sink *s, mt_sink_stats *stats, int keep_memory)
             put(s, &note);
         }
         mt_record end = {.type = MT_REC_END};
-        end.u.end.time_ns = mono_ns();
+        end.u.end.time_ns = mt_clock_now();
         end.u.end.events = s->stats.events;
         end.u.end.dropped = s->stats.dropped;
         put(s, &end);

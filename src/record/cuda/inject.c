@@ -46,13 +46,6 @@
 
 mt_recorder mt_rec; /* zero until InitializeInjection (cupti_mux.c may run before it) */
 
-uint64_t mt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* CUPTI stamps activity records with this when registered, so they share our clock. */
 static uint64_t CUPTIAPI monotonic_timestamp(void) { return mt_now_ns(); }
 
@@ -96,6 +89,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     (void)s;
     mt_recorder *r = ctx;
     if (getpid() != r->pid) return;
+    mt_clock_tick(); /* first: what follows stamps with it */
     mt_modules_refresh(r->modules, on_new_module, r);
     mt_pool_poll(r);
     mt_activity_tick(r);
@@ -288,6 +282,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     if (atomic_exchange(&once, 1)) return 1;
     mt_recorder *r = &mt_rec;
     r->pid = getpid();
+    mt_clock_start();
     mt_inflight_init(r);
     pthread_mutex_init(&r->pool_lock, NULL);
     pthread_mutex_init(&r->open_lock, NULL);

@@ -91,6 +91,9 @@ static void cost_note(const char *name, const char *what, const char *where, con
  * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
 void mt_write_cost_notes(mt_recorder *r)
 {
+    char clock_line[320];
+    mt_clock_describe(clock_line, sizeof clock_line);
+    mt_trace_note(MT_NOTE_INFO, "%s", clock_line);
     if (r->cfg.census) mt_census_note(r);
     cost_note("callbacks", "(API entry and exit)", "inside memtrace",
               "CUPTI's own dispatch not included; ", atomic_load(&r->costs.callbacks),
@@ -100,6 +103,14 @@ void mt_write_cost_notes(mt_recorder *r)
     cost_note("tensor reports", "allocations and frees reported by PyTorch's caching allocator",
               "inside memtrace", "", atomic_load(&r->tensors.calls), atomic_load(&r->tensors.ns),
               &r->tensors.spread);
+    uint64_t khz = mt_clock_tsc_khz(), wcalls = atomic_load(&r->tensors.whole_calls);
+    if (wcalls && khz)
+        mt_trace_note(MT_NOTE_INFO, "tensor reports, whole: %.0f ns each on average from the "
+                      "stand-in's entry to its return, time stamp and in-flight count included "
+                      "(%" PRIu64 " other reports, timed in TSC cycles and not by the clock: "
+                      "what an untimed report costs)",
+                      per(atomic_load(&r->tensors.whole_cycles), wcalls) * 1e6 / (double)khz,
+                      wcalls);
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
               atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);

@@ -34,7 +34,8 @@
  * The recorder core (src/record/, outside cuda/) has its own per-thread state: sink.c's tls_ring (this
  * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds), unwind_stats and
  * stop_range (mt_unwind_stop_at, set once by mt_stacks_init_python),
- * unwind_memo.c's per-thread memos (memo_key), pyframes.c's unknown_version_msg.
+ * unwind_memo.c's per-thread memos (memo_key), pyframes.c's unknown_version_msg, clock.c's clock
+ * (the TSC-to-CLOCK_MONOTONIC function the writer re-anchors) and mt_clock_tls (a thread's copy).
  */
 #ifndef MT_RECORDER_H
 #define MT_RECORDER_H
@@ -47,6 +48,7 @@
 #include <sys/types.h>
 
 #include "memtrace/record.h"
+#include "../clock.h"       /* mt_clock_now */
 #include "../cost_spread.h" /* mt_cost_spread */
 
 /* The CUPTI functions we call, resolved from whichever libcupti.so.13 we loaded. */
@@ -261,6 +263,7 @@ typedef struct mt_recorder {
         _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
+        _Atomic uint64_t whole_calls, whole_cycles; /* another sample, timed whole (TSC) */
         mt_cost_spread spread;
     } tensors;
 
@@ -297,7 +300,8 @@ static inline int mt_time_this_call(void)
  * event): a process that initializes CUDA and never uses it (a launcher such as torchrun) leaves
  * no trace. 0 when the file is open; -1 when it cannot be (recording then stops, said once). */
 int mt_trace_open(mt_recorder *r);
-uint64_t mt_now_ns(void);
+/* The recorder's time stamps: CLOCK_MONOTONIC ns, through the TSC where it may be (clock.h). */
+static inline uint64_t mt_now_ns(void) { return mt_clock_now(); }
 /* A sampled measurement: ns of our own work since t0 into *ns, one call into *calls (either NULL
  * to skip), each counted MT_TIME_SAMPLE times; with ns, the time once into *spread (NULL: none). */
 static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
