@@ -263,7 +263,8 @@ typedef struct mt_recorder {
         _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
-        _Atomic uint64_t whole_calls, whole_cycles; /* another sample, timed whole (TSC) */
+        _Atomic uint64_t whole_calls[2], whole_cycles[2]; /* another sample, timed whole
+                                                             (TSC): [0] allocations, [1] frees */
         mt_cost_spread spread;
     } tensors;
 

@@ -77,9 +77,10 @@ static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserve
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
         if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now, &r->tensors.spread);
         if (whole) {
-            atomic_fetch_add_explicit(&r->tensors.whole_cycles, mt_clock_cycles() - entry,
+            int op = ev.op == MT_OP_FREE;
+            atomic_fetch_add_explicit(&r->tensors.whole_cycles[op], mt_clock_cycles() - entry,
                                       memory_order_relaxed);
-            atomic_fetch_add_explicit(&r->tensors.whole_calls, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&r->tensors.whole_calls[op], 1, memory_order_relaxed);
         }
         mt_hook_leave(r);
     }
