@@ -243,24 +243,37 @@ uint64_t mt_clock_eval(uint64_t t)
     return eval(tsc, ns, mult, t);
 }
 
+/* Under clk.lock: a new start, nothing measured yet. */
+static void forget(int no_stamps)
+{
+    clk.ticks = clk.max_off = clk.off_ns_sum = 0;
+    clk.why[0] = 0;
+    atomic_store(&clk.no_stamps, no_stamps);
+}
+
+/* Under clk.lock: the first reading of both clocks (CLOCK_WAITING). */
+static void begin(uint64_t tsc, uint64_t ns)
+{
+    clk.first_tsc = tsc, clk.first_ns = ns;
+    atomic_store_explicit(&clk.state, CLOCK_WAITING, memory_order_release);
+}
+
 void mt_clock_start(void)
 {
     pthread_mutex_lock(&clk.lock);
-    clk.ticks = clk.max_off = clk.off_ns_sum = 0;
-    clk.why[0] = 0;
     /* MEMTRACE_CLOCK=monotonic: stamps from clock_gettime, the TSC's rate still measured (the
      * cost notes' cycle counts need it; an A/B of the two clocks compares those). */
     const char *env = getenv("MEMTRACE_CLOCK");
-    atomic_store(&clk.no_stamps, env && strcmp(env, "monotonic") == 0);
+    forget(env && strcmp(env, "monotonic") == 0);
 #if defined(__x86_64__)
     char why[160];
-    if (!tsc_usable(why, sizeof why)) {
+    uint64_t tsc, ns;
+    if (!tsc_usable(why, sizeof why))
         switch_off(why);
-    } else if (!reading(&clk.first_tsc, &clk.first_ns)) {
+    else if (!reading(&tsc, &ns))
         switch_off("the first reading of both clocks was interrupted every time");
-    } else {
-        atomic_store_explicit(&clk.state, CLOCK_WAITING, memory_order_release);
-    }
+    else
+        begin(tsc, ns);
 #else
     switch_off("not an x86-64 machine");
 #endif
@@ -271,32 +284,30 @@ void mt_clock_start(void)
 void mt_clock_start_at(uint64_t tsc, uint64_t ns)
 {
     pthread_mutex_lock(&clk.lock);
-    clk.ticks = clk.max_off = clk.off_ns_sum = 0;
-    clk.why[0] = 0;
-    atomic_store(&clk.no_stamps, 0);
-    clk.first_tsc = tsc, clk.first_ns = ns;
-    atomic_store_explicit(&clk.state, CLOCK_WAITING, memory_order_release);
+    forget(0);
+    begin(tsc, ns);
     pthread_mutex_unlock(&clk.lock);
     mt_clock_tls = (mt_clock_copy){0};
 }
 
+/* The TSC's rate in kHz for a slope of `mult` ns per cycle (32.32). */
+static uint64_t khz_of(uint64_t mult) { return mult ? (uint64_t)((1000000ull << 32) / mult) : 0; }
+
 uint64_t mt_clock_tsc_khz(void)
 {
     if (atomic_load_explicit(&clk.state, memory_order_acquire) != CLOCK_ON) return 0;
-    uint64_t mult = atomic_load_explicit(&clk.mult, memory_order_relaxed);
-    return mult ? (uint64_t)((1000000ull << 32) / mult) : 0;
+    return khz_of(atomic_load_explicit(&clk.mult, memory_order_relaxed));
 }
 
 void mt_clock_describe(char *buf, size_t len)
 {
     pthread_mutex_lock(&clk.lock);
     int state = atomic_load(&clk.state);
+    uint64_t khz = khz_of(atomic_load(&clk.mult));
     if (state == CLOCK_ON && atomic_load(&clk.no_stamps)) {
-        uint64_t khz = (uint64_t)((1000000ull << 32) / atomic_load(&clk.mult));
         snprintf(buf, len, "time stamps: clock_gettime(CLOCK_MONOTONIC) (MEMTRACE_CLOCK=monotonic; "
                  "the TSC runs at %.3f GHz)", (double)khz / 1e6);
     } else if (state == CLOCK_ON) {
-        uint64_t khz = (uint64_t)((1000000ull << 32) / atomic_load(&clk.mult));
         snprintf(buf, len, "time stamps: the TSC (%.3f GHz) mapped to CLOCK_MONOTONIC, re-anchored "
                  "at each writer tick; at the %" PRIu64 " ticks the stamps were %.0f ns from "
                  "CLOCK_MONOTONIC on average, %" PRIu64 " ns at most",

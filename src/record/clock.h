@@ -4,10 +4,10 @@
  * evicts what a report touched from the core's L2, so clock_gettime at the next report is a chain
  * of misses that wait on each other (libc's pointer to the vDSO, the vDSO's code, its data page,
  * then an ordered rdtsc that waits for every load before it). On the lent H200 (2.1 GHz TSC, a
- * 3 MiB eviction between calls, scratch benchmark of 2026-11-26): 143 ns per cold call above an
- * empty one, against 68 ns for the stamp below with its thread line cold too, and 25 vs 17 ns
- * warm. A tensor report takes one stamp (and a sampled one several): the clock was ~a quarter of
- * what a report without a stack costs.
+ * 3 MiB eviction between calls, scratch benchmark of 2026-11-26, medians): 143-153 ns per cold
+ * call above an empty one, against 42 ns for the stamp below (rdtscp, its thread line cold
+ * too), and 26 vs 21 ns warm. A tensor report takes one stamp (and a sampled one several): in
+ * the same lease, 50-58 ns less per report (docs/performance.md, "The clock").
  *
  * How: every thread maps TSC values to nanoseconds with the same linear function
  *     ns(t) = anchor_ns + (t - anchor_tsc) * mult / 2^32

@@ -171,13 +171,6 @@ static void xfsz_restore(xfsz_guard *g)
     errno = saved;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The calling thread's ring for the sink of the given generation. A thread that outlives a sink
  * (tests start several) finds a stale generation and registers a new ring. When a thread exits,
  * the key's destructor retires its ring (the writer frees it once drained), so a program that
@@ -279,7 +272,7 @@ static mt_slot *ring_claim(mt_sink *s, mt_ring *r)
 /* The ring is full: wait (bounded) for the writer to make room. NULL when it did not in time. */
 static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
 {
-    uint64_t t0 = mono_ns(), now = t0;
+    uint64_t t0 = mt_clock_monotonic(), now = t0;
     mt_slot *slot = NULL;
     for (int spin = 0; !slot; spin++) {
         wake_writer(s);
@@ -290,7 +283,7 @@ static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
             nanosleep(&ts, NULL);
         }
         slot = ring_claim(s, r);
-        now = mono_ns();
+        now = mt_clock_monotonic();
         if (now - t0 > s->max_wait_ns || atomic_load_explicit(&s->closed, memory_order_acquire))
             break; /* no writer will come: a straggler at exit */
     }
@@ -638,7 +631,7 @@ static void *writer_main(void *arg)
         atomic_store(&s->urgent, 0);
         /* The tick (pool polls, module refresh) runs on the timer and on explicit flushes, not
          * when a full ring asked: a thread may be waiting, maybe holding a lock the tick needs. */
-        uint64_t now = mono_ns();
+        uint64_t now = mt_clock_monotonic();
         if (tick && (asked || now - s->last_tick_ns >= (uint64_t)s->flush_ms * 1000000ull)) {
             tick(tick_ctx, s);
             s->last_tick_ns = now;

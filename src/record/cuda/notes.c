@@ -103,16 +103,16 @@ void mt_write_cost_notes(mt_recorder *r)
     cost_note("tensor reports", "allocations and frees reported by PyTorch's caching allocator",
               "inside memtrace", "", atomic_load(&r->tensors.calls), atomic_load(&r->tensors.ns),
               &r->tensors.spread);
-    uint64_t khz = mt_clock_tsc_khz();
+    double ns_per_cycle = mt_clock_tsc_khz() ? 1e6 / (double)mt_clock_tsc_khz() : 0.0;
     uint64_t wa = atomic_load(&r->tensors.whole_calls[0]), wf = atomic_load(&r->tensors.whole_calls[1]);
     uint64_t ca = atomic_load(&r->tensors.whole_cycles[0]), cf = atomic_load(&r->tensors.whole_cycles[1]);
-    if (wa + wf && khz)
+    if (wa + wf && ns_per_cycle > 0)
         mt_trace_note(MT_NOTE_INFO, "tensor reports, whole: %.0f ns each on average from the "
                       "stand-in's entry to its return, time stamp and in-flight count included "
                       "(allocations %.0f ns, frees %.0f ns; %" PRIu64 " other reports, timed in "
                       "TSC cycles and not by the clock: what an untimed report costs)",
-                      per(ca + cf, wa + wf) * 1e6 / (double)khz, per(ca, wa) * 1e6 / (double)khz,
-                      per(cf, wf) * 1e6 / (double)khz, wa + wf);
+                      per(ca + cf, wa + wf) * ns_per_cycle, per(ca, wa) * ns_per_cycle,
+                      per(cf, wf) * ns_per_cycle, wa + wf);
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
               atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);
