@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "memtrace/record.h"
+#include "record/unwind_memo.h"
 
 #define NOINLINE __attribute__((noinline))
 #define NO_FP __attribute__((noinline, optimize("omit-frame-pointer")))
@@ -456,15 +457,15 @@ Test(record_unwind, equal_walk_ids_mean_equal_frames)
     cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 1].walk_id, "two keys, two call sites");
 }
 
-/* An id names the frames a walk gave, not the memo that held them: ten call sites under one key
- * share a set of eight ways and, visited in a cycle, evict each other (every walk is done again,
- * not found whole), yet each site's walk keeps its id from round to round, so that what a caller
- * keeps under the id (the recorder's leaf memo) still applies. Before 2026-11-23 each new walk
- * got a new id, and the recorder built the stack again. */
+/* An id names the frames a walk gave, not the memo that held them: more call sites under one key
+ * than a set has ways, visited in a cycle, evict each other (every walk is done again, not found
+ * whole), yet each site's walk keeps its id from round to round, so that what a caller keeps
+ * under the id (the recorder's leaf memo) still applies. Before 2026-11-23 each new walk got a
+ * new id, and the recorder built the stack again. */
 Test(record_unwind, a_walk_done_again_with_the_same_frames_keeps_its_id)
 {
     warm_backtrace();
-    enum { SITES = 10, ROUNDS = 3 };
+    enum { SITES = MT_MEMO_ASSOC + 2, ROUNDS = 3 };
     uint64_t ids[ROUNDS][SITES];
     capture c;
     mt_unwind_totals t0, t1;
@@ -487,6 +488,31 @@ Test(record_unwind, a_walk_done_again_with_the_same_frames_keeps_its_id)
             cr_expect_eq(ids[round][d], ids[0][d], "site %d, round %d: a new id", d, round);
         if (d) cr_expect_neq(ids[0][d], ids[0][d - 1], "sites %d and %d share an id", d - 1, d);
     }
+}
+
+/* One key, twelve walks from twelve depths, visited in a cycle: all of them stay in the key's set
+ * and are found whole a round later. ResNet-18's batch-norm and convolution lines reach the
+ * allocator along 2-3 native paths from 3 depths of nested modules; with eight ways a set could
+ * not hold them and the cycle missed every time (unwind_memo.h). */
+Test(record_unwind, one_key_reached_from_twelve_depths_keeps_all_its_walks)
+{
+    warm_backtrace();
+    enum { DEPTHS = 12, ROUNDS = 3 };
+    capture c;
+    mt_unwind_totals t0, t1;
+    int wrong = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        if (round == 1) mt_unwind_stats(&t0);
+        for (int d = 0; d < DEPTHS; d++) {
+            keyed_deep(&c, 4721, d);
+            wrong += differs_from_backtrace(&c);
+        }
+    }
+    mt_unwind_stats(&t1);
+    cr_expect_eq(wrong, 0, "%d walks differ from backtrace()", wrong);
+    cr_expect_eq(t1.whole_hits - t0.whole_hits, (ROUNDS - 1) * DEPTHS,
+                 "%lu of %d walks found whole", (unsigned long)(t1.whole_hits - t0.whole_hits),
+                 (ROUNDS - 1) * DEPTHS);
 }
 
 /* A training step allocates from ~40 places: every one must find its own earlier walk a step
@@ -552,9 +578,9 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
                  (unsigned long)(s1 - s0));
 }
 
-/* The memo holds 512 walks in 64 sets of 8, the set chosen by the key: 300 call sites, one walk
- * each, mostly fit (~7% of them land in a set holding more than 8); a round later those that fit
- * are found whole. (A shift that used only 32 of the 64 sets left ~70% of them out.) */
+/* The memo holds 1 024 walks in 64 sets of 16, the set chosen by the key: 300 call sites, one walk
+ * each, mostly fit (with 8 ways ~7% of them landed in a set holding more than 8); a round later
+ * those that fit are found whole. (A shift that used only 32 of the 64 sets left ~70% of them out.) */
 static void *three_hundred_sites(void *out)
 {
     capture c;

@@ -1,6 +1,6 @@
 /* unwind_memo.c — allocation of the per-thread walk memos (see unwind_memo.h for what they do).
  *
- * Heap, not __thread arrays: up to 256 memos per thread would sit in every thread's dynamic TLS
+ * Heap, not __thread arrays: up to 1 024 memos per thread would sit in every thread's dynamic TLS
  * block of the injected library. The __thread pointer below is the only per-thread state; a
  * pthread key destructor frees the memos when the thread exits.
  */

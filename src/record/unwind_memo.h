@@ -118,6 +118,9 @@ static inline uint64_t *mt_memo_ra(const mt_walk_memo *m)
 static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
 {
     const char *p = (const char *)m;
+    /* Unrolled: the prefetch of a set (mt_unwind_prefetch) runs this for each of its 16 ways, and
+     * a loop's own counting was half its instructions (~30 ns a capture on the H200). */
+#pragma GCC unroll 6
     for (int line = 0; line < 6; line++)
         __builtin_prefetch(p + 64 * line);
 }
@@ -125,13 +128,26 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
 /* The calling thread's memos: earlier walks, found by a tag made from the walk's starting rsp and
  * a caller-given key (mt_unwind_keyed); MT_MEMO_SETS sets of MT_MEMO_ASSOC ways, the set chosen by
  * the key (by the tag for key 0, so that unkeyed walks from different depths spread), the least
- * recently used way of a set replaced. Eight ways: with 4, forty call sites
- * overflowed one of 32 sets in ~1 process in 4 (birthday odds), and a set holding more sites
- * than ways, visited in a cycle, misses on every one of them under LRU. 64 sets since the set
- * follows the key alone (all native paths of one Python line share a set). Not explained yet:
- * about one cifar.py process in 20 on the GPU machine matches 97-99% of its walks whole instead of
- * 99.8% and rebuilds more stacks; seen with 32 sets (this layout and the previous one) and again
- * with 64, so it is not (only) a set overflowing.
+ * recently used way of a set replaced. 64 sets since the set follows the key alone (all native
+ * paths of one Python line share a set).
+ *
+ * Sixteen ways (2026-11-26; eight before, four before that): a set holding more walks than ways,
+ * visited in a cycle, misses on every one of them under LRU, and both ways that happens were seen
+ * on the GPU. One key's walks all share its set, and a PyTorch line can reach the allocator along
+ * several native paths from several depths: ResNet-18's batch-norm and convolution lines, called
+ * from the stem, the blocks and the blocks' downsample modules (three depths of the C stack), need
+ * 6-9 ways each, so every ResNet-18 process did ~2% of its walks again (98.0% whole, ~1 435 walks
+ * stored in a run). And which keys share a set is drawn anew in every process (the keys hash code
+ * objects' addresses): two lines with 4-7 paths each in one set made a process do 3-4% of its
+ * walks again, 12% once (2 300-8 700 walks stored; 5 of 28 processes in three H200 leases), its
+ * allocations then costing 15-45% more: the "one cifar.py process in 20" that this comment could
+ * not explain before. Now the recorder folds the capture's depth on the C stack into the Python
+ * key (stacks.c), which spreads a line's depths over sets and keeps the ways a prefetch fetches
+ * per key few, and a set has 16 ways: 20 processes since, all 99.8% whole with 118-134 walks
+ * stored and none replaced. scripts/memo-sim.py replays the committed GPU traces' allocations
+ * against a layout for 1 000 draws of the hash: with 8 ways every ResNet-18 process and 10-22%
+ * of the GPT-2-like ones (plain, autocast) overflow a set; with 16 ways and the depth, none.
+ * A lookup reads the set's 16 tags and ways (four lines, in parallel).
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
  * the other, so the previous walk shares just the outermost frames with the current one, and the
@@ -142,7 +158,7 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * Why associative, and why more than one walk per tag: the recorder keys walks by the innermost
  * Python frame (code object and line), and one line allocates from several native paths
  * (`relu(conv(x))`: the convolution's output and the activation's, same depth); cifar.py has ~40
- * allocating call sites per step. With 16 direct-mapped ways (the previous design) sites evicted
+ * allocating call sites per step. With 16 direct-mapped ways (the first design) sites evicted
  * each other and ~10 frames per walk were stepped by rule. Now every way of the set whose tag
  * matches is tried as a whole (mt_unwind's fast path), and a new path goes to another way instead
  * of replacing its sibling. The check stays exact (see above): a wrong or stale way only costs
@@ -150,13 +166,13 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  *
  * The spare, where a walk is recorded, has room for MT_MEMO_STEPS steps (15 KiB) and is kept; a
  * recorded walk is copied into a way of its own size (~4 KiB for a 40-frame stack, so ~160 KiB
- * for the 40 sites of a training step, of which the checks are ~100 bytes each; up to 512 ways).
- * All are freed at thread exit. NULL from acquire: no memory, thread exiting, or already in use
- * on this thread (a signal handler unwinding inside an unwind). Release with
- * mt_walk_memo_release. */
+ * for the 40 sites of a training step, of which the checks are ~100 bytes each; up to 1 024
+ * ways, only those used are allocated). All are freed at thread exit. NULL from acquire: no
+ * memory, thread exiting, or already in use on this thread (a signal handler unwinding inside an
+ * unwind). Release with mt_walk_memo_release. */
 #define MT_MEMO_SET_BITS 6
 #define MT_MEMO_SETS (1 << MT_MEMO_SET_BITS)
-#define MT_MEMO_ASSOC 8
+#define MT_MEMO_ASSOC 16
 #define MT_MEMO_WAYS (MT_MEMO_SETS * MT_MEMO_ASSOC)
 typedef struct mt_walk_memos {
     mt_walk_memo *way[MT_MEMO_WAYS]; /* NULL until used */
