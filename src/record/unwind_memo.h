@@ -140,14 +140,16 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * stored in a run). And which keys share a set is drawn anew in every process (the keys hash code
  * objects' addresses): two lines with 4-7 paths each in one set made a process do 3-4% of its
  * walks again, 12% once (2 300-8 700 walks stored; 5 of 28 processes in three H200 leases), its
- * allocations then costing 15-45% more: the "one cifar.py process in 20" that this comment could
- * not explain before. Now the recorder folds the capture's depth on the C stack into the Python
- * key (stacks.c), which spreads a line's depths over sets and keeps the ways a prefetch fetches
- * per key few, and a set has 16 ways: 20 processes since, all 99.8% whole with 118-134 walks
- * stored and none replaced. scripts/memo-sim.py replays the committed GPU traces' allocations
- * against a layout for 1 000 draws of the hash: with 8 ways every ResNet-18 process and 10-22%
- * of the GPT-2-like ones (plain, autocast) overflow a set; with 16 ways and the depth, none.
- * A lookup reads the set's 16 tags and ways (four lines, in parallel).
+ * allocations then costing 15-45% more. (This comment noted before, unexplained, about one
+ * cifar.py process in 20 matching 97-99% whole; the simulation below finds no set that cifar.py's
+ * call sites overflow, so that one may have another cause: not re-measured.) Now the recorder
+ * folds the capture's depth on the C stack into the Python key (stacks.c), which spreads a line's
+ * depths over sets and keeps the ways a prefetch fetches per key few, and a set has 16 ways: 20
+ * processes since, all 99.8% whole with 118-134 walks stored and none replaced.
+ * scripts/memo-sim.py replays the committed GPU traces' allocations against a layout for 1 000
+ * draws of the hash: with 8 ways every ResNet-18 process and 10-22% of the GPT-2-like ones (plain,
+ * autocast) overflow a set; with 16 ways and the depth, none. A lookup reads the set's 16 tags and
+ * ways (four lines, in parallel).
  *
  * Why several, and why keyed: a training step allocates from a few dozen call sites, one after
  * the other, so the previous walk shares just the outermost frames with the current one, and the
