@@ -144,8 +144,8 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * cifar.py process in 20 matching 97-99% whole; the simulation below finds no set that cifar.py's
  * call sites overflow, so that one may have another cause: not re-measured.) Now the recorder
  * folds the capture's depth on the C stack into the Python key (stacks.c), which spreads a line's
- * depths over sets and keeps the ways a prefetch fetches per key few, and a set has 16 ways: 20
- * processes since, all 99.8% whole with 118-134 walks stored and none replaced.
+ * depths over sets and keeps the ways a prefetch fetches per key few, and a set has 16 ways: 38
+ * processes since, in four leases, all 99.8% whole with 116-136 walks stored and none replaced.
  * scripts/memo-sim.py replays the committed GPU traces' allocations against a layout for 1 000
  * draws of the hash: with 8 ways every ResNet-18 process and 10-22% of the GPT-2-like ones (plain,
  * autocast) overflow a set; with 16 ways and the depth, none. A lookup reads the set's 16 tags and
