@@ -139,7 +139,7 @@ static inline void mt_walk_memo_prefetch(const mt_walk_memo *m)
  * 6-9 ways each, so every ResNet-18 process did ~2% of its walks again (98.0% whole, ~1 435 walks
  * stored in a run). And which keys share a set is drawn anew in every process (the keys hash code
  * objects' addresses): two lines with 4-7 paths each in one set made a process do 3-4% of its
- * walks again, 12% once (2 300-8 700 walks stored; 5 of 28 processes in three H200 leases), its
+ * walks again, 12% once (2 300-8 700 walks stored; 5 of 40 processes in five H200 leases), its
  * allocations then costing 15-45% more. (This comment noted before, unexplained, about one
  * cifar.py process in 20 matching 97-99% whole; the simulation below finds no set that cifar.py's
  * call sites overflow, so that one may have another cause: not re-measured.) Now the recorder
