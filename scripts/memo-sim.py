@@ -73,9 +73,12 @@ def replay(seq, sets, ways, with_depth, seed, rounds=6):
     missed = total = 0
     for r in range(rounds):
         for key, path in steady:
-            name = (key, path[1]) if key is not None and with_depth else key
             if key is None:
-                name = ("unkeyed", path)
+                name = ("unkeyed", path)  # the set follows the walk's own tag
+            elif with_depth:
+                name = (key, path[1])
+            else:
+                name = key
             s = where.setdefault(name, rnd.randrange(sets))
             ways_of = memo[s]
             if (key, path) in ways_of:

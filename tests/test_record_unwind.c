@@ -457,6 +457,26 @@ Test(record_unwind, equal_walk_ids_mean_equal_frames)
     cr_expect_neq(c[WALKS - 3].walk_id, c[WALKS - 1].walk_id, "two keys, two call sites");
 }
 
+/* One key reached from depths 0..depths-1 (keyed_deep), visited in that cycle `rounds` times:
+ * each walk compared with backtrace() (mismatches into *wrong), its id into ids[round * depths +
+ * d] (ids may be NULL). Returns the walks found whole after the first round. */
+static uint64_t cycle_depths(uint64_t key, int depths, int rounds, uint64_t *ids, int *wrong)
+{
+    capture c;
+    mt_unwind_totals t0, t1;
+    *wrong = 0;
+    for (int round = 0; round < rounds; round++) {
+        if (round == 1) mt_unwind_stats(&t0);
+        for (int d = 0; d < depths; d++) {
+            keyed_deep(&c, key, d);
+            *wrong += differs_from_backtrace(&c);
+            if (ids) ids[round * depths + d] = c.walk_id;
+        }
+    }
+    mt_unwind_stats(&t1);
+    return t1.whole_hits - t0.whole_hits;
+}
+
 /* An id names the frames a walk gave, not the memo that held them: more call sites under one key
  * than a set has ways, visited in a cycle, evict each other (every walk is done again, not found
  * whole), yet each site's walk keeps its id from round to round, so that what a caller keeps
@@ -467,21 +487,11 @@ Test(record_unwind, a_walk_done_again_with_the_same_frames_keeps_its_id)
     warm_backtrace();
     enum { SITES = MT_MEMO_ASSOC + 2, ROUNDS = 3 };
     uint64_t ids[ROUNDS][SITES];
-    capture c;
-    mt_unwind_totals t0, t1;
-    int wrong = 0;
-    for (int round = 0; round < ROUNDS; round++) {
-        if (round == 1) mt_unwind_stats(&t0);
-        for (int d = 0; d < SITES; d++) {
-            keyed_deep(&c, 4711, d);
-            wrong += differs_from_backtrace(&c);
-            ids[round][d] = c.walk_id;
-        }
-    }
-    mt_unwind_stats(&t1);
+    int wrong;
+    uint64_t whole = cycle_depths(4711, SITES, ROUNDS, &ids[0][0], &wrong);
     cr_expect_eq(wrong, 0, "%d walks differ from backtrace()", wrong);
-    cr_expect_lt(t1.whole_hits - t0.whole_hits, SITES, "the sites must have evicted each other "
-                 "(%lu found whole)", (unsigned long)(t1.whole_hits - t0.whole_hits));
+    cr_expect_lt(whole, SITES, "the sites must have evicted each other (%lu found whole)",
+                 (unsigned long)whole);
     for (int d = 0; d < SITES; d++) {
         cr_expect_neq(ids[0][d], 0);
         for (int round = 1; round < ROUNDS; round++)
@@ -498,21 +508,11 @@ Test(record_unwind, one_key_reached_from_twelve_depths_keeps_all_its_walks)
 {
     warm_backtrace();
     enum { DEPTHS = 12, ROUNDS = 3 };
-    capture c;
-    mt_unwind_totals t0, t1;
-    int wrong = 0;
-    for (int round = 0; round < ROUNDS; round++) {
-        if (round == 1) mt_unwind_stats(&t0);
-        for (int d = 0; d < DEPTHS; d++) {
-            keyed_deep(&c, 4721, d);
-            wrong += differs_from_backtrace(&c);
-        }
-    }
-    mt_unwind_stats(&t1);
+    int wrong;
+    uint64_t whole = cycle_depths(4721, DEPTHS, ROUNDS, NULL, &wrong);
     cr_expect_eq(wrong, 0, "%d walks differ from backtrace()", wrong);
-    cr_expect_eq(t1.whole_hits - t0.whole_hits, (ROUNDS - 1) * DEPTHS,
-                 "%lu of %d walks found whole", (unsigned long)(t1.whole_hits - t0.whole_hits),
-                 (ROUNDS - 1) * DEPTHS);
+    cr_expect_eq(whole, (ROUNDS - 1) * DEPTHS, "%lu of %d walks found whole",
+                 (unsigned long)whole, (ROUNDS - 1) * DEPTHS);
 }
 
 /* A training step allocates from ~40 places: every one must find its own earlier walk a step
