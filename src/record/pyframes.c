@@ -21,6 +21,7 @@
 #include "hash.h"
 #include "pyframes_layout.h"
 #include "pyframes_linetable.h"
+#include "hot_path.h"
 
 #define MT_PY_MAX_DEPTH 256          /* frames walked per read (also bounds any cycle) */
 #define MT_PY_LINE_CACHE_SLOTS 4096  /* power of two; 8 bytes each */
@@ -260,7 +261,7 @@ static inline uint64_t frame_pos(const mt_py_layout *L, uintptr_t frame)
 }
 
 /* The calling thread's innermost frame, 0 when it has none (or Python is not running). */
-static uintptr_t innermost_frame(mt_pyframes *py)
+MT_HOT_PATH static uintptr_t innermost_frame(mt_pyframes *py)
 {
     if (!py->is_initialized())
         return 0;
@@ -308,7 +309,7 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
     return n;
 }
 
-uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
+MT_HOT_PATH uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
 {
     *key = 0;
     if (!py)
@@ -334,7 +335,7 @@ static inline uint64_t lane_step(uint64_t h, uint64_t w, uint64_t mul)
     return (h << 29) | (h >> 35);
 }
 
-uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
+MT_HOT_PATH uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
 {
     if (!py)
         return 0;

@@ -44,6 +44,7 @@
 
 #include "clock.h"
 #include "memtrace/record.h"
+#include "hot_path.h"
 
 enum { SLOT_EVENT = 1, SLOT_NODE = 2 };
 
@@ -342,7 +343,7 @@ static int detect_prefetchw(void)
  * this thread's own variables, not from the ring's head (a line the program has usually evicted
  * since the last event: a miss the prefetch would wait for), and the ring's first line, which
  * ring_claim reads, is asked for at the same time. */
-void mt_sink_prefetch(mt_sink *s)
+MT_HOT_PATH void mt_sink_prefetch(mt_sink *s)
 {
     if (!s || tls_ring.generation != s->generation) return;
     const mt_slot *slot = tls_ring.next;
@@ -371,7 +372,7 @@ static void populate_rings(mt_sink *s, mt_ring *rings)
     pthread_mutex_unlock(&s->lock);
 }
 
-void mt_sink_event(mt_sink *s, const mt_event *ev)
+MT_HOT_PATH void mt_sink_event(mt_sink *s, const mt_event *ev)
 {
     /* the recorder is shutting down (or never started): nothing to record into */
     if (!s || atomic_load_explicit(&s->closed, memory_order_acquire)) return;
@@ -724,7 +725,7 @@ int mt_sink_open(mt_sink *s, int fd)
     return rc;
 }
 
-int mt_sink_is_open(const mt_sink *s) { return s && atomic_load(&s->open); }
+MT_HOT_PATH int mt_sink_is_open(const mt_sink *s) { return s && atomic_load(&s->open); }
 
 void mt_sink_stats_now(mt_sink *s, mt_sink_stats *st)
 {

@@ -33,6 +33,7 @@
 #include "unwind_cache.h"
 #include "unwind_cfi.h"
 #include "unwind_memo.h"
+#include "hot_path.h"
 
 /* This thread's stack, [lo, hi). Fetched on the thread's first mt_unwind; state 0 = not yet,
  * 1 = known, -1 = pthread_getattr_np failed (then every unwind on this thread is empty). */
@@ -586,14 +587,14 @@ __attribute__((noinline)) int mt_unwind_keyed(uint64_t *ips, int max, int skip, 
     return unwind_here(ips, max, skip, truncated, key, walk_id, 0);
 }
 
-__attribute__((noinline)) int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip,
+MT_HOT_PATH __attribute__((noinline)) int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip,
                                                    int *truncated, uint64_t key,
                                                    uint64_t *walk_id)
 {
     return unwind_here(ips, max, skip, truncated, key, walk_id, 1);
 }
 
-void mt_unwind_prefetch(uint64_t key)
+MT_HOT_PATH void mt_unwind_prefetch(uint64_t key)
 {
     const mt_walk_memos *memos = mt_walk_memo_peek();
     if (!key || !memos) return;
@@ -615,7 +616,7 @@ static mt_walk_memo *latest(const mt_walk_memos *memos, uint64_t walk_id)
     return walk_id && m && m->id == walk_id && m->n > 0 ? m : NULL;
 }
 
-void *mt_unwind_slot(uint64_t walk_id)
+MT_HOT_PATH void *mt_unwind_slot(uint64_t walk_id)
 {
     mt_walk_memos *memos = mt_walk_memo_peek();
     mt_walk_memo *m = memos ? latest(memos, walk_id) : NULL;

@@ -5,6 +5,7 @@
  * pthread key destructor frees the memos when the thread exits.
  */
 #include "unwind_memo.h"
+#include "hot_path.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ static void make_key(void)
     memo_key_ok = pthread_key_create(&memo_key, free_memos) == 0;
 }
 
-mt_walk_memos *mt_walk_memo_acquire(void)
+MT_HOT_PATH mt_walk_memos *mt_walk_memo_acquire(void)
 {
     mt_walk_memos *m = tls_memos;
     if (m == MEMOS_GONE) return NULL;
@@ -90,7 +91,7 @@ mt_walk_memos *mt_walk_memo_acquire(void)
     return m;
 }
 
-mt_walk_memos *mt_walk_memo_peek(void)
+MT_HOT_PATH mt_walk_memos *mt_walk_memo_peek(void)
 {
     mt_walk_memos *m = tls_memos;
     return m == MEMOS_GONE ? NULL : m;

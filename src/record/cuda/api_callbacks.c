@@ -21,6 +21,7 @@
 
 #include "memtrace/driver_calls.h"
 #include "recorder.h"
+#include "../hot_path.h"
 
 /* What a traced call is to the recorder: the third column of MT_TRACED_DRIVER_CALLS, which lists
  * every driver call the recorder listens to (memtrace/driver_calls.h, shared with the names the
@@ -443,8 +444,8 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     mt_record_call(r, &ev, res, tls_entry_ns, 0);
 }
 
-void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res, uint64_t entry_ns,
-                    uint64_t api_ip)
+MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
+                                uint64_t entry_ns, uint64_t api_ip)
 {
     int ok = res == CUDA_SUCCESS;
     /* cudaFree(0) / cuMemFree(0) is the classic "make sure a context exists" call: no event. */

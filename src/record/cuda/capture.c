@@ -13,6 +13,7 @@
  * a capture that finds no free slot still counts in `active`, only its allocations go unmarked.
  */
 #include "recorder.h"
+#include "../hot_path.h"
 
 void mt_capture_begin(mt_recorder *r, uint64_t stream)
 {
@@ -38,7 +39,7 @@ void mt_capture_end(mt_recorder *r, uint64_t stream)
         }
 }
 
-int mt_capture_this_thread(mt_recorder *r, uint32_t tid)
+MT_HOT_PATH int mt_capture_this_thread(mt_recorder *r, uint32_t tid)
 {
     if (!mt_capture_any(r)) return 0;
     for (int i = 0; i < MT_CAPTURE_SLOTS; i++)

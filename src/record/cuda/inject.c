@@ -43,13 +43,14 @@
 
 #include "recorder.h"
 #include "memtrace/pause.h"
+#include "../hot_path.h"
 
 mt_recorder mt_rec; /* zero until InitializeInjection (cupti_mux.c may run before it) */
 
 /* CUPTI stamps activity records with this when registered, so they share our clock. */
 static uint64_t CUPTIAPI monotonic_timestamp(void) { return mt_now_ns(); }
 
-uint32_t mt_gettid(void)
+MT_HOT_PATH uint32_t mt_gettid(void)
 {
     static __thread uint32_t tid;
     if (!tid) tid = (uint32_t)syscall(SYS_gettid);
@@ -101,7 +102,7 @@ static void writer_tick(void *ctx, mt_sink *s)
                      "deepest frame already known", MT_TRIE_MAX_NODES, (MT_TRIE_MAX_NODES * 32u) >> 20);
 }
 
-int mt_trace_open(mt_recorder *r)
+MT_HOT_PATH int mt_trace_open(mt_recorder *r)
 {
     if (mt_sink_is_open(r->sink)) return 0;
     if (!r->sink || getpid() != r->pid) return -1;

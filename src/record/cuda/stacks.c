@@ -21,6 +21,7 @@
 
 #include "hash.h"
 #include "recorder.h"
+#include "../hot_path.h"
 
 /* ---- Python code objects -> small ids ------------------------------------------------------ */
 
@@ -245,7 +246,7 @@ static inline void put_leaf(leaf_memo *set, int ways, uint64_t key, uint32_t lea
 static __thread uint64_t tls_site_key;  /* from the stand-in, for the capture that follows */
 static __thread int tls_had_no_python; /* this thread's last capture found no Python frames */
 
-void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
+MT_HOT_PATH void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
 {
     if (!tls_had_no_python || !(r->cfg.stacks & MT_STACKS_NATIVE)) return;
     tls_site_key = mt_mix64(frame) | 1;
@@ -383,7 +384,8 @@ static inline void remember_leaf(capture *c, uint32_t leaf, uint16_t flags)
     put_leaf(table_ways(c->tls, key), LEAF_MEMO_WAYS, key, leaf, flags);
 }
 
-uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t api_ip)
+MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0,
+                                      uint64_t api_ip)
 {
     if (r->cfg.stacks == MT_STACKS_NONE) return 0;
     stack_tls *tls = this_thread_stack_tls();

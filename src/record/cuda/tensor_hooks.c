@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "recorder.h"
+#include "../hot_path.h"
 
 #define USAGE_SYMBOL "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"
 #define OOM_SYMBOL "_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE"
@@ -50,7 +51,8 @@ static inline int cuda_device(uint32_t device, int32_t *index)
     return 1;
 }
 
-static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserved, uint32_t device)
+MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserved,
+                                   uint32_t device)
 {
     mt_recorder *r = &mt_rec;
     usage_fn orig = (usage_fn)r->tensors.table[MT_TENSOR_HOOK_USAGE].original;
