@@ -259,7 +259,7 @@ static void wake_writer(mt_sink *s)
 
 /* Claims a slot, or NULL when the ring is full. Past half full it looks at the real tail (the
  * cached one may be a drain old) and, if the ring really is that full, wakes the writer. */
-static mt_slot *ring_claim(mt_sink *s, mt_ring *r)
+MT_HOT_PATH static mt_slot *ring_claim(mt_sink *s, mt_ring *r)
 {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     if (head - r->tail_cache > r->mask / 2) {

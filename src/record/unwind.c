@@ -57,7 +57,7 @@ void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi)
     atomic_store_explicit(&stop_range.hi, hi, memory_order_relaxed);
 }
 
-static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
+MT_HOT_PATH static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
 {
     thread_stack *ts = &tls_stack;
     if (ts->state == 0) {
