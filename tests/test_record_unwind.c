@@ -580,7 +580,8 @@ Test(record_unwind, keyed_memo_matches_whatever_scratch_rbp_holds)
 
 /* The memo holds 1 024 walks in 64 sets of 16, the set chosen by the key: 300 call sites, one walk
  * each, mostly fit (with 8 ways ~7% of them landed in a set holding more than 8); a round later
- * those that fit are found whole. (A shift that used only 32 of the 64 sets left ~70% of them out.) */
+ * those that fit are found whole. (A shift that used only 32 of the 64 sets left ~70% of them
+ * out.) */
 static void *three_hundred_sites(void *out)
 {
     capture c;

@@ -588,8 +588,8 @@ __attribute__((noinline)) int mt_unwind_keyed(uint64_t *ips, int max, int skip, 
 }
 
 MT_HOT_PATH __attribute__((noinline)) int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip,
-                                                   int *truncated, uint64_t key,
-                                                   uint64_t *walk_id)
+                                                               int *truncated, uint64_t key,
+                                                               uint64_t *walk_id)
 {
     return unwind_here(ips, max, skip, truncated, key, walk_id, 1);
 }
