@@ -270,11 +270,15 @@ typedef struct capture {
 } capture;
 
 /* Step 1, where the call comes from: the Python frames' signature first (its innermost frame
- * names the call site, the key under which the unwinder remembers this walk, and the unwinder
- * starts fetching that walk's memo as soon as the key is known, so that its misses overlap with
- * the walk over the Python frames); then the native walk, lazily: when the unwinder remembers it
- * whole, its frames are fetched only if the leaf memo does not know the stack (~1.6% of
- * allocations in cifar.py). */
+ * names the call site, the key under which the unwinder remembers this walk); then the native
+ * walk, lazily: when the unwinder remembers it whole, its frames are fetched only if the leaf memo
+ * does not know the stack (~1.6% of allocations in cifar.py).
+ *
+ * No prefetch of the walk's memo between the two (mt_unwind_prefetch, as the stand-in's path
+ * does for a thread without Python frames): with 16 ways a set it issues ~100 prefetches, which
+ * delayed the Python walk's own loads by more than they saved the check. Without it, in two H200
+ * leases (2026-11-26, eighth session, 11 runs each): a whole report 7-14% less on GPT-2-like
+ * batch 2, 3-10% on ResNet-18 (docs/performance.md, "The memo's prefetch"). */
 static inline void find_site(capture *c, int timed, uint64_t t0)
 {
     mt_recorder *r = c->r;
@@ -282,12 +286,9 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         uintptr_t top = mt_pyframes_top(r->py, &c->inner);
         /* The key names the line and this capture's depth on the C stack: one line reached from
          * modules nested at several depths (ResNet-18's batch norms) has a walk per depth, and
-         * under the line alone they all crowd one set of the unwinder's memo (unwind_memo.h),
-         * and the prefetch below would fetch every depth's memo. Same value for the prefetch and
-         * the walk: computed once here. */
+         * under the line alone they all crowd one set of the unwinder's memo (unwind_memo.h). */
         uint64_t depth = (uint64_t)(uintptr_t)__builtin_frame_address(0);
         if (c->inner) c->inner = (c->inner ^ depth * MT_GOLDEN64) | 1;
-        if (c->want_native) mt_unwind_prefetch(c->inner);
         c->py_sig = mt_pyframes_signature(r->py, top);
     }
     tls_had_no_python = !c->inner;
