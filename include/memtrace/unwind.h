@@ -44,9 +44,10 @@ int mt_unwind_keyed_lazy(uint64_t *ips, int max, int skip, int *truncated, uint6
                          uint64_t *walk_id);
 void *mt_unwind_slot(uint64_t walk_id);
 /* A walk under `key` is coming on this thread: starts fetching what its check will read, so that
- * the misses overlap with what the caller does meanwhile (the recorder's allocator stand-in, on a
- * thread without Python frames, before the allocator runs). ~100 prefetches for a set of 16 ways:
- * worth it only where the caller's own work is long. Does nothing for key 0. */
+ * the misses overlap with what the caller does meanwhile (the recorder's cudaMallocAsync
+ * stand-ins, on a thread without Python frames, before the allocator runs). ~100 prefetches for a
+ * set of 16 ways: in front of the Python walk they cost more than they saved (docs/performance.md,
+ * "The memo's prefetch"). Does nothing for key 0. */
 void mt_unwind_prefetch(uint64_t key);
 int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated);
 /* Walks stop at the first frame whose pc lies in [lo, hi), after writing it; they count as
