@@ -276,9 +276,10 @@ typedef struct capture {
  *
  * No prefetch of the walk's memo between the two (mt_unwind_prefetch, as the stand-in's path
  * does for a thread without Python frames): with 16 ways a set it issues ~100 prefetches, which
- * delayed the Python walk's own loads by more than they saved the check. Without it, in two H200
- * leases (2026-11-26, eighth session, 11 runs each): a whole report 7-14% less on GPT-2-like
- * batch 2, 3-10% on ResNet-18 (docs/performance.md, "The memo's prefetch"). */
+ * delayed the Python walk's own loads by more than they saved the check. Without it, in three H200
+ * leases (2026-11-26, eighth session, 15 runs each): a whole report 3-10% less on ResNet-18 in
+ * every lease, 7-14% less on GPT-2-like batch 2 in two, 6% more in the busiest, where the check
+ * lost more than the walk gained (docs/performance.md, "The memo's prefetch"). */
 static inline void find_site(capture *c, int timed, uint64_t t0)
 {
     mt_recorder *r = c->r;
