@@ -105,14 +105,22 @@ void mt_write_cost_notes(mt_recorder *r)
               &r->tensors.spread);
     double ns_per_cycle = mt_clock_tsc_khz() ? 1e6 / (double)mt_clock_tsc_khz() : 0.0;
     uint64_t wa = atomic_load(&r->tensors.whole_calls[0]), wf = atomic_load(&r->tensors.whole_calls[1]);
+    uint64_t wn = atomic_load(&r->tensors.whole_calls[2]);
     uint64_t ca = atomic_load(&r->tensors.whole_cycles[0]), cf = atomic_load(&r->tensors.whole_cycles[1]);
-    if (wa + wf && ns_per_cycle > 0)
+    uint64_t cn = atomic_load(&r->tensors.whole_cycles[2]);
+    char split[160] = "";
+    if (wa && wn) /* both kinds of thread allocated: a training step, forward and backward */
+        snprintf(split, sizeof split, ": %.0f ns with Python frames, %.0f ns without (%.0f%% of "
+                 "them, autograd's threads)", per(ca, wa) * ns_per_cycle,
+                 per(cn, wn) * ns_per_cycle, 100.0 * per(wn, wa + wn));
+    if (wa + wf + wn && ns_per_cycle > 0)
         mt_trace_note(MT_NOTE_INFO, "tensor reports, whole: %.0f ns each on average from the "
                       "stand-in's entry to its return, time stamp and in-flight count included "
-                      "(allocations %.0f ns, frees %.0f ns; %" PRIu64 " other reports, timed in "
+                      "(allocations %.0f ns%s; frees %.0f ns; %" PRIu64 " other reports, timed in "
                       "TSC cycles and not by the clock: what an untimed report costs)",
-                      per(ca + cf, wa + wf) * ns_per_cycle, per(ca, wa) * ns_per_cycle,
-                      per(cf, wf) * ns_per_cycle, wa + wf);
+                      per(ca + cf + cn, wa + wf + wn) * ns_per_cycle,
+                      per(ca + cn, wa + wn) * ns_per_cycle, split, per(cf, wf) * ns_per_cycle,
+                      wa + wf + wn);
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
               atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);

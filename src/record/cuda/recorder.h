@@ -263,8 +263,11 @@ typedef struct mt_recorder {
         _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
-        _Atomic uint64_t whole_calls[2], whole_cycles[2]; /* another sample, timed whole
-                                                             (TSC): [0] allocations, [1] frees */
+        _Atomic uint64_t whole_calls[3], whole_cycles[3]; /* another sample, timed whole
+                                                             (TSC): [0] allocations on a thread
+                                                             with Python frames, [1] frees,
+                                                             [2] allocations on one without
+                                                             (autograd's workers) */
         mt_cost_spread spread;
     } tensors;
 
@@ -463,6 +466,8 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
  * without Python frames (autograd's workers), that names the call site's depth, and the walk the
  * unwinder remembers under it is fetched while the allocator runs (stacks.c). */
 void mt_stacks_before_call(mt_recorder *r, uintptr_t frame);
+/* 1 when the calling thread's latest capture found no Python frames (a cost note's split). */
+int mt_stacks_last_without_python(void);
 
 /* api_callbacks.c: device ordinal of a context (-1 unknown), cached per thread */
 int32_t mt_device_of(mt_recorder *r, CUcontext ctx);

@@ -246,6 +246,8 @@ static inline void put_leaf(leaf_memo *set, int ways, uint64_t key, uint32_t lea
 static __thread uint64_t tls_site_key;  /* from the stand-in, for the capture that follows */
 static __thread int tls_had_no_python; /* this thread's last capture found no Python frames */
 
+MT_HOT_PATH int mt_stacks_last_without_python(void) { return tls_had_no_python; }
+
 MT_HOT_PATH void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
 {
     if (!tls_had_no_python || !(r->cfg.stacks & MT_STACKS_NATIVE)) return;

@@ -79,9 +79,15 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
         if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now, &r->tensors.spread);
         if (whole) {
-            int op = ev.op == MT_OP_FREE;
-            atomic_fetch_add_explicit(&r->tensors.whole_cycles[op], mt_clock_cycles() - entry,
-                                      memory_order_relaxed);
+            uint64_t cycles = mt_clock_cycles() - entry; /* before the bookkeeping below */
+            /* allocations split by whether their stack had Python frames: the forward pass's
+             * and the optimizer's against autograd's workers' (no Python walk, a deeper native
+             * one), which cost differently */
+            int py_stacks = r->py && (r->cfg.stacks & MT_STACKS_PYTHON);
+            int op = ev.op == MT_OP_FREE                                ? 1
+                     : py_stacks && mt_stacks_last_without_python() ? 2
+                                                                    : 0;
+            atomic_fetch_add_explicit(&r->tensors.whole_cycles[op], cycles, memory_order_relaxed);
             atomic_fetch_add_explicit(&r->tensors.whole_calls[op], 1, memory_order_relaxed);
         }
         mt_hook_leave(r);
