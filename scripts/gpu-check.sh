@@ -210,6 +210,17 @@ same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match 
 same_run threads_t "" "--tensors" $PY "$S/threads.py" --dataloader; torch_match threads_t tensors
 same_run threads_ta "$ASYNC" "--tensors=async" $PY "$S/threads.py"; torch_match threads_ta async
 same_run profiler "" "" $PY "$S/profiler_inside.py";                torch_match profiler default
+# autograd's worker with and without Python frames (a Python backward beside C++ ones): each
+# allocation's stack has the worker's Python frames exactly when it runs Python.
+same_run autograd_py_t "" "--tensors" $PY "$S/autograd_python.py"; torch_match autograd_py_t tensors
+if [ -f "$W/autograd_py_t/t.mtrace" ]; then
+  "$MT" export --format folded --metric peak "$W/autograd_py_t/t.mtrace" > "$W/autograd_py_t/peak.folded" 2>> "$LOG"
+  cat "$W/autograd_py_t/peak.folded" >> "$LOG"
+  check "autograd_py_t: the Python backward's blocks (>= 15 of 16 x 12 MiB at the peak) name its line, not [autograd backward]" ok \
+    "$(grep 'Twice.backward (.*autograd_python.py:[0-9]*)' "$W/autograd_py_t/peak.folded" | grep -v 'autograd backward' | awk '$NF >= 15 * 12582912 { ok = 1 } END { if (ok) print "ok" }')"
+  check "autograd_py_t: the C++ nodes' blocks are [autograd backward] with no Python frame" ok \
+    "$(grep '\[autograd backward\];MmBackward0' "$W/autograd_py_t/peak.folded" | grep -vq 'autograd_python.py' && echo ok)"
+fi
 same_run profiler_t "" "--tensors" $PY "$S/profiler_inside.py" --profile-memory
 torch_match profiler_t tensors
 [ -d "$W/profiler_t" ] && check "torch.profiler saw CUDA kernels while memtrace recorded" ok "$($PY -c 'import json,sys; print("ok" if json.load(open(sys.argv[1]))["profiler_cuda_events"] > 0 else "none")' "$W/profiler_t/traced.json")"

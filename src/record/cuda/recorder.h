@@ -279,6 +279,9 @@ typedef struct mt_recorder {
         _Atomic uint64_t stack_from_table;   /* ... found in the leaf memo's table, not the slot */
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
+        _Atomic uint64_t nopy_calls, nopy_ns, nopy_python_ns, nopy_unwind_ns; /* the same for
+                                         the stacks with no Python frame in a Python process
+                                         (autograd's workers) */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
         _Atomic uint64_t sink_calls, sink_ns;    /* copying an event into the thread's ring */
         _Atomic uint64_t nvml_samples, nvml_ns, nvml_max_ns; /* the NVML sampler's rounds (each

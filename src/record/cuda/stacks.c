@@ -260,6 +260,8 @@ typedef struct capture {
     mt_recorder *r;
     stack_tls *tls;
     int want_py, want_native;
+    int no_py;        /* Python frames wanted, none found (an autograd worker's allocation): the
+                         cost notes count these apart */
     uint64_t api_ip;
     uint64_t inner;   /* the call site's key: the innermost Python frame, or the stand-in's */
     uint64_t py_sig;  /* the Python frames' signature */
@@ -281,7 +283,14 @@ typedef struct capture {
  * delayed the Python walk's own loads by more than they saved the check. Without it, in three H200
  * leases (2026-11-26, eighth session, 15 runs each): a whole report 3-10% less on ResNet-18 in
  * every lease, 7-14% less on GPT-2-like batch 2 in two, 6% more in the busiest, where the check
- * lost more than the walk gained (docs/performance.md, "The memo's prefetch"). */
+ * lost more than the walk gained (docs/performance.md, "The memo's prefetch").
+ *
+ * Nor the other way round on a thread without Python frames (autograd's workers): the walk
+ * first, and the Python lookup skipped when the walk reached the outermost frame without passing
+ * through the interpreter's code. Exact, and the timed lookup there is ~100-125 ns, but a whole
+ * report cost the same with and without it (H200, 2026-11-26, ninth session, 7 runs each:
+ * docs/performance.md, "Which thread pays"): the lookup's misses were not what a report waits
+ * for. */
 static inline void find_site(capture *c, int timed, uint64_t t0)
 {
     mt_recorder *r = c->r;
@@ -295,11 +304,16 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         c->py_sig = mt_pyframes_signature(r->py, top);
     }
     tls_had_no_python = !c->inner;
+    c->no_py = c->want_py && !c->inner;
     if (!c->inner) c->inner = tls_site_key;
     tls_site_key = 0;
     uint64_t t1 = timed ? mt_now_ns() : 0;
-    if (timed) /* one clock read ends the Python part and starts the native one */
+    if (timed) { /* one clock read ends the Python part and starts the native one */
         atomic_fetch_add_explicit(&r->costs.python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
+        if (c->no_py)
+            atomic_fetch_add_explicit(&r->costs.nopy_python_ns, (t1 - t0) * MT_TIME_SAMPLE,
+                                      memory_order_relaxed);
+    }
     c->walk_id = 1; /* no native frames: nothing that could change */
     /* One call instruction for the walk, timed or not: its return address is a frame of every
      * walk, so a second copy of the call (GCC made one for the timed path, threading the two
@@ -312,7 +326,13 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
                                      &c->walk_id);
     __asm__ volatile("" : "+r"(timed));
-    if (timed) mt_cost_add(&r->costs.unwind_ns, NULL, t1, NULL);
+    if (timed) {
+        uint64_t dt = mt_now_ns() - t1;
+        atomic_fetch_add_explicit(&r->costs.unwind_ns, dt * MT_TIME_SAMPLE, memory_order_relaxed);
+        if (c->no_py)
+            atomic_fetch_add_explicit(&r->costs.nopy_unwind_ns, dt * MT_TIME_SAMPLE,
+                                      memory_order_relaxed);
+    }
 }
 
 /* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). Found
@@ -415,6 +435,7 @@ MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t 
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
     if (timed) {
         mt_cost_add(&r->costs.stack_ns, &r->costs.stack_calls, t0, &r->costs.stack_spread);
+        if (c.no_py) mt_cost_add(&r->costs.nopy_ns, &r->costs.nopy_calls, t0, NULL);
         if (n >= 0) {
             atomic_fetch_add_explicit(&r->costs.stack_frames, (uint64_t)n * MT_TIME_SAMPLE,
                                       memory_order_relaxed);
