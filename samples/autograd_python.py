@@ -6,9 +6,9 @@ there too, in C++, with none. Each step the worker goes from one kind to the oth
 What the Python backward allocates is kept to the end, so it is the bulk of the peak.
 
 For `scripts/gpu-check.sh programs`: under --tensors the peak's stacks must name the Python
-backward's line for its blocks, and "[autograd backward]" plus the C++ node for the gradients
-(the recorder reads the worker's Python frames only when its native stack passes through the
-interpreter: src/record/cuda/stacks.c).
+backward's line for its blocks, and "[autograd backward]" plus the C++ node, with no Python
+frame, for the gradients (src/record/cuda/stacks.c reads the worker's Python frames at every
+allocation; a thread without any gets the pseudo frame).
 """
 import torch
 
