@@ -384,7 +384,8 @@ static int by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const m
     mt_line_stat *v;
     size_t n;
     if (mt_by_line(a->frames, d, NULL, &v, &n) < 0) return -1;
-    mt_src_cache sc = {0};
+    mt_src_cache sc;
+    mt_src_cache_init(&sc, a);
     char src[512], path[4096];
     key(o, "by_line");
     mt_out_write(o, "[", 1);
@@ -403,6 +404,11 @@ static int by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const m
             mt_out_write(o, ",", 1);
             key(o, "source");
             mt_out_json_string_html(o, src);
+            if (mt_source_changed(&sc)) {
+                mt_out_write(o, ",", 1);
+                key(o, "source_modified_after_recording");
+                mt_out_puts(o, "true");
+            }
         }
         mt_out_write(o, "}", 1);
     }

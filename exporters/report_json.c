@@ -211,7 +211,8 @@ static int by_line_array(mt_out *o, mt_analysis *a, const mt_device_report *d, c
     mt_line_stat *v;
     size_t n;
     if (mt_by_line(a->frames, d, file, &v, &n) < 0) return -1;
-    mt_src_cache sc = {0};
+    mt_src_cache sc;
+    mt_src_cache_init(&sc, a);
     char src[512];
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < n; i++) {
@@ -231,6 +232,11 @@ static int by_line_array(mt_out *o, mt_analysis *a, const mt_device_report *d, c
             mt_out_write(o, ",", 1);
             key(o, "source");
             mt_out_json_string(o, src);
+            if (mt_source_changed(&sc)) {
+                mt_out_write(o, ",", 1);
+                key(o, "source_modified_after_recording");
+                mt_out_puts(o, "true");
+            }
         }
         mt_out_write(o, "}", 1);
     }

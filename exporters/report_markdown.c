@@ -141,7 +141,9 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
     for (size_t i = 0; i < n && shown < top; i++) shown += v[i].peak_bytes > 0;
     if (shown) {
         char b1[32], b2[32], n1[48], n2[48], where[512], src[160];
-        mt_src_cache sc = {0};
+        mt_src_cache sc;
+        mt_src_cache_init(&sc, a);
+        size_t marked = 0;
         mt_out_printf(o, "Python lines at the peak (innermost Python frame), top %zu:\n\n", shown);
         mt_out_puts(o, "| at the peak | allocated in all | line |\n|--:|--:|---|\n");
         for (size_t i = 0, k = 0; i < n && k < shown; i++) {
@@ -158,12 +160,17 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
             mt_md_code(o, v[i].qualname);
             const char *text = mt_source_line(&sc, v[i].file, v[i].line, src, sizeof src);
             if (text) {
-                mt_out_puts(o, ": ");
+                int changed = mt_source_changed(&sc);
+                marked += (size_t)changed;
+                mt_out_puts(o, changed ? ": (?) " : ": ");
                 mt_md_code(o, text);
             }
             mt_out_puts(o, " |\n");
         }
         mt_out_puts(o, "\n");
+        if (marked)
+            mt_out_printf(o, "(?) %zu line%s from files modified after the recording began: today's "
+                          "text, maybe not the line that ran.\n\n", marked, marked == 1 ? "" : "s");
         mt_src_cache_free(&sc);
     }
     free(v);

@@ -322,7 +322,9 @@ static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, c
     size_t n;
     if (mt_by_line(a->frames, d, file, &v, &n) < 0) return -1;
     char b1[32], b2[32], src[160], where[256];
-    mt_src_cache sc = {0};
+    mt_src_cache sc;
+    mt_src_cache_init(&sc, a);
+    size_t marked = 0;
     mt_out_printf(o, "  by Python line%s%s (innermost Python frame%s; source as on this machine):\n",
                   file ? " in " : "", file ? file : "", file ? " in that file" : "");
     if (!n) mt_out_puts(o, "    no allocation has a Python frame here\n");
@@ -332,12 +334,17 @@ static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, c
         snprintf(where, sizeof where, "%s:%u in %s", slash ? slash + 1 : v[i].file, v[i].line,
                  v[i].qualname);
         const char *text = mt_source_line(&sc, v[i].file, v[i].line, src, sizeof src);
+        int changed = text && mt_source_changed(&sc);
+        marked += (size_t)changed;
         mt_out_printf(o, "    %10s  %10s  %7llu  %s%s%s\n", mt_format_bytes(v[i].peak_bytes, b1, sizeof b1),
                       mt_format_bytes(v[i].alloc_bytes, b2, sizeof b2),
-                      (unsigned long long)v[i].alloc_count, where, text ? "  | " : "",
-                      text ? text : "");
+                      (unsigned long long)v[i].alloc_count, where,
+                      !text ? "" : changed ? "  |? " : "  | ", text ? text : "");
     }
     if (n > top) mt_out_printf(o, "    [%zu more lines]\n", n - top);
+    if (marked)
+        mt_out_printf(o, "    |? %zu line%s from files modified after the recording began: today's text, "
+                      "maybe not the line that ran\n", marked, marked == 1 ? "" : "s");
     mt_src_cache_free(&sc);
     free(v);
     return 0;

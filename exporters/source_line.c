@@ -1,5 +1,6 @@
 /* Source text of Python lines for `report --by-line`: the file as it is on this machine now (it
- * may have changed since recording; the report says the text is "as on this machine").
+ * may have changed since recording; the report says the text is "as on this machine", and marks
+ * the lines of a file whose mtime is after the recording's start).
  * The last file read is kept, split in lines, so a table of many lines of one file reads it once. */
 #include <ctype.h>
 #include <fcntl.h>
@@ -23,18 +24,24 @@ static void drop_file(mt_src_cache *c)
     c->lines = NULL;
     c->n_lines = 0;
     c->missing = 0;
+    c->changed = 0;
+}
+
+void mt_src_cache_init(mt_src_cache *c, const mt_analysis *a)
+{
+    *c = (mt_src_cache){.since_ns = a ? a->header.start_realtime_ns : 0};
 }
 
 void mt_src_cache_free(mt_src_cache *c)
 {
     drop_file(c);
-    *c = (mt_src_cache){0};
+    *c = (mt_src_cache){.since_ns = c->since_ns};
 }
 
 /* The whole of a regular file of at most MAX_SOURCE_BYTES, NUL-terminated, or NULL. The path is
  * the trace's word: opened without blocking (a FIFO), without becoming a controlling terminal,
  * and refused unless regular. */
-static char *read_source(mt_src_cache *c, const char *path, size_t *len)
+static char *read_source(mt_src_cache *c, const char *path, size_t *len, uint64_t *mtime_ns)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return NULL;
@@ -53,6 +60,7 @@ static char *read_source(mt_src_cache *c, const char *path, size_t *len)
         c->loaded += n;
         buf[n] = 0;
         *len = n;
+        *mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     }
     close(fd);
     return buf;
@@ -64,8 +72,10 @@ static void load(mt_src_cache *c, const char *path)
     c->path = strdup(path);
     c->missing = 1;
     size_t n = 0;
-    char *buf = read_source(c, path, &n);
+    uint64_t mtime_ns = 0;
+    char *buf = read_source(c, path, &n, &mtime_ns);
     if (!buf) return;
+    c->changed = c->since_ns && mtime_ns > c->since_ns;
     size_t count = 1;
     for (size_t i = 0; i < n; i++) count += buf[i] == '\n';
     c->lines = malloc(count * sizeof *c->lines);

@@ -31,10 +31,19 @@ typedef struct mt_src_cache {
     char **lines;
     size_t n_lines;
     int missing;
-    uint64_t loaded; /* bytes read so far, all files */
+    uint64_t loaded;   /* bytes read so far, all files */
+    uint64_t since_ns; /* the recording's start on the wall clock (mt_src_cache_init); 0: unknown */
+    int changed;       /* the file of the last line read was modified after since_ns */
 } mt_src_cache;
+/* A cache for the lines of analysis a's trace: it notes files modified after the recording began. */
+void mt_src_cache_init(mt_src_cache *c, const mt_analysis *a);
 const char *mt_source_line(mt_src_cache *c, const char *path, uint32_t line, char *buf,
                            size_t len);
+/* 1 when the file of the line mt_source_line just returned was modified (its mtime) after the
+ * recording began: the text is the file's today and may not be the line that ran. A trace keeps
+ * no copy or hash of its sources, so this is what can be told; a file checked out again after the
+ * recording counts as modified, whatever its content. */
+static inline int mt_source_changed(const mt_src_cache *c) { return c->changed; }
 void mt_src_cache_free(mt_src_cache *c);
 void mt_namebuf_free(mt_namebuf *b);
 /* The stack list of a metric (folded.c). */

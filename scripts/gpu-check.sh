@@ -362,6 +362,12 @@ done
 "$MT" report --by-line --file cifar.py "$W/tensors.mtrace" > "$W/tensors.byline" 2>> "$LOG"
 cat "$W/tensors.byline" >> "$LOG"
 grep -A2 'at peak   allocated' "$W/tensors.byline" | sed -n 2p | grep -q 'fc1'; check "by-line table: the fc1 line leads" 0 $?
+# the source as recorded: quoted unmarked; once the file is touched, marked as maybe not what ran
+grep -q 'cifar.py:[0-9]* in [^|]*  | ' "$W/tensors.byline" && ! grep -q '|?' "$W/tensors.byline"
+check "by-line quotes cifar.py unmarked (not modified since the recording)" 0 $?
+touch "$S/cifar.py"
+"$MT" report --by-line --file cifar.py "$W/tensors.mtrace" 2>> "$LOG" | tee -a "$LOG" | grep -q '|? [0-9]* lines* from files modified after the recording began'
+check "by-line marks cifar.py's lines once the file is touched" 0 $?
 if want basics; then
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?

@@ -1986,7 +1986,13 @@
             el('td', { class: 'frame', title: r.file + ':' + r.line, text: short(r.file) + ':' + r.line }),
             el('td', { class: 'frame', text: r.function }),
             r.source != null
-              ? el('td', { class: 'src', text: r.source })
+              ? el('td', {
+                  class: 'src' + (r.source_modified_after_recording ? ' changed' : ''),
+                  title: r.source_modified_after_recording
+                    ? 'the file was modified after the recording began: this is its text today, maybe not the line that ran'
+                    : null,
+                  text: (r.source_modified_after_recording ? '? ' : '') + r.source,
+                })
               : el('td', { class: 'empty', text: 'not found here' }),
           ),
         ),
@@ -2017,6 +2023,7 @@
     );
     fill();
     const found = D.by_line.filter((r) => r.source != null).length;
+    const changed = D.by_line.filter((r) => r.source_modified_after_recording).length;
     return el(
       'section',
       {
@@ -2042,6 +2049,10 @@
             : '') +
           'Source text as the files were on the machine that made this report' +
           (found < D.by_line.length ? ' (' + (D.by_line.length - found) + ' lines not found there)' : '') +
+          (changed
+            ? '; "?" marks ' + changed + (changed === 1 ? ' line' : ' lines') +
+              ' from files modified after the recording began: today\'s text, maybe not the line that ran'
+            : '') +
           '. Click a number column to sort by it.',
       }),
     );

@@ -43,6 +43,8 @@ static void usage(FILE *f)
           "  --long-names        whole C++ signatures and Python paths\n"
           "  --full-stacks       every frame, CUDA's own included (default: long chains elided)\n"
           "  --by-line           bytes per Python source line (allocated, live at the peak)\n"
+            "                      with its source text as on this machine; \"|?\" marks lines of\n"
+            "                      files modified after the recording began (maybe not what ran)\n"
           "  --file PATH         with --by-line: attribute to the innermost frame in PATH\n"
           "  --categories FILE   your own rules for the tensors' categories, tried first, one\n"
           "                      per line: CATEGORY <- PATTERN (a substring of a frame name;\n"

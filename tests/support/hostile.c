@@ -5,15 +5,18 @@
 
 #include "memtrace/trace.h"
 
-static mt_writer *open_trace(const char *path)
+static mt_writer *open_trace_at(const char *path, uint64_t realtime_ns)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return NULL;
-    mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 4242, .start_monotonic_ns = 1000};
+    mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 4242, .start_monotonic_ns = 1000,
+                        .start_realtime_ns = realtime_ns};
     mt_writer *w = mt_writer_open_fd(fd, &h, 0);
     if (!w) close(fd);
     return w;
 }
+
+static mt_writer *open_trace(const char *path) { return open_trace_at(path, 0); }
 
 static int put_node(mt_writer *w, uint32_t id, uint32_t parent, uint64_t ip)
 {
@@ -232,7 +235,13 @@ int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n)
 
 int mt_hostile_python_source(const char *path, const char *filename, uint32_t line)
 {
-    mt_writer *w = open_trace(path);
+    return mt_hostile_python_source_at(path, filename, line, 0);
+}
+
+int mt_hostile_python_source_at(const char *path, const char *filename, uint32_t line,
+                                uint64_t realtime_ns)
+{
+    mt_writer *w = open_trace_at(path, realtime_ns);
     if (!w) return -1;
     mt_record code = {.type = MT_REC_PYCODE,
                       .u.pycode = {.id = 1, .firstlineno = 1, .filename = filename,

@@ -42,4 +42,8 @@ int mt_hostile_phase_churn(const char *path, uint32_t live, uint32_t n);
 /* One tensor allocated at line `line` of a Python function in `filename` (a path the by-line
  * table and the HTML report read source text from). */
 int mt_hostile_python_source(const char *path, const char *filename, uint32_t line);
+/* The same, recorded from realtime_ns on the wall clock (0: not known; then no source file counts
+ * as modified after the recording). */
+int mt_hostile_python_source_at(const char *path, const char *filename, uint32_t line,
+                                uint64_t realtime_ns);
 #endif
