@@ -322,6 +322,11 @@ Test(cli_outputs, source_modified_after_the_recording_is_marked, .timeout = 60)
         cr_expect_eq(strstr(msg, "1 line from files modified after the recording began") != NULL,
                      after, "after=%d: %s", after, msg);
         free(msg);
+        msg = output_of(MEMTRACE " report --markdown %s 2>&1", t);
+        cr_expect_eq(strstr(msg, ": (?) `x = torch.empty(1 << 20)`") != NULL, after, "after=%d: %s",
+                     after, msg);
+        cr_expect(strstr(msg, "`x = torch.empty(1 << 20)`"), "%s", msg);
+        free(msg);
         cr_assert_eq(status_of(MEMTRACE " report --by-line --json %s > %s", t, js), 0);
         msg = output_of("cat %s", js);
         cr_expect(strstr(msg, "\"source\":\"x = torch.empty(1 << 20)\""), "%s", msg);
