@@ -402,13 +402,9 @@ static int by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, const m
         const char *p = source_path(v[i].file, opt->source_root, path, sizeof path);
         if (p && mt_source_line(&sc, p, v[i].line, src, sizeof src)) {
             mt_out_write(o, ",", 1);
+            if (mt_source_changed(&sc)) boolk(o, "source_modified_after_recording", 1);
             key(o, "source");
             mt_out_json_string_html(o, src);
-            if (mt_source_changed(&sc)) {
-                mt_out_write(o, ",", 1);
-                key(o, "source_modified_after_recording");
-                mt_out_puts(o, "true");
-            }
         }
         mt_out_write(o, "}", 1);
     }

@@ -232,11 +232,7 @@ static int by_line_array(mt_out *o, mt_analysis *a, const mt_device_report *d, c
             mt_out_write(o, ",", 1);
             key(o, "source");
             mt_out_json_string(o, src);
-            if (mt_source_changed(&sc)) {
-                mt_out_write(o, ",", 1);
-                key(o, "source_modified_after_recording");
-                mt_out_puts(o, "true");
-            }
+            if (mt_source_changed(&sc)) mt_out_puts(o, ",\"source_modified_after_recording\":true");
         }
         mt_out_write(o, "}", 1);
     }

@@ -169,8 +169,8 @@ static int lines_table(mt_out *o, mt_analysis *a, const mt_device_report *d, siz
         }
         mt_out_puts(o, "\n");
         if (marked)
-            mt_out_printf(o, "(?) %zu line%s from files modified after the recording began: today's "
-                          "text, maybe not the line that ran.\n\n", marked, marked == 1 ? "" : "s");
+            mt_out_printf(o, "(?) %zu line%s " MT_SOURCE_CHANGED_WHY ".\n\n", marked,
+                          marked == 1 ? "" : "s");
         mt_src_cache_free(&sc);
     }
     free(v);

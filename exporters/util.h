@@ -44,6 +44,9 @@ const char *mt_source_line(mt_src_cache *c, const char *path, uint32_t line, cha
  * no copy or hash of its sources, so this is what can be told; a file checked out again after the
  * recording counts as modified, whatever its content. */
 static inline int mt_source_changed(const mt_src_cache *c) { return c->changed; }
+/* What the text and Markdown tables say under the lines they marked (after a count of lines). */
+#define MT_SOURCE_CHANGED_WHY \
+    "from files modified after the recording began: today's text, maybe not the line that ran"
 void mt_src_cache_free(mt_src_cache *c);
 void mt_namebuf_free(mt_namebuf *b);
 /* The stack list of a metric (folded.c). */
