@@ -273,6 +273,15 @@ typedef struct capture {
                          captures never fetch) */
 } capture;
 
+/* A timed part of a capture, added to the total over all stacks and, for a stack without Python
+ * frames, to that share too (the cost notes split them: docs/performance.md, "Which thread pays"). */
+static inline void add_part(_Atomic uint64_t *all, _Atomic uint64_t *no_python, int no_py,
+                            uint64_t dt)
+{
+    atomic_fetch_add_explicit(all, dt * MT_TIME_SAMPLE, memory_order_relaxed);
+    if (no_py) atomic_fetch_add_explicit(no_python, dt * MT_TIME_SAMPLE, memory_order_relaxed);
+}
+
 /* Step 1, where the call comes from: the Python frames' signature first (its innermost frame
  * names the call site, the key under which the unwinder remembers this walk); then the native
  * walk, lazily: when the unwinder remembers it whole, its frames are fetched only if the leaf memo
@@ -308,12 +317,8 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
     if (!c->inner) c->inner = tls_site_key;
     tls_site_key = 0;
     uint64_t t1 = timed ? mt_now_ns() : 0;
-    if (timed) { /* one clock read ends the Python part and starts the native one */
-        atomic_fetch_add_explicit(&r->costs.python_ns, (t1 - t0) * MT_TIME_SAMPLE, memory_order_relaxed);
-        if (c->no_py)
-            atomic_fetch_add_explicit(&r->costs.nopy_python_ns, (t1 - t0) * MT_TIME_SAMPLE,
-                                      memory_order_relaxed);
-    }
+    if (timed) /* one clock read ends the Python part and starts the native one */
+        add_part(&r->costs.python_ns, &r->costs.nopy_python_ns, c->no_py, t1 - t0);
     c->walk_id = 1; /* no native frames: nothing that could change */
     /* One call instruction for the walk, timed or not: its return address is a frame of every
      * walk, so a second copy of the call (GCC made one for the timed path, threading the two
@@ -326,13 +331,7 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
                                      &c->walk_id);
     __asm__ volatile("" : "+r"(timed));
-    if (timed) {
-        uint64_t dt = mt_now_ns() - t1;
-        atomic_fetch_add_explicit(&r->costs.unwind_ns, dt * MT_TIME_SAMPLE, memory_order_relaxed);
-        if (c->no_py)
-            atomic_fetch_add_explicit(&r->costs.nopy_unwind_ns, dt * MT_TIME_SAMPLE,
-                                      memory_order_relaxed);
-    }
+    if (timed) add_part(&r->costs.unwind_ns, &r->costs.nopy_unwind_ns, c->no_py, mt_now_ns() - t1);
 }
 
 /* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). Found
