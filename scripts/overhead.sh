@@ -110,7 +110,27 @@ PYEOF
     echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
     case $c in tensors*|ab_tensors*|ab_default*|ab_control_?*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
-    cost_notes "$MT" "$W/t.mtrace" "$c" >> "$W/notes"
+    cost_notes "$MT" "$W/t.mtrace" "$c" > "$W/run.notes"
+    cat "$W/run.notes" >> "$W/notes"
+    # What the run's own notes predict for its A/B: reports per recorded step times a whole
+    # report's average, against the off-phases' step (recorded steps: train.py's warm-up and
+    # half of the phases; cifar.py's steps include its warm-up). An estimate: the notes count
+    # "about" (1 call in 16 counted and timed), but it carries none of the A/B's spread between
+    # processes (docs/performance.md, eleventh session).
+    case $c in ab_tensors*)
+      $PY - "$W/run.notes" "$W/$c.ab" "$STEPS" "$WORKLOAD" >> "$W/$c.direct" <<'PYEOF' 2>> "$W/failures"
+import re, sys
+notes, ab = open(sys.argv[1]).read(), open(sys.argv[2]).read().splitlines()
+steps, workload = int(sys.argv[3]), sys.argv[4]
+n = re.search(r'"tensor reports: about (\d+)', notes)
+whole = re.search(r'"tensor reports, whole: (\d+) ns', notes)
+off = re.findall(r"ab_off_ms=([0-9.]+)", ab[-1]) if ab else []
+if n and whole and off:
+    recorded = (steps - 20) / 2 + 20 if workload == "cifar" else steps / 2 + 20
+    per_step = int(n.group(1)) / recorded
+    print("%.3f %.0f %s" % (100.0 * per_step * int(whole.group(1)) / (float(off[0]) * 1e6), per_step, whole.group(1)))
+PYEOF
+    ;; esac
   done
 done
 {
@@ -142,8 +162,17 @@ import re, statistics, sys
 runs = [dict((k, float(v)) for k, v in re.findall(r"(\w+)=([0-9.eE+-]+)", l)) for l in open(sys.argv[1]) if l.strip()]
 if runs:
     med = lambda k: statistics.median(r[k] for r in runs)
-    print("%-20s %9.4f %9.4f %8.2f%%  %s (pairs %d)" % (sys.argv[2], med("ab_off_ms"), med("ab_on_ms"), med("ab_overhead_pct"),
-          " ".join("%.2f" % r["ab_overhead_pct"] for r in runs), sum(int(r["ab_pairs"]) for r in runs)))
+    direct = ""
+    try:  # ab_tensors*: what the run's own cost notes account for (see the loop above)
+        d = [l.split() for l in open(sys.argv[1][:-3] + ".direct") if l.strip()]
+        if d:
+            direct = "; the notes' own time: %.2f%% (runs %s; %.0f reports a step, whole report %s ns)" % (
+                statistics.median(float(x[0]) for x in d), " ".join("%.2f" % float(x[0]) for x in d),
+                statistics.median(float(x[1]) for x in d), "/".join(x[2] for x in d))
+    except OSError:
+        pass
+    print("%-20s %9.4f %9.4f %8.2f%%  %s (pairs %d)%s" % (sys.argv[2], med("ab_off_ms"), med("ab_on_ms"), med("ab_overhead_pct"),
+          " ".join("%.2f" % r["ab_overhead_pct"] for r in runs), sum(int(r["ab_pairs"]) for r in runs), direct))
 PYEOF
     done
   fi
