@@ -4,7 +4,7 @@
  *    "traces": [{
  *      "label" (mt_trace_label), "file", "comm", "pid", "host", "command", "view" (the stacks'
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
- *      "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
+ *      "recording_cost" ([brief, sentence]: mt_cost_describe; null without cost notes), "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
  *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
  *      "warning_times_ns": [...] (since trace start, same order),
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
@@ -683,6 +683,15 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     mt_out_printf(o, "%llu.%06llu,", (unsigned long long)(a->header.start_realtime_ns / 1000000),
                   (unsigned long long)(a->header.start_realtime_ns % 1000000));
     u64k(o, "duration_ns", a->duration_ns);
+    char cost_brief[64], cost[640];
+    key(o, "recording_cost"); /* [brief, sentence], or null without cost notes */
+    if (mt_cost_describe(a, cost_brief, sizeof cost_brief, cost, sizeof cost)) {
+        mt_out_write(o, "[", 1);
+        mt_out_json_string_html(o, cost_brief);
+        mt_out_write(o, ",", 1);
+        mt_out_json_string_html(o, cost);
+        mt_out_puts(o, "],");
+    } else mt_out_puts(o, "null,");
     u64k(o, "events", a->events);
     u64k(o, "dropped", a->dropped);
     boolk(o, "ended_cleanly", a->ended_cleanly);

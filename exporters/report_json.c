@@ -18,6 +18,28 @@ static void u64f(mt_out *o, const char *k, uint64_t v, int comma)
     mt_out_printf(o, "%llu%s", (unsigned long long)v, comma ? "," : "");
 }
 
+/* "recording_cost": memtrace's own time on the program's threads, from the recorder's notes at
+ * exit (docs/json.md); null when the trace has none. */
+static void recording_cost(mt_out *o, const mt_analysis *a)
+{
+    const mt_recording_cost *c = &a->cost;
+    double total = mt_recording_cost_ns(c);
+    key(o, "recording_cost");
+    if (!(total > 0)) {
+        mt_out_puts(o, "null,");
+        return;
+    }
+    mt_out_printf(o, "{\"ns\":%.0f,\"share_of_duration\":%.6g,\"tensor_report_whole\":%s,", total,
+                  a->duration_ns ? total / (double)a->duration_ns : 0.0,
+                  c->tensor_whole ? "true" : "false");
+    const mt_cost_part *parts[3] = {&c->tensors, &c->callbacks, &c->hooked};
+    const char *names[3] = {"tensor_reports", "callbacks", "hooked_calls"};
+    for (int i = 0; i < 3; i++)
+        mt_out_printf(o, "\"%s\":{\"calls\":%llu,\"ns_each\":%.0f,\"timed\":%llu}%s", names[i],
+                      (unsigned long long)parts[i]->calls, parts[i]->ns,
+                      (unsigned long long)parts[i]->timed, i < 2 ? "," : "},");
+}
+
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
                        size_t top, const mt_report_options *ro, mt_namebuf *nb)
 {
@@ -415,6 +437,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_out_write(o, ",", 1);
     key(o, "ended_cleanly");
     mt_out_puts(o, a->ended_cleanly ? "true," : "false,");
+    recording_cost(o, a);
     key(o, "warnings");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_warnings; i++) {

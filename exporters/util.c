@@ -61,6 +61,66 @@ const char *mt_format_rel(uint64_t ns, char *buf, size_t len)
     return buf;
 }
 
+/* "884 ns", "4.05 ms", "1.234 s" */
+static void put_span(char *buf, size_t len, double ns)
+{
+    if (ns < 1e3) snprintf(buf, len, "%.0f ns", ns);
+    else if (ns < 1e6) snprintf(buf, len, "%.1f µs", ns / 1e3);
+    else if (ns < 1e9) snprintf(buf, len, "%.2f ms", ns / 1e6);
+    else snprintf(buf, len, "%.3f s", ns / 1e9);
+}
+
+/* ", " and "N WHAT × NS ns" (with "rough: from N timed calls" under 100 of them) at parts + *n */
+static void put_part(char *parts, size_t len, size_t *n, const mt_cost_part *p, const char *what,
+                     const char *aside)
+{
+    if (!p->calls || *n >= len) return;
+    char rough[64] = "";
+    if (p->timed && p->timed < 100)
+        snprintf(rough, sizeof rough, " (rough: from %llu timed call%s)",
+                 (unsigned long long)p->timed, p->timed == 1 ? "" : "s");
+    int k = snprintf(parts + *n, len - *n, "%s%llu %s × %.0f ns%s%s", *n ? ", " : "",
+                     (unsigned long long)p->calls, what, p->ns, aside, rough);
+    if (k > 0) *n += (size_t)k;
+}
+
+const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len, char *buf,
+                             size_t len)
+{
+    const mt_recording_cost *c = &a->cost;
+    double total = mt_recording_cost_ns(c);
+    if (!(total > 0)) return NULL;
+    char t[32], d[32], share[96] = "", parts[400] = "";
+    put_span(t, sizeof t, total);
+    double pct = a->duration_ns ? 100.0 * total / (double)a->duration_ns : 0.0;
+    if (a->duration_ns)
+        snprintf(share, sizeof share, ", %.2f%% of the %s recorded", pct,
+                 mt_format_rel(a->duration_ns, d, sizeof d) + 1);
+    size_t n = 0;
+    put_part(parts, sizeof parts, &n, &c->tensors, "tensor reports",
+             c->tensor_whole ? "" : " (time stamp not included)");
+    put_part(parts, sizeof parts, &n, &c->callbacks, "CUDA API callbacks", "");
+    put_part(parts, sizeof parts, &n, &c->hooked, "cudaMallocAsync/cudaFreeAsync calls", "");
+    /* parts averaged over few timed calls (a one-time cost such as the first stack's unwinding
+     * tables lands in one of them, times the sampling's factor): say so when they weigh */
+    double rough = 0;
+    const mt_cost_part *all[3] = {&c->tensors, &c->callbacks, &c->hooked};
+    for (int i = 0; i < 3; i++)
+        if (all[i]->timed && all[i]->timed < 100) rough += (double)all[i]->calls * all[i]->ns;
+    char caveat[96] = "";
+    if (rough > 0.1 * total)
+        snprintf(caveat, sizeof caveat, " (rough: %.0f%% of it from parts with few timed calls)",
+                 100.0 * rough / total);
+    snprintf(buf, len, "about %s%s of memtrace's own work on the program's threads%s (%s; from the "
+             "recorder's sampled self-timing)", t, caveat, share, parts);
+    if (brief && brief_len) {
+        const char *tilde = rough > 0.1 * total ? "~" : "";
+        if (a->duration_ns) snprintf(brief, brief_len, "%s%s (%.2f%%)", tilde, t, pct);
+        else snprintf(brief, brief_len, "%s%s", tilde, t);
+    }
+    return buf;
+}
+
 const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len)
 {
     uint64_t t = a->header.start_realtime_ns + rel_ns;

@@ -368,6 +368,20 @@ check "by-line quotes cifar.py unmarked (not modified since the recording)" 0 $?
 touch "$S/cifar.py"
 "$MT" report --by-line --file cifar.py "$W/tensors.mtrace" 2>> "$LOG" | tee -a "$LOG" | grep -q '|? [0-9]* lines* from files modified after the recording began'
 check "by-line marks cifar.py's lines once the file is touched" 0 $?
+# what recording cost, read back from the recorder's notes: the whole report's average (this
+# recorder notes it), on enough timed calls, and a call count that agrees with the trace's own
+# (~25 000 reports, ~1 500 timed at random: the count's error is ~2.5%)
+"$MT" report "$W/tensors.mtrace" 2>> "$LOG" | grep '^recording cost: about .* tensor reports × [0-9]* ns[,;]' >> "$LOG"
+check "report: a recording cost line with the whole tensor report" 0 $?
+check "recording cost: tensor reports as many as the trace's tensor events (±10%), whole, >= 100 timed" ok "$($PY - "$W/tensors.json" <(grep -c ' kind=tensor ' "$W/tensors.dump") <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["recording_cost"]
+events = int(open(sys.argv[2]).read())
+t = c["tensor_reports"] if c else {}
+ok = c and c["tensor_report_whole"] and t["timed"] >= 100 and abs(t["calls"] - events) <= 0.1 * events
+print("ok" if ok else "cost %s against %d tensor events" % (c, events))
+PYEOF
+)"
 if want basics; then
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?

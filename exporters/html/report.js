@@ -281,6 +281,10 @@
       T.host ? el('span', { text: 'host ' + T.host }) : null,
       el('span', { text: 'recorded ' + fmtDate(T.start_unix_ms) }),
       el('span', { text: 'duration ' + fmtDur(T.duration_ns) }),
+      // memtrace's own time on the program's threads, from the recorder's cost notes
+      T.recording_cost
+        ? el('span', { text: 'recording cost ' + T.recording_cost[0], title: T.recording_cost[1] })
+        : null,
       el('span', { text: fmtInt(T.events) + ' events' }),
       el('span', { text: T.file }),
     );

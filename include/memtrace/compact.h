@@ -478,6 +478,27 @@ typedef struct mt_failed_request {
 
 #define MT_MAX_FAILED_KEPT 64 /* failed requests with full forensics; all are counted */
 
+/* One hot path's part of it: calls (an estimate, as the recorder counts them), the average ns
+ * of a call, and how many timed calls that average stands on (0: not said). */
+typedef struct mt_cost_part {
+    uint64_t calls, timed;
+    double ns;
+} mt_cost_part;
+
+/* What recording cost the program on its own threads, read back from the recorder's cost notes
+ * at exit (MT_COST_NOTE_*, trace.h), from its sampled self-timing. All 0 when the trace has none
+ * of them (the recorder did not reach its exit, or predates the notes). */
+typedef struct mt_recording_cost {
+    mt_cost_part tensors;   /* PyTorch's allocator's reports (--tensors) */
+    int tensor_whole;       /* tensors.ns is the whole report's (time stamp included), not the
+                               timed part's */
+    mt_cost_part callbacks; /* CUPTI API callbacks, entry and exit */
+    mt_cost_part hooked;    /* the cudaMallocAsync/cudaFreeAsync stand-ins */
+} mt_recording_cost;
+
+/* The total of the parts above, in ns (0 without any). */
+double mt_recording_cost_ns(const mt_recording_cost *c);
+
 typedef struct mt_analysis {
     char *path;
     mt_file_header header;
@@ -506,6 +527,7 @@ typedef struct mt_analysis {
     char **warnings;            /* WARNING notes of the recorder */
     uint64_t *warning_times_ns; /* when each was noted, since trace start (parallel to warnings) */
     size_t n_warnings;
+    mt_recording_cost cost;     /* from the recorder's notes at exit */
     struct { uint32_t tid; char *name; } *threads;
     size_t n_threads;
     mt_categorizer *categories; /* names of the categories and the optimizer; NULL without tensors */

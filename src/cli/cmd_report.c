@@ -25,6 +25,7 @@ static void usage(FILE *f)
           "  a directory stands for every *.mtrace in it; several traces (a job's ranks) are\n"
           "  ordered by rank and open with a rank table: each rank's peak, when, its top\n"
           "  stack, and what makes the largest rank larger than the median one.\n"
+          "  what recording cost the run (memtrace's own time, from its sampled notes);\n"
           "  per GPU: peak bytes and when, where the memory is (nvidia-smi total = context &\n"
           "  driver + allocator reserved + other libraries), what was live at the peak by\n"
           "  stack, what is live at the end and who holds it (an allocator's cache or a\n"

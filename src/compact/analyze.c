@@ -1013,7 +1013,10 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         return 0;
     }
     case MT_REC_NOTE: {
-        if (rec->u.note.level != MT_NOTE_WARNING) return 0;
+        if (rec->u.note.level != MT_NOTE_WARNING) {
+            mt_cost_read_note(&a->cost, rec->u.note.text);
+            return 0;
+        }
         size_t cap = p->cap_warnings;
         if (mt_grow((void **)&a->warnings, &cap, a->n_warnings + 1, sizeof *a->warnings) < 0 ||
             mt_grow((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,

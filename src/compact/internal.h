@@ -201,4 +201,6 @@ static inline uint64_t mt_breakdown_visible(const mt_usage *u)
  * is unknown, and b says why. */
 void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t n, uint64_t visible,
                               uint64_t driver);
+/* Reads one INFO note of the recorder into c if it is one of its cost notes (recording_cost.c). */
+void mt_cost_read_note(mt_recording_cost *c, const char *text);
 #endif

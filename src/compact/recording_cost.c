@@ -1,0 +1,100 @@
+/* What recording cost the program, read back from the recorder's notes at exit.
+ *
+ * The recorder times 1 call in 16 of each hot path on the thread that makes it and writes, at
+ * exit, one note per path: "NAME: about CALLS WHAT, NS ns each on average ..." (notes.c; the
+ * names are shared through trace.h). Their product, summed, is memtrace's own time on the
+ * program's threads. On the GPU the per-step share of it matched the in-process A/B within the
+ * A/B's spread (docs/performance.md, "What a step's cost is made of"), so the report can say
+ * what the run paid without a second, untraced run. A note that does not read as expected is
+ * left out: the notes are text, and a trace is untrusted input. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* After "NAME: " in text: the rest, or NULL when text is another note. */
+static const char *after_name(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(text, name, n) != 0 || text[n] != ':' || text[n + 1] != ' ') return NULL;
+    return text + n + 2;
+}
+
+/* The number just before the first MT_COST_NOTE_EACH in s; -1 when there is none. */
+static double ns_each(const char *s)
+{
+    const char *end = strstr(s, MT_COST_NOTE_EACH);
+    if (!end) return -1;
+    const char *p = end;
+    while (p > s && (p[-1] == '.' || (p[-1] >= '0' && p[-1] <= '9'))) p--;
+    if (p == end || (p > s && p[-1] != ' ')) return -1; /* a number of its own, as written */
+    char *stop;
+    double ns = strtod(p, &stop);
+    /* at most 1000 s a call: a note that says more was not written by a recorder that ran */
+    return stop == end && isfinite(ns) && ns >= 0 && ns <= 1e12 ? ns : -1;
+}
+
+/* The whole number just before the first `what` in s; 0 when there is none. */
+static uint64_t number_before(const char *s, const char *what)
+{
+    const char *end = strstr(s, what), *p = end;
+    if (!end) return 0;
+    while (p > s && p[-1] >= '0' && p[-1] <= '9') p--;
+    return p < end ? strtoull(p, NULL, 10) : 0;
+}
+
+/* "(... 1 in K timed ...)": the calls behind the average are CALLS / K (0 when not said). */
+static uint64_t timed_of(const char *s, uint64_t calls)
+{
+    const char *p = strstr(s, "1 in ");
+    if (!p) return 0;
+    char *stop;
+    unsigned long long k = strtoull(p + 5, &stop, 10);
+    if (!k || strncmp(stop, " timed", 6) != 0) return 0;
+    return calls / k;
+}
+
+/* "about CALLS ..., NS ns each on average ... (1 in K timed ...)": 1 with calls and ns, 0
+ * otherwise. */
+static int calls_and_ns(const char *s, mt_cost_part *part)
+{
+    if (!s || strncmp(s, "about ", 6) != 0 || s[6] < '0' || s[6] > '9') return 0;
+    char *stop;
+    unsigned long long n = strtoull(s + 6, &stop, 10);
+    double each = ns_each(stop);
+    if (each < 0) return 0;
+    *part = (mt_cost_part){.calls = n, .ns = each, .timed = timed_of(stop, n)};
+    return 1;
+}
+
+void mt_cost_read_note(mt_recording_cost *c, const char *text)
+{
+    if (!text) return;
+    const char *rest;
+    if ((rest = after_name(text, MT_COST_NOTE_TENSORS_WHOLE))) {
+        double ns = ns_each(rest);
+        if (ns >= 0 && strncmp(rest, "about ", 6) != 0) {
+            c->tensors.ns = ns; /* the whole report replaces the timed part */
+            c->tensors.timed = number_before(rest, " other reports");
+            c->tensor_whole = 1;
+        }
+        return;
+    }
+    mt_cost_part p;
+    if (calls_and_ns(after_name(text, MT_COST_NOTE_TENSORS), &p)) {
+        if (c->tensor_whole) /* keep the whole report's average, and what it stands on */
+            p.ns = c->tensors.ns, p.timed = c->tensors.timed;
+        c->tensors = p;
+    } else if (calls_and_ns(after_name(text, MT_COST_NOTE_CALLBACKS), &p)) {
+        c->callbacks = p;
+    } else if (calls_and_ns(after_name(text, MT_COST_NOTE_HOOKED), &p)) {
+        c->hooked = p;
+    }
+}
+
+double mt_recording_cost_ns(const mt_recording_cost *c)
+{
+    return (double)c->tensors.calls * c->tensors.ns + (double)c->callbacks.calls * c->callbacks.ns +
+           (double)c->hooked.calls * c->hooked.ns;
+}

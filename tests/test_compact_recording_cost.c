@@ -1,0 +1,173 @@
+/* What recording cost the program, read back from the recorder's cost notes (recording_cost.c):
+ * the notes of real GPU runs, in either order, hostile ones, few timed calls, and the report's
+ * line and JSON object. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memtrace/export.h"
+#include "test_compact_fixture.h"
+
+/* Verbatim from a trace recorded on an H200 (GPT-2-like, batch 2, --tensors; 2026-11-26). */
+#define TENSORS                                                                                    \
+    "tensor reports: about 421024 allocations and frees reported by PyTorch's caching "           \
+    "allocator, 519 ns each on average inside memtrace (1 in 16 timed; timed calls: median under " \
+    "320 ns, 90% under 1024 ns, 99% under 2048 ns)"
+#define WHOLE                                                                                      \
+    "tensor reports, whole: 458 ns each on average from the stand-in's entry to its return, time " \
+    "stamp and in-flight count included (allocations 732 ns: 827 ns with Python frames, 623 ns "   \
+    "without (47% of them, autograd's threads); frees 185 ns; 24775 other reports, timed in TSC "  \
+    "cycles and not by the clock: what an untimed report costs)"
+#define CALLBACKS                                                                                  \
+    "callbacks: about 112 (API entry and exit), 10577 ns each on average inside memtrace (CUPTI's " \
+    "own dispatch not included; 1 in 16 timed; timed calls: median under 13.3 us, 90% under 28.7 " \
+    "us, 99% under 28.7 us)"
+/* From tests/data/cifar_tensors_async.mtrace (H100, backend:cudaMallocAsync). */
+#define HOOKED                                                                                     \
+    "hooked calls: about 2512 cudaMallocAsync/cudaFreeAsync, 4839 ns each on average inside "      \
+    "memtrace after the call (1 in 16 timed)"
+
+/* A trace of one allocation, these INFO notes, and an END at 10 s. */
+static mt_analysis *with_notes(const char *stem, const char *const *notes, int n)
+{
+    fx f;
+    fx_open(&f, stem);
+    fx_ev(&f, MT_OP_ALLOC, 0, 0, 0x1000, 100, 1, 0);
+    for (int i = 0; i < n; i++) {
+        mt_record r = {.type = MT_REC_NOTE};
+        r.u.note = (mt_note){.time_ns = FX_T0 + 9000 * MS, .level = MT_NOTE_INFO, .text = notes[i]};
+        fx_put(&f, &r);
+    }
+    fx_end(&f, 10000, 1, 0);
+    fx_close(&f);
+    return fx_analyze(f.path);
+}
+
+static int text_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_text(o, a, &ro);
+}
+
+static int json_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    (void)ctx;
+    mt_report_options ro = {0};
+    return mt_report_json(o, &a, 1, &ro);
+}
+
+Test(recording_cost, the_notes_of_a_gpu_run_add_up)
+{
+    const char *notes[] = {"Python frames: on", CALLBACKS, TENSORS, WHOLE, HOOKED};
+    mt_analysis *a = with_notes("cost.mtrace", notes, 5);
+    const mt_recording_cost *c = &a->cost;
+    cr_expect_eq(c->tensors.calls, 421024);
+    cr_expect(c->tensor_whole);
+    cr_expect_float_eq(c->tensors.ns, 458.0, 1e-9, "the whole report's average, not the timed part's");
+    cr_expect_eq(c->tensors.timed, 24775);
+    cr_expect_eq(c->callbacks.calls, 112);
+    cr_expect_float_eq(c->callbacks.ns, 10577.0, 1e-9);
+    cr_expect_eq(c->callbacks.timed, 7); /* 112 / 16 */
+    cr_expect_eq(c->hooked.calls, 2512);
+    cr_expect_float_eq(c->hooked.ns, 4839.0, 1e-9);
+    double total = 421024.0 * 458 + 112.0 * 10577 + 2512.0 * 4839;
+    cr_expect_float_eq(mt_recording_cost_ns(c), total, 1e-3);
+
+    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    /* 192.83 + 1.18 + 12.16 ms = 206.17 ms of the 10 s recorded */
+    cr_expect(strstr(text, "recording cost: about 206.17 ms of memtrace's own work on the "
+                           "program's threads, 2.06% of the 10.000000 s recorded (421024 tensor "
+                           "reports × 458 ns, 112 CUDA API callbacks × 10577 ns (rough: from 7 "
+                           "timed calls), 2512 cudaMallocAsync/cudaFreeAsync calls × 4839 ns;"),
+              "%s", text);
+    char *json = fx_capture(a, json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"recording_cost\":{\"ns\":206169184,\"share_of_duration\":0.0206169,"
+                           "\"tensor_report_whole\":true,\"tensor_reports\":{\"calls\":421024,"
+                           "\"ns_each\":458,\"timed\":24775},\"callbacks\":{\"calls\":112,"
+                           "\"ns_each\":10577,\"timed\":7},\"hooked_calls\":{\"calls\":2512,"
+                           "\"ns_each\":4839,\"timed\":157}}"),
+              "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+}
+
+/* The whole report's note may come first; the timed part's note must not replace it. */
+Test(recording_cost, the_whole_report_wins_in_either_order)
+{
+    const char *notes[] = {WHOLE, TENSORS};
+    mt_analysis *a = with_notes("cost_order.mtrace", notes, 2);
+    cr_expect_float_eq(a->cost.tensors.ns, 458.0, 1e-9);
+    cr_expect_eq(a->cost.tensors.timed, 24775);
+    cr_expect_eq(a->cost.tensors.calls, 421024);
+    mt_analysis_free(a);
+    const char *older[] = {TENSORS}; /* a recorder from before the whole report's note */
+    a = with_notes("cost_older.mtrace", older, 1);
+    cr_expect(!a->cost.tensor_whole);
+    cr_expect_float_eq(a->cost.tensors.ns, 519.0, 1e-9);
+    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "421024 tensor reports × 519 ns (time stamp not included)"), "%s", text);
+    free(text);
+    mt_analysis_free(a);
+}
+
+/* Parts that stand on few timed calls are marked, and the total with them when they weigh. */
+Test(recording_cost, few_timed_calls_are_called_rough)
+{
+    const char *notes[] = {"callbacks: about 32 (API entry and exit), 722676 ns each on average "
+                           "inside memtrace (1 in 16 timed)",
+                           "tensor reports: about 2256 allocations and frees, 846 ns each on "
+                           "average inside memtrace (1 in 16 timed)"};
+    mt_analysis *a = with_notes("cost_rough.mtrace", notes, 2);
+    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "recording cost: about 25.03 ms (rough: 92% of it from parts with few "
+                           "timed calls) of"), "%s", text);
+    cr_expect(strstr(text, "32 CUDA API callbacks × 722676 ns (rough: from 2 timed calls)"), "%s",
+              text);
+    cr_expect(strstr(text, "2256 tensor reports × 846 ns (time stamp not included) (rough: from "
+                           "141 timed calls)") == NULL, "%s", text);
+    free(text);
+    mt_analysis_free(a);
+}
+
+/* Notes are text in an untrusted file: anything that does not read as a cost note is no cost. */
+Test(recording_cost, notes_that_do_not_read_add_nothing)
+{
+    const char *notes[] = {
+        "tensor reports: about x allocations, 519 ns each on average",
+        "tensor reports: about 5 allocations, 1e999 ns each on average",
+        "callbacks: about 18446744073709551615 (API), 9999999999999999 ns each on average",
+        "callbacks: about 12 (API entry and exit), ns each on average",
+        "callbacks about 12, 5 ns each on average",
+        "hooked calls: about 7 calls, 12 ns each",
+        "tensor reports, whole: about 12 ns each on average",
+        "tensor reports, whole: 1.2.3 ns each on average",
+        "tensor reports:about 3, 4 ns each on average",
+        "",
+    };
+    mt_analysis *a = with_notes("cost_hostile.mtrace", notes, 10);
+    cr_expect_eq(mt_recording_cost_ns(&a->cost), 0.0);
+    cr_expect(!a->cost.tensor_whole);
+    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "recording cost") == NULL, "%s", text);
+    char *json = fx_capture(a, json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"recording_cost\":null,"), "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+}
+
+/* A trace the recorder wrote on the GPU (tests/data, H100): its notes read back as they say. */
+Test(recording_cost, a_gpu_recorded_fixture)
+{
+    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/gpt2_tensors.mtrace");
+    cr_expect_eq(a->cost.tensors.calls, 4576);
+    cr_expect_float_eq(a->cost.tensors.ns, 884.0, 1e-9);
+    cr_expect_eq(a->cost.tensors.timed, 286);
+    cr_expect_eq(a->cost.callbacks.calls, 16);
+    cr_expect_float_eq(a->cost.callbacks.ns, 113.0, 1e-9);
+    cr_expect_eq(a->cost.hooked.calls, 0);
+    mt_analysis_free(a);
+}
