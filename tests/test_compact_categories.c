@@ -14,20 +14,6 @@
 #define MAIN_TID 7
 #define AUTOGRAD_TID 9
 
-static int fx_report_text_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_text(o, a, &ro);
-}
-
-static int fx_report_json_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_json(o, &a, 1, &ro);
-}
-
 static int fx_chrome_fn(mt_out *o, mt_analysis *a, void *ctx)
 {
     (void)ctx;

@@ -152,6 +152,18 @@ static inline char *fx_capture(mt_analysis *a, fx_export_fn fn, void *ctx, const
     return s;
 }
 
+/* ctx: mt_report_options, or NULL for the defaults */
+static inline int fx_report_text_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    return mt_report_text(o, a, (const mt_report_options *)ctx);
+}
+
+static inline int fx_report_json_fn(mt_out *o, mt_analysis *a, void *ctx)
+{
+    mt_report_options ro = {0};
+    return mt_report_json(o, &a, 1, ctx ? (const mt_report_options *)ctx : &ro);
+}
+
 /* ctx: mt_folded_options */
 static inline int fx_folded_fn(mt_out *o, mt_analysis *a, void *ctx)
 {

@@ -44,20 +44,6 @@ static mt_analysis *with_notes(const char *stem, const char *const *notes, int n
     return fx_analyze(f.path);
 }
 
-static int text_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_text(o, a, &ro);
-}
-
-static int json_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_json(o, &a, 1, &ro);
-}
-
 Test(recording_cost, the_notes_of_a_gpu_run_add_up)
 {
     const char *notes[] = {"Python frames: on", CALLBACKS, TENSORS, WHOLE, HOOKED};
@@ -75,14 +61,14 @@ Test(recording_cost, the_notes_of_a_gpu_run_add_up)
     double total = 421024.0 * 458 + 112.0 * 10577 + 2512.0 * 4839;
     cr_expect_float_eq(mt_recording_cost_ns(c), total, 1e-3);
 
-    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
     /* 192.83 + 1.18 + 12.16 ms = 206.17 ms of the 10 s recorded */
     cr_expect(strstr(text, "recording cost: about 206.17 ms of memtrace's own work on the "
                            "program's threads, 2.06% of the 10.000000 s recorded (421024 tensor "
                            "reports × 458 ns, 112 CUDA API callbacks × 10577 ns (rough: from 7 "
                            "timed calls), 2512 cudaMallocAsync/cudaFreeAsync calls × 4839 ns;"),
               "%s", text);
-    char *json = fx_capture(a, json_fn, NULL, ".json");
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
     cr_expect(strstr(json, "\"recording_cost\":{\"ns\":206169184,\"share_of_duration\":0.0206169,"
                            "\"tensor_report_whole\":true,\"tensor_reports\":{\"calls\":421024,"
                            "\"ns_each\":458,\"timed\":24775},\"callbacks\":{\"calls\":112,"
@@ -107,7 +93,7 @@ Test(recording_cost, the_whole_report_wins_in_either_order)
     a = with_notes("cost_older.mtrace", older, 1);
     cr_expect(!a->cost.tensor_whole);
     cr_expect_float_eq(a->cost.tensors.ns, 519.0, 1e-9);
-    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
     cr_expect(strstr(text, "421024 tensor reports × 519 ns (time stamp not included)"), "%s", text);
     free(text);
     mt_analysis_free(a);
@@ -121,7 +107,7 @@ Test(recording_cost, few_timed_calls_are_called_rough)
                            "tensor reports: about 2256 allocations and frees, 846 ns each on "
                            "average inside memtrace (1 in 16 timed)"};
     mt_analysis *a = with_notes("cost_rough.mtrace", notes, 2);
-    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
     cr_expect(strstr(text, "recording cost: about 25.03 ms (rough: 92% of it from parts with few "
                            "timed calls) of"), "%s", text);
     cr_expect(strstr(text, "32 CUDA API callbacks × 722676 ns (rough: from 2 timed calls)"), "%s",
@@ -150,9 +136,9 @@ Test(recording_cost, notes_that_do_not_read_add_nothing)
     mt_analysis *a = with_notes("cost_hostile.mtrace", notes, 10);
     cr_expect_eq(mt_recording_cost_ns(&a->cost), 0.0);
     cr_expect(!a->cost.tensor_whole);
-    char *text = fx_capture(a, text_fn, NULL, ".txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
     cr_expect(strstr(text, "recording cost") == NULL, "%s", text);
-    char *json = fx_capture(a, json_fn, NULL, ".json");
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
     cr_expect(strstr(json, "\"recording_cost\":null,"), "%s", json);
     free(text);
     free(json);

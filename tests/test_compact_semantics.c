@@ -354,19 +354,6 @@ Test(compact, live_at_peak_in_one_pass)
     mt_analysis_free(a);
 }
 
-static int warn_text_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_text(o, a, &ro);
-}
-
-static int warn_json_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    mt_report_options ro = {0};
-    return mt_report_json(o, &a, 1, &ro);
-}
 
 /* A recorder warning says when it happened (issue 11: "activity enrichment stopped" with no time
  * left the reader unable to tell which part of the run lacks driver-internal allocations). */
@@ -386,10 +373,10 @@ Test(compact, warnings_carry_their_time)
     mt_analysis *a = fx_analyze(f.path);
     cr_assert_eq(a->n_warnings, 1);
     cr_expect_eq(a->warning_times_ns[0], 2500 * MS);
-    char *text = fx_capture(a, warn_text_fn, NULL, ".txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
     cr_expect(strstr(text, "WARNING (recorder, at +2.500000 s): activity enrichment stopped: test"),
               "%s", text);
-    char *json = fx_capture(a, warn_json_fn, NULL, ".json");
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
     cr_expect(strstr(json, "\"warning_times_ns\":[2500000000]"), "%s", json);
     free(text);
     free(json);

@@ -29,18 +29,12 @@ static void golden_trace(fx *f)
     fx_close(f);
 }
 
-static int text_fn(mt_out *o, mt_analysis *a, void *ctx)
-{
-    (void)ctx;
-    return mt_report_text(o, a, NULL);
-}
-
 Test(export, golden_text_report)
 {
     fx f;
     golden_trace(&f);
     mt_analysis *a = fx_analyze(f.path);
-    char *text = fx_capture(a, text_fn, NULL, "report.txt");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "report.txt");
     char expected[4096];
     snprintf(expected, sizeof expected,
              "memtrace report: %s\n"
