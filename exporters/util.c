@@ -70,17 +70,20 @@ static void put_span(char *buf, size_t len, double ns)
     else snprintf(buf, len, "%.3f s", ns / 1e9);
 }
 
-/* ", " and "N WHAT × NS ns" (with "rough: from N timed calls" under 100 of them) at parts + *n */
+/* ", " and "N WHAT × NS ns (ASIDE; rough: from N timed calls)" at parts + *n: the aside when
+ * given, the roughness under 100 timed calls */
 static void put_part(char *parts, size_t len, size_t *n, const mt_cost_part *p, const char *what,
                      const char *aside)
 {
     if (!p->calls || *n >= len) return;
-    char rough[64] = "";
+    char rough[64] = "", note[160] = "";
     if (p->timed && p->timed < 100)
-        snprintf(rough, sizeof rough, " (rough: from %llu timed call%s)",
-                 (unsigned long long)p->timed, p->timed == 1 ? "" : "s");
-    int k = snprintf(parts + *n, len - *n, "%s%llu %s × %.0f ns%s%s", *n ? ", " : "",
-                     (unsigned long long)p->calls, what, p->ns, aside, rough);
+        snprintf(rough, sizeof rough, "rough: from %llu timed call%s", (unsigned long long)p->timed,
+                 p->timed == 1 ? "" : "s");
+    if (aside[0] || rough[0])
+        snprintf(note, sizeof note, " (%s%s%s)", aside, aside[0] && rough[0] ? "; " : "", rough);
+    int k = snprintf(parts + *n, len - *n, "%s%llu %s × %.0f ns%s", *n ? ", " : "",
+                     (unsigned long long)p->calls, what, p->ns, note);
     if (k > 0) *n += (size_t)k;
 }
 
@@ -98,7 +101,7 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
                  mt_format_rel(a->duration_ns, d, sizeof d) + 1);
     size_t n = 0;
     put_part(parts, sizeof parts, &n, &c->tensors, "tensor reports",
-             c->tensor_whole ? "" : " (time stamp not included)");
+             c->tensor_whole ? "" : "time stamp not included");
     put_part(parts, sizeof parts, &n, &c->callbacks, "CUDA API callbacks", "");
     put_part(parts, sizeof parts, &n, &c->hooked, "cudaMallocAsync/cudaFreeAsync calls", "");
     /* parts averaged over few timed calls (a one-time cost such as the first stack's unwinding
