@@ -4,7 +4,8 @@
  *    "traces": [{
  *      "label" (mt_trace_label), "file", "comm", "pid", "host", "command", "view" (the stacks'
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
- *      "recording_cost" ([brief, sentence]: mt_cost_describe; null without cost notes), "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
+ *      "recording_cost" ([brief, sentence]: mt_cost_describe; null without cost notes),
+ *      "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
  *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
  *      "warning_times_ns": [...] (since trace start, same order),
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},

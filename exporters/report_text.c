@@ -343,7 +343,8 @@ static int print_by_line(mt_out *o, mt_analysis *a, const mt_device_report *d, c
     }
     if (n > top) mt_out_printf(o, "    [%zu more lines]\n", n - top);
     if (marked)
-        mt_out_printf(o, "    |? %zu line%s " MT_SOURCE_CHANGED_WHY "\n", marked, marked == 1 ? "" : "s");
+        mt_out_printf(o, "    |? %zu line%s " MT_SOURCE_CHANGED_WHY "\n", marked,
+                      marked == 1 ? "" : "s");
     mt_src_cache_free(&sc);
     free(v);
     return 0;

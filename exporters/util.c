@@ -70,14 +70,19 @@ static void put_span(char *buf, size_t len, double ns)
     else snprintf(buf, len, "%.3f s", ns / 1e9);
 }
 
+/* A part whose average stands on fewer timed calls than this is rough: one slow call (a one-time
+ * cost such as the first stack's unwinding tables) weighs as much as the sampling's factor. */
+#define ROUGH_BELOW_TIMED 100
+static int rough_part(const mt_cost_part *p) { return p->timed && p->timed < ROUGH_BELOW_TIMED; }
+
 /* ", " and "N WHAT × NS ns (ASIDE; rough: from N timed calls)" at parts + *n: the aside when
- * given, the roughness under 100 timed calls */
+ * given, the roughness when rough_part */
 static void put_part(char *parts, size_t len, size_t *n, const mt_cost_part *p, const char *what,
                      const char *aside)
 {
     if (!p->calls || *n >= len) return;
     char rough[64] = "", note[160] = "";
-    if (p->timed && p->timed < 100)
+    if (rough_part(p))
         snprintf(rough, sizeof rough, "rough: from %llu timed call%s", (unsigned long long)p->timed,
                  p->timed == 1 ? "" : "s");
     if (aside[0] || rough[0])
@@ -104,20 +109,20 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
              c->tensor_whole ? "" : "time stamp not included");
     put_part(parts, sizeof parts, &n, &c->callbacks, "CUDA API callbacks", "");
     put_part(parts, sizeof parts, &n, &c->hooked, "cudaMallocAsync/cudaFreeAsync calls", "");
-    /* parts averaged over few timed calls (a one-time cost such as the first stack's unwinding
-     * tables lands in one of them, times the sampling's factor): say so when they weigh */
+    /* the total is rough too when rough parts make more than a tenth of it */
     double rough = 0;
     const mt_cost_part *all[3] = {&c->tensors, &c->callbacks, &c->hooked};
     for (int i = 0; i < 3; i++)
-        if (all[i]->timed && all[i]->timed < 100) rough += (double)all[i]->calls * all[i]->ns;
+        if (rough_part(all[i])) rough += (double)all[i]->calls * all[i]->ns;
+    int rough_total = rough > 0.1 * total;
     char caveat[96] = "";
-    if (rough > 0.1 * total)
+    if (rough_total)
         snprintf(caveat, sizeof caveat, " (rough: %.0f%% of it from parts with few timed calls)",
                  100.0 * rough / total);
     snprintf(buf, len, "about %s%s of memtrace's own work on the program's threads%s (%s; from the "
              "recorder's sampled self-timing)", t, caveat, share, parts);
     if (brief && brief_len) {
-        const char *tilde = rough > 0.1 * total ? "~" : "";
+        const char *tilde = rough_total ? "~" : "";
         if (a->duration_ns) snprintf(brief, brief_len, "%s%s (%.2f%%)", tilde, t, pct);
         else snprintf(brief, brief_len, "%s%s", tilde, t);
     }

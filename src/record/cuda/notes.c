@@ -81,7 +81,8 @@ static void cost_note(const char *name, const char *what, const char *where, con
 {
     if (!calls) return;
     char sp[160];
-    mt_trace_note(MT_NOTE_INFO, "%s: about %" PRIu64 " %s, %.0f" MT_COST_NOTE_EACH " %s (%s1 in %d timed%s)",
+    mt_trace_note(MT_NOTE_INFO,
+                  "%s: about %" PRIu64 " %s, %.0f" MT_COST_NOTE_EACH " %s (%s1 in %d timed%s)",
                   name, calls, what, per(ns, calls), where, aside, MT_TIME_SAMPLE,
                   spread_text(spread, sp, sizeof sp));
 }
@@ -97,8 +98,9 @@ void mt_write_cost_notes(mt_recorder *r)
     cost_note(MT_COST_NOTE_CALLBACKS, "(API entry and exit)", "inside memtrace",
               "CUPTI's own dispatch not included; ", atomic_load(&r->costs.callbacks),
               atomic_load(&r->costs.callback_ns), &r->costs.callback_spread);
-    cost_note(MT_COST_NOTE_HOOKED, "cudaMallocAsync/cudaFreeAsync", "inside memtrace after the call", "",
-              atomic_load(&r->hooks.calls), atomic_load(&r->hooks.ns), &r->hooks.spread);
+    cost_note(MT_COST_NOTE_HOOKED, "cudaMallocAsync/cudaFreeAsync",
+              "inside memtrace after the call", "", atomic_load(&r->hooks.calls),
+              atomic_load(&r->hooks.ns), &r->hooks.spread);
     cost_note(MT_COST_NOTE_TENSORS, "allocations and frees reported by PyTorch's caching allocator",
               "inside memtrace", "", atomic_load(&r->tensors.calls), atomic_load(&r->tensors.ns),
               &r->tensors.spread);
@@ -113,7 +115,8 @@ void mt_write_cost_notes(mt_recorder *r)
                  "them, autograd's threads)", per(ca, wa) * ns_per_cycle,
                  per(cn, wn) * ns_per_cycle, 100.0 * per(wn, wa + wn));
     if (wa + wf + wn && ns_per_cycle > 0)
-        mt_trace_note(MT_NOTE_INFO, MT_COST_NOTE_TENSORS_WHOLE ": %.0f" MT_COST_NOTE_EACH " from the "
+        mt_trace_note(MT_NOTE_INFO,
+                      MT_COST_NOTE_TENSORS_WHOLE ": %.0f" MT_COST_NOTE_EACH " from the "
                       "stand-in's entry to its return, time stamp and in-flight count included "
                       "(allocations %.0f ns%s; frees %.0f ns; %" PRIu64 " other reports, timed in "
                       "TSC cycles and not by the clock: what an untimed report costs)",

@@ -274,7 +274,8 @@ typedef struct capture {
 } capture;
 
 /* A timed part of a capture, added to the total over all stacks and, for a stack without Python
- * frames, to that share too (the cost notes split them: docs/performance.md, "Which thread pays"). */
+ * frames, to that share too (the cost notes split them: docs/performance.md, "Which thread
+ * pays"). */
 static inline void add_part(_Atomic uint64_t *all, _Atomic uint64_t *no_python, int no_py,
                             uint64_t dt)
 {
