@@ -123,7 +123,7 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
              "recorder's sampled self-timing)", t, caveat, share, parts);
     if (brief && brief_len) {
         const char *tilde = rough_total ? "~" : "";
-        if (a->duration_ns) snprintf(brief, brief_len, "%s%s (%.2f%%)", tilde, t, pct);
+        if (a->duration_ns) snprintf(brief, brief_len, "%s%s (%.2f%% of the run)", tilde, t, pct);
         else snprintf(brief, brief_len, "%s%s", tilde, t);
     }
     return buf;

@@ -55,12 +55,6 @@ const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric 
 
 /* "+1.234567 s" (time since trace start). */
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);
-/* What recording cost the program, from the trace's cost notes (mt_recording_cost): "about 4.05
- * ms of memtrace's own work on the program's threads, 0.28% of the 1.447207 s recorded (4576
- * tensor reports × 884 ns, 16 CUDA API callbacks × 113 ns; ...)" in buf, and "4.05 ms (0.28%)"
- * in brief (may be NULL). NULL when the trace has no cost notes. */
-const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len, char *buf,
-                             size_t len);
 /* "2024-05-01 12:34:56.789012 UTC" for trace-relative ns. */
 const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len);
 

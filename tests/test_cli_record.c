@@ -233,3 +233,39 @@ Test(cli_record, ctrl_c_stops_waiting_and_leaves_the_trace_alone, .timeout = 60)
     unlink(trace);
     unlink(pidfile);
 }
+
+/* A copy of the fixture NAME at a temporary path (buf), listed in the manifest as a recorder lists
+ * its trace by the command `record` runs. */
+static void listed_copy(char *buf, size_t len, const char *name)
+{
+    char from[512];
+    snprintf(from, sizeof from, MT_TEST_DATA_DIR "/%s", name);
+    mt_test_tmpname(buf, len, name);
+    size_t n;
+    uint8_t *b = mt_test_slurp(from, &n);
+    cr_assert_eq(mt_test_spit(buf, b, n), 0);
+    free(b);
+}
+
+Test(cli_record, the_summary_says_what_recording_cost)
+{
+    need_recorder();
+    /* the GPT-2-like fixture's recorder noted its cost at exit; the CuPy fixture has none */
+    char gpt2[256], cupy[256], cmd[1200];
+    listed_copy(gpt2, sizeof gpt2, "gpt2_tensors.mtrace");
+    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
+             "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
+             gpt2, cupy);
+    char *out = output_of(cmd);
+    /* 4576 tensor reports x 884 ns + 16 callbacks x 113 ns = 4.05 ms, of the 1.447 s recorded */
+    const char *line = strstr(out, "  recording cost: 4.05 ms (0.28% of the run), memtrace's own "
+                                   "work on the program's threads");
+    const char *cupy_at = strstr(out, "cupy_pool");
+    cr_expect(line && cupy_at && line < cupy_at, "under the GPT-2-like trace's summary: %s", out);
+    cr_expect(cupy_at && !strstr(cupy_at, "recording cost"), "none without cost notes: %s", out);
+    free(out);
+    unlink(gpt2);
+    unlink(cupy);
+}

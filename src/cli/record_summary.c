@@ -7,18 +7,9 @@
 #include <sys/stat.h>
 
 #include "memtrace/compact.h"
+#include "memtrace/export.h"
 #include "memtrace/symbols.h"
 #include "record_summary.h"
-
-static const char *human(uint64_t b, char *buf, size_t len)
-{
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024 && u < 4) v /= 1024, u++;
-    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
 
 static void summarize_one(const char *path, int symbolize, int quiet)
 {
@@ -48,20 +39,26 @@ static void summarize_one(const char *path, int symbolize, int quiet)
         strcat(who, ": ");
     }
     fprintf(stderr, "memtrace: %s%s: %" PRIu64 " events, %s on disk\n", who, path, a->events,
-            human((uint64_t)sb.st_size, h1, sizeof h1));
+            mt_format_bytes((uint64_t)sb.st_size, h1, sizeof h1));
     for (size_t i = 0; i < a->n_devices; i++) {
         const mt_device_report *d = &a->devices[i];
         char root[32];
         fprintf(stderr, "  %-8s peak %s (%" PRIu64 " bytes) at %.3f s; API-requested peak %s\n",
-                mt_device_root_name(d, root, sizeof root), human(d->u.peak, h1, sizeof h1),
-                d->u.peak, (double)d->peak_time_ns / 1e9,
-                human(d->u.api_peak, h2, sizeof h2));
+                mt_device_root_name(d, root, sizeof root),
+                mt_format_bytes(d->u.peak, h1, sizeof h1), d->u.peak, (double)d->peak_time_ns / 1e9,
+                mt_format_bytes(d->u.api_peak, h2, sizeof h2));
     }
     if (a->host)
         fprintf(stderr, "  %-8s peak %s pinned/registered\n", "host",
-                human(a->host->u.peak, h1, sizeof h1));
+                mt_format_bytes(a->host->u.peak, h1, sizeof h1));
     fprintf(stderr, "  failed requests: %" PRIu64 ", dropped events: %" PRIu64 "%s\n",
             a->failed_total, a->dropped, a->truncated ? " (file truncated)" : "");
+    /* What the recording itself cost, so that a slow run is not blamed on memtrace in the dark
+     * (nor the other way round): the recorder's own estimate, its parts in `report`. */
+    char brief[64], cost[600];
+    if (mt_cost_describe(a, brief, sizeof brief, cost, sizeof cost))
+        fprintf(stderr, "  recording cost: %s, memtrace's own work on the program's threads "
+                        "(sampled; per call: memtrace report)\n", brief);
     /* the flame graph of the GPU with the largest peak (what `export --format folded` picks) */
     const mt_device_report *big = NULL;
     for (size_t i = 0; i < a->n_devices; i++)

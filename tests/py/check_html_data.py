@@ -113,6 +113,16 @@ def check_trace(t, rep):
         for a, b in zip(got, lines):
             assert (a["file"], a["line"], a["peak_bytes"], a["alloc_bytes"]) == \
                 (b["file"], b["line"], b["peak_bytes"], b["alloc_bytes"]), (w, a, b)
+    # the header's recording cost: the report's figure, the brief one first, the sentence second
+    rc, hc = rep["recording_cost"], t.get("recording_cost")
+    assert (hc is None) == (rc is None), (t["file"], hc, rc)
+    if rc:
+        assert len(hc) == 2 and hc[1].startswith("about "), hc
+        m = re.fullmatch(r"~?([0-9.]+) (ns|µs|ms|s) \(([0-9.]+)% of the run\)", hc[0])
+        assert m, hc
+        ns = float(m.group(1)) * {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]
+        assert abs(ns - rc["ns"]) <= 0.006 * rc["ns"], (hc, rc)  # 3 digits shown
+        assert m.group(3) == "%.2f" % (100 * rc["share_of_duration"]), (hc, rc)
     fails = rep["failed_requests"]
     assert len(t["failed"]) == len(fails)
     for f, r in zip(t["failed"], fails):
