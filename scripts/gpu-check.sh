@@ -382,6 +382,17 @@ ok = c and c["tensor_report_whole"] and t["timed"] >= 100 and abs(t["calls"] - e
 print("ok" if ok else "cost %s against %d tensor events" % (c, events))
 PYEOF
 )"
+# record's own summary (stderr) ends with the short form of the same figure
+check "record's summary: the recording cost of the report's JSON" ok "$($PY - "$W/tensors.json" "$W/tensors.err" <<'PYEOF'
+import json, re, sys
+c = json.load(open(sys.argv[1]))["recording_cost"]
+m = re.search(r"^  recording cost: ~?([0-9.]+) (ns|µs|ms|s) \(([0-9.]+)% of the run\), memtrace's own work",
+              open(sys.argv[2], encoding="utf-8").read(), re.M)
+ns = m and float(m.group(1)) * {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]
+ok = c and m and abs(ns - c["ns"]) <= 0.006 * c["ns"] and m.group(3) == "%.2f" % (100 * c["share_of_duration"])
+print("ok" if ok else "summary %s against %s" % (m and m.group(0), c))
+PYEOF
+)"
 if want basics; then
   grep -q 'request_too_much' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report names request_too_much" 0 $?
   grep -q 'alloc_patterns.c:[0-9]' <("$MT" report "$W/alloc_patterns.mtrace" 2>&1); check "report shows alloc_patterns.c:LINE" 0 $?
