@@ -32,12 +32,12 @@ static void recording_cost(mt_out *o, const mt_analysis *a)
     mt_out_printf(o, "{\"ns\":%.0f,\"share_of_duration\":%.6g,\"tensor_report_whole\":%s,", total,
                   a->duration_ns ? total / (double)a->duration_ns : 0.0,
                   c->tensor_whole ? "true" : "false");
-    const mt_cost_part *parts[3] = {&c->tensors, &c->callbacks, &c->hooked};
-    const char *names[3] = {"tensor_reports", "callbacks", "hooked_calls"};
-    for (int i = 0; i < 3; i++)
+    const mt_cost_part *parts[4] = {&c->tensors, &c->callbacks, &c->hooked, &c->rare};
+    const char *names[4] = {"tensor_reports", "callbacks", "hooked_calls", "rare_work"};
+    for (int i = 0; i < 4; i++)
         mt_out_printf(o, "\"%s\":{\"calls\":%llu,\"ns_each\":%.0f,\"timed\":%llu}%s", names[i],
                       (unsigned long long)parts[i]->calls, parts[i]->ns,
-                      (unsigned long long)parts[i]->timed, i < 2 ? "," : "},");
+                      (unsigned long long)parts[i]->timed, i < 3 ? "," : "},");
 }
 
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,

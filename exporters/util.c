@@ -70,10 +70,13 @@ static void put_span(char *buf, size_t len, double ns)
     else snprintf(buf, len, "%.3f s", ns / 1e9);
 }
 
-/* A part whose average stands on fewer timed calls than this is rough: one slow call (a one-time
- * cost such as the first stack's unwinding tables) weighs as much as the sampling's factor. */
+/* A part whose average stands on fewer timed calls than this is rough: one slow call weighs as
+ * much as the sampling's factor. A part timed at every call (the rare work) is exact. */
 #define ROUGH_BELOW_TIMED 100
-static int rough_part(const mt_cost_part *p) { return p->timed && p->timed < ROUGH_BELOW_TIMED; }
+static int rough_part(const mt_cost_part *p)
+{
+    return p->timed && p->timed < ROUGH_BELOW_TIMED && p->timed != p->calls;
+}
 
 /* ", " and "N WHAT × NS ns (ASIDE; rough: from N timed calls)" at parts + *n: the aside when
  * given, the roughness when rough_part */
@@ -98,7 +101,7 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
     const mt_recording_cost *c = &a->cost;
     double total = mt_recording_cost_ns(c);
     if (!(total > 0)) return NULL;
-    char t[32], d[32], share[96] = "", parts[400] = "";
+    char t[32], d[32], share[96] = "", parts[640] = "";
     put_span(t, sizeof t, total);
     double pct = a->duration_ns ? 100.0 * total / (double)a->duration_ns : 0.0;
     if (a->duration_ns)
@@ -109,9 +112,11 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
              c->tensor_whole ? "" : "time stamp not included");
     put_part(parts, sizeof parts, &n, &c->callbacks, "CUDA API callbacks", "");
     put_part(parts, sizeof parts, &n, &c->hooked, "cudaMallocAsync/cudaFreeAsync calls", "");
+    put_part(parts, sizeof parts, &n, &c->rare, "pieces of rare work",
+             "stacks built, thread starts, waits...; each timed");
     /* the total is rough too when rough parts make more than a tenth of it */
     double rough = 0;
-    const mt_cost_part *all[3] = {&c->tensors, &c->callbacks, &c->hooked};
+    const mt_cost_part *all[3] = {&c->tensors, &c->callbacks, &c->hooked}; /* rare is exact */
     for (int i = 0; i < 3; i++)
         if (rough_part(all[i])) rough += (double)all[i]->calls * all[i]->ns;
     int rough_total = rough > 0.1 * total;

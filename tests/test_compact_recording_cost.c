@@ -73,7 +73,8 @@ Test(recording_cost, the_notes_of_a_gpu_run_add_up)
                            "\"tensor_report_whole\":true,\"tensor_reports\":{\"calls\":421024,"
                            "\"ns_each\":458,\"timed\":24775},\"callbacks\":{\"calls\":112,"
                            "\"ns_each\":10577,\"timed\":7},\"hooked_calls\":{\"calls\":2512,"
-                           "\"ns_each\":4839,\"timed\":157}}"),
+                           "\"ns_each\":4839,\"timed\":157},\"rare_work\":{\"calls\":0,"
+                           "\"ns_each\":0,\"timed\":0}}"),
               "%s", json);
     free(text);
     free(json);
@@ -151,6 +152,62 @@ Test(recording_cost, notes_that_do_not_read_add_nothing)
     cr_expect(strstr(json, "\"recording_cost\":null,"), "%s", json);
     free(text);
     free(json);
+    mt_analysis_free(a);
+}
+
+/* Verbatim from a trace recorded on an H200 (samples/cifar.py, --tensors; 2026-11-27). */
+#define RARE                                                                                       \
+    "rare work: 135 pieces, 78163 ns each on average on the program's threads, each timed "       \
+    "(stacks built 59: 0.477 ms in all, the longest 0.050 ms; walks not remembered 69: 2.053 ms " \
+    "in all, the longest 0.452 ms; thread starts 6: 0.302 ms in all, the longest 0.122 ms; CUDA " \
+    "resource events 1: 7.720 ms in all, the longest 7.720 ms; left out of the sampled times "    \
+    "here)"
+
+/* Rare, slow work is timed every time: counted once, added to the sampled parts, never rough. */
+Test(recording_cost, rare_work_counts_once_and_is_never_rough)
+{
+    const char *notes[] = {RARE, WHOLE, TENSORS, CALLBACKS};
+    mt_analysis *a = with_notes("cost_rare.mtrace", notes, 4);
+    const mt_recording_cost *c = &a->cost;
+    cr_expect_eq(c->rare.calls, 135);
+    cr_expect_eq(c->rare.timed, 135, "every piece timed");
+    cr_expect_float_eq(c->rare.ns, 78163.0, 1e-9);
+    double total = 421024.0 * 458 + 112.0 * 10577 + 135.0 * 78163;
+    cr_expect_float_eq(mt_recording_cost_ns(c), total, 1e-3);
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    /* 192.83 + 1.18 + 10.55 ms */
+    cr_expect(strstr(text, "recording cost: about 204.57 ms of memtrace's own work"), "%s", text);
+    cr_expect(strstr(text, ", 135 pieces of rare work × 78163 ns (stacks built, thread starts, "
+                           "waits...; each timed);"), "%s", text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"rare_work\":{\"calls\":135,\"ns_each\":78163,\"timed\":135}}"),
+              "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+    /* few pieces, most of the total: still exact, so neither the part nor the total is rough */
+    const char *few[] = {"rare work: 3 pieces, 2000000 ns each on average on the program's threads",
+                         "tensor reports: about 2256 allocations and frees, 846 ns each on "
+                         "average inside memtrace (1 in 16 timed)"};
+    a = with_notes("cost_rare_few.mtrace", few, 2);
+    text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "recording cost: about 7.91 ms of memtrace's own work"), "%s", text);
+    cr_expect(strstr(text, "3 pieces of rare work × 2000000 ns (stacks built, thread starts, "
+                           "waits...; each timed);"), "%s", text);
+    cr_expect(strstr(text, "rough") == NULL, "%s", text);
+    free(text);
+    mt_analysis_free(a);
+    const char *hostile[] = {
+        "rare work: about 12 pieces, 5 ns each on average",
+        "rare work: 12 pieces 5 ns each on average",
+        "rare work: 12 things, 5 ns each on average",
+        "rare work: 0 pieces, 5 ns each on average",
+        "rare work: 12 pieces, 1e999 ns each on average",
+        "rare work: -12 pieces, 5 ns each on average",
+        "rare work: 12 pieces, ns each on average",
+    };
+    a = with_notes("cost_rare_hostile.mtrace", hostile, 7);
+    cr_expect_eq(mt_recording_cost_ns(&a->cost), 0.0);
     mt_analysis_free(a);
 }
 

@@ -494,6 +494,8 @@ typedef struct mt_recording_cost {
                                timed part's */
     mt_cost_part callbacks; /* CUPTI API callbacks, entry and exit */
     mt_cost_part hooked;    /* the cudaMallocAsync/cudaFreeAsync stand-ins */
+    mt_cost_part rare;      /* rare, slow work, timed every time (timed == calls); not in the
+                               parts above (recorders since 2026-11-27) */
 } mt_recording_cost;
 
 /* The total of the parts above, in ns (0 without any). */

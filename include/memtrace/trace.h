@@ -177,12 +177,16 @@ typedef struct mt_note {
 
 /* The recorder's cost notes at exit (src/record/cuda/notes.c) read
  *     "NAME: about CALLS WHAT, NS ns each on average ..."
- * and the whole tensor report's "NAME: NS ns each on average ...". The analysis reads the calls
- * and ns of these names back (mt_recording_cost, compact.h), so the names are shared here. */
+ * the whole tensor report's "NAME: NS ns each on average ...", and the rare work's (timed every
+ * time, src/record/rare_work.h) "NAME: PIECES pieces, NS ns each on average ...". The analysis
+ * reads the calls and ns of these names back (mt_recording_cost, compact.h), so the names are
+ * shared here. */
 #define MT_COST_NOTE_CALLBACKS "callbacks"
 #define MT_COST_NOTE_HOOKED "hooked calls"
 #define MT_COST_NOTE_TENSORS "tensor reports"
 #define MT_COST_NOTE_TENSORS_WHOLE "tensor reports, whole"
+#define MT_COST_NOTE_RARE "rare work"
+#define MT_COST_NOTE_PIECES " pieces"
 #define MT_COST_NOTE_EACH " ns each on average"
 
 typedef struct mt_device {

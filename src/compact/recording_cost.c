@@ -2,11 +2,13 @@
  *
  * The recorder times 1 call in 16 of each hot path on the thread that makes it and writes, at
  * exit, one note per path: "NAME: about CALLS WHAT, NS ns each on average ..." (notes.c; the
- * names are shared through trace.h). Their product, summed, is memtrace's own time on the
- * program's threads. On the GPU the per-step share of it matched the in-process A/B within the
- * A/B's spread (docs/performance.md, "What a step's cost is made of"), so the report can say
- * what the run paid without a second, untraced run. A note that does not read as expected is
- * left out: the notes are text, and a trace is untrusted input. */
+ * names are shared through trace.h), and one for its rare, slow work, which it times every
+ * time ("rare work: PIECES pieces, NS ns each on average ..."; src/record/rare_work.h says why).
+ * Their products, summed, are memtrace's own time on the program's threads. On the GPU the
+ * per-step share of it matched the in-process A/B within the A/B's spread (docs/performance.md,
+ * "What a step's cost is made of"), so the report can say what the run paid without a second,
+ * untraced run. A note that does not read as expected is left out: the notes are text, and a
+ * trace is untrusted input. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +83,15 @@ void mt_cost_read_note(mt_recording_cost *c, const char *text)
         }
         return;
     }
+    if ((rest = after_name(text, MT_COST_NOTE_RARE))) {
+        char *stop;
+        unsigned long long n = rest[0] >= '0' && rest[0] <= '9' ? strtoull(rest, &stop, 10) : 0;
+        double ns = n ? ns_each(rest) : -1;
+        if (n && strncmp(stop, MT_COST_NOTE_PIECES ",", strlen(MT_COST_NOTE_PIECES) + 1) == 0 &&
+            ns >= 0)
+            c->rare = (mt_cost_part){.calls = n, .ns = ns, .timed = n};
+        return;
+    }
     mt_cost_part p;
     if (calls_and_ns(after_name(text, MT_COST_NOTE_TENSORS), &p)) {
         if (c->tensor_whole) /* keep the whole report's average, and what it stands on */
@@ -96,5 +107,5 @@ void mt_cost_read_note(mt_recording_cost *c, const char *text)
 double mt_recording_cost_ns(const mt_recording_cost *c)
 {
     return (double)c->tensors.calls * c->tensors.ns + (double)c->callbacks.calls * c->callbacks.ns +
-           (double)c->hooked.calls * c->hooked.ns;
+           (double)c->hooked.calls * c->hooked.ns + (double)c->rare.calls * c->rare.ns;
 }

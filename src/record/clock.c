@@ -151,6 +151,13 @@ uint64_t mt_clock_slow(void)
     return mt_clock_monotonic();
 }
 
+/* This thread's copy of the function forgotten (its rare work's counters kept). */
+static void forget_copy(void)
+{
+    mt_clock_copy *c = &mt_clock_tls;
+    c->tsc = c->ns = c->mult = c->span = c->recheck = 0;
+}
+
 /* Under clk.lock. */
 static void publish(uint64_t tsc, uint64_t ns, uint64_t mult)
 {
@@ -278,7 +285,7 @@ void mt_clock_start(void)
     switch_off("not an x86-64 machine");
 #endif
     pthread_mutex_unlock(&clk.lock);
-    mt_clock_tls = (mt_clock_copy){0}; /* this thread looks again at its next stamp */
+    forget_copy(); /* this thread looks again at its next stamp */
 }
 
 void mt_clock_start_at(uint64_t tsc, uint64_t ns)
@@ -287,7 +294,7 @@ void mt_clock_start_at(uint64_t tsc, uint64_t ns)
     forget(0);
     begin(tsc, ns);
     pthread_mutex_unlock(&clk.lock);
-    mt_clock_tls = (mt_clock_copy){0};
+    forget_copy();
 }
 
 /* The TSC's rate in kHz for a slope of `mult` ns per cycle (32.32). */

@@ -22,6 +22,9 @@
  *   mt_clock_tls (per thread, one line):
  *   | tsc: start of this copy's span | ns: ns(tsc) | mult: ns per cycle, 32.32 fixed point |
  *   | span: cycles this copy is good for (0: take the slow path) | recheck: slow-path TSC deadline |
+ *   | rare_ns, rare_depth: the thread's rare work (rare_work.h), not the clock's |
+ * The rare work's counters share the line because the recorder's sampled self-timing reads them
+ * with its clock: in the line every stamp reads anyway, a timed report touches no other for them.
  *
  * Used only where it is exact enough to be CLOCK_MONOTONIC (otherwise every stamp is
  * clock_gettime, as before): x86-64, the kernel's clocksource is "tsc" (it checked the TSC's
@@ -48,6 +51,8 @@
 
 typedef struct mt_clock_copy {
     uint64_t tsc, ns, mult, span, recheck;
+    uint64_t rare_ns;    /* rare_work.h: this thread's rare work so far, ns */
+    uint32_t rare_depth; /* rare_work.h: sections open */
 } __attribute__((aligned(64))) mt_clock_copy;
 
 extern __thread mt_clock_copy mt_clock_tls;

@@ -45,6 +45,7 @@
 #include "clock.h"
 #include "memtrace/record.h"
 #include "hot_path.h"
+#include "rare_work.h"
 
 enum { SLOT_EVENT = 1, SLOT_NODE = 2 };
 
@@ -194,6 +195,7 @@ static void retire_ring(void *ring)
 static mt_ring *ring_for_this_thread(mt_sink *s)
 {
     if (tls_ring.generation == s->generation) return tls_ring.ring;
+    uint64_t rare = mt_rare_begin(); /* a thread's first event: rare work (rare_work.h) */
     /* An exited thread's ring first, drained or not: its events all come before ours, and a
      * program that makes threads by the thousand (one per request) then keeps as many rings as it
      * has threads at once, not one per thread the writer has not freed yet (1.4 MiB each). */
@@ -212,11 +214,13 @@ static mt_ring *ring_for_this_thread(mt_sink *s)
         s->rings = r;
         pthread_mutex_unlock(&s->lock);
     }
-    if (!r) return NULL;
-    if (s->has_key) pthread_setspecific(s->thread_exit, r);
-    tls_ring.generation = s->generation;
-    tls_ring.ring = r;
-    tls_ring.next = &r->slots[atomic_load_explicit(&r->head, memory_order_relaxed) & r->mask];
+    if (r) {
+        if (s->has_key) pthread_setspecific(s->thread_exit, r);
+        tls_ring.generation = s->generation;
+        tls_ring.ring = r;
+        tls_ring.next = &r->slots[atomic_load_explicit(&r->head, memory_order_relaxed) & r->mask];
+    }
+    mt_rare_end(rare, MT_RARE_THREAD);
     return r;
 }
 
@@ -273,6 +277,7 @@ MT_HOT_PATH static mt_slot *ring_claim(mt_sink *s, mt_ring *r)
 /* The ring is full: wait (bounded) for the writer to make room. NULL when it did not in time. */
 static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
 {
+    uint64_t rare = mt_rare_begin(); /* the program waits for us: rare work (rare_work.h) */
     uint64_t t0 = mt_clock_monotonic(), now = t0;
     mt_slot *slot = NULL;
     for (int spin = 0; !slot; spin++) {
@@ -297,6 +302,7 @@ static mt_slot *ring_claim_waiting(mt_sink *s, mt_ring *r)
                           memory_order_relaxed);
     if (waited > atomic_load_explicit(&r->max_wait_ns, memory_order_relaxed))
         atomic_store_explicit(&r->max_wait_ns, waited, memory_order_relaxed);
+    mt_rare_end(rare, MT_RARE_WAIT);
     return slot;
 }
 

@@ -34,6 +34,7 @@
 #include "unwind_cfi.h"
 #include "unwind_memo.h"
 #include "hot_path.h"
+#include "rare_work.h"
 
 /* This thread's stack, [lo, hi). Fetched on the thread's first mt_unwind; state 0 = not yet,
  * 1 = known, -1 = pthread_getattr_np failed (then every unwind on this thread is empty). */
@@ -426,6 +427,7 @@ static __attribute__((noinline, cold)) mt_walk_end
 walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk_memos *memos,
                   uint64_t key, uint64_t tag, int w, int same, uint64_t *walk_id)
 {
+    uint64_t rare = mt_rare_begin(); /* rare work (rare_work.h): unwinding tables may be read */
     mt_walk_memo *old = NULL, *rec = NULL;
     if (memos) {
         /* Compared with: this tag's most recent walk (another path from the same place shares
@@ -442,7 +444,10 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
         if (rec) rec->n = 0;
     }
     mt_walk_end end = walk(pc, sp, bp, o, old, rec);
-    if (!memos) return end;
+    if (!memos) {
+        mt_rare_end(rare, MT_RARE_WALK);
+        return end;
+    }
     if (o->reused_prev) {
         tls_stats.t.stored++;
         memos->last = w; /* `old`, this way's own walk, was brought up to date in place */
@@ -468,6 +473,7 @@ walk_and_remember(uintptr_t pc, uintptr_t sp, uintptr_t bp, walk_out *o, mt_walk
             memos->last = w;
         }
     }
+    mt_rare_end(rare, MT_RARE_WALK);
     return end;
 }
 

@@ -130,6 +130,7 @@ static void name_thread(mt_recorder *r, uint32_t tid)
 {
     if (thread_named) return;
     thread_named = 1;
+    uint64_t rare = mt_rare_begin(); /* once a thread: rare work (rare_work.h) */
     char path[64], name[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
     FILE *f = fopen(path, "re");
@@ -141,6 +142,7 @@ static void name_thread(mt_recorder *r, uint32_t tid)
     thread_is_autograd = strncmp(name, "pt_autograd", 11) == 0;
     mt_record rec = {.type = MT_REC_THREAD, .u.thread = {.tid = tid, .name = name}};
     mt_sink_put_copy(r->sink, &rec);
+    mt_rare_end(rare, MT_RARE_THREAD);
 }
 
 static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
@@ -469,7 +471,11 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
             mt_sink_hold(r->sink, 0);
             return;
         }
-        if (ev->kind == MT_KIND_ASYNC) mt_pool_poll(r); /* the reservation at that moment */
+        if (ev->kind == MT_KIND_ASYNC) { /* the reservation at that moment */
+            uint64_t rare = mt_rare_begin();
+            mt_pool_poll(r);
+            mt_rare_end(rare, MT_RARE_POOL);
+        }
         ev->op = MT_OP_FAILED;
         ev->result = (uint16_t)res;
         ev->address = 0;
@@ -493,9 +499,13 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
     if (ev->op == MT_OP_ALLOC || ev->op == MT_OP_FAILED)
         ev->stack = mt_capture_stack(r, &ev->flags, at_entry ? 0 : ev->time_ns, api_ip);
     /* its own sample: what the ring costs, apart from the stack (the cost notes) */
-    uint64_t t_sink = mt_time_this_call() ? mt_now_ns() : 0;
+    uint64_t t_sink = mt_time_this_call() ? mt_cost_clock() : 0;
     mt_sink_event(r->sink, ev);
     if (t_sink) mt_cost_add(&r->costs.sink_ns, &r->costs.sink_calls, t_sink, &r->costs.sink_spread);
-    if (ev->op == MT_OP_POOL_TRIM) mt_pool_poll(r); /* what the trim released */
+    if (ev->op == MT_OP_POOL_TRIM) { /* what the trim released */
+        uint64_t rare = mt_rare_begin();
+        mt_pool_poll(r);
+        mt_rare_end(rare, MT_RARE_POOL);
+    }
     if (ev->op == MT_OP_ALLOC && ev->kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev->time_ns);
 }

@@ -100,7 +100,7 @@ static cudaError_t malloc_async(int h, CUpti_CallbackId api, void **ptr, size_t 
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, size, stream);
-    uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
+    uint64_t t = mt_time_this_call() ? mt_cost_clock() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,
                    .stream = (uint64_t)(uintptr_t)stream};
     if (rc == cudaSuccess && ptr) ev.address = (uint64_t)(uintptr_t)*ptr;
@@ -117,7 +117,7 @@ static cudaError_t malloc_from_pool(int h, CUpti_CallbackId api, void **ptr, siz
     mt_stacks_before_call(&mt_rec, (uintptr_t)__builtin_frame_address(0));
     mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, size, pool, stream);
-    uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
+    uint64_t t = mt_time_this_call() ? mt_cost_clock() : 0;
     mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_ASYNC, .bytes = size, .api = (uint16_t)api,
                    .stream = (uint64_t)(uintptr_t)stream, .aux = (uint64_t)(uintptr_t)pool,
                    .flags = MT_EF_FROM_POOL};
@@ -138,7 +138,7 @@ static cudaError_t free_async(int h, CUpti_CallbackId api, void *ptr, cudaStream
     mt_sink_hold(mt_rec.sink, entry);
     mt_sink_prefetch(mt_rec.sink); /* its slot arrives while the allocator runs */
     cudaError_t rc = orig(ptr, stream);
-    uint64_t t = mt_time_this_call() ? mt_now_ns() : 0;
+    uint64_t t = mt_time_this_call() ? mt_cost_clock() : 0;
     record(&ev, rc, entry, h, t);
     mt_hook_leave(&mt_rec);
     return rc;

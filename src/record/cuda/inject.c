@@ -205,11 +205,18 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
                                    const void *data)
 {
     mt_inflight_begin(&mt_rec);
-    if (atomic_load(&mt_rec.enabled) &&
-        (!atomic_load_explicit(&mt_rec.paused, memory_order_relaxed) ||
-         d == CUPTI_CB_DOMAIN_RESOURCE)) { /* a context's birth and death are never skipped */
+    if (d == CUPTI_CB_DOMAIN_RESOURCE) {
+        /* A context's birth and death are never skipped, and are rare work (rare_work.h): the
+         * device named, its records written, a module loaded */
+        if (atomic_load(&mt_rec.enabled)) {
+            uint64_t t0 = mt_rare_begin();
+            mt_on_callback(ud, d, id, data);
+            mt_rare_end(t0, MT_RARE_CONTEXT);
+        }
+    } else if (atomic_load(&mt_rec.enabled) &&
+               !atomic_load_explicit(&mt_rec.paused, memory_order_relaxed)) {
         if (mt_time_this_call()) {
-            uint64_t t0 = mt_now_ns();
+            uint64_t t0 = mt_cost_clock();
             mt_on_callback(ud, d, id, data);
             mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0,
                         &mt_rec.costs.callback_spread);

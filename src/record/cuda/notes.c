@@ -87,6 +87,31 @@ static void cost_note(const char *name, const char *what, const char *where, con
                   spread_text(spread, sp, sizeof sp));
 }
 
+/* "rare work: 68 pieces, 491177 ns each on average on the program's threads, each timed (stacks
+ * built 52: 4.200 ms in all, the longest 0.310 ms; ...)": the work rare_work.h times every time,
+ * by kind. */
+static void rare_note(void)
+{
+    uint64_t pieces = atomic_load(&mt_rare_all.sections);
+    if (!pieces) return;
+    char kinds[640] = "";
+    size_t n = 0;
+    for (int k = 0; k < MT_RARE_KINDS && n < sizeof kinds; k++) {
+        uint64_t c = atomic_load(&mt_rare_all.kind_sections[k]);
+        if (!c) continue;
+        double all = (double)atomic_load(&mt_rare_all.kind_ns[k]) / 1e6;
+        double longest = (double)atomic_load(&mt_rare_all.kind_max_ns[k]) / 1e6;
+        int w = snprintf(kinds + n, sizeof kinds - n,
+                         "%s %" PRIu64 ": %.3f ms in all, the longest %.3f ms; ",
+                         mt_rare_kind_names[k], c, all, longest);
+        if (w > 0) n += (size_t)w;
+    }
+    mt_trace_note(MT_NOTE_INFO,
+                  MT_COST_NOTE_RARE ": %" PRIu64 MT_COST_NOTE_PIECES ", %.0f" MT_COST_NOTE_EACH
+                  " on the program's threads, each timed (%sleft out of the sampled times here)",
+                  pieces, per(atomic_load(&mt_rare_all.ns), pieces), kinds);
+}
+
 /* The cost budget is part of the product: what memtrace's own work took, per call, from its
  * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
 void mt_write_cost_notes(mt_recorder *r)
@@ -123,6 +148,7 @@ void mt_write_cost_notes(mt_recorder *r)
                       per(ca + cf + cn, wa + wf + wn) * ns_per_cycle,
                       per(ca + cn, wa + wn) * ns_per_cycle, split, per(cf, wf) * ns_per_cycle,
                       wa + wf + wn);
+    rare_note();
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
               atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);

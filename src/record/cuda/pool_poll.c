@@ -100,7 +100,9 @@ void mt_pool_poll_if_due(mt_recorder *r, uint64_t now)
 {
     if (now - atomic_load_explicit(&r->pool_polled_ns, memory_order_relaxed) < POLL_EVERY_NS) return;
     if (capturing(r) || pthread_mutex_trylock(&r->pool_lock) != 0) return;
+    uint64_t rare = mt_rare_begin(); /* driver calls once a millisecond: rare work (rare_work.h) */
     poll_locked(r);
+    mt_rare_end(rare, MT_RARE_POOL);
     pthread_mutex_unlock(&r->pool_lock);
 }
 

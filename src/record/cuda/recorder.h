@@ -50,6 +50,7 @@
 #include "memtrace/record.h"
 #include "../clock.h"       /* mt_clock_now */
 #include "../cost_spread.h" /* mt_cost_spread */
+#include "../rare_work.h"   /* mt_cost_clock, mt_rare_begin/end */
 
 /* The CUPTI functions we call, resolved from whichever libcupti.so.13 we loaded. */
 typedef struct mt_cupti {
@@ -131,8 +132,9 @@ enum {
 };
 
 /* Self-measurement is sampled: one call in MT_TIME_SAMPLE per thread (at random) reads the clock
- * around our own work, and counts for MT_TIME_SAMPLE calls. Two clock reads on every call would be a tenth
- * of what they measure. A power of two. */
+ * around our own work, and counts for MT_TIME_SAMPLE calls. Two clock reads on every call would be
+ * a tenth of what they measure. A power of two. Rare, slow work is timed every time instead and
+ * left out of the sampled times (rare_work.h). */
 #define MT_TIME_SAMPLE 16
 
 
@@ -309,13 +311,14 @@ static inline int mt_time_this_call(void)
 int mt_trace_open(mt_recorder *r);
 /* The recorder's time stamps: CLOCK_MONOTONIC ns, through the TSC where it may be (clock.h). */
 static inline uint64_t mt_now_ns(void) { return mt_clock_now(); }
-/* A sampled measurement: ns of our own work since t0 into *ns, one call into *calls (either NULL
- * to skip), each counted MT_TIME_SAMPLE times; with ns, the time once into *spread (NULL: none). */
+/* A sampled measurement: ns of our own work since t0 (an mt_cost_clock reading) into *ns, one call
+ * into *calls (either NULL to skip), each counted MT_TIME_SAMPLE times; with ns, the time once
+ * into *spread (NULL: none). */
 static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
                                mt_cost_spread *spread)
 {
     if (ns) {
-        uint64_t dt = mt_now_ns() - t0;
+        uint64_t dt = mt_cost_clock() - t0;
         atomic_fetch_add_explicit(ns, dt * MT_TIME_SAMPLE, memory_order_relaxed);
         if (spread) atomic_fetch_add_explicit(&spread->n[mt_cost_bucket(dt)], 1, memory_order_relaxed);
     }

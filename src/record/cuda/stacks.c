@@ -190,11 +190,13 @@ static stack_tls *this_thread_stack_tls(void)
     if (tls_stack) return tls_stack == STACK_TLS_GONE ? NULL : tls_stack;
     pthread_once(&stack_key_once, make_stack_key);
     if (!stack_key_ok) return NULL; /* nowhere to free it from: no stacks rather than a leak */
+    uint64_t rare = mt_rare_begin(); /* a thread's first stack: its tables */
     stack_tls *t = calloc(1, sizeof *t);
     if (t && pthread_setspecific(stack_key, t) != 0) {
         free(t);
         t = NULL;
     }
+    mt_rare_end(rare, MT_RARE_THREAD);
     return tls_stack = t;
 }
 
@@ -317,7 +319,7 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
     c->no_py = c->want_py && !c->inner;
     if (!c->inner) c->inner = tls_site_key;
     tls_site_key = 0;
-    uint64_t t1 = timed ? mt_now_ns() : 0;
+    uint64_t t1 = timed ? mt_cost_clock() : 0;
     if (timed) /* one clock read ends the Python part and starts the native one */
         add_part(&r->costs.python_ns, &r->costs.nopy_python_ns, c->no_py, t1 - t0);
     c->walk_id = 1; /* no native frames: nothing that could change */
@@ -332,7 +334,8 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         c->nn = mt_unwind_keyed_lazy(c->native, MT_MAX_FRAMES - 1, 1, &c->truncated, c->inner,
                                      &c->walk_id);
     __asm__ volatile("" : "+r"(timed));
-    if (timed) add_part(&r->costs.unwind_ns, &r->costs.nopy_unwind_ns, c->no_py, mt_now_ns() - t1);
+    if (timed)
+        add_part(&r->costs.unwind_ns, &r->costs.nopy_unwind_ns, c->no_py, mt_cost_clock() - t1);
 }
 
 /* Step 2: the leaf this site produced last time, if nothing changed since (0 if unknown). Found
@@ -415,7 +418,8 @@ MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t 
     stack_tls *tls = this_thread_stack_tls();
     if (!tls) return 0;
     int timed = mt_time_this_call();
-    if (timed && !t0) t0 = mt_now_ns(); /* the caller's stamp is not just before this call */
+    /* the caller's stamp, when it is just before this call, on the clock of the sampled timing */
+    if (timed) t0 = t0 ? mt_cost_clock_at(t0) : mt_cost_clock();
     uint64_t native[MT_MAX_FRAMES];
     capture c = {.r = r, .tls = tls, .api_ip = api_ip, .native = native,
                  .want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON),
@@ -424,13 +428,15 @@ MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t 
     uint32_t leaf = remembered_leaf(&c, flags);
     int n = -1; /* frames built: not counted for a remembered leaf (the note averages) */
     int walked = c.nn != MT_UNWIND_LATER || !c.walk_id; /* before build_words fetches frames */
-    if (!leaf) {
+    if (!leaf) { /* rare work (rare_work.h): new frames named, Python line tables read */
+        uint64_t rare = mt_rare_begin();
         uint64_t words[MT_MAX_FRAMES];
         uint16_t added;
         n = build_words(&c, words, &added);
         *flags |= added;
         leaf = mt_trie_intern(r->trie, &tls->trie, words, n);
         remember_leaf(&c, leaf, added);
+        mt_rare_end(rare, MT_RARE_STACK);
     }
     /* Self-measurement, written as a note at exit: the cost budget is part of the product. */
     if (timed) {

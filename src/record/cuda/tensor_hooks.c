@@ -64,9 +64,11 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
     int timed = mt_time_this_call();
     int whole = !timed && mt_time_this_call();
     uint64_t entry = whole ? mt_clock_cycles() : 0;
+    uint64_t rare0 = whole ? mt_clock_tls.rare_ns : 0; /* rare work counted apart (rare_work.h) */
     if (cuda_device(device, &dev) && mt_hook_enter(r, &r->tensors.active)) {
         mt_sink_prefetch(r->sink); /* the event's slot, fetched while the stack is taken */
         uint64_t now = mt_now_ns();
+        uint64_t now_cost = timed ? mt_cost_clock_at(now) : 0;
         mt_event ev = {.kind = MT_KIND_TENSOR, .address = (uint64_t)(uintptr_t)ptr,
                        .device = dev, .aux = allocated};
         if (size >= 0) {
@@ -77,9 +79,11 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
             ev.bytes = (uint64_t)-size;
         }
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
-        if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now, &r->tensors.spread);
-        if (whole) {
-            uint64_t cycles = mt_clock_cycles() - entry; /* before the bookkeeping below */
+        if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now_cost, &r->tensors.spread);
+        uint64_t cycles = whole ? mt_clock_cycles() - entry : 0; /* before the bookkeeping below */
+        uint64_t rare = whole ? mt_rare_cycles_since(rare0) : 0;
+        if (whole && rare != MT_RARE_UNKNOWN && rare < cycles) {
+            cycles -= rare;
             /* allocations split by whether their stack had Python frames: the forward pass's
              * and the optimizer's against autograd's workers' (no Python walk, a deeper native
              * one), which cost differently */
