@@ -415,11 +415,12 @@ MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t 
                                       uint64_t api_ip)
 {
     if (r->cfg.stacks == MT_STACKS_NONE) return 0;
+    int timed = mt_time_this_call();
+    /* the caller's stamp, when it is just before this call, on the clock of the sampled timing
+     * (before the thread's first tables are made: rare work, which that clock leaves out) */
+    if (timed) t0 = t0 ? mt_cost_clock_at(t0) : mt_cost_clock();
     stack_tls *tls = this_thread_stack_tls();
     if (!tls) return 0;
-    int timed = mt_time_this_call();
-    /* the caller's stamp, when it is just before this call, on the clock of the sampled timing */
-    if (timed) t0 = t0 ? mt_cost_clock_at(t0) : mt_cost_clock();
     uint64_t native[MT_MAX_FRAMES];
     capture c = {.r = r, .tls = tls, .api_ip = api_ip, .native = native,
                  .want_py = r->py && (r->cfg.stacks & MT_STACKS_PYTHON),
