@@ -19,7 +19,8 @@
  *
  *   per thread, in its clock line (clock.h: mt_clock_tls.rare_ns, .rare_depth, read with the
  *   clock): the rare work it has done so far, ns; the sections it has open
- *   mt_rare_all (all threads): sections ended, ns in all (the cost note "rare work")
+ *   mt_rare_all (all threads): sections ended and ns in all, and per kind with the longest
+ *   section (the cost note "rare work")
  */
 #ifndef MT_RECORD_RARE_WORK_H
 #define MT_RECORD_RARE_WORK_H
@@ -42,11 +43,12 @@ typedef enum mt_rare_kind {
 
 typedef struct mt_rare_totals {
     _Atomic uint64_t sections, ns; /* all kinds */
-    _Atomic uint64_t kind_sections[MT_RARE_KINDS], kind_ns[MT_RARE_KINDS], kind_max_ns[MT_RARE_KINDS];
+    _Atomic uint64_t kind_sections[MT_RARE_KINDS], kind_ns[MT_RARE_KINDS];
+    _Atomic uint64_t kind_max_ns[MT_RARE_KINDS]; /* the longest section of each kind */
 } mt_rare_totals;
 
 extern mt_rare_totals mt_rare_all; /* defined in rare_work.c; read by the cost notes */
-extern const char *const mt_rare_kind_names[MT_RARE_KINDS]; /* "first stacks", ... */
+extern const char *const mt_rare_kind_names[MT_RARE_KINDS]; /* "stacks built", ... */
 
 /* Opens a section; returns what mt_rare_end needs. Out of line and cold, as the work they time:
  * inlined, their clock reads grew the hot functions that hold the rare paths (mt_record_call by
