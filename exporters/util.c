@@ -107,18 +107,21 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
     if (a->duration_ns)
         snprintf(share, sizeof share, ", %.2f%% of the %s recorded", pct,
                  mt_format_rel(a->duration_ns, d, sizeof d) + 1);
+    const struct {
+        const mt_cost_part *p;
+        const char *what, *aside;
+    } all[] = {
+        {&c->tensors, "tensor reports", c->tensor_whole ? "" : "time stamp not included"},
+        {&c->callbacks, "CUDA API callbacks", ""},
+        {&c->hooked, "cudaMallocAsync/cudaFreeAsync calls", ""},
+        {&c->rare, "pieces of rare work", "stacks built, thread starts, waits...; each timed"},
+    };
     size_t n = 0;
-    put_part(parts, sizeof parts, &n, &c->tensors, "tensor reports",
-             c->tensor_whole ? "" : "time stamp not included");
-    put_part(parts, sizeof parts, &n, &c->callbacks, "CUDA API callbacks", "");
-    put_part(parts, sizeof parts, &n, &c->hooked, "cudaMallocAsync/cudaFreeAsync calls", "");
-    put_part(parts, sizeof parts, &n, &c->rare, "pieces of rare work",
-             "stacks built, thread starts, waits...; each timed");
-    /* the total is rough too when rough parts make more than a tenth of it */
-    double rough = 0;
-    const mt_cost_part *all[3] = {&c->tensors, &c->callbacks, &c->hooked}; /* rare is exact */
-    for (int i = 0; i < 3; i++)
-        if (rough_part(all[i])) rough += (double)all[i]->calls * all[i]->ns;
+    double rough = 0; /* the total is rough too when rough parts make more than a tenth of it */
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        put_part(parts, sizeof parts, &n, all[i].p, all[i].what, all[i].aside);
+        if (rough_part(all[i].p)) rough += (double)all[i].p->calls * all[i].p->ns;
+    }
     int rough_total = rough > 0.1 * total;
     char caveat[96] = "";
     if (rough_total)

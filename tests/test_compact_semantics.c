@@ -354,7 +354,6 @@ Test(compact, live_at_peak_in_one_pass)
     mt_analysis_free(a);
 }
 
-
 /* A recorder warning says when it happened (issue 11: "activity enrichment stopped" with no time
  * left the reader unable to tell which part of the run lacks driver-internal allocations). */
 Test(compact, warnings_carry_their_time)

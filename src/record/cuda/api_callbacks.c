@@ -471,11 +471,7 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
             mt_sink_hold(r->sink, 0);
             return;
         }
-        if (ev->kind == MT_KIND_ASYNC) { /* the reservation at that moment */
-            uint64_t rare = mt_rare_begin();
-            mt_pool_poll(r);
-            mt_rare_end(rare, MT_RARE_POOL);
-        }
+        if (ev->kind == MT_KIND_ASYNC) mt_pool_poll_rare(r); /* the reservation at that moment */
         ev->op = MT_OP_FAILED;
         ev->result = (uint16_t)res;
         ev->address = 0;
@@ -502,10 +498,6 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
     uint64_t t_sink = mt_time_this_call() ? mt_cost_clock() : 0;
     mt_sink_event(r->sink, ev);
     if (t_sink) mt_cost_add(&r->costs.sink_ns, &r->costs.sink_calls, t_sink, &r->costs.sink_spread);
-    if (ev->op == MT_OP_POOL_TRIM) { /* what the trim released */
-        uint64_t rare = mt_rare_begin();
-        mt_pool_poll(r);
-        mt_rare_end(rare, MT_RARE_POOL);
-    }
+    if (ev->op == MT_OP_POOL_TRIM) mt_pool_poll_rare(r); /* what the trim released */
     if (ev->op == MT_OP_ALLOC && ev->kind == MT_KIND_ASYNC) mt_pool_poll_if_due(r, ev->time_ns);
 }

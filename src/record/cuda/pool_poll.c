@@ -96,6 +96,13 @@ void mt_pool_poll(mt_recorder *r)
     pthread_mutex_unlock(&r->pool_lock);
 }
 
+void mt_pool_poll_rare(mt_recorder *r)
+{
+    uint64_t rare = mt_rare_begin(); /* on the program's thread: rare work (rare_work.h) */
+    mt_pool_poll(r);
+    mt_rare_end(rare, MT_RARE_POOL);
+}
+
 void mt_pool_poll_if_due(mt_recorder *r, uint64_t now)
 {
     if (now - atomic_load_explicit(&r->pool_polled_ns, memory_order_relaxed) < POLL_EVERY_NS) return;

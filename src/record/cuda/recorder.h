@@ -452,7 +452,8 @@ int mt_corr_has(mt_corr_set *s, uint32_t id); /* 1 if id is a recent memory API 
 
 /* pool_poll.c */
 void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool); /* hot path, lock-free */
-void mt_pool_poll(mt_recorder *r);                 /* writer tick, after OOM and trims */
+void mt_pool_poll(mt_recorder *r);                 /* writer tick, at exit */
+void mt_pool_poll_rare(mt_recorder *r); /* the same on a program's thread (after an OOM, a trim) */
 void mt_pool_poll_if_due(mt_recorder *r, uint64_t now); /* after async allocs: <= 1/ms, no wait */
 void mt_pool_forget(mt_recorder *r, uint64_t pool); /* cuMemPoolDestroy */
 

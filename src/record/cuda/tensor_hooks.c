@@ -51,6 +51,19 @@ static inline int cuda_device(uint32_t device, int32_t *index)
     return 1;
 }
 
+/* One report timed whole, in cycles: allocations split by whether their stack had Python frames
+ * (the forward pass's and the optimizer's against autograd's workers': no Python walk, a deeper
+ * native one), which cost differently. */
+static inline void add_whole(mt_recorder *r, uint8_t op, uint64_t cycles)
+{
+    int py_stacks = r->py && (r->cfg.stacks & MT_STACKS_PYTHON);
+    int k = op == MT_OP_FREE                                   ? 1
+            : py_stacks && mt_stacks_last_without_python() ? 2
+                                                           : 0;
+    atomic_fetch_add_explicit(&r->tensors.whole_cycles[k], cycles, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->tensors.whole_calls[k], 1, memory_order_relaxed);
+}
+
 MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserved,
                                    uint32_t device)
 {
@@ -80,19 +93,11 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
         }
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
         if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now_cost, &r->tensors.spread);
-        uint64_t cycles = whole ? mt_clock_cycles() - entry : 0; /* before the bookkeeping below */
-        uint64_t rare = whole ? mt_rare_cycles_since(rare0) : 0;
-        if (whole && rare != MT_RARE_UNKNOWN && rare < cycles) {
-            cycles -= rare;
-            /* allocations split by whether their stack had Python frames: the forward pass's
-             * and the optimizer's against autograd's workers' (no Python walk, a deeper native
-             * one), which cost differently */
-            int py_stacks = r->py && (r->cfg.stacks & MT_STACKS_PYTHON);
-            int op = ev.op == MT_OP_FREE                                ? 1
-                     : py_stacks && mt_stacks_last_without_python() ? 2
-                                                                    : 0;
-            atomic_fetch_add_explicit(&r->tensors.whole_cycles[op], cycles, memory_order_relaxed);
-            atomic_fetch_add_explicit(&r->tensors.whole_calls[op], 1, memory_order_relaxed);
+        if (whole) {
+            uint64_t cycles = mt_clock_cycles() - entry; /* before the bookkeeping below */
+            /* rare work is counted apart; while it cannot be taken out, the sample is dropped */
+            uint64_t rare = mt_rare_cycles_since(rare0);
+            if (rare != MT_RARE_UNKNOWN && rare < cycles) add_whole(r, ev.op, cycles - rare);
         }
         mt_hook_leave(r);
     }
