@@ -29,9 +29,12 @@ static void recording_cost(mt_out *o, const mt_analysis *a)
         mt_out_puts(o, "null,");
         return;
     }
+    uint64_t span = c->until_ns ? c->until_ns : a->duration_ns; /* what the figure covers */
     mt_out_printf(o, "{\"ns\":%.0f,\"share_of_duration\":%.6g,\"tensor_report_whole\":%s,", total,
-                  a->duration_ns ? total / (double)a->duration_ns : 0.0,
-                  c->tensor_whole ? "true" : "false");
+                  span ? total / (double)span : 0.0, c->tensor_whole ? "true" : "false");
+    key(o, "until_ns"); /* null: the notes at exit; else the running totals' time */
+    if (c->until_ns) mt_out_printf(o, "%llu,", (unsigned long long)c->until_ns);
+    else mt_out_puts(o, "null,");
     const mt_cost_part *parts[4] = {&c->tensors, &c->callbacks, &c->hooked, &c->rare};
     const char *names[4] = {"tensor_reports", "callbacks", "hooked_calls", "rare_work"};
     for (int i = 0; i < 4; i++)

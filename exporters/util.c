@@ -101,10 +101,17 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
     const mt_recording_cost *c = &a->cost;
     double total = mt_recording_cost_ns(c);
     if (!(total > 0)) return NULL;
-    char t[32], d[32], share[96] = "", parts[640] = "";
+    char t[32], d[32], u[32], share[256] = "", parts[640] = "";
     put_span(t, sizeof t, total);
-    double pct = a->duration_ns ? 100.0 * total / (double)a->duration_ns : 0.0;
-    if (a->duration_ns)
+    /* The running totals (a killed process) cover the recording up to their time, not all of it */
+    uint64_t span = c->until_ns ? c->until_ns : a->duration_ns;
+    double pct = span ? 100.0 * total / (double)span : 0.0;
+    if (c->until_ns)
+        snprintf(share, sizeof share, " until %s, %.2f%% of that time (the process left no notes "
+                 "at exit: these are its last running totals; %s recorded in all)",
+                 mt_format_rel(c->until_ns, u, sizeof u) + 1, pct,
+                 mt_format_rel(a->duration_ns, d, sizeof d) + 1);
+    else if (a->duration_ns)
         snprintf(share, sizeof share, ", %.2f%% of the %s recorded", pct,
                  mt_format_rel(a->duration_ns, d, sizeof d) + 1);
     const struct {
@@ -131,7 +138,11 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
              "recorder's sampled self-timing)", t, caveat, share, parts);
     if (brief && brief_len) {
         const char *tilde = rough_total ? "~" : "";
-        if (a->duration_ns) snprintf(brief, brief_len, "%s%s (%.2f%% of the run)", tilde, t, pct);
+        if (c->until_ns)
+            snprintf(brief, brief_len, "%s%s (%.2f%% of the first %s)", tilde, t, pct,
+                     mt_format_rel(c->until_ns, u, sizeof u) + 1);
+        else if (a->duration_ns)
+            snprintf(brief, brief_len, "%s%s (%.2f%% of the run)", tilde, t, pct);
         else snprintf(brief, brief_len, "%s%s", tilde, t);
     }
     return buf;

@@ -108,6 +108,33 @@ say "== exit status"
 (cd "$W" && "$MT" record -q -- sh -c 'exit 7'); check "record returns the command's status" 7 $?
 (cd "$W" && "$MT" record -q -- sh -c 'kill -TERM $$'); check "signal death is 128+N" 143 $?
 
+# A process killed mid-run writes no notes at exit: its running totals (noted 5 s after the trace
+# is created, then at doubling intervals) still say what recording cost, and up to when.
+mkdir -p "$W/killed"
+(cd "$W/killed" && timeout 120 "$MT" record -q --tensors -o "$W/killed/k.mtrace" -- $PY -c '
+import os, time, torch
+t0, keep = time.time(), []
+while time.time() - t0 < 12:
+    a = torch.randn(512, 512, device="cuda")
+    keep = keep[-8:] + [(a @ a).sum()]
+torch.cuda.synchronize()
+os.kill(os.getpid(), 9)') >> "$LOG" 2>&1
+check "a process killed by SIGKILL: record returns 137" 137 $?
+settle_trace "$W/killed/k.mtrace"
+"$MT" report --json "$W/killed/k.mtrace" > "$W/killed/k.json" 2>> "$LOG"
+"$MT" report "$W/killed/k.mtrace" 2>> "$LOG" | grep '^recording cost' | tee -a "$LOG" | grep -q 'the process left no notes at exit: these are its last running totals'
+check "... its report gives the recording cost of its last running totals" 0 $?
+check "... which cover 5-13 s of the run, with tensor reports and rare work, no END" ok "$($PY - "$W/killed/k.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["recording_cost"]
+ok = (c and c["until_ns"] and 5e9 <= c["until_ns"] <= 13e9 and c["until_ns"] <= r["duration_ns"]
+      and c["tensor_reports"]["calls"] > 1000 and c["rare_work"]["calls"] > 0 and not r["ended_cleanly"])
+print("ok" if ok else "cost %s, duration %s, ended %s" % (c, r["duration_ns"], r["ended_cleanly"]))
+PYEOF
+)"
+say "info: killed process: $("$MT" dump "$W/killed/k.mtrace" 2>/dev/null | grep -c 'recording cost so far') running totals; $("$MT" report "$W/killed/k.mtrace" 2>/dev/null | grep '^recording cost' | cut -c1-160)"
+
 # Exit with async allocations in flight, under every recorder setting: the writer's last tick once
 # polled pools through a sink pointer that exit had already cleared (SIGSEGV at exit, rc 139).
 AC=$PWD/$BUILD/samples/api_cost
@@ -385,6 +412,11 @@ ok = ok and rare["calls"] > 0 and rare["timed"] == rare["calls"]
 print("ok" if ok else "cost %s against %d tensor events" % (c, events))
 PYEOF
 )"
+# the notes say where the rare work and the slowest callbacks went: the trace file made once, the
+# longest timed callback named
+grep '^note' "$W/tensors.dump" | grep -E 'rare work|^note.*callbacks:' | sed 's/^/  info: /' | tee -a "$SUM" >> "$LOG"
+check "rare work: the trace file created once, apart from the context's other work" 1 "$(grep '^note' "$W/tensors.dump" | grep 'rare work' | grep -o 'trace file created [0-9]*:' | grep -o '[0-9]*')"
+check "callbacks' note names the longest timed one" 1 "$(grep '^note' "$W/tensors.dump" | grep 'callbacks: about' | grep -c 'the longest [0-9.]* [nu]s: cu[A-Za-z_0-9]*, at its \(entry\|exit\))')"
 # record's own summary (stderr) ends with the short form of the same figure
 check "record's summary: the recording cost of the report's JSON" ok "$($PY - "$W/tensors.json" "$W/tensors.err" <<'PYEOF'
 import json, re, sys

@@ -1,11 +1,12 @@
 /* What recording cost the program, read back from the recorder's cost notes (recording_cost.c):
- * the notes of real GPU runs, in either order, hostile ones, few timed calls, and the report's
- * line and JSON object. */
+ * the notes of real GPU runs, in either order, hostile ones, few timed calls, the running totals
+ * of a killed process, and the report's line and JSON object. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compact/internal.h"
 #include "memtrace/export.h"
 #include "test_compact_fixture.h"
 
@@ -70,7 +71,8 @@ Test(recording_cost, the_notes_of_a_gpu_run_add_up)
               "%s", text);
     char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
     cr_expect(strstr(json, "\"recording_cost\":{\"ns\":206169184,\"share_of_duration\":0.0206169,"
-                           "\"tensor_report_whole\":true,\"tensor_reports\":{\"calls\":421024,"
+                           "\"tensor_report_whole\":true,\"until_ns\":null,"
+                           "\"tensor_reports\":{\"calls\":421024,"
                            "\"ns_each\":458,\"timed\":24775},\"callbacks\":{\"calls\":112,"
                            "\"ns_each\":10577,\"timed\":7},\"hooked_calls\":{\"calls\":2512,"
                            "\"ns_each\":4839,\"timed\":157},\"rare_work\":{\"calls\":0,"
@@ -222,4 +224,133 @@ Test(recording_cost, a_gpu_recorded_fixture)
     cr_expect_float_eq(a->cost.callbacks.ns, 113.0, 1e-9);
     cr_expect_eq(a->cost.hooked.calls, 0);
     mt_analysis_free(a);
+}
+
+/* A trace of one allocation, INFO notes at the given times (ms), events until last_ms, and an
+ * END there only when `ended`: a killed process has none. */
+static mt_analysis *with_notes_at(const char *stem, const char *const *notes, const int *at_ms,
+                                  int n, uint64_t last_ms, int ended)
+{
+    fx f;
+    fx_open(&f, stem);
+    fx_ev(&f, MT_OP_ALLOC, 0, 0, 0x1000, 100, 1, 0);
+    for (int i = 0; i < n; i++) {
+        mt_record r = {.type = MT_REC_NOTE};
+        r.u.note = (mt_note){.time_ns = FX_T0 + (uint64_t)at_ms[i] * MS, .level = MT_NOTE_INFO,
+                             .text = notes[i]};
+        fx_put(&f, &r);
+    }
+    fx_ev(&f, MT_OP_FREE, 0, 0, 0x1000, 0, last_ms, 0);
+    if (ended) fx_end(&f, last_ms, 2, 0);
+    fx_close(&f);
+    return fx_analyze(f.path);
+}
+
+/* The running totals, as the recorder writes them (src/trace/cost_note.c) */
+static void running(char *buf, size_t len, uint64_t tensors, double tensor_ns, int whole,
+                    uint64_t callbacks, uint64_t rare)
+{
+    mt_cost_part t = {.calls = tensors, .ns = tensor_ns, .timed = tensors / 16};
+    mt_cost_part cb = {.calls = callbacks, .ns = 1814, .timed = callbacks / 16};
+    mt_cost_part h = {0};
+    mt_cost_part r = {.calls = rare, .ns = 78163, .timed = rare};
+    mt_cost_running_note(buf, len, &t, whole, &cb, &h, &r);
+}
+
+/* A killed process leaves no notes at exit: the last running totals give the cost, and say up to
+ * when; a process that exits gives its notes at exit, whatever running totals came before. */
+Test(recording_cost, a_killed_process_has_its_running_totals)
+{
+    char first[640], last[640];
+    running(first, sizeof first, 1600, 500, 1, 32, 100);
+    running(last, sizeof last, 32000, 454, 1, 80, 135);
+    const char *notes[] = {first, "Python frames: on", last};
+    int at[] = {5000, 6000, 15000};
+    mt_analysis *a = with_notes_at("cost_killed.mtrace", notes, at, 3, 20000, 0);
+    const mt_recording_cost *c = &a->cost;
+    cr_expect_eq(c->until_ns, 15000 * MS, "the last running totals' time");
+    cr_expect_eq(c->tensors.calls, 32000);
+    cr_expect_float_eq(c->tensors.ns, 454.0, 1e-9);
+    cr_expect_eq(c->tensors.timed, 2000);
+    cr_expect(c->tensor_whole);
+    cr_expect_eq(c->callbacks.calls, 80);
+    cr_expect_eq(c->callbacks.timed, 5);
+    cr_expect_eq(c->rare.calls, 135);
+    cr_expect_eq(c->rare.timed, 135);
+    double total = 32000.0 * 454 + 80.0 * 1814 + 135.0 * 78163;
+    cr_expect_float_eq(mt_recording_cost_ns(c), total, 1e-3);
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    /* 14.528 + 0.145 + 10.552 ms = 25.23 ms, 0.17% of 15 s (not of the 20 s recorded); the
+     * rough callbacks are under a tenth of it */
+    cr_expect(strstr(text, "recording cost: about 25.23 ms of memtrace's own work on the "
+                           "program's threads until "
+                           "15.000000 s, 0.17% of that time (the process left no notes at exit: "
+                           "these are its last running totals; 20.000000 s recorded in all) (32000 "
+                           "tensor reports × 454 ns, 80 CUDA API callbacks × 1814 ns (rough: from "
+                           "5 timed calls), 135 pieces of rare work"), "%s", text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"share_of_duration\":0.00168168,\"tensor_report_whole\":true,"
+                           "\"until_ns\":15000000000,"), "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+
+    /* the same run, exited: its notes at exit, over the whole recording */
+    const char *exited[] = {first, last, WHOLE, TENSORS, CALLBACKS};
+    int at2[] = {5000, 15000, 19000, 19000, 19000};
+    a = with_notes_at("cost_exited.mtrace", exited, at2, 5, 20000, 1);
+    cr_expect_eq(a->cost.until_ns, 0);
+    cr_expect_eq(a->cost.tensors.calls, 421024, "the notes at exit");
+    cr_expect_eq(a->cost.rare.calls, 0, "nothing of the running totals");
+    json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"until_ns\":null,"), "%s", json);
+    free(json);
+    mt_analysis_free(a);
+}
+
+/* The running totals read back exactly as written, or not at all. */
+Test(recording_cost, running_totals_read_whole_or_not_at_all)
+{
+    char note[640];
+    mt_cost_part t = {.calls = 18446744073709551615ull, .ns = 0.4, .timed = 7};
+    mt_cost_part cb = {.calls = 3, .ns = 999999999999.0, .timed = 0};
+    mt_cost_part h = {.calls = 2512, .ns = 4839, .timed = 157};
+    mt_cost_part r = {0};
+    mt_cost_running_note(note, sizeof note, &t, 0, &cb, &h, &r);
+    mt_recording_cost c = {.until_ns = 42};
+    cr_assert(mt_cost_read_running(&c, note), "%s", note);
+    cr_expect_eq(c.tensors.calls, 18446744073709551615ull);
+    cr_expect_float_eq(c.tensors.ns, 0.0, 1e-9, "written as %%.0f");
+    cr_expect(!c.tensor_whole);
+    cr_expect_float_eq(c.callbacks.ns, 999999999999.0, 1e-3);
+    cr_expect_eq(c.hooked.timed, 157);
+    cr_expect_eq(c.rare.calls, 0);
+    cr_expect_eq(c.until_ns, 42, "left to the caller");
+    const char *hostile[] = {
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed)",
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed), callbacks 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 1e999 ns (3 timed)",
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed), callbacks 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x -2 ns (3 timed)",
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed), callbacks 1 x nan ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (3 timed)",
+        "recording cost so far: tensor reports -1 x 2 ns (3 timed), callbacks 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (3 timed)",
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed, half), callbacks 1 x 2 ns (3 "
+        "timed), hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (3 timed)",
+        "recording cost so far: callbacks 1 x 2 ns (3 timed), tensor reports 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (3 timed)",
+        "recording cost so far:tensor reports 1 x 2 ns (3 timed), callbacks 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (3 timed)",
+        "recording cost so far: tensor reports 1 x 2 ns (3 timed), callbacks 1 x 2 ns (3 timed), "
+        "hooked calls 1 x 2 ns (3 timed), rare work 1 x 2 ns (timed)",
+        "recording cost so far: ",
+        "recording cost so far",
+    };
+    const mt_recording_cost before = c;
+    for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
+        cr_expect(!mt_cost_read_running(&c, hostile[i]), "read: %s", hostile[i]);
+        cr_expect(memcmp(&c, &before, sizeof c) == 0, "touched by: %s", hostile[i]);
+    }
+    cr_expect(!mt_cost_read_running(&c, NULL));
 }

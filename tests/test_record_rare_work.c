@@ -1,8 +1,10 @@
 /* Rare work (src/record/rare_work.h): timed every time, counted once, and invisible to the
  * sampled timing's clock, so that a timed call that did some does not count it 16 times. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <time.h>
 
+#include "memtrace/record.h"
 #include "record/rare_work.h"
 
 #define MS 1000000ull
@@ -91,4 +93,38 @@ Test(rare_work, cycles_since)
 #else
     cr_expect_geq(c, MS);
 #endif
+}
+
+/* A thread's first walk finds its stack (glibc reads /proc/self/maps for the main thread: up to a
+ * millisecond in a large process) and makes its walk memos: rare work, once; its later walks do
+ * none of it. */
+static void *first_walks(void *arg)
+{
+    uint64_t *out = arg, ips[32];
+    out[0] = atomic_load(&mt_rare_all.kind_sections[MT_RARE_THREAD]);
+    out[1] = atomic_load(&mt_rare_all.kind_ns[MT_RARE_THREAD]);
+    uint64_t mine = mt_clock_tls.rare_ns;
+    int n = mt_unwind(ips, 32, 0, NULL);
+    out[2] = atomic_load(&mt_rare_all.kind_sections[MT_RARE_THREAD]);
+    out[3] = atomic_load(&mt_rare_all.kind_ns[MT_RARE_THREAD]);
+    out[7] = mt_clock_tls.rare_ns - mine;
+    for (int i = 0; i < 10; i++) n += mt_unwind(ips, 32, 0, NULL);
+    out[4] = atomic_load(&mt_rare_all.kind_sections[MT_RARE_THREAD]);
+    out[5] = atomic_load(&mt_rare_all.kind_ns[MT_RARE_THREAD]);
+    out[6] = (uint64_t)n;
+    return NULL;
+}
+
+Test(rare_work, a_threads_first_walk_sets_it_up_as_rare_work)
+{
+    uint64_t out[8];
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, first_walks, out), 0);
+    pthread_join(t, NULL);
+    cr_expect_gt(out[6], 0, "the walks found frames");
+    cr_expect_geq(out[2] - out[0], 2, "its stack's bounds and its memos: two pieces");
+    cr_expect_gt(out[3], out[1], "timed");
+    cr_expect_geq(out[7], out[3] - out[1], "on the thread's own counter too");
+    cr_expect_eq(out[4], out[2], "later walks: none");
+    cr_expect_eq(out[5], out[3]);
 }

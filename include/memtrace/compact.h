@@ -478,16 +478,11 @@ typedef struct mt_failed_request {
 
 #define MT_MAX_FAILED_KEPT 64 /* failed requests with full forensics; all are counted */
 
-/* One hot path's part of it: calls (an estimate, as the recorder counts them), the average ns
- * of a call, and how many timed calls that average stands on (0: not said). */
-typedef struct mt_cost_part {
-    uint64_t calls, timed;
-    double ns;
-} mt_cost_part;
-
 /* What recording cost the program on its own threads, read back from the recorder's cost notes
- * at exit (MT_COST_NOTE_*, trace.h), from its sampled self-timing. All 0 when the trace has none
- * of them (the recorder did not reach its exit, or predates the notes). */
+ * at exit (MT_COST_NOTE_*, trace.h), from its sampled self-timing; when those are missing (the
+ * process was killed), from the last of its running totals (MT_COST_NOTE_RUNNING), which cover
+ * the recording up to until_ns. All 0 when the trace has neither (a recorder killed in its first
+ * seconds, or one that predates the notes). */
 typedef struct mt_recording_cost {
     mt_cost_part tensors;   /* PyTorch's allocator's reports (--tensors) */
     int tensor_whole;       /* tensors.ns is the whole report's (time stamp included), not the
@@ -496,6 +491,9 @@ typedef struct mt_recording_cost {
     mt_cost_part hooked;    /* the cudaMallocAsync/cudaFreeAsync stand-ins */
     mt_cost_part rare;      /* rare, slow work, timed every time (timed == calls); not in the
                                parts above (recorders since 2026-11-27) */
+    uint64_t until_ns;      /* 0: the notes at exit, which cover the whole recording; else the
+                               running totals' time (since the trace's start): they cover the
+                               recording up to there */
 } mt_recording_cost;
 
 /* The total of the parts above, in ns (0 without any). */

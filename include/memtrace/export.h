@@ -55,8 +55,11 @@ const char *mt_format_bytes(uint64_t bytes, char *buf, size_t len);
 /* What recording cost the program, from the trace's cost notes (mt_recording_cost): "about 4.05
  * ms of memtrace's own work on the program's threads, 0.28% of the 1.447207 s recorded (4576
  * tensor reports × 884 ns, 16 CUDA API callbacks × 113 ns; ...)" in buf, and "4.05 ms (0.28% of
- * the run)" in brief (may be NULL; "~" in front when the estimate is rough). NULL when the trace
- * has no cost notes. Used by `report`, the HTML report and `record`'s summary. */
+ * the run)" in brief (may be NULL; "~" in front when the estimate is rough). From the running
+ * totals of a killed process (mt_recording_cost.until_ns) the share is of the time they cover:
+ * "... until 60.000 s, 0.31% of that time (the process left no notes at exit: ...)" and "4.05 ms
+ * (0.31% of the first 60.000 s)". NULL when the trace has no cost notes. Used by `report`, the
+ * HTML report and `record`'s summary. */
 const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len, char *buf,
                              size_t len);
 

@@ -189,6 +189,29 @@ typedef struct mt_note {
 #define MT_COST_NOTE_PIECES " pieces"
 #define MT_COST_NOTE_EACH " ns each on average"
 
+/* One part of the recording cost: calls (an estimate, as the recorder counts them), the average
+ * ns of a call, and how many timed calls that average stands on (0: not said). */
+typedef struct mt_cost_part {
+    uint64_t calls, timed;
+    double ns;
+} mt_cost_part;
+
+/* The running totals: while the program runs, the recorder's writer thread notes what recording
+ * has cost so far (src/record/cuda/notes.c: 5 s after the trace is created, then at intervals
+ * that double up to a minute), so that a trace whose process was killed before its notes at exit
+ * still says what recording cost up to then. One note holds all four parts, so none is missing
+ * when the process dies between two notes:
+ *     "recording cost so far: tensor reports C x N ns (T timed, whole), callbacks C x N ns
+ *      (T timed), hooked calls C x N ns (T timed), rare work C x N ns (T timed) (...)"
+ * in this order; ", whole" only when N of the tensor reports is the whole report's (the time
+ * stamp included). The analysis reads the last one back when the notes at exit are missing
+ * (mt_recording_cost.until_ns, compact.h). */
+#define MT_COST_NOTE_RUNNING "recording cost so far"
+/* The note's text into buf (truncated to len, always terminated). */
+void mt_cost_running_note(char *buf, size_t len, const mt_cost_part *tensors, int tensor_whole,
+                          const mt_cost_part *callbacks, const mt_cost_part *hooked,
+                          const mt_cost_part *rare);
+
 typedef struct mt_device {
     int32_t ordinal;
     uint64_t total_bytes;

@@ -177,6 +177,8 @@ typedef struct pass1 {
     size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     peak_keep *keep[N_SLOTS]; /* by slot key, made at a device's first peak */
     int oom;
+    mt_recording_cost running_cost; /* the last running totals (MT_COST_NOTE_RUNNING): the
+                                       cost when the notes at exit are missing */
 } pass1;
 
 static void fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1014,7 +1016,10 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
     }
     case MT_REC_NOTE: {
         if (rec->u.note.level != MT_NOTE_WARNING) {
-            mt_cost_read_note(&a->cost, rec->u.note.text);
+            if (mt_cost_read_running(&p->running_cost, rec->u.note.text))
+                p->running_cost.until_ns = rel(rec->u.note.time_ns, a->header.start_monotonic_ns);
+            else
+                mt_cost_read_note(&a->cost, rec->u.note.text);
             return 0;
         }
         size_t cap = p->cap_warnings;
@@ -1312,6 +1317,10 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         rc = -1;
     }
     if (a->last_ns > a->duration_ns) a->duration_ns = a->last_ns;
+    /* no notes at exit (a killed process): what recording had cost at its last running total */
+    if (!(mt_recording_cost_ns(&a->cost) > 0) && mt_recording_cost_ns(&p.running_cost) > 0 &&
+        p.running_cost.until_ns)
+        a->cost = p.running_cost;
     if (rc == 0) rc = alloc_sums_end(allocs);
     if (rc == 0) rc = finish_pass1(a, &p, &allocs->map, devs, n_devs);
     if (rc == 0 && !a->categories) {

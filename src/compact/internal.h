@@ -203,4 +203,7 @@ void mt_breakdown_set_process(mt_breakdown *b, const mt_sample_point *s, size_t 
                               uint64_t driver);
 /* Reads one INFO note of the recorder into c if it is one of its cost notes (recording_cost.c). */
 void mt_cost_read_note(mt_recording_cost *c, const char *text);
+/* 1 when text is the recorder's running totals (MT_COST_NOTE_RUNNING, trace.h), read whole into
+ * c's parts (until_ns left alone); 0, and c untouched, for any other text. */
+int mt_cost_read_running(mt_recording_cost *c, const char *text);
 #endif

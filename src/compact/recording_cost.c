@@ -7,8 +7,10 @@
  * Their products, summed, are memtrace's own time on the program's threads. On the GPU the
  * per-step share of it matched the in-process A/B within the A/B's spread (docs/performance.md,
  * "What a step's cost is made of"), so the report can say what the run paid without a second,
- * untraced run. A note that does not read as expected is left out: the notes are text, and a
- * trace is untrusted input. */
+ * untraced run. While the program runs, the recorder also notes its running totals, all parts in
+ * one note (MT_COST_NOTE_RUNNING, written by src/trace/cost_note.c): the analysis takes the last
+ * of them when a killed process left no notes at exit. A note that does not read as expected is
+ * left out: the notes are text, and a trace is untrusted input. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,51 @@ void mt_cost_read_note(mt_recording_cost *c, const char *text)
     } else if (calls_and_ns(after_name(text, MT_COST_NOTE_HOOKED), &p)) {
         c->hooked = p;
     }
+}
+
+/* "LABEL C x N ns (T timed" at s: the part; returns what follows "timed", or NULL when s reads
+ * otherwise. */
+static const char *running_part(const char *s, const char *label, mt_cost_part *p)
+{
+    size_t n = strlen(label);
+    if (strncmp(s, label, n) != 0 || s[n] != ' ' || s[n + 1] < '0' || s[n + 1] > '9') return NULL;
+    char *stop;
+    unsigned long long calls = strtoull(s + n + 1, &stop, 10);
+    if (strncmp(stop, " x ", 3) != 0 || stop[3] < '0' || stop[3] > '9') return NULL;
+    double ns = strtod(stop + 3, &stop);
+    /* at most 1000 s a call, as ns_each */
+    if (!isfinite(ns) || ns < 0 || ns > 1e12 || strncmp(stop, " ns (", 5) != 0 || stop[5] < '0' ||
+        stop[5] > '9')
+        return NULL;
+    unsigned long long timed = strtoull(stop + 5, &stop, 10);
+    if (strncmp(stop, " timed", 6) != 0) return NULL;
+    *p = (mt_cost_part){.calls = calls, .timed = timed, .ns = ns};
+    return stop + 6;
+}
+
+/* ", LABEL C x N ns (T timed)" at s: the part, and what follows; NULL otherwise */
+static const char *next_part(const char *s, const char *label, mt_cost_part *p)
+{
+    if (!s || strncmp(s, ", ", 2) != 0 || !(s = running_part(s + 2, label, p)) || *s != ')')
+        return NULL;
+    return s + 1;
+}
+
+int mt_cost_read_running(mt_recording_cost *c, const char *text)
+{
+    const char *s = text ? after_name(text, MT_COST_NOTE_RUNNING) : NULL;
+    mt_recording_cost r = {0};
+    if (!s || !(s = running_part(s, "tensor reports", &r.tensors))) return 0;
+    if (strncmp(s, ", whole)", 8) == 0) r.tensor_whole = 1, s += 8;
+    else if (*s == ')') s++;
+    else return 0;
+    s = next_part(s, "callbacks", &r.callbacks);
+    s = next_part(s, "hooked calls", &r.hooked);
+    s = next_part(s, "rare work", &r.rare);
+    if (!s) return 0;
+    r.until_ns = c->until_ns;
+    *c = r;
+    return 1;
 }
 
 double mt_recording_cost_ns(const mt_recording_cost *c)

@@ -10,6 +10,7 @@ const char *const mt_rare_kind_names[MT_RARE_KINDS] = {
     [MT_RARE_CONTEXT] = "CUDA resource events",
     [MT_RARE_POOL] = "pool reads",
     [MT_RARE_WAIT] = "waits for the writer",
+    [MT_RARE_OPEN] = "trace file created",
 };
 
 uint64_t mt_rare_begin(void)

@@ -38,6 +38,7 @@ typedef enum mt_rare_kind {
     MT_RARE_CONTEXT, /* CUPTI's resource callbacks: a CUDA context made or destroyed, ... */
     MT_RARE_POOL,    /* a memory pool's reservation read from the driver */
     MT_RARE_WAIT,    /* a full ring: the thread waited for the writer */
+    MT_RARE_OPEN,    /* the trace file created, its writer started (once, mt_trace_open) */
     MT_RARE_KINDS
 } mt_rare_kind;
 

@@ -751,6 +751,7 @@ void mt_sink_set_tick(mt_sink *s, mt_sink_tick_fn fn, void *ctx)
     pthread_mutex_lock(&s->lock);
     s->tick = fn;
     s->tick_ctx = ctx;
+    if (fn) pthread_cond_signal(&s->wake); /* its first run now, not a flush interval later */
     pthread_mutex_unlock(&s->lock);
 }
 

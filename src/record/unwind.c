@@ -62,6 +62,10 @@ MT_HOT_PATH static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
 {
     thread_stack *ts = &tls_stack;
     if (ts->state == 0) {
+        /* once a thread: rare work (rare_work.h). On the main thread glibc reads /proc/self/maps
+         * to find the stack: 0.5-1 ms in a PyTorch process, uncounted until 2026-11-27 (the first
+         * allocation's callback, timed, then read ~0.9 ms) */
+        uint64_t rare = mt_rare_begin();
         pthread_attr_t attr;
         void *addr;
         size_t size;
@@ -74,6 +78,7 @@ MT_HOT_PATH static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
             }
             pthread_attr_destroy(&attr);
         }
+        mt_rare_end(rare, MT_RARE_THREAD);
     }
     *lo = ts->lo;
     *hi = ts->hi;

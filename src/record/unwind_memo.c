@@ -6,6 +6,7 @@
  */
 #include "unwind_memo.h"
 #include "hot_path.h"
+#include "rare_work.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -74,16 +75,17 @@ MT_HOT_PATH mt_walk_memos *mt_walk_memo_acquire(void)
 {
     mt_walk_memos *m = tls_memos;
     if (m == MEMOS_GONE) return NULL;
-    if (!m) {
+    if (!m) { /* once a thread: rare work (rare_work.h), its pages touched for the first time */
+        uint64_t rare = mt_rare_begin();
         pthread_once(&memo_once, make_key);
-        if (!memo_key_ok) return NULL;
-        m = zeroed_lines(sizeof *m); /* a set's tags: one line */
+        m = memo_key_ok ? zeroed_lines(sizeof *m) : NULL; /* a set's tags: one line */
+        if (m && pthread_setspecific(memo_key, m) != 0) {
+            free(m);
+            m = NULL;
+        }
+        mt_rare_end(rare, MT_RARE_THREAD);
         if (!m) return NULL;
         m->last = -1;
-        if (pthread_setspecific(memo_key, m) != 0) {
-            free(m);
-            return NULL;
-        }
         tls_memos = m;
     }
     if (m->busy) return NULL;

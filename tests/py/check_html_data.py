@@ -118,8 +118,10 @@ def check_trace(t, rep):
     assert (hc is None) == (rc is None), (t["file"], hc, rc)
     if rc:
         assert len(hc) == 2 and hc[1].startswith("about "), hc
-        m = re.fullmatch(r"~?([0-9.]+) (ns|µs|ms|s) \(([0-9.]+)% of the run\)", hc[0])
-        assert m, hc
+        # of the run; of the first N s when the figure is a killed process's running totals
+        span = r"the run" if rc["until_ns"] is None else r"the first [0-9.]+ s"
+        m = re.fullmatch(r"~?([0-9.]+) (ns|µs|ms|s) \(([0-9.]+)% of " + span + r"\)", hc[0])
+        assert m, (hc, rc["until_ns"])
         ns = float(m.group(1)) * {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]
         assert abs(ns - rc["ns"]) <= 0.006 * rc["ns"], (hc, rc)  # 3 digits shown
         assert m.group(3) == "%.2f" % (100 * rc["share_of_duration"]), (hc, rc)

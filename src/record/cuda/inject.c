@@ -90,6 +90,10 @@ static void writer_tick(void *ctx, mt_sink *s)
     (void)s;
     mt_recorder *r = ctx;
     if (getpid() != r->pid) return;
+    if (!r->fd_room) { /* the first tick, right at start-up: before the trace file is made */
+        r->fd_room = 1;
+        mt_output_make_room();
+    }
     mt_clock_tick(); /* first: what follows stamps with it */
     mt_modules_refresh(r->modules, on_new_module, r);
     mt_pool_poll(r);
@@ -97,6 +101,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_async_hooks_tick(r);
     mt_tensor_hooks_tick(r);
     mt_find_c10(r);
+    mt_cost_running_tick(r, mt_now_ns());
     if (mt_trie_full(r->trie))
         mt_warn_once("trie", "the stack table is full (%u frames, %u MiB): new stacks end at the "
                      "deepest frame already known", MT_TRIE_MAX_NODES, (MT_TRIE_MAX_NODES * 32u) >> 20);
@@ -106,6 +111,8 @@ MT_HOT_PATH int mt_trace_open(mt_recorder *r)
 {
     if (mt_sink_is_open(r->sink)) return 0;
     if (!r->sink || getpid() != r->pid) return -1;
+    uint64_t rare = mt_rare_begin(); /* once a process (rare_work.h), or a wait for the thread
+                                        that does it */
     pthread_mutex_lock(&r->open_lock);
     int rc = 0;
     if (!mt_sink_is_open(r->sink)) {
@@ -123,6 +130,7 @@ MT_HOT_PATH int mt_trace_open(mt_recorder *r)
         }
     }
     pthread_mutex_unlock(&r->open_lock);
+    mt_rare_end(rare, MT_RARE_OPEN);
     return rc;
 }
 
@@ -207,8 +215,11 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
     mt_inflight_begin(&mt_rec);
     if (d == CUPTI_CB_DOMAIN_RESOURCE) {
         /* A context's birth and death are never skipped, and are rare work (rare_work.h): the
-         * device named, its records written, a module loaded */
-        if (atomic_load(&mt_rec.enabled)) {
+         * device named, its records written, a module loaded. The trace file is created with
+         * the first context: timed first, as a kind of its own, so that the note tells it from
+         * the context's other work. */
+        if (atomic_load(&mt_rec.enabled) &&
+            (id != CUPTI_CBID_RESOURCE_CONTEXT_CREATED || mt_trace_open(&mt_rec) == 0)) {
             uint64_t t0 = mt_rare_begin();
             mt_on_callback(ud, d, id, data);
             mt_rare_end(t0, MT_RARE_CONTEXT);
@@ -218,8 +229,12 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
         if (mt_time_this_call()) {
             uint64_t t0 = mt_cost_clock();
             mt_on_callback(ud, d, id, data);
-            mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0,
-                        &mt_rec.costs.callback_spread);
+            uint64_t dt = mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0,
+                                      &mt_rec.costs.callback_spread);
+            /* which call took longest: a rough average then says what it stands on */
+            int exit = d == CUPTI_CB_DOMAIN_DRIVER_API &&
+                       ((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT;
+            mt_cost_longest(&mt_rec.costs.callback_longest, dt, (uint32_t)id << 1 | (uint32_t)exit);
         } else {
             mt_on_callback(ud, d, id, data);
         }

@@ -74,17 +74,33 @@ static const char *spread_text(const mt_cost_spread *sp, char *buf, size_t len)
 }
 
 /* One sampled cost, as the notes of the hot paths put it:
- *   "NAME: about N WHAT, X ns each on average WHERE (ASIDE1 in 16 timed; timed calls: ...)"
+ *   "NAME: about N WHAT, X ns each on average WHERE (ASIDE1 in 16 timed; timed calls: ...TAIL)"
  * nothing when there were no calls. */
 static void cost_note(const char *name, const char *what, const char *where, const char *aside,
-                      uint64_t calls, uint64_t ns, const mt_cost_spread *spread)
+                      uint64_t calls, uint64_t ns, const mt_cost_spread *spread, const char *tail)
 {
     if (!calls) return;
     char sp[160];
     mt_trace_note(MT_NOTE_INFO,
-                  "%s: about %" PRIu64 " %s, %.0f" MT_COST_NOTE_EACH " %s (%s1 in %d timed%s)",
+                  "%s: about %" PRIu64 " %s, %.0f" MT_COST_NOTE_EACH " %s (%s1 in %d timed%s%s)",
                   name, calls, what, per(ns, calls), where, aside, MT_TIME_SAMPLE,
-                  spread_text(spread, sp, sizeof sp));
+                  spread_text(spread, sp, sizeof sp), tail);
+}
+
+/* "; the longest 912.3 us: cuMemAlloc_v2, at its exit" (mt_cost_longest); "" when none */
+static const char *longest_text(uint64_t longest, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (!MT_LONGEST_NS(longest)) return buf;
+    char t[32];
+    put_ns(t, sizeof t, MT_LONGEST_NS(longest));
+    uint32_t what = MT_LONGEST_WHAT(longest);
+    const char *name = mt_api_name(what >> 1);
+    if (name[0])
+        snprintf(buf, len, "; the longest %s: %s, at its %s", t, name, what & 1 ? "exit" : "entry");
+    else
+        snprintf(buf, len, "; the longest %s: callback %u", t, what >> 1);
+    return buf;
 }
 
 /* "rare work: 68 pieces, 491177 ns each on average on the program's threads, each timed (stacks
@@ -112,6 +128,64 @@ static void rare_note(void)
                   pieces, per(atomic_load(&mt_rare_all.ns), pieces), kinds);
 }
 
+/* The whole tensor report's average in ns, from its samples timed in TSC cycles, and how many
+ * there were; 0 while there are none or the TSC's rate is unknown. */
+static double whole_report_ns(mt_recorder *r, uint64_t *timed)
+{
+    double ns_per_cycle = mt_clock_tsc_khz() ? 1e6 / (double)mt_clock_tsc_khz() : 0.0;
+    uint64_t calls = 0, cycles = 0;
+    for (int k = 0; k < 3; k++) {
+        calls += atomic_load(&r->tensors.whole_calls[k]);
+        cycles += atomic_load(&r->tensors.whole_cycles[k]);
+    }
+    *timed = calls;
+    return calls && ns_per_cycle > 0 ? per(cycles, calls) * ns_per_cycle : 0.0;
+}
+
+/* A sampled part as the notes give it: calls, the average, the timed calls (1 in MT_TIME_SAMPLE) */
+static mt_cost_part sampled_part(_Atomic uint64_t *calls, _Atomic uint64_t *ns)
+{
+    uint64_t n = atomic_load(calls);
+    return (mt_cost_part){.calls = n, .ns = per(atomic_load(ns), n), .timed = n / MT_TIME_SAMPLE};
+}
+
+/* The running totals (MT_COST_NOTE_RUNNING, trace.h): on the writer thread, 5 s after the trace
+ * is created and then at intervals that double up to a minute, so that a trace whose process is
+ * killed (a job's time limit, the kernel's OOM killer, a rank's abort) still says what recording
+ * cost until then. A minute at most: the figure a killed run reports leaves out at most its last
+ * minute, and says up to when it counts. A ten-hour run writes ~600 of these notes (~450 bytes
+ * of text each before compression), a run of a minute four. Only the parts `memtrace report`
+ * adds up, in one note, so that a kill between two notes cannot leave half of them. */
+#define RUNNING_FIRST_NS 5000000000ull
+#define RUNNING_MAX_EVERY_NS 60000000000ull
+
+void mt_cost_running_tick(mt_recorder *r, uint64_t now)
+{
+    if (!mt_sink_is_open(r->sink)) return;
+    if (!r->running.every_ns) { /* the first tick of an open trace */
+        r->running.every_ns = RUNNING_FIRST_NS;
+        r->running.next_ns = now + RUNNING_FIRST_NS;
+        return;
+    }
+    if (now < r->running.next_ns) return;
+    r->running.every_ns = r->running.every_ns * 2 < RUNNING_MAX_EVERY_NS ? r->running.every_ns * 2
+                                                                          : RUNNING_MAX_EVERY_NS;
+    r->running.next_ns = now + r->running.every_ns;
+    mt_cost_part tensors = sampled_part(&r->tensors.calls, &r->tensors.ns);
+    uint64_t whole_timed;
+    double whole = whole_report_ns(r, &whole_timed);
+    if (whole > 0) tensors.ns = whole, tensors.timed = whole_timed;
+    mt_cost_part callbacks = sampled_part(&r->costs.callbacks, &r->costs.callback_ns);
+    mt_cost_part hooked = sampled_part(&r->hooks.calls, &r->hooks.ns);
+    uint64_t pieces = atomic_load(&mt_rare_all.sections);
+    mt_cost_part rare = {.calls = pieces, .ns = per(atomic_load(&mt_rare_all.ns), pieces),
+                         .timed = pieces};
+    if (!(tensors.calls | callbacks.calls | hooked.calls | rare.calls)) return;
+    char text[640];
+    mt_cost_running_note(text, sizeof text, &tensors, whole > 0, &callbacks, &hooked, &rare);
+    mt_trace_note(MT_NOTE_INFO, "%s", text);
+}
+
 /* The cost budget is part of the product: what memtrace's own work took, per call, from its
  * sampled self-timing (MT_TIME_SAMPLE), and what the writer made threads wait. */
 void mt_write_cost_notes(mt_recorder *r)
@@ -120,38 +194,40 @@ void mt_write_cost_notes(mt_recorder *r)
     mt_clock_describe(clock_line, sizeof clock_line);
     mt_trace_note(MT_NOTE_INFO, "%s", clock_line);
     if (r->cfg.census) mt_census_note(r);
+    char longest[160];
     cost_note(MT_COST_NOTE_CALLBACKS, "(API entry and exit)", "inside memtrace",
               "CUPTI's own dispatch not included; ", atomic_load(&r->costs.callbacks),
-              atomic_load(&r->costs.callback_ns), &r->costs.callback_spread);
+              atomic_load(&r->costs.callback_ns), &r->costs.callback_spread,
+              longest_text(atomic_load(&r->costs.callback_longest), longest, sizeof longest));
     cost_note(MT_COST_NOTE_HOOKED, "cudaMallocAsync/cudaFreeAsync",
               "inside memtrace after the call", "", atomic_load(&r->hooks.calls),
-              atomic_load(&r->hooks.ns), &r->hooks.spread);
+              atomic_load(&r->hooks.ns), &r->hooks.spread, "");
     cost_note(MT_COST_NOTE_TENSORS, "allocations and frees reported by PyTorch's caching allocator",
               "inside memtrace", "", atomic_load(&r->tensors.calls), atomic_load(&r->tensors.ns),
-              &r->tensors.spread);
+              &r->tensors.spread, "");
     double ns_per_cycle = mt_clock_tsc_khz() ? 1e6 / (double)mt_clock_tsc_khz() : 0.0;
     uint64_t wa = atomic_load(&r->tensors.whole_calls[0]), wf = atomic_load(&r->tensors.whole_calls[1]);
     uint64_t wn = atomic_load(&r->tensors.whole_calls[2]);
     uint64_t ca = atomic_load(&r->tensors.whole_cycles[0]), cf = atomic_load(&r->tensors.whole_cycles[1]);
-    uint64_t cn = atomic_load(&r->tensors.whole_cycles[2]);
+    uint64_t cn = atomic_load(&r->tensors.whole_cycles[2]), whole_timed;
+    double whole = whole_report_ns(r, &whole_timed);
     char split[160] = "";
     if (wa && wn) /* both kinds of thread allocated: a training step, forward and backward */
         snprintf(split, sizeof split, ": %.0f ns with Python frames, %.0f ns without (%.0f%% of "
                  "them, autograd's threads)", per(ca, wa) * ns_per_cycle,
                  per(cn, wn) * ns_per_cycle, 100.0 * per(wn, wa + wn));
-    if (wa + wf + wn && ns_per_cycle > 0)
+    if (whole > 0)
         mt_trace_note(MT_NOTE_INFO,
                       MT_COST_NOTE_TENSORS_WHOLE ": %.0f" MT_COST_NOTE_EACH " from the "
                       "stand-in's entry to its return, time stamp and in-flight count included "
                       "(allocations %.0f ns%s; frees %.0f ns; %" PRIu64 " other reports, timed in "
                       "TSC cycles and not by the clock: what an untimed report costs)",
-                      per(ca + cf + cn, wa + wf + wn) * ns_per_cycle,
-                      per(ca + cn, wa + wn) * ns_per_cycle, split, per(cf, wf) * ns_per_cycle,
-                      wa + wf + wn);
+                      whole, per(ca + cn, wa + wn) * ns_per_cycle, split,
+                      per(cf, wf) * ns_per_cycle, whole_timed);
     rare_note();
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
-              atomic_load(&r->costs.sink_ns), &r->costs.sink_spread);
+              atomic_load(&r->costs.sink_ns), &r->costs.sink_spread, "");
     uint64_t samples = atomic_load(&r->costs.nvml_samples);
     double round_ns = per(atomic_load(&r->costs.nvml_ns), samples);
     if (samples)

@@ -285,11 +285,16 @@ typedef struct mt_recorder {
                                          the stacks with no Python frame in a Python process
                                          (autograd's workers) */
         _Atomic uint64_t callbacks, callback_ns; /* our CUPTI callback */
+        _Atomic uint64_t callback_longest;       /* ... the longest timed one (mt_cost_longest) */
         _Atomic uint64_t sink_calls, sink_ns;    /* copying an event into the thread's ring */
         _Atomic uint64_t nvml_samples, nvml_ns, nvml_max_ns; /* the NVML sampler's rounds (each
                                                               timed: 20 a second) */
         mt_cost_spread stack_spread, callback_spread, sink_spread;
     } costs;
+    int fd_room; /* writer thread only: mt_output_make_room has run */
+    struct { /* writer thread only: the running totals' note (notes.c, mt_cost_running_tick) */
+        uint64_t next_ns, every_ns; /* every_ns 0: not scheduled yet */
+    } running;
 } mt_recorder;
 
 extern mt_recorder mt_rec; /* the recorder's single instance, defined in inject.c */
@@ -313,16 +318,34 @@ int mt_trace_open(mt_recorder *r);
 static inline uint64_t mt_now_ns(void) { return mt_clock_now(); }
 /* A sampled measurement: ns of our own work since t0 (an mt_cost_clock reading) into *ns, one call
  * into *calls (either NULL to skip), each counted MT_TIME_SAMPLE times; with ns, the time once
- * into *spread (NULL: none). */
-static inline void mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
-                               mt_cost_spread *spread)
+ * into *spread (NULL: none). Returns that time (0 without ns). */
+static inline uint64_t mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls, uint64_t t0,
+                                   mt_cost_spread *spread)
 {
+    uint64_t dt = 0;
     if (ns) {
-        uint64_t dt = mt_cost_clock() - t0;
+        dt = mt_cost_clock() - t0;
         atomic_fetch_add_explicit(ns, dt * MT_TIME_SAMPLE, memory_order_relaxed);
         if (spread) atomic_fetch_add_explicit(&spread->n[mt_cost_bucket(dt)], 1, memory_order_relaxed);
     }
     if (calls) atomic_fetch_add_explicit(calls, MT_TIME_SAMPLE, memory_order_relaxed);
+    return dt;
+}
+
+/* The longest timed call of a part, and which it was, in one word so that both change together:
+ *   | ns (48 bits, saturated) | what (16 bits: the callback id << 1 | 1 at the call's exit) |
+ * Compared as a whole: a longer call wins whatever it was. Timed calls only (1 in 16), and only
+ * those longer than the longest so far reach the compare-and-swap. */
+#define MT_LONGEST_NS(v) ((v) >> 16)
+#define MT_LONGEST_WHAT(v) ((uint32_t)((v) & 0xffff))
+static inline void mt_cost_longest(_Atomic uint64_t *longest, uint64_t dt, uint32_t what)
+{
+    if (dt >= 1ull << 48) dt = (1ull << 48) - 1;
+    uint64_t v = dt << 16 | (what & 0xffff);
+    uint64_t old = atomic_load_explicit(longest, memory_order_relaxed);
+    while (v > old && !atomic_compare_exchange_weak_explicit(longest, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
 }
 
 uint32_t mt_gettid(void);
@@ -330,10 +353,12 @@ uint32_t mt_gettid(void);
 int mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_write_cost_notes(mt_recorder *r); /* at exit, after the last flush */
+void mt_cost_running_tick(mt_recorder *r, uint64_t now); /* writer tick: the running totals */
 
 /* output.c: creates r->cfg.output from MEMTRACE_OUTPUT; the fd, or -1 (warned) */
 int mt_output_open(mt_recorder *r);
 #define MT_HIGH_FD 512 /* the trace's descriptor is moved to the lowest free one from here up */
+void mt_output_make_room(void); /* writer thread, once: a descriptor table that holds MT_HIGH_FD */
 void mt_output_check_still_there(mt_recorder *r);
 /* one line for `memtrace record`: what = "trace" (r->cfg.output written) or "skipped" */
 void mt_manifest_add(mt_recorder *r, const char *what);
