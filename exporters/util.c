@@ -138,9 +138,10 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
              "recorder's sampled self-timing)", t, caveat, share, parts);
     if (brief && brief_len) {
         const char *tilde = rough_total ? "~" : "";
-        if (c->until_ns)
-            snprintf(brief, brief_len, "%s%s (%.2f%% of the first %s)", tilde, t, pct,
-                     mt_format_rel(c->until_ns, u, sizeof u) + 1);
+        if (c->until_ns) {
+            put_span(u, sizeof u, (double)c->until_ns);
+            snprintf(brief, brief_len, "%s%s (%.2f%% of the first %s)", tilde, t, pct, u);
+        }
         else if (a->duration_ns)
             snprintf(brief, brief_len, "%s%s (%.2f%% of the run)", tilde, t, pct);
         else snprintf(brief, brief_len, "%s%s", tilde, t);

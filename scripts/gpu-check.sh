@@ -8,7 +8,8 @@
 # Runs on the lent GPU machine, from the repository root, over a build made on the development
 # machine (scripts/build-for-gpu.sh makes it: the GPU machine has no libdwarf or Criterion).
 # Sections (all by default; "multigpu" needs two GPUs and says so when there is one):
-#   basics    exit status, every allocation kind of alloc_patterns, processes, other CUPTI clients
+#   basics    exit status, a killed process and a torn-down torchrun rank (their running cost totals),
+#             every allocation kind of alloc_patterns, processes, other CUPTI clients
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
@@ -134,6 +135,31 @@ print("ok" if ok else "cost %s, duration %s, ended %s" % (c, r["duration_ns"], r
 PYEOF
 )"
 say "info: killed process: $("$MT" dump "$W/killed/k.mtrace" 2>/dev/null | grep -c 'recording cost so far') running totals; $("$MT" report "$W/killed/k.mtrace" 2>/dev/null | grep '^recording cost' | cut -c1-160)"
+# The same as it happens in a job: one rank fails after 12 s, torchrun tears the other down
+# (SIGTERM: Python dies without its atexit handlers). Both ranks on this one GPU; no process group.
+mkdir -p "$W/teardown"
+cat > "$W/teardown/job.py" <<'PYEOF'
+import os, sys, time, torch
+rank, t0, keep = int(os.environ["RANK"]), time.time(), []
+while time.time() - t0 < (12 if rank == 1 else 120):
+    a = torch.randn(256, 256, device="cuda")
+    keep = keep[-4:] + [(a @ a).sum()]
+    time.sleep(0.001)
+torch.cuda.synchronize()
+sys.exit("rank %d fails" % rank)
+PYEOF
+(cd "$W/teardown" && timeout 180 "$MT" record -q --tensors -o "$W/teardown/job.rank%r.mtrace" -- torchrun --standalone --nproc-per-node 2 job.py) >> "$LOG" 2>&1
+check "a torchrun job whose rank 1 fails: record returns its failure" 1 $?
+for r in 0 1; do "$MT" report --json "$W/teardown/job.rank$r.mtrace" > "$W/teardown/r$r.json" 2>> "$LOG"; done
+check "... rank 0, torn down: its running totals (no END); rank 1, exited: its notes at exit" ok "$($PY - "$W/teardown/r0.json" "$W/teardown/r1.json" <<'PYEOF'
+import json, sys
+r0, r1 = (json.load(open(p)) for p in sys.argv[1:3])
+c0, c1 = r0["recording_cost"], r1["recording_cost"]
+ok = (c0 and c0["until_ns"] and c0["tensor_reports"]["calls"] > 0 and not r0["ended_cleanly"]
+      and c1 and c1["until_ns"] is None and r1["ended_cleanly"])
+print("ok" if ok else "rank 0 %s (ended %s); rank 1 %s (ended %s)" % (c0, r0["ended_cleanly"], c1, r1["ended_cleanly"]))
+PYEOF
+)"
 
 # Exit with async allocations in flight, under every recorder setting: the writer's last tick once
 # polled pools through a sink pointer that exit had already cleared (SIGSEGV at exit, rc 139).

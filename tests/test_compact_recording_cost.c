@@ -288,6 +288,9 @@ Test(recording_cost, a_killed_process_has_its_running_totals)
                            "these are its last running totals; 20.000000 s recorded in all) (32000 "
                            "tensor reports × 454 ns, 80 CUDA API callbacks × 1814 ns (rough: from "
                            "5 timed calls), 135 pieces of rare work"), "%s", text);
+    char brief[64], sentence[1024];
+    cr_assert(mt_cost_describe(a, brief, sizeof brief, sentence, sizeof sentence));
+    cr_expect_str_eq(brief, "25.23 ms (0.17% of the first 15.000 s)", "record's summary, HTML");
     char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
     cr_expect(strstr(json, "\"share_of_duration\":0.00168168,\"tensor_report_whole\":true,"
                            "\"until_ns\":15000000000,"), "%s", json);
