@@ -141,10 +141,11 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
         if (c->until_ns) {
             put_span(u, sizeof u, (double)c->until_ns);
             snprintf(brief, brief_len, "%s%s (%.2f%% of the first %s)", tilde, t, pct, u);
-        }
-        else if (a->duration_ns)
+        } else if (a->duration_ns) {
             snprintf(brief, brief_len, "%s%s (%.2f%% of the run)", tilde, t, pct);
-        else snprintf(brief, brief_len, "%s%s", tilde, t);
+        } else {
+            snprintf(brief, brief_len, "%s%s", tilde, t);
+        }
     }
     return buf;
 }

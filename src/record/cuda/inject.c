@@ -232,9 +232,10 @@ void CUPTIAPI mt_recorder_callback(void *ud, CUpti_CallbackDomain d, CUpti_Callb
             uint64_t dt = mt_cost_add(&mt_rec.costs.callback_ns, &mt_rec.costs.callbacks, t0,
                                       &mt_rec.costs.callback_spread);
             /* which call took longest: a rough average then says what it stands on */
-            int exit = d == CUPTI_CB_DOMAIN_DRIVER_API &&
-                       ((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT;
-            mt_cost_longest(&mt_rec.costs.callback_longest, dt, (uint32_t)id << 1 | (uint32_t)exit);
+            int at_exit_site = d == CUPTI_CB_DOMAIN_DRIVER_API &&
+                               ((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT;
+            mt_cost_longest(&mt_rec.costs.callback_longest, dt,
+                            (uint32_t)id << 1 | (uint32_t)at_exit_site);
         } else {
             mt_on_callback(ud, d, id, data);
         }
