@@ -2,9 +2,12 @@
  * sampled timing's clock, so that a timed call that did some does not count it 16 times. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "memtrace/record.h"
+#include "record/main_stack.h"
 #include "record/rare_work.h"
 
 #define MS 1000000ull
@@ -127,4 +130,39 @@ Test(rare_work, a_threads_first_walk_sets_it_up_as_rare_work)
     cr_expect_geq(out[7], out[3] - out[1], "on the thread's own counter too");
     cr_expect_eq(out[4], out[2], "later walks: none");
     cr_expect_eq(out[5], out[3]);
+}
+
+/* The main thread's stack bounds, found by another thread as the recorder's writer does at
+ * start-up (main_stack.c), are glibc's own; the main thread's first walk takes them and reads no
+ * /proc/self/maps of its own: one thread-start piece (its walk memos), not two. */
+static void *find_main_stack(void *arg)
+{
+    *(int *)arg = mt_unwind_find_main_stack();
+    return NULL;
+}
+
+Test(rare_work, the_main_threads_stack_is_found_by_another_thread)
+{
+    cr_assert_eq(syscall(SYS_gettid), getpid(), "Criterion runs the test on its process's main "
+                 "thread");
+    pthread_attr_t attr;
+    void *addr;
+    size_t size;
+    cr_assert_eq(pthread_getattr_np(pthread_self(), &attr), 0);
+    cr_assert_eq(pthread_attr_getstack(&attr, &addr, &size), 0);
+    pthread_attr_destroy(&attr);
+    int found = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, find_main_stack, &found), 0);
+    pthread_join(t, NULL);
+    cr_assert(found);
+    cr_expect_eq(mt_main_stack.lo, (uintptr_t)addr, "%#lx against glibc's %p",
+                 (unsigned long)mt_main_stack.lo, addr);
+    cr_expect_eq(mt_main_stack.hi, (uintptr_t)addr + size);
+    uint64_t threads = atomic_load(&mt_rare_all.kind_sections[MT_RARE_THREAD]), ips[32];
+    int truncated = 1;
+    int n = mt_unwind(ips, 32, 0, &truncated);
+    cr_expect_gt(n, 0, "the walk found frames");
+    cr_expect_eq(atomic_load(&mt_rare_all.kind_sections[MT_RARE_THREAD]) - threads, 1,
+                 "its memos only");
 }

@@ -58,6 +58,10 @@ int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *tr
  * Process-wide, set once before the first walk (walks remembered before a change may still end at
  * the old range); lo = hi = 0 (the default) walks to the outermost frame. */
 void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi);
+/* Finds the main thread's stack bounds from any thread (src/record/main_stack.c), so that the
+ * main thread's first walk does not: for it glibc reads /proc/self/maps (0.5-3.7 ms in a PyTorch
+ * process). The recorder's writer thread calls it at start-up. 1 when found (or found before). */
+int mt_unwind_find_main_stack(void);
 /* What the walks cost, totals since the process started. Exact for the calling thread; other
  * threads' last (< 64) walks may not be counted yet. */
 typedef struct mt_unwind_totals {

@@ -34,6 +34,7 @@
 #include "unwind_cfi.h"
 #include "unwind_memo.h"
 #include "hot_path.h"
+#include "main_stack.h"
 #include "rare_work.h"
 
 /* This thread's stack, [lo, hi). Fetched on the thread's first mt_unwind; state 0 = not yet,
@@ -61,10 +62,13 @@ void mt_unwind_stop_at(uintptr_t lo, uintptr_t hi)
 MT_HOT_PATH static int stack_bounds(uintptr_t *lo, uintptr_t *hi)
 {
     thread_stack *ts = &tls_stack;
-    if (ts->state == 0) {
+    if (ts->state == 0 && mt_main_stack_holds((uintptr_t)__builtin_frame_address(0), &ts->lo,
+                                              &ts->hi)) {
+        ts->state = 1; /* the main thread: its bounds found by another thread (main_stack.c) */
+    } else if (ts->state == 0) {
         /* once a thread: rare work (rare_work.h). On the main thread glibc reads /proc/self/maps
-         * to find the stack: 0.5-1 ms in a PyTorch process, uncounted until 2026-11-27 (the first
-         * allocation's callback, timed, then read ~0.9 ms) */
+         * to find the stack: 0.5-3.7 ms in a PyTorch process, uncounted until 2026-11-27 (the
+         * first allocation's callback, timed, then read ~0.9 ms) */
         uint64_t rare = mt_rare_begin();
         pthread_attr_t attr;
         void *addr;
