@@ -101,7 +101,8 @@ void mt_sink_flush(mt_sink *s);
 
 /* Writer-thread hook, called once per timed drain (at most every flush_ms) before the batch is
  * written (module map refresh, CUPTI activity flush...), and first right after it is set. Runs on
- * the writer thread; may call mt_sink_put_copy. Drains that a full ring asked for run without it (a thread may be waiting).
+ * the writer thread; may call mt_sink_put_copy. Drains that a full ring asked for run without it
+ * (a thread may be waiting).
  * To take it away for good: mt_sink_set_tick(s, NULL, NULL) then mt_sink_flush(s); when the flush
  * returns, no tick is running and none will run again. */
 typedef void (*mt_sink_tick_fn)(void *ctx, mt_sink *s);

@@ -1,4 +1,5 @@
 /* The counters of rare_work.h (which says why they exist), and its two functions. */
+#include "atomic_max.h"
 #include "rare_work.h"
 
 mt_rare_totals mt_rare_all;
@@ -28,9 +29,5 @@ void mt_rare_end(uint64_t t0, mt_rare_kind kind)
     if ((unsigned)kind >= MT_RARE_KINDS) return;
     atomic_fetch_add_explicit(&mt_rare_all.kind_ns[kind], ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&mt_rare_all.kind_sections[kind], 1, memory_order_relaxed);
-    uint64_t max = atomic_load_explicit(&mt_rare_all.kind_max_ns[kind], memory_order_relaxed);
-    while (ns > max && !atomic_compare_exchange_weak_explicit(&mt_rare_all.kind_max_ns[kind], &max,
-                                                               ns, memory_order_relaxed,
-                                                               memory_order_relaxed)) {
-    }
+    mt_atomic_max_u64(&mt_rare_all.kind_max_ns[kind], ns);
 }

@@ -34,7 +34,8 @@
 typedef enum mt_rare_kind {
     MT_RARE_STACK,   /* a stack the leaf memo did not hold: built, its frames named */
     MT_RARE_WALK,    /* a walk the unwinder did not remember: unwinding tables read */
-    MT_RARE_THREAD,  /* a thread's first event or first stack: its buffers, its name */
+    MT_RARE_THREAD,  /* a thread's first event, stack or walk: its buffers, its name, its
+                        stack's bounds */
     MT_RARE_CONTEXT, /* CUPTI's resource callbacks: a CUDA context made or destroyed, ... */
     MT_RARE_POOL,    /* a memory pool's reservation read from the driver */
     MT_RARE_WAIT,    /* a full ring: the thread waited for the writer */

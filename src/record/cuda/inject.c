@@ -90,9 +90,9 @@ static void writer_tick(void *ctx, mt_sink *s)
     (void)s;
     mt_recorder *r = ctx;
     if (getpid() != r->pid) return;
-    if (!r->fd_room) { /* the first tick, right at start-up: before the trace file is made and
+    if (!r->started) { /* the first tick, right at start-up: before the trace file is made and
                           before the first walk, two waits taken off the program's threads */
-        r->fd_room = 1;
+        r->started = 1;
         mt_output_make_room();
         mt_unwind_find_main_stack();
     }

@@ -51,6 +51,7 @@
 #include "../clock.h"       /* mt_clock_now */
 #include "../cost_spread.h" /* mt_cost_spread */
 #include "../rare_work.h"   /* mt_cost_clock, mt_rare_begin/end */
+#include "atomic_max.h"       /* mt_atomic_max_u64 */
 
 /* The CUPTI functions we call, resolved from whichever libcupti.so.13 we loaded. */
 typedef struct mt_cupti {
@@ -291,7 +292,7 @@ typedef struct mt_recorder {
                                                               timed: 20 a second) */
         mt_cost_spread stack_spread, callback_spread, sink_spread;
     } costs;
-    int fd_room; /* writer thread only: mt_output_make_room has run */
+    int started; /* writer thread only: its first tick's start-up work is done (inject.c) */
     struct { /* writer thread only: the running totals' note (notes.c, mt_cost_running_tick) */
         uint64_t next_ns, every_ns; /* every_ns 0: not scheduled yet */
     } running;
@@ -341,11 +342,7 @@ static inline uint64_t mt_cost_add(_Atomic uint64_t *ns, _Atomic uint64_t *calls
 static inline void mt_cost_longest(_Atomic uint64_t *longest, uint64_t dt, uint32_t what)
 {
     if (dt >= 1ull << 48) dt = (1ull << 48) - 1;
-    uint64_t v = dt << 16 | (what & 0xffff);
-    uint64_t old = atomic_load_explicit(longest, memory_order_relaxed);
-    while (v > old && !atomic_compare_exchange_weak_explicit(longest, &old, v, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    }
+    mt_atomic_max_u64(longest, dt << 16 | (what & 0xffff));
 }
 
 uint32_t mt_gettid(void);
