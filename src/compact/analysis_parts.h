@@ -1,0 +1,78 @@
+/* What mt_analyze (analyze.c) shares with the files that do parts of its work (not part of the
+ * public API):
+ *   nvml_pairing.c  NVML's process samples against the trace's live bytes at their moments
+ *   live_sets.c     the live set by stack: at a failed request, and at the end (with holders)
+ *   peak_replay.c   what was live at each device's peak: pass 2, or pass 1's kept lists
+ */
+#ifndef MT_COMPACT_ANALYSIS_PARTS_H
+#define MT_COMPACT_ANALYSIS_PARTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+#define MT_PROGRESS_EVERY 65536 /* records between calls of mt_analyze_options.progress */
+
+/* Per-device state is kept by slot key: 0 = host, else ordinal + 2 (the tracker keeps ordinals to
+ * -1..MT_MAX_DEVICE_ORDINAL, so slot keys are below MT_N_SLOTS). */
+#define MT_N_SLOTS (MT_MAX_DEVICE_ORDINAL + 3)
+
+static inline uint64_t mt_slot_key(int32_t device, int is_host)
+{
+    return is_host ? 0 : ((uint64_t)(uint32_t)(device + 2) & 0xffffff);
+}
+
+/* Aggregate keys: slot key << 40 | driver << 32 | stack. */
+static inline uint64_t mt_agg_key(const mt_lifetime *l)
+{
+    return mt_slot_key(l->device, mt_kind_is_host(l->kind)) << 40 |
+           mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER);
+}
+
+static inline size_t mt_slot_of_lifetime(const mt_lifetime *l)
+{
+    return (size_t)mt_slot_key(l->device, mt_kind_is_host(l->kind));
+}
+
+/* A time since the trace's start (0 for a time before it). */
+static inline uint64_t mt_rel_time(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
+
+/* ---- what was live at each peak (peak_replay.c) ---------------------------------------------- */
+
+/* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its
+ * device's peak when it started at or before the peak event and ended after it, or never. For each
+ * device pass 1 keeps its counters right after its latest peak so far and a copy of every lifetime
+ * that started at or before that peak and has ended since; a new peak empties the list (what ended
+ * before it was not live at it). At the end those, and the lifetimes still live that started at or
+ * before the peak, are counted exactly as pass 2 counts them (count_at_peak). The list holds at
+ * most the lifetimes live at the peak, so memory stays bounded by the live set; the trace is read
+ * once instead of up to its last peak a second time. With tensors the categories of what was live
+ * at the peak are only known after it (phase ends), so pass 2 replays as before. */
+typedef struct mt_peak_keep {
+    uint64_t peak_seq; /* the device's latest peak so far */
+    mt_usage at_peak;  /* its counters right after that event */
+    mt_lifetime *ended; /* lifetimes live at that peak that have ended since */
+    size_t n, cap;
+} mt_peak_keep;
+
+/* Pass 2: replays the trace (a->fd) up to the last device's peak, or with tensors until their
+ * categories are known, and fills each device's peak_stacks, at_peak breakdown and category sums.
+ * -1 with err set when the trace cannot be read again or memory runs out. */
+int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen);
+/* The same from pass 1's kept lists (keep: by slot key) and its tracker's live set. -1: out of
+ * memory. */
+int mt_peaks_from_kept(mt_analysis *a, mt_peak_keep *const *keep, const mt_tracker *t);
+
+/* ---- the live set by stack (live_sets.c) ----------------------------------------------------- */
+
+/* Appends failed request e to a->failed with what was live on its device then. -1: out of
+ * memory. */
+int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e);
+/* What t has live at the end, for every device of by_slot (by slot key) in one walk: the
+ * reconciliation at the end (its NVML samples must be in place), live_end, leaks, holders, and
+ * allocs from `allocs` (agg key -> bytes, count). -1: out of memory. */
+int mt_live_at_end(mt_analysis *a, const mt_tracker *t, const mt_u64map *allocs,
+                   mt_device_report **by_slot);
+
+#endif
