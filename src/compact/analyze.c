@@ -65,7 +65,6 @@ typedef struct pass1 {
                                        cost when the notes at exit are missing */
 } pass1;
 
-
 static void fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void fail(char *err, size_t errlen, const char *fmt, ...)
