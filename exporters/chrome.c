@@ -160,7 +160,6 @@ static void failed_instant(chrome *c, const mt_event *e)
     mt_out_puts(o, "}}");
 }
 
-
 static int one_trace(chrome *c, mt_chrome_survey *sv, char *err, size_t errlen)
 {
     mt_analysis *a = c->a;

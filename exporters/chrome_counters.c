@@ -249,7 +249,6 @@ void mt_chrome_on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     s->have_last = 1;
 }
 
-
 /* The last point of every counter, at the end of the trace (where the slices end too). */
 void mt_chrome_final_counters(chrome *c, uint64_t end)
 {
