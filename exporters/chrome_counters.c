@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "chrome_parts.h"
+
 /* A counter point unless the track already shows v (force: the trace's last point). */
 static void counter_if(chrome *c, slot_info *si, int track, const char *root, const char *what,
                        uint64_t when, uint64_t v, int force)
