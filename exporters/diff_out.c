@@ -104,6 +104,21 @@ static const char *pair_title(const mt_diff *d, const mt_device_delta *dd, char 
     return buf;
 }
 
+/* Device i's peak grew by more than the gate allows (--fail-on-increase): 1, with its title in
+ * title and the growth as text in growth ("12.5%", or "all of it" when base had none): the line
+ * the text and Markdown outputs give each such device. */
+static int over_gate(const mt_diff *d, size_t i, const mt_diff_options *opt, char *title,
+                     size_t tlen, char *growth, size_t glen)
+{
+    const mt_device_delta *dd = &d->devices[i];
+    double x = mt_peak_change_pct(dd);
+    if (!opt->gate || !mt_diff_is_gated(dd) || !(x > opt->fail_pct)) return 0;
+    pair_title(d, dd, title, tlen);
+    if (isinf(x)) snprintf(growth, glen, "all of it (none in base)");
+    else snprintf(growth, glen, "%.1f%%", x);
+    return 1;
+}
+
 /* "GPUs paired: rank 0 cuda:0 vs rank 1 cuda:1 (each run's own GPU, as the runs are different
  * ranks: rank 0's by LOCAL_RANK, rank 1's by LOCAL_RANK); other GPUs by ordinal", or NULL when
  * every GPU paired by ordinal. */
@@ -349,13 +364,10 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
     if (opt->gate) {
         int any = 0;
         for (size_t i = 0; i < d->n_devices; i++) {
-            double x = mt_peak_change_pct(&d->devices[i]);
-            if (!mt_diff_is_gated(&d->devices[i]) || !(x > opt->fail_pct)) continue;
+            if (!over_gate(d, i, opt, root, sizeof root, p, sizeof p)) continue;
             any = 1;
-            mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n",
-                          pair_title(d, &d->devices[i], root, sizeof root),
-                          isinf(x) ? "all of it (none in base)" : (snprintf(p, sizeof p, "%.1f%%", x), p),
-                          opt->fail_pct);
+            mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n", root,
+                          p, opt->fail_pct);
         }
         if (!any) mt_out_printf(o, "memtrace diff: ok: no peak grew by more than %g%%\n", opt->fail_pct);
     }
@@ -635,12 +647,9 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
     if (opt->gate) {
         int any = 0;
         for (size_t i = 0; i < d->n_devices; i++) {
-            double x = mt_peak_change_pct(&d->devices[i]);
-            if (!mt_diff_is_gated(&d->devices[i]) || !(x > opt->fail_pct)) continue;
+            if (!over_gate(d, i, opt, root, sizeof root, p, sizeof p)) continue;
             any = 1;
-            mt_out_printf(o, "> ❌ the %s peak grew by %s, more than the %g%% allowed\n\n",
-                          pair_title(d, &d->devices[i], root, sizeof root),
-                          isinf(x) ? "all of it (none in base)" : (snprintf(p, sizeof p, "%.1f%%", x), p),
+            mt_out_printf(o, "> ❌ the %s peak grew by %s, more than the %g%% allowed\n\n", root, p,
                           opt->fail_pct);
         }
         if (!any) mt_out_printf(o, "> ✅ no peak grew by more than %g%%\n\n", opt->fail_pct);

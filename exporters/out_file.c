@@ -16,27 +16,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "err_text.h" /* src/util: mt_err_text */
 #include "out_file.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* Which input (index) st is, or -1. */
 static int is_input(const struct stat *st, const mt_out_options *opt)
@@ -85,14 +72,14 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
 {
     memset(of, 0, sizeof *of);
     of->fd = -1;
-    if (strlen(path) >= sizeof of->path) return fail(err, errlen, "%s: name too long", path);
+    if (strlen(path) >= sizeof of->path) return mt_err_text(err, errlen, "%s: name too long", path);
     snprintf(of->path, sizeof of->path, "%s", path);
     struct stat st;
     if (strcmp(path, "-") == 0) { /* stdout: only refused when it is an input (`>> t.mtrace`) */
         of->fd = STDOUT_FILENO;
         of->is_stdout = 1;
         if (fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode) && is_input(&st, opt) >= 0)
-            return fail(err, errlen,
+            return mt_err_text(err, errlen,
                         "standard output is %s, one of the input traces: not "
                         "written",
                         opt->inputs[is_input(&st, opt)]);
@@ -103,35 +90,35 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
         if (S_ISLNK(st.st_mode)) {
             struct stat target;
             if (stat(path, &target) != 0 || !is_stream(target.st_mode))
-                return fail(err, errlen,
+                return mt_err_text(err, errlen,
                             "%s is a symbolic link: memtrace does not write "
                             "through one (remove it, or name the file it points to)",
                             path);
             st = target;
         }
-        if (S_ISDIR(st.st_mode)) return fail(err, errlen, "%s is a directory", path);
+        if (S_ISDIR(st.st_mode)) return mt_err_text(err, errlen, "%s is a directory", path);
         if (is_input(&st, opt) >= 0)
-            return fail(err, errlen, "%s is one of the input traces: not overwritten", path);
+            return mt_err_text(err, errlen, "%s is one of the input traces: not overwritten", path);
         if (is_stream(st.st_mode)) { /* a device, pipe or terminal: written to, not replaced */
             of->fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-            if (of->fd < 0) return fail(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            if (of->fd < 0) return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));
             of->in_place = 1;
             return 0;
         }
         if (!S_ISREG(st.st_mode))
-            return fail(err, errlen, "%s exists and is not a regular file: not written", path);
+            return mt_err_text(err, errlen, "%s exists and is not a regular file: not written", path);
         if (!force)
-            return fail(err, errlen, "%s exists: not replaced (use --force to replace it)", path);
+            return mt_err_text(err, errlen, "%s exists: not replaced (use --force to replace it)", path);
         of->replace = 1;
     } else if (errno != ENOENT) {
-        return fail(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));
     }
     char d[sizeof of->path], b[sizeof of->path];
     snprintf(d, sizeof d, "%s", path);
     snprintf(b, sizeof b, "%s", path);
     const char *dir = dirname(d), *base = basename(b);
     of->fd = open_temp(of, dir, base);
-    if (of->fd < 0) return fail(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    if (of->fd < 0) return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 

@@ -26,13 +26,13 @@
  * nvml_pairing.c (NVML's samples against the live bytes), live_sets.c (the live set at a failed
  * request and at the end) and peak_replay.c (what was live at each peak: pass 2).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "analysis_parts.h"
+#include "err_text.h" /* src/util: mt_err_text */
 #include "grow.h" /* src/util: mt_grow */
 #include "internal.h"
 #include "nvml_pairing.h"
@@ -64,16 +64,6 @@ typedef struct pass1 {
     mt_recording_cost running_cost; /* the last running totals (MT_COST_NOTE_RUNNING): the
                                        cost when the notes at exit are missing */
 } pass1;
-
-static void fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* The bucket of time_rel, outside the last one noted: halves the resolution when time runs past
  * the end. */
@@ -419,15 +409,15 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     if (rc == -2) {
         rc = -1; /* err says why */
     } else if (rc < 0) {
-        fail(err, errlen, "%s: out of memory", a->path);
+        mt_err_text(err, errlen, "%s: out of memory", a->path);
     } else if (st == MT_READ_TRUNCATED && strict) {
-        fail(err, errlen, "%s (--strict)", mt_reader_error(r));
+        mt_err_text(err, errlen, "%s (--strict)", mt_reader_error(r));
         rc = -1;
     } else if (st == MT_READ_TRUNCATED) {
         a->truncated = 1;
         a->truncated_msg = dupstr(mt_reader_error(r));
     } else if (st != MT_READ_END) {
-        fail(err, errlen, "%s", mt_reader_error(r));
+        mt_err_text(err, errlen, "%s", mt_reader_error(r));
         rc = -1;
     }
     if (a->last_ns > a->duration_ns) a->duration_ns = a->last_ns;
@@ -441,7 +431,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         rc = mt_peaks_from_kept(a, p.keep, p.t);
         *peaks_done = 1;
     }
-    if (rc < 0 && err && !err[0]) fail(err, errlen, "%s: out of memory", a->path);
+    if (rc < 0 && err && !err[0]) mt_err_text(err, errlen, "%s: out of memory", a->path);
     for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
     free(devs);
     mt_pairing_free(&p.nvml);
@@ -478,7 +468,7 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
     if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
         run_pass1(a, opt, err, errlen, &peaks_done) < 0 ||
         (!peaks_done && mt_peaks_replay(a, opt, err, errlen) < 0)) {
-        if (err && errlen && !err[0]) fail(err, errlen, "%s: out of memory", path);
+        if (err && errlen && !err[0]) mt_err_text(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;
     }

@@ -1,16 +1,11 @@
 /* What was live at each device's peak, by stack (with tensors, by category too): pass 2, which
  * replays the trace up to the last peak, or, without tensors, pass 1's kept lists (mt_peak_keep,
  * analysis_parts.h) counted the same way. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "analysis_parts.h"
-
-static void out_of_memory(char *err, size_t errlen, const char *path)
-{
-    if (err && errlen) snprintf(err, errlen, "%s: out of memory in pass 2", path);
-}
+#include "err_text.h" /* src/util: mt_err_text */
 
 /* What was live at each device's peak, for every device in one replay: a lifetime was live at its
  * device's peak when it started at or before the peak event and ended after it. Pass 2 replays up
@@ -278,7 +273,7 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
     uint64_t last_seq;
     pass2 *p = pass2_new(a, &last_seq);
     if (!p) {
-        out_of_memory(err, errlen, a->path);
+        mt_err_text(err, errlen, "%s: out of memory in pass 2", a->path);
         return -1;
     }
     mt_reader *r = NULL;
@@ -306,7 +301,7 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
     if (rc == 0) mt_tracker_foreach_live(p->t, pass2_still_live, p);
     if (rc == 0) pass2_finish(p, a);
     if (p->oom) rc = -1;
-    if (rc < 0) out_of_memory(err, errlen, a->path);
+    if (rc < 0) mt_err_text(err, errlen, "%s: out of memory in pass 2", a->path);
 out:
     mt_reader_close(r);
     pass2_free(p);

@@ -9,27 +9,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "err_text.h" /* src/util: mt_err_text */
 #include "memtrace/trace.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
@@ -65,17 +52,17 @@ static int temp_file(void)
 int mt_input_open(const char *path, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: offset 0: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return mt_err_text(err, errlen, "%s: offset 0: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: offset 0: cannot read: %s", path, strerror(e));
+        return mt_err_text(err, errlen, "%s: offset 0: cannot read: %s", path, strerror(e));
     }
     if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return fd;
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: offset 0: is a directory, not a trace", path);
+        return mt_err_text(err, errlen, "%s: offset 0: is a directory, not a trace", path);
     }
     /* A stream: look at the magic before copying anything. */
     uint8_t buf[65536];
@@ -86,7 +73,7 @@ int mt_input_open(const char *path, char *err, size_t errlen)
         if (k < 0) {
             int e = errno;
             close(fd);
-            return fail(err, errlen, "%s: offset %zu: cannot read: %s", path, have, strerror(e));
+            return mt_err_text(err, errlen, "%s: offset %zu: cannot read: %s", path, have, strerror(e));
         }
         if (k == 0) break;
         have += (size_t)k;
@@ -95,15 +82,15 @@ int mt_input_open(const char *path, char *err, size_t errlen)
     if (memcmp(buf, MT_TRACE_MAGIC, cmp) != 0 || have < 8) {
         close(fd);
         if (memcmp(buf, MT_TRACE_MAGIC, cmp) != 0)
-            return fail(err, errlen, "%s: offset 0: not a memtrace file (bad magic)", path);
-        return fail(err, errlen, "%s: offset %zu: file too short for the %d-byte header", path,
+            return mt_err_text(err, errlen, "%s: offset 0: not a memtrace file (bad magic)", path);
+        return mt_err_text(err, errlen, "%s: offset %zu: file too short for the %d-byte header", path,
                     have, MT_FILE_HEADER_SIZE);
     }
     int tmp = temp_file();
     if (tmp < 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen,
+        return mt_err_text(err, errlen,
                     "%s: is not a regular file and no temporary copy can be made in $TMPDIR: %s",
                     path, strerror(e));
     }
@@ -112,7 +99,7 @@ int mt_input_open(const char *path, char *err, size_t errlen)
             int e = errno;
             close(fd);
             close(tmp);
-            return fail(err, errlen,
+            return mt_err_text(err, errlen,
                         "%s: is not a regular file; copying it to a temporary file failed: %s",
                         path, strerror(e));
         }
@@ -124,7 +111,7 @@ int mt_input_open(const char *path, char *err, size_t errlen)
             int e = errno;
             close(fd);
             close(tmp);
-            return fail(err, errlen, "%s: cannot read: %s", path, strerror(e));
+            return mt_err_text(err, errlen, "%s: cannot read: %s", path, strerror(e));
         }
         if (k == 0) break;
         have = (size_t)k;
