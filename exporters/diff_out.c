@@ -111,11 +111,13 @@ static int over_gate(const mt_diff *d, size_t i, const mt_diff_options *opt, cha
                      size_t tlen, char *growth, size_t glen)
 {
     const mt_device_delta *dd = &d->devices[i];
+    if (!opt->gate || !mt_diff_device_exceeds(dd, opt->fail_pct)) return 0;
     double x = mt_peak_change_pct(dd);
-    if (!opt->gate || !mt_diff_is_gated(dd) || !(x > opt->fail_pct)) return 0;
     pair_title(d, dd, title, tlen);
-    if (isinf(x)) snprintf(growth, glen, "all of it (none in base)");
-    else snprintf(growth, glen, "%.1f%%", x);
+    if (isinf(x))
+        snprintf(growth, glen, "all of it (none in base)");
+    else
+        snprintf(growth, glen, "%.1f%%", x);
     return 1;
 }
 
@@ -366,8 +368,8 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         for (size_t i = 0; i < d->n_devices; i++) {
             if (!over_gate(d, i, opt, root, sizeof root, p, sizeof p)) continue;
             any = 1;
-            mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n", root,
-                          p, opt->fail_pct);
+            mt_out_printf(o, "memtrace diff: FAILED: %s peak grew by %s, more than %g%%\n", root, p,
+                          opt->fail_pct);
         }
         if (!any) mt_out_printf(o, "memtrace diff: ok: no peak grew by more than %g%%\n", opt->fail_pct);
     }
@@ -526,8 +528,7 @@ static int diff_json(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         else mt_json_null(&j, "name");
         mt_json_bool(&j, "in_base", dd->base != NULL);
         mt_json_bool(&j, "in_new", dd->new_ != NULL);
-        double x = mt_peak_change_pct(dd);
-        mt_json_bool(&j, "exceeded", opt->gate && mt_diff_is_gated(dd) && x > opt->fail_pct);
+        mt_json_bool(&j, "exceeded", opt->gate && mt_diff_device_exceeds(dd, opt->fail_pct));
         row rows[8];
         size_t nr = device_rows(dd, rows);
         static const char *const keys[] = {"peak", "allocated_peak", "reserved_peak", "live_at_exit",

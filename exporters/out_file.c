@@ -80,9 +80,9 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
         of->is_stdout = 1;
         if (fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode) && is_input(&st, opt) >= 0)
             return mt_err_text(err, errlen,
-                        "standard output is %s, one of the input traces: not "
-                        "written",
-                        opt->inputs[is_input(&st, opt)]);
+                               "standard output is %s, one of the input traces: not "
+                               "written",
+                               opt->inputs[is_input(&st, opt)]);
         return 0;
     }
     int force = opt && opt->force;
@@ -91,9 +91,9 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
             struct stat target;
             if (stat(path, &target) != 0 || !is_stream(target.st_mode))
                 return mt_err_text(err, errlen,
-                            "%s is a symbolic link: memtrace does not write "
-                            "through one (remove it, or name the file it points to)",
-                            path);
+                                   "%s is a symbolic link: memtrace does not write "
+                                   "through one (remove it, or name the file it points to)",
+                                   path);
             st = target;
         }
         if (S_ISDIR(st.st_mode)) return mt_err_text(err, errlen, "%s is a directory", path);
@@ -101,14 +101,17 @@ int mt_out_file_open(mt_out_file *of, const char *path, const mt_out_options *op
             return mt_err_text(err, errlen, "%s is one of the input traces: not overwritten", path);
         if (is_stream(st.st_mode)) { /* a device, pipe or terminal: written to, not replaced */
             of->fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-            if (of->fd < 0) return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            if (of->fd < 0)
+                return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));
             of->in_place = 1;
             return 0;
         }
         if (!S_ISREG(st.st_mode))
-            return mt_err_text(err, errlen, "%s exists and is not a regular file: not written", path);
+            return mt_err_text(err, errlen, "%s exists and is not a regular file: not written",
+                               path);
         if (!force)
-            return mt_err_text(err, errlen, "%s exists: not replaced (use --force to replace it)", path);
+            return mt_err_text(err, errlen, "%s exists: not replaced (use --force to replace it)",
+                               path);
         of->replace = 1;
     } else if (errno != ENOENT) {
         return mt_err_text(err, errlen, "cannot write %s: %s", path, strerror(errno));

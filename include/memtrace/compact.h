@@ -730,9 +730,12 @@ int64_t mt_delta(uint64_t base, uint64_t new_);
 /* NEW's peak over BASE's on dd's device in percent: (new - base) / base * 100; +infinity when only
  * NEW has bytes there, 0 when neither has, -100 when the device is gone. */
 double mt_peak_change_pct(const mt_device_delta *dd);
-/* `diff --fail-on-increase PCT`: 1 when some device's peak grew by more than pct percent. */
 /* 0 for a GPU that holds only driver memory in both runs (listed, never gated). */
 int mt_diff_is_gated(const mt_device_delta *dd);
+/* `diff --fail-on-increase PCT` on one device: 1 when it is gated and its peak grew by more than
+ * pct percent. */
+int mt_diff_device_exceeds(const mt_device_delta *dd, double pct);
+/* The same for the whole diff: 1 when some device exceeds. */
 int mt_diff_exceeds(const mt_diff *d, double pct);
 
 /* ---- Ranks: several traces of one distributed job (ranks.c) ------------------------------------ */

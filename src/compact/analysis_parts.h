@@ -35,9 +35,6 @@ static inline size_t mt_slot_of_lifetime(const mt_lifetime *l)
     return (size_t)mt_slot_key(l->device, mt_kind_is_host(l->kind));
 }
 
-/* A time since the trace's start (0 for a time before it). */
-static inline uint64_t mt_rel_time(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
-
 /* ---- what was live at each peak (peak_replay.c) ---------------------------------------------- */
 
 /* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its

@@ -697,9 +697,14 @@ int mt_diff_is_gated(const mt_device_delta *dd)
     return !((!dd->base || mt_gpu_is_stray(dd->base)) && (!dd->new_ || mt_gpu_is_stray(dd->new_)));
 }
 
+int mt_diff_device_exceeds(const mt_device_delta *dd, double pct)
+{
+    return mt_diff_is_gated(dd) && mt_peak_change_pct(dd) > pct;
+}
+
 int mt_diff_exceeds(const mt_diff *d, double pct)
 {
     for (size_t i = 0; i < d->n_devices; i++)
-        if (mt_diff_is_gated(&d->devices[i]) && mt_peak_change_pct(&d->devices[i]) > pct) return 1;
+        if (mt_diff_device_exceeds(&d->devices[i], pct)) return 1;
     return 0;
 }

@@ -97,6 +97,9 @@ static inline int mt_counting(unsigned kind, unsigned flags)
     return mt_kind_counts(kind) ? MT_COUNT_IN_USE : MT_COUNT_NONE;
 }
 
+/* A time since the trace's start (0 for a time before it). */
+static inline uint64_t mt_rel_time(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
+
 static inline int mt_kind_is_host(unsigned kind)
 {
     return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;

@@ -128,8 +128,6 @@ typedef struct read1 {
     int oom;
 } read1;
 
-static inline uint64_t rel(uint64_t t, uint64_t start) { return t > start ? t - start : 0; }
-
 static slot *slot_for(read1 *r, int32_t device, int is_host)
 {
     if (is_host && r->host_index) return &r->slots[r->host_index - 1];
@@ -228,7 +226,7 @@ static void on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     if (r->key->split) r->key->split(r->key->ctx, u, s->sums);
     if (s->have_last && s->last_pt.in_use == u->in_use && memcmp(s->last_row, s->sums, rowsz) == 0)
         return; /* a pool's reservation or a mapping changed; the bytes in use did not */
-    mt_usage_point p = {rel(time_ns, r->start), mt_tracker_seq(r->t), u->in_use};
+    mt_usage_point p = {mt_rel_time(time_ns, r->start), mt_tracker_seq(r->t), u->in_use};
     s->changes++;
     s->last_pt = p;
     s->have_last = 1;

@@ -52,7 +52,8 @@ static int temp_file(void)
 int mt_input_open(const char *path, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mt_err_text(err, errlen, "%s: offset 0: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+        return mt_err_text(err, errlen, "%s: offset 0: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -73,7 +74,8 @@ int mt_input_open(const char *path, char *err, size_t errlen)
         if (k < 0) {
             int e = errno;
             close(fd);
-            return mt_err_text(err, errlen, "%s: offset %zu: cannot read: %s", path, have, strerror(e));
+            return mt_err_text(err, errlen, "%s: offset %zu: cannot read: %s", path, have,
+                               strerror(e));
         }
         if (k == 0) break;
         have += (size_t)k;
@@ -83,25 +85,26 @@ int mt_input_open(const char *path, char *err, size_t errlen)
         close(fd);
         if (memcmp(buf, MT_TRACE_MAGIC, cmp) != 0)
             return mt_err_text(err, errlen, "%s: offset 0: not a memtrace file (bad magic)", path);
-        return mt_err_text(err, errlen, "%s: offset %zu: file too short for the %d-byte header", path,
-                    have, MT_FILE_HEADER_SIZE);
+        return mt_err_text(err, errlen, "%s: offset %zu: file too short for the %d-byte header",
+                           path, have, MT_FILE_HEADER_SIZE);
     }
     int tmp = temp_file();
     if (tmp < 0) {
         int e = errno;
         close(fd);
-        return mt_err_text(err, errlen,
-                    "%s: is not a regular file and no temporary copy can be made in $TMPDIR: %s",
-                    path, strerror(e));
+        return mt_err_text(
+            err, errlen,
+            "%s: is not a regular file and no temporary copy can be made in $TMPDIR: %s", path,
+            strerror(e));
     }
     for (;;) {
         if (write_all(tmp, buf, have) != 0) {
             int e = errno;
             close(fd);
             close(tmp);
-            return mt_err_text(err, errlen,
-                        "%s: is not a regular file; copying it to a temporary file failed: %s",
-                        path, strerror(e));
+            return mt_err_text(
+                err, errlen, "%s: is not a regular file; copying it to a temporary file failed: %s",
+                path, strerror(e));
         }
         ssize_t k;
         do
