@@ -28,6 +28,10 @@
 #   long      600-step training runs (scripts/long-traces.sh): bytes per event of the trace the
 #             recorder wrote (<= 3 for tensor mode, issue 17), and PyTorch's allocated counter
 #             read back from every tensor event (format version 2 predicts it)
+#   pythons   samples/cuda_ctypes.py (the driver API through ctypes, no framework) under the machine's
+#             python3 and Debian's 3.14 and 3.15 (scripts/newer-pythons.sh; carry
+#             build/newer-pythons/debs and build/newer-pythons/files there): every stack live at
+#             the peak with its Python functions and lines (scripts/python_frames_check.py)
 #   multigpu  one process on two GPUs (model split across devices, a thread per device), and
 #             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
 #             against each rank's PyTorch numbers, the rank table's imbalance
@@ -38,7 +42,7 @@ set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu-check-out}
 STEPS=${CIFAR_STEPS:-300}
-SECTIONS=${SECTIONS:-basics programs cifar training hardening long multigpu}
+SECTIONS=${SECTIONS:-basics programs cifar training hardening long pythons multigpu}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/memtrace-gpu.XXXXXX)
 LOG=$OUT/gpu-check.log
@@ -539,6 +543,29 @@ if want hardening; then
   "$MT" check --max-allocated-peak "$((ma - 1))" "$W/gate256.mtrace" >> "$LOG" 2>&1; check "check at max_memory_allocated - 1 fails" 1 $?
   "$MT" diff --fail-on-increase 10 "$W/gate256.mtrace" "$W/gate512.mtrace" >> "$LOG" 2>&1; check "diff batch 256 -> 512 fails a 10% gate" 1 $?
   "$MT" report --markdown "$W/gate512.mtrace" > "$W/gate512.md" 2>> "$LOG"; check "report --markdown" 0 $?
+fi
+
+# ---- Python frames on every interpreter: the machine's, and Debian's 3.14 and 3.15 ----------------
+if want pythons; then
+  say "== pythons"
+  NP=$PWD/build/newer-pythons
+  if [ -d "$NP/debs" ] && [ -f "$NP/files" ]; then
+    NEWER_PYTHONS_OFFLINE=1 bash scripts/newer-pythons.sh "$NP" >> "$LOG" 2>&1
+  fi
+  for py in "$PY" "$NP/bin/python3.14" "$NP/bin/python3.15"; do
+    v=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>> "$LOG")
+    if [ -z "$v" ]; then say "FAIL python $py: not there or does not run"; FAILS=$((FAILS+1)); continue; fi
+    d=$W/py$v; mkdir -p "$d"
+    (cd "$d" && "$MT" record -q -o "$d/t.mtrace" -- "$py" "$S/cuda_ctypes.py") > "$d/out" 2>> "$LOG"
+    rc_=$?; settle_trace "$d/t.mtrace"
+    check "python $v: cuda_ctypes.py exits 0 under record" 0 $rc_
+    grep -q 'cuda_ctypes: done' "$d/out"; check "python $v: its output" 0 $?
+    "$MT" export --format folded --frames python "$d/t.mtrace" > "$d/peak.folded" 2>> "$LOG"
+    $PY scripts/python_frames_check.py "$d/peak.folded" "$S/cuda_ctypes.py" > "$d/check" 2>&1
+    rc_=$?; cat "$d/check" >> "$LOG"
+    check "python $v: every stack at the peak, with its Python lines ($(grep -c PASS "$d/check") of 3)" 0 $rc_
+    cp "$d/t.mtrace" "$OUT/cuda_ctypes_py$v.mtrace"
+  done
 fi
 
 # ---- one process, two GPUs -------------------------------------------------------------------------

@@ -107,27 +107,31 @@ static int python_version(int *major, int *minor)
     return -1;
 }
 
-/* 3.13 publishes its own offsets (_Py_DebugOffsets at the start of _PyRuntime): refuse a build
- * whose offsets are not ours (free-threaded 3.13t, a patched interpreter). */
-static int check_debug_offsets_313(const mt_py_layout *L)
+/* 3.13+ publish their own offsets (_Py_DebugOffsets at the start of _PyRuntime): refuse a build
+ * whose offsets are not ours (a free-threaded 3.13t or 3.14t, a patched interpreter). Before 3.13
+ * there are none to compare (dbg all 0); then the tp_basicsize checks stand alone. */
+static int check_debug_offsets(const mt_py_layout *L)
 {
+    if (!L->dbg[MT_PY_DBG_TS_CURRENT_FRAME])
+        return 0;
     const uint64_t *d = dlsym(RTLD_DEFAULT, "_PyRuntime");
     if (!d)
         return 0; /* not exported: rely on the tp_basicsize checks */
-    if (memcmp(d, MT_PY313_DBG_COOKIE, 8) != 0)
+    if (memcmp(d, MT_PY_DBG_COOKIE, 8) != 0 ||
+        ((d[MT_PY_DBG_VERSION] >> 16) & 0xffff) != (0x300u | (unsigned)L->minor) ||
+        d[MT_PY_DBG_FREE_THREADED] != 0)
         return -1;
-    return (d[MT_PY313_DBG_FREE_THREADED] == 0 && d[MT_PY313_DBG_TS_CURRENT_FRAME] == L->ts_frame &&
-            d[MT_PY313_DBG_FR_PREVIOUS] == L->fr_back &&
-            d[MT_PY313_DBG_FR_EXECUTABLE] == L->fr_code &&
-            d[MT_PY313_DBG_FR_INSTR_PTR] == L->fr_pos &&
-            d[MT_PY313_DBG_FR_OWNER] == (uint64_t)L->fr_owner &&
-            d[MT_PY313_DBG_CO_FILENAME] == L->co_filename &&
-            d[MT_PY313_DBG_CO_QUALNAME] == L->co_qualname &&
-            d[MT_PY313_DBG_CO_LINETABLE] == L->co_linetable &&
-            d[MT_PY313_DBG_CO_FIRSTLINENO] == L->co_firstlineno &&
-            d[MT_PY313_DBG_CO_CODE_ADAPTIVE] == L->co_code)
-               ? 0
-               : -1;
+    const uint64_t ours[MT_PY_DBG_COUNT] = {
+        [MT_PY_DBG_TS_CURRENT_FRAME] = L->ts_frame,     [MT_PY_DBG_FR_PREVIOUS] = L->fr_back,
+        [MT_PY_DBG_FR_EXECUTABLE] = L->fr_code,         [MT_PY_DBG_FR_INSTR_PTR] = L->fr_pos,
+        [MT_PY_DBG_FR_OWNER] = (uint64_t)L->fr_owner,   [MT_PY_DBG_CO_FILENAME] = L->co_filename,
+        [MT_PY_DBG_CO_QUALNAME] = L->co_qualname,       [MT_PY_DBG_CO_LINETABLE] = L->co_linetable,
+        [MT_PY_DBG_CO_FIRSTLINENO] = L->co_firstlineno, [MT_PY_DBG_CO_CODE_ADAPTIVE] = L->co_code,
+    };
+    for (int i = 0; i < MT_PY_DBG_COUNT; i++)
+        if (d[L->dbg[i]] != ours[i])
+            return -1;
+    return 0;
 }
 
 /* The message for an unknown version names it, so it needs a buffer; mt_pyframes_new runs once at
@@ -166,7 +170,7 @@ mt_pyframes *mt_pyframes_new(const char **why)
     if (rd_long(code_type, MT_PY_TP_BASICSIZE) != L->code_basicsize ||
         rd_long(unicode_type, MT_PY_TP_BASICSIZE) != L->unicode_basicsize ||
         rd_long(bytes_type, MT_PY_TP_BASICSIZE) != MT_PY_BYTES_BASICSIZE ||
-        (L->minor == 13 && check_debug_offsets_313(L) != 0)) {
+        check_debug_offsets(L) != 0) {
         *why = "Python object layout differs from the known one (debug or free-threaded build?): "
                "native stacks only";
         return NULL;
@@ -239,7 +243,7 @@ static int frame_lasti(const mt_pyframes *py, uintptr_t frame, uintptr_t code, i
         return 1;
     }
     uint8_t owner = *(const uint8_t *)(frame + (unsigned)L->fr_owner);
-    if (L->minor >= 12 && owner == MT_PY_OWNED_BY_CSTACK)
+    if (L->minor >= 12 && owner >= MT_PY_OWNED_BY_SHIM)
         return 0;
     intptr_t diff = (intptr_t)(rd_ptr(frame, L->fr_pos) - (code + L->co_code));
     long ncode = rd_long(code, MT_PY_OB_SIZE); /* code units */
@@ -251,6 +255,13 @@ static int frame_lasti(const mt_pyframes *py, uintptr_t frame, uintptr_t code, i
     if (owner != MT_PY_OWNED_BY_GENERATOR && *lasti < rd_i32(code, (unsigned)L->co_firsttraceable))
         return 0;
     return 1;
+}
+
+/* The frame's code object (or None, on 3.13+ shim frames): from 3.14 on, f_executable is a
+ * _PyStackRef, whose low bits tag the reference. */
+static inline uintptr_t frame_code(const mt_py_layout *L, uintptr_t frame)
+{
+    return rd_ptr(frame, L->fr_code) & ~(uintptr_t)L->code_tag_bits;
 }
 
 /* Where the frame is in its code: the instruction pointer (3.11+) or f_lasti (3.10), as a word. */
@@ -284,10 +295,10 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
 
     int n = 0;
     for (int steps = 0; ptr_ok(frame) && n < max && steps < MT_PY_MAX_DEPTH; steps++) {
-        uintptr_t code = rd_ptr(frame, L->fr_code);
+        uintptr_t code = frame_code(L, frame);
         uintptr_t next = rd_ptr(frame, L->fr_back);
         int lasti;
-        /* 3.13 shim frames hold None, not a code object: the type check skips them. */
+        /* 3.13+ shim frames hold None, not a code object: the type check skips them. */
         int is_code = is_type(code, py->code_type);
         if (is_code && frame_lasti(py, frame, code, &lasti)) {
             out[n].code = code;
@@ -298,7 +309,7 @@ int mt_pyframes_read(mt_pyframes *py, mt_pyframe *out, int max)
             n++;
         } else if (n > 0 && L->minor >= 12 &&
                    (!is_code ||
-                    *(const uint8_t *)(frame + (unsigned)L->fr_owner) == MT_PY_OWNED_BY_CSTACK)) {
+                    *(const uint8_t *)(frame + (unsigned)L->fr_owner) >= MT_PY_OWNED_BY_SHIM)) {
             out[n - 1].entry = 1; /* the shim below it: the frame above was called from C */
         }
         if (next == frame)
@@ -318,7 +329,7 @@ MT_HOT_PATH uintptr_t mt_pyframes_top(mt_pyframes *py, uint64_t *key)
     uintptr_t frame = innermost_frame(py);
     if (!ptr_ok(frame))
         return 0;
-    uintptr_t code = rd_ptr(frame, L->fr_code);
+    uintptr_t code = frame_code(L, frame);
     *key = mt_mix64(code ^ (frame_pos(L, frame) * MT_GOLDEN64)) | 1;
     return frame;
 }
@@ -345,7 +356,7 @@ MT_HOT_PATH uint64_t mt_pyframes_signature(mt_pyframes *py, uintptr_t frame)
     uint64_t hc = 0x243f6a8885a308d3ull, hp = 0x13198a2e03707344ull;
     int steps = 0;
     for (; ptr_ok(frame) && steps < MT_PY_MAX_DEPTH; steps++) {
-        uintptr_t code = rd_ptr(frame, L->fr_code);
+        uintptr_t code = frame_code(L, frame);
         uint64_t marks = 0;
         if (L->fr_owner >= 0) marks |= *(const uint8_t *)(frame + (unsigned)L->fr_owner);
         if (L->fr_is_entry >= 0)

@@ -5,15 +5,18 @@
  * GIL, so no C-API call that touches interpreter state is allowed, and memtrace does not link (or
  * build against) any libpython. The numbers were produced by compiling offsetof() against the real
  * headers (Include/cpython/ and Include/internal/pycore_ headers with Py_BUILD_CORE) of 3.10.13,
- * 3.11.7 (and Debian's 3.11.2), 3.12.1 and 3.13.0. Struct layouts only change between minor
- * versions, never within one (CPython's ABI promise for these structs in practice).
+ * 3.11.7 (and Debian's 3.11.2), 3.12.1, 3.13.0, and Debian's 3.14.10 and 3.15.2. Struct layouts
+ * only change between minor versions, never within one (CPython's ABI promise for these structs in
+ * practice).
  *
  * Self-checks, done once in mt_pyframes_new, so a build that differs (Py_TRACE_REFS adds 16 bytes to
  * every object header; a free-threaded 3.13t changes the header too) is refused instead of misread:
  *   - PyCode_Type.tp_basicsize    == code_basicsize  (sizeof / offsetof(co_code_adaptive))
  *   - PyUnicode_Type.tp_basicsize == unicode_basicsize
  *   - PyBytes_Type.tp_basicsize   == 33 (offsetof(PyBytesObject, ob_sval) + 1)
- *   - 3.13: _PyRuntime.debug_offsets (_Py_DebugOffsets) agrees with the table below.
+ *   - 3.13+: _PyRuntime.debug_offsets (_Py_DebugOffsets, the offsets CPython publishes for
+ *     debuggers and profilers) names this minor version, a build with the GIL, and every offset of
+ *     the table below that it publishes.
  */
 #ifndef MEMTRACE_PYFRAMES_LAYOUT_H
 #define MEMTRACE_PYFRAMES_LAYOUT_H
@@ -28,14 +31,39 @@ typedef enum mt_py_chain {
     /* 3.11, 3.12: PyThreadState.cframe -> _PyCFrame.current_frame -> _PyInterpreterFrame, linked
      * by previous; position = prev_instr (a _Py_CODEUNIT* into the code object's co_code_adaptive). */
     MT_PY_CHAIN_CFRAME,
-    /* 3.13: PyThreadState.current_frame -> _PyInterpreterFrame, linked by previous; position =
-     * instr_ptr; the code is f_executable, which may be None (not a code object) on shim frames. */
+    /* 3.13+: PyThreadState.current_frame -> _PyInterpreterFrame, linked by previous; position =
+     * instr_ptr; the code is f_executable, which may be None (not a code object) on shim frames,
+     * and from 3.14 on is a _PyStackRef: the object's address with tag bits (code_tag_bits). */
     MT_PY_CHAIN_DIRECT,
 } mt_py_chain;
 
-/* _PyInterpreterFrame.owner values (Include/internal/pycore_frame.h, enum _frameowner). */
+/* _PyInterpreterFrame.owner values (Include/internal/pycore_frame.h, 3.14+:
+ * pycore_interpframe_structs.h, enum _frameowner). From 3.12 on, the owners from 3 up mark frames
+ * that run no code of their own: 3.12 and 3.13 FRAME_OWNED_BY_CSTACK (3), the entry "shim" frame of
+ * a C->Python call; 3.14 FRAME_OWNED_BY_INTERPRETER (3, the same entry frame) and
+ * FRAME_OWNED_BY_CSTACK (4); 3.15 FRAME_OWNED_BY_INTERPRETER (3). CPython's own test is the same
+ * (_PyFrame_IsIncomplete: owner >= FRAME_OWNED_BY_CSTACK, then >= FRAME_OWNED_BY_INTERPRETER). */
 #define MT_PY_OWNED_BY_GENERATOR 1
-#define MT_PY_OWNED_BY_CSTACK 3 /* 3.12+: the entry "shim" frame of a C->Python call */
+#define MT_PY_OWNED_BY_SHIM 3 /* and above */
+
+/* The words of _Py_DebugOffsets (3.13+) that the self-check compares with a layout; a layout keeps
+ * their indexes (every field of that struct is a uint64_t, so it is read as an array of words). */
+enum {
+    MT_PY_DBG_TS_CURRENT_FRAME, /* thread_state.current_frame */
+    MT_PY_DBG_FR_PREVIOUS,      /* interpreter_frame.previous */
+    MT_PY_DBG_FR_EXECUTABLE,    /* interpreter_frame.executable */
+    MT_PY_DBG_FR_INSTR_PTR,     /* interpreter_frame.instr_ptr */
+    MT_PY_DBG_FR_OWNER,         /* interpreter_frame.owner */
+    MT_PY_DBG_CO_FILENAME,      /* code_object.filename */
+    MT_PY_DBG_CO_QUALNAME,      /* code_object.qualname */
+    MT_PY_DBG_CO_LINETABLE,     /* code_object.linetable */
+    MT_PY_DBG_CO_FIRSTLINENO,   /* code_object.firstlineno */
+    MT_PY_DBG_CO_CODE_ADAPTIVE, /* code_object.co_code_adaptive */
+    MT_PY_DBG_COUNT
+};
+#define MT_PY_DBG_COOKIE "xdebugpy" /* word 0 */
+#define MT_PY_DBG_VERSION 1         /* PY_VERSION_HEX */
+#define MT_PY_DBG_FREE_THREADED 2
 
 typedef struct mt_py_layout {
     int minor;       /* 3.<minor> */
@@ -62,6 +90,12 @@ typedef struct mt_py_layout {
     uint16_t unicode_basicsize;  /* PyUnicode_Type.tp_basicsize (sizeof(PyUnicodeObject)) */
     uint16_t ascii_size;         /* sizeof(PyASCIIObject): compact ASCII data follows */
     uint16_t compact_size;       /* sizeof(PyCompactUnicodeObject): compact non-ASCII data follows */
+    /* The low bits of f_executable that tag the reference, not the address (3.14: Py_TAG_BITS 1,
+     * 3.15: 3); 0 before 3.14, where it is a plain pointer. */
+    uint8_t code_tag_bits;
+    /* Where _Py_DebugOffsets keeps each offset it is compared with (MT_PY_DBG_*); all 0 before
+     * 3.13, which publishes none. */
+    uint8_t dbg[MT_PY_DBG_COUNT];
 } mt_py_layout;
 
 /* Offsets common to every supported version (Include/object.h, cpython/bytesobject.h,
@@ -149,28 +183,48 @@ static const mt_py_layout mt_py_layouts[] = {
         .co_firsttraceable = 184,  /* PyCodeObject._co_firsttraceable */
         .code_basicsize = 200,
         .unicode_basicsize = 64, .ascii_size = 40, .compact_size = 56,
+        .dbg = {23, 29, 30, 31, 33, 35, 37, 38, 39, 43},
+    },
+    {
+        .minor = 14, .chain = MT_PY_CHAIN_DIRECT,
+        .ts_frame = 72,            /* PyThreadState.current_frame */
+        .cframe_current = 0,
+        .fr_code = 0,              /* _PyInterpreterFrame.f_executable (a _PyStackRef) */
+        .fr_back = 8,              /* _PyInterpreterFrame.previous */
+        .fr_pos = 56,              /* _PyInterpreterFrame.instr_ptr */
+        .fr_owner = 74,            /* _PyInterpreterFrame.owner (after return_offset) */
+        .fr_is_entry = -1,
+        .co_firstlineno = 68,
+        .co_filename = 112,
+        .co_qualname = 128,
+        .co_linetable = 136,
+        .co_code = 208,            /* PyCodeObject.co_code_adaptive */
+        .co_firsttraceable = 192,  /* PyCodeObject._co_firsttraceable */
+        .code_basicsize = 208,
+        .unicode_basicsize = 64, .ascii_size = 40, .compact_size = 56,
+        .code_tag_bits = 1,
+        .dbg = {26, 32, 33, 34, 36, 40, 42, 43, 44, 48},
+    },
+    {
+        .minor = 15, .chain = MT_PY_CHAIN_DIRECT, /* the frame and code layouts of 3.14 */
+        .ts_frame = 72,
+        .cframe_current = 0,
+        .fr_code = 0,
+        .fr_back = 8,
+        .fr_pos = 56,
+        .fr_owner = 74,
+        .fr_is_entry = -1,
+        .co_firstlineno = 68,
+        .co_filename = 112,
+        .co_qualname = 128,
+        .co_linetable = 136,
+        .co_code = 208,
+        .co_firsttraceable = 192,
+        .code_basicsize = 208,
+        .unicode_basicsize = 64, .ascii_size = 40, .compact_size = 56,
+        .code_tag_bits = 3,
+        .dbg = {26, 40, 41, 42, 44, 48, 50, 51, 52, 56},
     },
 };
-
-/* 3.13 _Py_DebugOffsets (first member of _PyRuntime): every field is a uint64_t, so it is read as
- * an array of words. Indexes of the words we cross-check (Include/internal/pycore_runtime.h):
- *   [0] cookie "xdebugpy"  [1] version (PY_VERSION_HEX)  [2] free_threaded
- *   [3..5] runtime_state  [6..18] interpreter_state
- *   [19] thread_state.size ... [23] thread_state.current_frame
- *   [28] interpreter_frame.size [29] previous [30] executable [31] instr_ptr [32] localsplus [33] owner
- *   [34] code_object.size [35] filename [36] name [37] qualname [38] linetable [39] firstlineno
- *   ... [43] co_code_adaptive */
-#define MT_PY313_DBG_COOKIE "xdebugpy"
-#define MT_PY313_DBG_FREE_THREADED 2
-#define MT_PY313_DBG_TS_CURRENT_FRAME 23
-#define MT_PY313_DBG_FR_PREVIOUS 29
-#define MT_PY313_DBG_FR_EXECUTABLE 30
-#define MT_PY313_DBG_FR_INSTR_PTR 31
-#define MT_PY313_DBG_FR_OWNER 33
-#define MT_PY313_DBG_CO_FILENAME 35
-#define MT_PY313_DBG_CO_QUALNAME 37
-#define MT_PY313_DBG_CO_LINETABLE 38
-#define MT_PY313_DBG_CO_FIRSTLINENO 39
-#define MT_PY313_DBG_CO_CODE_ADAPTIVE 43
 
 #endif

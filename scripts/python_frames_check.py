@@ -1,0 +1,65 @@
+"""python_frames_check.py — the Python frames of a recording of samples/cuda_ctypes.py, exactly.
+
+    memtrace export --format folded --frames python TRACE > peak.folded
+    python3 scripts/python_frames_check.py peak.folded samples/cuda_ctypes.py
+
+The sample marks its lines ("# at: NAME"); each stack live at its peak must be in the folded
+export with every frame's function and line and the exact bytes, and no other stack may name the
+sample. Prints one PASS or FAIL line per stack; exit status 1 on any FAIL. (gpu-check.sh, section
+"pythons", runs it for each interpreter.)
+"""
+import re
+import sys
+
+folded, sample = sys.argv[1], sys.argv[2]
+marks = {}
+with open(sample) as f:
+    for number, text in enumerate(f, 1):
+        m = re.search(r"# at: (\S+)", text)
+        if m:
+            marks[m.group(1)] = number
+
+MIB = 1 << 20
+EXPECTED = {  # outermost first: (function, mark)
+    "layers": ([("<module>", "module"), ("main", "main-build"), ("build", "build"),
+                ("Layer.__init__", "init"), ("alloc", "alloc")], 10 * MIB),
+    "buffers": ([("<module>", "module"), ("main", "main-buffers"), ("buffers", "buffers"),
+                 ("alloc", "alloc")], 3 * MIB),
+    "scratch": ([("<module>", "module"), ("main", "main-scratch"), ("scratch", "scratch"),
+                 ("alloc", "alloc")], 32 * MIB),
+}
+NAME = sample.rsplit("/", 1)[-1]
+
+stacks = []
+with open(folded) as f:
+    for row in f:
+        row = row.rstrip("\n")
+        if not row:
+            continue
+        path, _, size = row.rpartition(" ")
+        stacks.append((path.split(";")[1:], int(size)))  # [0] is the device
+
+
+def matches(frames, want):
+    return len(frames) == len(want) and all(
+        fr.startswith(fn + " (") and fr.endswith("%s:%d)" % (NAME, marks[mark]))
+        for fr, (fn, mark) in zip(frames, want))
+
+
+failures = 0
+used = set()
+for label, (want, size) in EXPECTED.items():
+    found = [i for i, (frames, _) in enumerate(stacks) if matches(frames, want)]
+    got = sum(stacks[i][1] for i in found)
+    used.update(found)
+    if got == size:
+        print("PASS %s: %d bytes from %s" % (label, got, ";".join(stacks[found[0]][0])))
+    else:
+        failures += 1
+        print("FAIL %s: expected %d bytes from %s, got %d" %
+              (label, size, " -> ".join("%s:%d" % (fn, marks[m]) for fn, m in want), got))
+for i, (frames, size) in enumerate(stacks):
+    if i not in used and any(NAME in fr for fr in frames):
+        failures += 1
+        print("FAIL unexpected stack: %s %d" % (";".join(frames), size))
+sys.exit(1 if failures else 0)
