@@ -14,7 +14,7 @@ static const struct {
 } commands[] = {
     {"record", mt_cmd_record, "run a program and trace every GPU memory event it makes"},
     {"report", mt_cmd_report, "peaks, what was live at them and who allocated it, leaks, OOMs"},
-    {"export", mt_cmd_export, "Perfetto/Chrome trace JSON or folded stacks for flame graphs"},
+    {"export", mt_cmd_export, "Perfetto/Chrome JSON, flame graph stacks, speedscope, HTML report"},
     {"check", mt_cmd_check, "memory budgets for CI: exit 1 when a peak or a leak is too large"},
     {"diff", mt_cmd_diff, "what changed between two runs: peaks, stacks and lines that grew"},
     {"dump", mt_cmd_dump, "every record of a trace as text, one per line"},
