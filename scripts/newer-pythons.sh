@@ -2,7 +2,7 @@
 # newer-pythons.sh — CPython interpreters newer than Debian 12's, for the Python frame reader's
 # tests (tests/py/test_pyframes.py), without installing them.
 #
-#   bash scripts/newer-pythons.sh [DEST [VERSION...]]     # default: build/newer-pythons 3.14 3.15
+#   bash scripts/newer-pythons.sh [DEST [VERSION...]]   # default: build/newer-pythons 3.13 3.14 3.15
 #
 # Why: the recorder reads a thread's Python frames with per-version struct offsets
 # (src/record/pyframes_layout.h), so every minor version it supports must be tested against that
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-build/newer-pythons}
 shift || true
-VERSIONS=${*:-3.14 3.15}
+VERSIONS=${*:-3.13 3.14 3.15}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$DEST/debs" "$DEST/root" "$DEST/bin"
 DEST=$(cd "$DEST" && pwd)

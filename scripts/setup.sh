@@ -20,10 +20,10 @@ if ! command -v npm > /dev/null; then
     $SUDO apt-get install -y -qq --no-install-recommends npm > /dev/null
 fi
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error > /dev/null
-# CPython 3.14 and 3.15 from Debian sid, extracted into build/newer-pythons (not installed), so that
-# the Python frame reader is tested against every version it supports (tests/pyframes.cmake)
+# CPython 3.13, 3.14 and 3.15 from Debian sid, extracted into build/newer-pythons (not installed), so
+# that the Python frame reader is tested against every version it supports (tests/pyframes.cmake)
 $SUDO apt-get install -y -qq --no-install-recommends curl xz-utils > /dev/null
 bash scripts/newer-pythons.sh build/newer-pythons > /dev/null ||
-    echo "setup: no CPython 3.14/3.15 from Debian sid: their frame reader tests are left out" >&2
+    echo "setup: no CPython 3.13-3.15 from Debian sid: their frame reader tests are left out" >&2
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 cmake --build build -j"$(nproc)"

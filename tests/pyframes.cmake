@@ -13,10 +13,10 @@ if(MT_PYTHON3)
 endif()
 
 # The same test under every other interpreter found at configure time, so each minor version of
-# pyframes_layout.h is read from a real interpreter of that version: pyenv's (3.10-3.13 on the
-# machines this is built on) and Debian sid's 3.14 and 3.15, which scripts/newer-pythons.sh (run
-# by setup.sh) extracts into build/newer-pythons. MT_PYFRAMES_PYTHONS adds more: a list of
-# interpreters. Not under the sanitizers: the instrumented probe would be loaded into interpreters
+# pyframes_layout.h is read from a real interpreter of that version: pyenv's (3.6-3.13 on the
+# machines this is built on; before 3.10 the reader must refuse) and Debian sid's 3.13, 3.14 and
+# 3.15, which scripts/newer-pythons.sh (run by setup.sh) extracts into build/newer-pythons.
+# MT_PYFRAMES_PYTHONS adds more: a list of interpreters. Not under the sanitizers: the instrumented probe would be loaded into interpreters
 # that were not started with their runtime, and sid's run on another glibc.
 if(NOT MEMTRACE_SANITIZE)
   file(GLOB mt_pyenv_pythons "$ENV{HOME}/.pyenv/versions/3.*/bin/python3")
