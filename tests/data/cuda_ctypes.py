@@ -6,10 +6,12 @@ the peak, and from where (the lines marked "# at:" name the frames scripts/pytho
 expects):
     4 layers           1 + 2 + 3 + 4 MiB   <module> -> main -> build -> Layer.__init__ -> alloc
     3 buffers          3 x 1 MiB           <module> -> main -> buffers (a generator) -> alloc
+    a thread's         5 MiB               threading's frames -> worker -> alloc
     scratch            4 x 8 MiB           <module> -> main -> scratch -> alloc
-so the peak is 45 MiB of cuMemAlloc, and everything is freed before the end.
+so the peak is 50 MiB of cuMemAlloc, and everything is freed before the end.
 """
 import ctypes
+import threading
 
 cuda = ctypes.CDLL("libcuda.so.1")
 
@@ -25,6 +27,7 @@ def init():
     check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
     check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
 
 
 def alloc(nbytes):
@@ -54,6 +57,11 @@ def buffers(n):
         yield alloc(1 << 20)  # at: buffers
 
 
+def worker(ctx, out):
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")  # a thread starts with no context
+    out.append(alloc(5 << 20))  # at: worker
+
+
 def scratch():
     tmp = []
     for _ in range(4):
@@ -63,10 +71,15 @@ def scratch():
 
 
 def main():
-    init()
+    ctx = init()
     layers = build(4)  # at: main-build
     held = list(buffers(3))  # at: main-buffers
+    thread = threading.Thread(target=worker, args=(ctx, held))
+    thread.start()
+    thread.join()
     scratch()  # at: main-scratch
+    if len(held) != 4:
+        raise SystemExit("cuda_ctypes: the thread's allocation failed")
     for p in held:
         free(p)
     for layer in layers:
