@@ -152,10 +152,11 @@ static void failed_instant(chrome *c, const mt_event *e)
     mt_out_printf(o, "\"ph\":\"i\",\"s\":\"p\",\"pid\":%llu,\"tid\":%u,\"name\":\"%s\",",
                   (unsigned long long)c->pid, e->tid, name);
     ts(o, rel_of(c, e->time_ns));
-    mt_out_printf(o, ",\"args\":{\"bytes\":%llu,\"kind\":\"%s\",\"result\":%u,\"in_use\":%llu,"
-                     "\"first_user_frame\":",
+    mt_out_printf(o,
+                  ",\"args\":{\"bytes\":%llu,\"kind\":\"%s\",\"result\":%u,"
+                  "\"result_name\":\"%s\",\"in_use\":%llu,\"first_user_frame\":",
                   (unsigned long long)e->bytes, mt_kind_name(e->kind), e->result,
-                  (unsigned long long)in_use);
+                  mt_result_name(e->result), (unsigned long long)in_use);
     mt_out_json_string(o, mt_frames_first_user(c->a->frames, e->stack, c->opt->names));
     mt_out_puts(o, "}}");
 }

@@ -582,6 +582,7 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         u64k(o, "bytes", f->bytes);
         strk(o, "kind", mt_kind_name(f->kind));
         u64k(o, "result", f->result);
+        strk(o, "result_name", mt_result_name(f->result));
         u64k(o, "in_use", f->in_use);
         key(o, "pool_free");
         if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);

@@ -517,6 +517,9 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         mt_out_json_string(o, mt_kind_name(f->kind));
         mt_out_write(o, ",", 1);
         u64f(o, "result", f->result, 1);
+        key(o, "result_name");
+        mt_out_json_string(o, mt_result_name(f->result));
+        mt_out_write(o, ",", 1);
         u64f(o, "tid", f->tid, 1);
         u64f(o, "stream", f->stream, 1);
         u64f(o, "in_use_bytes", f->in_use, 1);

@@ -183,8 +183,8 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
     mt_frame_filter filter = mt_frames_resolve(a->frames, MT_FRAMES_AUTO);
     mt_out_printf(o, "Failed requests: %llu", (unsigned long long)a->failed_total);
     if (a->failed_total > top && a->n_failed > top) mt_out_printf(o, " (the first %zu)", top);
-    mt_out_puts(o, "\n\n| when | where | requested | in use then | requested by |\n"
-                   "|--:|---|--:|--:|---|\n");
+    mt_out_puts(o, "\n\n| when | where | requested | result | in use then | requested by |\n"
+                   "|--:|---|--:|---|--:|---|\n");
     for (size_t i = 0; i < a->n_failed && i < top; i++) {
         const mt_failed_request *f = &a->failed[i];
         mt_device_report probe = {.u = {.device = f->device,
@@ -193,10 +193,16 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
                                                     f->kind == MT_KIND_HOST_REGISTERED)}};
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         if (mt_stat_frames(a->frames, &self, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
-        mt_out_printf(o, "| %s | %s | %s | %s | ",
+        const char *why = mt_result_name(f->result);
+        mt_out_printf(o, "| %s | %s | %s | ",
                       mt_md_nbsp(mt_format_rel(f->time_ns, t1, sizeof t1), n3, sizeof n3),
                       mt_device_root_name(&probe, root, sizeof root),
-                      mt_md_nbsp(mt_format_bytes(f->bytes, b1, sizeof b1), n1, sizeof n1),
+                      mt_md_nbsp(mt_format_bytes(f->bytes, b1, sizeof b1), n1, sizeof n1));
+        if (*why)
+            mt_out_printf(o, "`%s` | ", why);
+        else
+            mt_out_printf(o, "CUresult %u | ", f->result);
+        mt_out_printf(o, "%s | ",
                       mt_md_nbsp(mt_format_bytes(f->in_use, b2, sizeof b2), n2, sizeof n2));
         mt_md_chain(o, nb->v, nb->flags, nb->n);
         mt_out_puts(o, " |\n");

@@ -499,10 +499,11 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
                                         (f->kind == MT_KIND_HOST_PINNED ||
                                          f->kind == MT_KIND_HOST_REGISTERED)}};
         mt_device_root_name(&probe, root, sizeof root);
-        mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed (CUresult %u); %s in use; ",
+        const char *why = mt_result_name(f->result);
+        mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed (%s%sCUresult %u); %s in use; ",
                       i + 1, mt_format_rel(f->time_ns, t1, sizeof t1), root,
-                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_kind_name(f->kind), f->result,
-                      mt_format_bytes(f->in_use, b2, sizeof b2));
+                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_kind_name(f->kind), why,
+                      *why ? ", " : "", f->result, mt_format_bytes(f->in_use, b2, sizeof b2));
         if (f->pool_free_known)
             mt_out_printf(o, "reserved but free in pools: %s\n",
                           mt_format_bytes(f->pool_free, b1, sizeof b1));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "memtrace/driver_calls.h"
+#include "memtrace/driver_results.h"
 #include "memtrace/trace.h"
 
 Test(trace_names, ops_kinds_pseudo)
@@ -56,4 +57,35 @@ Test(trace_names, api_ids_match_cupti_header)
     unsigned listed = 0 MT_TRACED_DRIVER_CALLS(COUNT) MT_NAMED_DRIVER_CALLS(COUNT);
 #undef COUNT
     cr_assert_eq(checked, listed, "every id in driver_calls.h was found in the header");
+}
+
+Test(trace_names, result_names)
+{
+    cr_assert_str_eq(mt_result_name(2), "CUDA_ERROR_OUT_OF_MEMORY");
+    cr_assert_str_eq(mt_result_name(201), "CUDA_ERROR_INVALID_CONTEXT");
+    cr_assert_str_eq(mt_result_name(0), "CUDA_SUCCESS");
+    cr_assert_str_eq(mt_result_name(998), "");
+    cr_assert_str_eq(mt_result_name(~0u), "");
+}
+
+/* Every CUresult of cuda.h is named as cuda.h names it, and nothing else is. */
+Test(trace_names, result_names_match_cuda_header)
+{
+    FILE *f = fopen("/usr/local/cuda/include/cuda.h", "r");
+    if (!f) cr_skip_test("CUDA headers not installed");
+    char line[512], name[256];
+    unsigned value, checked = 0;
+    int in_enum = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "typedef enum cudaError_enum", 27) == 0) in_enum = 1;
+        if (in_enum && strncmp(line, "} CUresult;", 11) == 0) break;
+        if (!in_enum || sscanf(line, " %255[A-Z0-9_] = %u", name, &value) != 2) continue;
+        cr_assert_str_eq(mt_result_name(value), name, "value %u", value);
+        checked++;
+    }
+    fclose(f);
+#define COUNT(...) +1
+    unsigned listed = 0 MT_DRIVER_RESULTS(COUNT);
+#undef COUNT
+    cr_assert_eq(checked, listed, "cuda.h has %u codes, driver_results.h %u", checked, listed);
 }

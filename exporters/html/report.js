@@ -1209,6 +1209,11 @@
     return f ? { t: f.t, total: f.in_use } : null;
   }
 
+  /* a failed request's CUresult, by name where the driver's list has it */
+  function resultText(f) {
+    return f.result_name ? f.result_name + ' (' + f.result + ')' : 'CUresult ' + f.result;
+  }
+
   function failedTip(f) {
     const T = curTrace();
     return el(
@@ -1216,7 +1221,7 @@
       null,
       el('div', null, el('b', { text: 'failed: ' + fmtBytes(f.bytes) + ' ' + f.kind + ' request' })),
       el('div', {
-        text: 'at ' + fmtRel(f.t) + ', CUresult ' + f.result + ', ' + fmtBytes(f.in_use) + ' in use',
+        text: 'at ' + fmtRel(f.t) + ', ' + resultText(f) + ', ' + fmtBytes(f.in_use) + ' in use',
       }),
       el('div', { text: 'by ' + T.firstUser(f.s) }),
       el('div', { class: 'sub', text: 'click: what was live then' }),
@@ -1404,8 +1409,8 @@
         'What was live on ' + f.root + ' when the ' + fmtBytes(f.bytes) + ' request failed, ' + fmtRel(f.t);
       sub =
         fmtBytes(f.in_use) +
-        ' in use; CUresult ' +
-        f.result +
+        ' in use; ' +
+        resultText(f) +
         '; requested by ' +
         T.firstUser(f.s) +
         (f.pool_free != null ? '; reserved but free in pools: ' + fmtBytes(f.pool_free) : '');
@@ -2084,7 +2089,7 @@
         el('td', { class: 'num', text: fmtRel(f.t) }),
         el('td', { class: 'num', dataset: { bytes: f.bytes }, text: fmtBytes(f.bytes) }),
         el('td', { text: f.kind }),
-        el('td', { class: 'num', text: f.result }),
+        el('td', { text: resultText(f) }),
         el('td', { class: 'num', text: fmtBytes(f.in_use) }),
         el('td', { class: 'num', text: f.pool_free == null ? 'unknown' : fmtBytes(f.pool_free) }),
         el('td', { class: 'frame', text: T.firstUser(f.s) }),
@@ -2115,8 +2120,8 @@
           el(
             'tr',
             null,
-            ['at', 'requested', 'kind', 'CUresult', 'in use then', 'free in pools', 'requested by'].map(
-              (h, k) => el('th', { class: k < 2 || (k > 2 && k < 6) ? 'num' : '', text: h }),
+            ['at', 'requested', 'kind', 'result', 'in use then', 'free in pools', 'requested by'].map(
+              (h, k) => el('th', { class: k < 2 || (k > 3 && k < 6) ? 'num' : '', text: h }),
             ),
           ),
         ),

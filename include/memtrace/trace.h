@@ -387,6 +387,9 @@ const char *mt_pseudo_name(uint64_t id); /* "[driver internal]", ... */
 /* CUPTI driver callback id -> API name ("cuMemAlloc_v2"); "" if not a call listed in
  * memtrace/driver_calls.h (the calls the recorder traces, and a few older ones). */
 const char *mt_api_name(unsigned cbid);
+/* CUresult -> its name in cuda.h ("CUDA_ERROR_OUT_OF_MEMORY"); "" if not in
+ * memtrace/driver_results.h (CUDA 13.0's codes). */
+const char *mt_result_name(unsigned result);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "memtrace/driver_calls.h"
+#include "memtrace/driver_results.h"
 #include "memtrace/trace.h"
 
 const char *mt_op_name(unsigned op)
@@ -53,6 +54,18 @@ const char *mt_pseudo_name(uint64_t id)
         return "[truncated]";
     default:
         return "[?]";
+    }
+}
+
+/* CUresult -> "CUDA_ERROR_OUT_OF_MEMORY" (memtrace/driver_results.h); "" for a code it does not
+ * list (a newer driver's). */
+const char *mt_result_name(unsigned result)
+{
+    switch (result) {
+#define RESULT_NAME(name, value) case value: return #name;
+        MT_DRIVER_RESULTS(RESULT_NAME)
+#undef RESULT_NAME
+    default: return "";
     }
 }
 

@@ -128,7 +128,7 @@ def main():
                    ["trace", "GPU", "peak", "allocated peak", "reserved peak", "live at exit",
                     "held by the program at exit", "failed requests"],
                    ["share", "bytes", "stack"], ["at the peak", "allocated in all", "line"],
-                   ["when", "where", "requested", "in use then", "requested by"],
+                   ["when", "where", "requested", "result", "in use then", "requested by"],
                    ["rank", "host", "pid", "GPUs", "peak", "peak at", "at exit", "failed",
                     "top stack at the peak"],
                    ["rank", "host", "pid", "GPUs", "peak", "tensors", "peak at", "at exit",
