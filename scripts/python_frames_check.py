@@ -20,15 +20,16 @@ with open(sample) as f:
             marks[m.group(1)] = number
 
 MIB = 1 << 20
-EXPECTED = {  # outermost first: (function, mark)
-    "layers": ([("<module>", "module"), ("main", "main-build"), ("build", "build"),
-                ("Layer.__init__", "init"), ("alloc", "alloc")], 10 * MIB),
-    "buffers": ([("<module>", "module"), ("main", "main-buffers"), ("buffers", "buffers"),
-                 ("alloc", "alloc")], 3 * MIB),
-    "scratch": ([("<module>", "module"), ("main", "main-scratch"), ("scratch", "scratch"),
-                 ("alloc", "alloc")], 32 * MIB),
-    # another thread: its outer frames are threading.py's (their lines differ between versions)
-    "thread": ([("...threading.py", None), ("worker", "worker"), ("alloc", "alloc")], 5 * MIB),
+# (outer, frames, bytes): frames outermost first, each (function, mark); outer names the file of
+# the frames above them on another thread (threading.py's, whose lines differ between versions)
+EXPECTED = {
+    "layers": (None, [("<module>", "module"), ("main", "main-build"), ("build", "build"),
+                      ("Layer.__init__", "init"), ("alloc", "alloc")], 10 * MIB),
+    "buffers": (None, [("<module>", "module"), ("main", "main-buffers"), ("buffers", "buffers"),
+                       ("alloc", "alloc")], 3 * MIB),
+    "scratch": (None, [("<module>", "module"), ("main", "main-scratch"), ("scratch", "scratch"),
+                       ("alloc", "alloc")], 32 * MIB),
+    "thread": ("threading.py", [("worker", "worker"), ("alloc", "alloc")], 5 * MIB),
 }
 NAME = sample.rsplit("/", 1)[-1]
 
@@ -46,20 +47,18 @@ def frame_is(fr, fn, mark):
     return fr.startswith(fn + " (") and fr.endswith("%s:%d)" % (NAME, marks[mark]))
 
 
-def matches(frames, want):
-    if want[0][1] is None:  # ("...FILE", None): one or more outer frames from FILE, then the rest
-        outer, rest = want[0][0][3:], want[1:]
-        k = len(frames) - len(rest)
-        return (k >= 1 and all(re.search(r"\b%s:\d+\)$" % re.escape(outer), fr)
-                               for fr in frames[:k]) and
-                all(frame_is(fr, fn, m) for fr, (fn, m) in zip(frames[k:], rest)))
-    return len(frames) == len(want) and all(frame_is(fr, fn, m) for fr, (fn, m) in zip(frames, want))
+def matches(frames, outer, want):
+    k = len(frames) - len(want)  # the frames above the sample's: one or more from outer, or none
+    if k < 0 or (k == 0) != (outer is None):
+        return False
+    return (all(re.search(r"\b%s:\d+\)$" % re.escape(outer), fr) for fr in frames[:k]) and
+            all(frame_is(fr, fn, m) for fr, (fn, m) in zip(frames[k:], want)))
 
 
 failures = 0
 used = set()
-for label, (want, size) in EXPECTED.items():
-    found = [i for i, (frames, _) in enumerate(stacks) if matches(frames, want)]
+for label, (outer, want, size) in EXPECTED.items():
+    found = [i for i, (frames, _) in enumerate(stacks) if matches(frames, outer, want)]
     got = sum(stacks[i][1] for i in found)
     used.update(found)
     if got == size:
@@ -67,8 +66,8 @@ for label, (want, size) in EXPECTED.items():
     else:
         failures += 1
         print("FAIL %s: expected %d bytes from %s, got %d" %
-              (label, size, " -> ".join(fn if m is None else "%s:%d" % (fn, marks[m])
-                                        for fn, m in want), got))
+              (label, size, " -> ".join(([outer] if outer else []) +
+                                        ["%s:%d" % (fn, marks[m]) for fn, m in want]), got))
 for i, (frames, size) in enumerate(stacks):
     if i not in used and any(NAME in fr for fr in frames):
         failures += 1
