@@ -563,21 +563,15 @@ static int device(mt_out *o, mt_analysis *a, const mt_device_report *d, const mt
 
 /* ---- a trace ------------------------------------------------------------------------------------ */
 
-static int is_host_kind(unsigned kind)
-{
-    return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
-}
-
 static int failed(mt_out *o, mt_analysis *a, tables *t)
 {
     key(o, "failed");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
-        mt_device_report probe = {.u = {.device = f->device, .is_host = is_host_kind(f->kind)}};
         char root[32];
         mt_out_puts(o, i ? ",{" : "{");
-        strk(o, "root", mt_device_root_name(&probe, root, sizeof root));
+        strk(o, "root", mt_failed_root_name(f, root, sizeof root));
         u64k(o, "t", f->time_ns);
         u64k(o, "bytes", f->bytes);
         strk(o, "kind", mt_kind_name(f->kind));

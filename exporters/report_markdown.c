@@ -187,16 +187,12 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
                    "|--:|---|--:|---|--:|---|\n");
     for (size_t i = 0; i < a->n_failed && i < top; i++) {
         const mt_failed_request *f = &a->failed[i];
-        mt_device_report probe = {.u = {.device = f->device,
-                                        .is_host = f->device < 0 &&
-                                                   (f->kind == MT_KIND_HOST_PINNED ||
-                                                    f->kind == MT_KIND_HOST_REGISTERED)}};
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         if (mt_stat_frames(a->frames, &self, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
         const char *why = mt_result_name(f->result);
         mt_out_printf(o, "| %s | %s | %s | ",
                       mt_md_nbsp(mt_format_rel(f->time_ns, t1, sizeof t1), n3, sizeof n3),
-                      mt_device_root_name(&probe, root, sizeof root),
+                      mt_failed_root_name(f, root, sizeof root),
                       mt_md_nbsp(mt_format_bytes(f->bytes, b1, sizeof b1), n1, sizeof n1));
         if (*why)
             mt_out_printf(o, "`%s` | ", why);

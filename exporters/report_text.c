@@ -495,10 +495,7 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
     mt_out_puts(o, "\n");
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
-        mt_device_report probe = {.u = {.device = f->device, .is_host = f->device < 0 &&
-                                        (f->kind == MT_KIND_HOST_PINNED ||
-                                         f->kind == MT_KIND_HOST_REGISTERED)}};
-        mt_device_root_name(&probe, root, sizeof root);
+        mt_failed_root_name(f, root, sizeof root);
         const char *why = mt_result_name(f->result);
         mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed (%s%sCUresult %u); %s in use; ",
                       i + 1, mt_format_rel(f->time_ns, t1, sizeof t1), root,

@@ -554,6 +554,8 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
 void mt_analysis_free(mt_analysis *a);
 /* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
 const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
+/* The same for where a failed request was made (a pinned or registered host request: "host"). */
+const char *mt_failed_root_name(const mt_failed_request *f, char *buf, size_t len);
 
 /* ---- PyTorch's allocator numbers (allocator_peaks.c) ------------------------------------------- */
 

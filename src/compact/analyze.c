@@ -520,3 +520,9 @@ const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len
     else snprintf(buf, len, "cuda:%d", d->u.device);
     return buf;
 }
+
+const char *mt_failed_root_name(const mt_failed_request *f, char *buf, size_t len)
+{
+    mt_device_report probe = {.u = {.device = f->device, .is_host = mt_kind_is_host(f->kind)}};
+    return mt_device_root_name(&probe, buf, len);
+}
