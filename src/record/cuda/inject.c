@@ -25,7 +25,8 @@
  *                      count: count every driver/runtime API call by name, record no event
  *                      (diagnostic, api_census.c)
  *   MEMTRACE_TENSORS   1: record every block PyTorch's caching allocator hands to a tensor
- *                      (record --tensors; tensor_hooks.c)
+ *                      (record --tensors; tensor_hooks.c; without it, only the allocator's
+ *                      out-of-memory reports are taken)
  *   MEMTRACE_ASYNC_HOOKS 1: take cudaMallocAsync/cudaFreeAsync calls from the callers' import
  *                      slots instead of CUPTI (async_hooks.c says what it costs)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
@@ -282,6 +283,7 @@ static void read_config(mt_recorder_config *c)
     int callbacks = !env_is("MEMTRACE_CALLBACKS", "0");
     c->async_hooks = env_is("MEMTRACE_ASYNC_HOOKS", "1") && callbacks && !c->census;
     c->tensors = env_is("MEMTRACE_TENSORS", "1") && callbacks && !c->census;
+    c->torch_oom = callbacks && !c->census;
 }
 
 /* Stacks: where our code is, the module map, the trie, Python. */
@@ -362,7 +364,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
 
     /* The hooks before the callbacks: with them active, CUPTI's stream-ordered callbacks stay off. */
     if (r->cfg.async_hooks) mt_async_hooks_install(r);
-    if (r->cfg.tensors) mt_tensor_hooks_install(r);
+    if (r->cfg.tensors || r->cfg.torch_oom) mt_tensor_hooks_install(r);
     /* MEMTRACE_CALLBACKS=0 is a diagnostic: subscribe but enable nothing, to measure what a
      * CUPTI subscription alone costs the program (scripts/overhead.sh). */
     int want_callbacks = !env_is("MEMTRACE_CALLBACKS", "0");

@@ -115,6 +115,7 @@ typedef struct mt_recorder_config {
     int census;        /* MEMTRACE_CALLBACKS=count: count every API call, record nothing */
     int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1: see async_hooks.c */
     int tensors;       /* MEMTRACE_TENSORS=1 (record --tensors): see tensor_hooks.c */
+    int torch_oom;     /* PyTorch's out-of-memory reports, in every mode: see tensor_hooks.c */
     uint32_t flush_ms;
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
@@ -145,7 +146,7 @@ enum {
 
 /* The allocator reports that tensor_hooks.c stands in for (c10::reportMemoryUsageToProfiler and
  * c10::reportOutOfMemoryToProfiler, imported by libc10_cuda). */
-enum { MT_TENSOR_HOOK_USAGE, MT_TENSOR_HOOK_OOM, MT_TENSOR_HOOK_COUNT };
+enum { MT_TENSOR_HOOK_USAGE, MT_TENSOR_HOOK_OOM, MT_TENSOR_HOOK_COUNT }; /* OOM last: alone */
 
 #define MT_CAPTURE_SLOTS 16 /* graph captures in progress whose thread is remembered */
 
@@ -259,11 +260,12 @@ typedef struct mt_recorder {
         mt_cost_spread spread;
     } hooks;
 
-    /* tensor_hooks.c: PyTorch's tensors (record --tensors) */
+    /* tensor_hooks.c: PyTorch's tensors (record --tensors) and its out-of-memory reports */
     struct {
         mt_got_hook table[MT_TENSOR_HOOK_COUNT];
         mt_got_patcher *patcher;
-        _Atomic int active;           /* the stand-ins are in libc10_cuda's slots */
+        _Atomic int active;               /* the usage stand-in is in libc10_cuda's slots */
+        _Atomic int oom_active;           /* the out-of-memory one is (every mode) */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
         _Atomic uint64_t whole_calls[3], whole_cycles[3]; /* another sample, timed whole
@@ -387,7 +389,7 @@ static inline int mt_capture_any(mt_recorder *r)
 int mt_capture_this_thread(mt_recorder *r, uint32_t tid); /* 1: tid is capturing a graph */
 
 /* tensor_hooks.c */
-int mt_tensor_hooks_install(mt_recorder *r); /* 1: active */
+int mt_tensor_hooks_install(mt_recorder *r); /* 1: in place (--tensors: both; else the OOM one) */
 void mt_tensor_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
 /* 1 when the calling thread's stack passes through PyTorch's caching allocator (libc10_cuda):
  * the allocation being made is one of its segments. Unwinds: for rare calls only. */

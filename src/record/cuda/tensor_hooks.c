@@ -19,6 +19,16 @@
  * segments, CUDA graphs, torch.compile(mode="reduce-overhead") and 8 threads. Under
  * backend:cudaMallocAsync PyTorch does not report; async_hooks.c sees those tensors instead.
  *
+ * The out-of-memory report is taken in every mode, not only under --tensors: it is called once, as
+ * the allocator gives up, so it costs nothing until then, and it is the only trace of a failure
+ * the driver never saw. The allocator refuses without a failed cudaMalloc when the request would
+ * take it past a limit of its own (torch.cuda.set_per_process_memory_fraction): before this, a
+ * run that died of such an OutOfMemoryError left a trace with no failed request in it. Where the
+ * driver did refuse, the report follows the allocator's failed requests (one, then one more after
+ * it freed its cache) on the same thread, and says that they were not recovered from: the
+ * analysis ties them together. It is recorded as a failed TENSOR request whose aux is
+ * memory_allocated() at that moment (the report's own counter).
+ *
  * The segments the blocks come from are still recorded by CUPTI (cudaMalloc / cuMemCreate from
  * libc10_cuda): mt_record_call flags them MT_EF_SEGMENT (and MT_EF_TENSORS_TRACKED while these
  * stand-ins record), so the analysis counts the tensors as what is in use and the segments as the
@@ -109,7 +119,7 @@ static void hook_oom(int64_t size, size_t allocated, size_t reserved, uint32_t d
     mt_recorder *r = &mt_rec;
     oom_fn orig = (oom_fn)r->tensors.table[MT_TENSOR_HOOK_OOM].original;
     int32_t dev;
-    if (cuda_device(device, &dev) && mt_hook_enter(r, &r->tensors.active)) {
+    if (cuda_device(device, &dev) && mt_hook_enter(r, &r->tensors.oom_active)) {
         /* the request PyTorch is about to raise OutOfMemoryError for, with its stack */
         mt_event ev = {.op = MT_OP_ALLOC, .kind = MT_KIND_TENSOR, .bytes = (uint64_t)size,
                        .device = dev, .aux = allocated};
@@ -169,9 +179,36 @@ static int patch(mt_recorder *r, int *slots)
     char conflict[512];
     *slots = mt_got_patch_new(r->tensors.patcher, conflict, sizeof conflict);
     if (!conflict[0]) return 0;
-    mt_warn_once("tensors-conflict", "%s has its own copy of libc10: its tensors are not "
-                 "recorded", conflict);
+    mt_warn_once("tensors-conflict", "%s has its own copy of libc10: its %s not recorded", conflict,
+                 r->cfg.tensors ? "tensors are" : "out-of-memory reports are");
     return -1;
+}
+
+/* The slots are in place: from now on the stand-ins record. */
+static void activate(mt_recorder *r, int slots, int late)
+{
+    atomic_store(&r->tensors.oom_active, 1);
+    if (!r->cfg.tensors) {
+        mt_trace_note(MT_NOTE_INFO,
+                      "PyTorch's out-of-memory reports are recorded (%d import "
+                      "slots redirected), so an OutOfMemoryError its allocator raises without a "
+                      "failed driver call is in the trace too",
+                      slots);
+        return;
+    }
+    if (atomic_exchange(&r->tensors.active, 1)) return;
+    if (late)
+        mt_trace_note(MT_NOTE_INFO,
+                      "tensors: PyTorch's caching allocator loaded while "
+                      "recording: %d import slots redirected; tensors it handed out before are "
+                      "not in the trace",
+                      slots);
+    else
+        mt_trace_note(MT_NOTE_INFO,
+                      "tensors: PyTorch's caching allocator reports every block "
+                      "it hands out (%d import slots redirected to memtrace); the allocator itself "
+                      "is unchanged",
+                      slots);
 }
 
 int mt_tensor_hooks_install(mt_recorder *r)
@@ -180,19 +217,19 @@ int mt_tensor_hooks_install(mt_recorder *r)
                                                            .hook = (void *)hook_usage};
     r->tensors.table[MT_TENSOR_HOOK_OOM] = (mt_got_hook){.name = OOM_SYMBOL,
                                                          .hook = (void *)hook_oom};
-    r->tensors.patcher = mt_got_patcher_new(r->tensors.table, MT_TENSOR_HOOK_COUNT);
+    /* without --tensors the usage reports keep going straight to PyTorch (the OOM entry is last) */
+    int first = r->cfg.tensors ? 0 : MT_TENSOR_HOOK_OOM;
+    r->tensors.patcher = mt_got_patcher_new(&r->tensors.table[first], MT_TENSOR_HOOK_COUNT - first);
     if (!r->tensors.patcher) return 0;
     int slots = 0;
     patch(r, &slots);
     if (slots <= 0) {
-        mt_trace_note(MT_NOTE_INFO, "tensors: PyTorch's CUDA allocator is not loaded yet; its "
-                      "tensors are recorded from when it is");
+        if (r->cfg.tensors)
+            mt_trace_note(MT_NOTE_INFO, "tensors: PyTorch's CUDA allocator is not loaded yet; "
+                                        "its tensors are recorded from when it is");
         return 0;
     }
-    atomic_store(&r->tensors.active, 1);
-    mt_trace_note(MT_NOTE_INFO, "tensors: PyTorch's caching allocator reports every block it "
-                  "hands out (%d import slots redirected to memtrace); the allocator itself is "
-                  "unchanged", slots);
+    activate(r, slots, 0);
     return 1;
 }
 
@@ -201,8 +238,5 @@ void mt_tensor_hooks_tick(mt_recorder *r)
     if (!r->tensors.patcher) return;
     int slots = 0;
     patch(r, &slots);
-    if (slots > 0 && !atomic_exchange(&r->tensors.active, 1))
-        mt_trace_note(MT_NOTE_INFO, "tensors: PyTorch's caching allocator loaded while recording: "
-                      "%d import slots redirected; tensors it handed out before are not in the "
-                      "trace", slots);
+    if (slots > 0 && !atomic_load(&r->tensors.oom_active)) activate(r, slots, 1);
 }
