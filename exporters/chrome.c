@@ -143,7 +143,9 @@ static void failed_instant(chrome *c, const mt_event *e)
     mt_out *o = c->o;
     char root[32], b[32], name[128];
     int host = is_host_kind(e->kind);
-    snprintf(name, sizeof name, "failed %s %s %s",
+    /* a tensor request is PyTorch's caching allocator giving up (failed_ties.c) */
+    snprintf(name, sizeof name, "%s %s %s %s",
+             e->kind == MT_KIND_TENSOR ? "torch.OutOfMemoryError" : "failed",
              root_of(host ? -1 : e->device, host, root, sizeof root),
              mt_format_bytes(e->bytes, b, sizeof b), mt_kind_name(e->kind));
     const mt_usage *u = mt_tracker_usage(c->t, host ? -1 : e->device, host);
@@ -158,6 +160,8 @@ static void failed_instant(chrome *c, const mt_event *e)
                   (unsigned long long)e->bytes, mt_kind_name(e->kind), e->result,
                   mt_result_name(e->result), (unsigned long long)in_use);
     mt_out_json_string(o, mt_frames_first_user(c->a->frames, e->stack, c->opt->names));
+    if (e->kind == MT_KIND_TENSOR) /* its memory_allocated() then */
+        mt_out_printf(o, ",\"torch_allocated\":%llu", (unsigned long long)e->aux);
     mt_out_puts(o, "}}");
 }
 

@@ -6,6 +6,15 @@
 
 #include "util.h"
 
+/* What came of a failed request, as a word for JSON ("" when nothing is known). */
+static const char *failed_outcome_name(const mt_failed_request *f)
+{
+    if (f->kind == MT_KIND_TENSOR) return "raised";
+    return f->outcome == MT_FAILED_RECOVERED ? "recovered"
+           : f->outcome == MT_FAILED_RAISED  ? "raised"
+                                             : "";
+}
+
 static void key(mt_out *o, const char *k) /* "k": */
 {
     mt_out_json_string(o, k);
@@ -526,6 +535,18 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         key(o, "pool_free_bytes");
         if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);
         else mt_out_puts(o, "\"unknown\",");
+        if (f->kind == MT_KIND_TENSOR) { /* PyTorch's caching allocator raised OutOfMemoryError */
+            u64f(o, "torch_allocated_bytes", f->torch_allocated, 1);
+            u64f(o, "torch_reserved_bytes", f->torch_reserved, 1);
+            u64f(o, "driver_refusals", f->driver_refusals, 1);
+        }
+        key(o, "outcome");
+        mt_out_json_string(o, failed_outcome_name(f));
+        mt_out_printf(o, ",\"raised_as\":%d,", f->raised_as);
+        char then[512];
+        key(o, "then");
+        mt_out_json_string(o, mt_failed_outcome_text(a, i, then, sizeof then));
+        mt_out_write(o, ",", 1);
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");

@@ -189,15 +189,20 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
         const mt_failed_request *f = &a->failed[i];
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         if (mt_stat_frames(a->frames, &self, MT_NAME_SHORT, filter, 0, nb) < 0) return -1;
-        const char *why = mt_result_name(f->result);
+        const char *why =
+            f->kind == MT_KIND_TENSOR ? "torch.OutOfMemoryError" : mt_result_name(f->result);
         mt_out_printf(o, "| %s | %s | %s | ",
                       mt_md_nbsp(mt_format_rel(f->time_ns, t1, sizeof t1), n3, sizeof n3),
                       mt_failed_root_name(f, root, sizeof root),
                       mt_md_nbsp(mt_format_bytes(f->bytes, b1, sizeof b1), n1, sizeof n1));
         if (*why)
-            mt_out_printf(o, "`%s` | ", why);
+            mt_out_printf(o, "`%s`", why);
         else
-            mt_out_printf(o, "CUresult %u | ", f->result);
+            mt_out_printf(o, "CUresult %u", f->result);
+        if (f->outcome == MT_FAILED_RECOVERED) mt_out_puts(o, ", recovered");
+        if (f->outcome == MT_FAILED_RAISED && f->raised_as >= 0)
+            mt_out_printf(o, ", then #%d", f->raised_as + 1);
+        mt_out_puts(o, " | ");
         mt_out_printf(o, "%s | ",
                       mt_md_nbsp(mt_format_bytes(f->in_use, b2, sizeof b2), n2, sizeof n2));
         mt_md_chain(o, nb->v, nb->flags, nb->n);

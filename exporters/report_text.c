@@ -488,7 +488,7 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
 
 static int print_failed(mt_out *o, mt_analysis *a, const view *v)
 {
-    char b1[32], b2[32], t1[48], root[32];
+    char b1[32], b2[32], t1[48], root[32], then[512];
     mt_namebuf nb = {0};
     mt_out_printf(o, "\nfailed requests: %llu", (unsigned long long)a->failed_total);
     if (a->failed_total > a->n_failed) mt_out_printf(o, " (the first %zu shown)", a->n_failed);
@@ -496,16 +496,23 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
         mt_failed_root_name(f, root, sizeof root);
-        const char *why = mt_result_name(f->result);
-        mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed (%s%sCUresult %u); %s in use; ",
-                      i + 1, mt_format_rel(f->time_ns, t1, sizeof t1), root,
-                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_kind_name(f->kind), why,
-                      *why ? ", " : "", f->result, mt_format_bytes(f->in_use, b2, sizeof b2));
+        mt_out_printf(o, "  #%zu at %s on %s: %s %s request failed ", i + 1,
+                      mt_format_rel(f->time_ns, t1, sizeof t1), root,
+                      mt_format_bytes(f->bytes, b1, sizeof b1), mt_kind_name(f->kind));
+        if (f->kind == MT_KIND_TENSOR) { /* PyTorch's; the driver did not return this */
+            mt_out_puts(o, "(PyTorch's caching allocator)");
+        } else {
+            const char *why = mt_result_name(f->result);
+            mt_out_printf(o, "(%s%sCUresult %u)", why, *why ? ", " : "", f->result);
+        }
+        mt_out_printf(o, "; %s in use; ", mt_format_bytes(f->in_use, b2, sizeof b2));
         if (f->pool_free_known)
             mt_out_printf(o, "reserved but free in pools: %s\n",
                           mt_format_bytes(f->pool_free, b1, sizeof b1));
         else
             mt_out_puts(o, "reserved but free in pools: unknown\n");
+        if (*mt_failed_outcome_text(a, i, then, sizeof then))
+            mt_out_printf(o, "     then: %s\n", then);
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         if (mt_stat_frames(a->frames, &self, v->names, v->frames, v->full, &nb) < 0) return -1;
         mt_out_puts(o, "     requested by (innermost first):\n");

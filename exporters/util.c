@@ -235,3 +235,45 @@ int mt_copy_file(mt_out *o, FILE *f)
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) mt_out_write(o, buf, n);
     return ferror(f) ? -1 : 0;
 }
+
+const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, size_t len)
+{
+    const mt_failed_request *f = &a->failed[i];
+    char b1[32], b2[32], which[128] = "";
+    buf[0] = 0;
+    if (f->kind == MT_KIND_TENSOR) {
+        /* the refusals it follows, by number, where they were kept */
+        size_t n = 0, at = 0;
+        for (size_t k = 0; k < i && at + 16 < sizeof which; k++)
+            if (a->failed[k].outcome == MT_FAILED_RAISED && a->failed[k].raised_as == (int32_t)i)
+                at += (size_t)snprintf(which + at, sizeof which - at, "%s#%zu", n++ ? ", " : " (",
+                                       k + 1);
+        if (n) snprintf(which + at, sizeof which - at, ")");
+        mt_format_bytes(f->torch_allocated, b1, sizeof b1);
+        mt_format_bytes(f->torch_reserved, b2, sizeof b2);
+        if (f->driver_refusals)
+            snprintf(buf, len,
+                     "it raised torch.OutOfMemoryError: the driver had refused its last "
+                     "%u request%s%s; PyTorch had %s allocated, %s reserved",
+                     f->driver_refusals, f->driver_refusals > 1 ? "s" : "", which, b1, b2);
+        else
+            snprintf(buf, len,
+                     "it raised torch.OutOfMemoryError without asking the driver: the "
+                     "request would have taken it past a limit of its own (such as "
+                     "torch.cuda.set_per_process_memory_fraction); PyTorch had %s allocated, %s "
+                     "reserved",
+                     b1, b2);
+    } else if (f->outcome == MT_FAILED_RECOVERED) {
+        snprintf(buf, len,
+                 "PyTorch's caching allocator, with %s reserved, went on: its next "
+                 "request for a segment succeeded",
+                 mt_format_bytes(f->torch_reserved, b1, sizeof b1));
+    } else if (f->outcome == MT_FAILED_RAISED) {
+        if (f->raised_as >= 0) snprintf(which, sizeof which, " (#%d)", f->raised_as + 1);
+        snprintf(buf, len,
+                 "PyTorch's caching allocator, with %s reserved, raised "
+                 "torch.OutOfMemoryError%s",
+                 mt_format_bytes(f->torch_reserved, b1, sizeof b1), which);
+    }
+    return buf;
+}

@@ -22,6 +22,10 @@ typedef struct mt_namebuf {
  * Returns the count, -1 on OOM. */
 long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
                     mt_frame_filter filter, int cuda_leaf, mt_namebuf *b);
+/* What a->failed[i] was and what came of it, in words for the reports ("" when "request failed"
+ * says it all): a torch.OutOfMemoryError with PyTorch's counters then, or a request of its
+ * allocator's that it went on after or raised for (failed_ties.c in the analysis ties them). */
+const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, size_t len);
 /* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
  * when the file or the line cannot be read. Keeps the last file open between calls (src_cache).
  * The path comes from the trace: only a regular file is read (never a FIFO or a device), at most

@@ -15,7 +15,8 @@
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model;
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
-#             the driver's graph-pool numbers
+#             the driver's graph-pool numbers; runs that die of torch.OutOfMemoryError (samples/
+#             oom.py, a memory fraction and a full GPU) against PyTorch's counters at the error
 #   cifar     samples/cifar.py under three allocator settings and tensor modes, report/export
 #             outputs, timings, the fixtures for tests/data
 #   training  ResNet-18 and a GPT-2-like model trained with AdamW (eager, bf16 autocast,
@@ -92,7 +93,11 @@ same_run() {
   rc_=$?; settle_trace "$d/t.mtrace"; (exit $rc_)
   local rc1=$?
   { echo "--- $name ($envs) $opts: $*"; cat "$d/plain.err" "$d/traced.out" "$d/traced.err"; } >> "$LOG"
-  clean() { grep -v '^memtrace: ' "$1" | sed -E 's/^\[[WIE][0-9]+ [0-9:.]+ [^]]*\]/[torch log]/' ; }
+  # PyTorch's out-of-memory message gives the GPU's free bytes and the process's: both are
+  # CUPTI's 12 MiB per context smaller and larger under memtrace (the devmem check below)
+  clean() { grep -v '^memtrace: ' "$1" | sed -E -e 's/^\[[WIE][0-9]+ [0-9:.]+ [^]]*\]/[torch log]/' \
+              -e 's/of which [0-9.]+ [KMGT]?i?B is free/of which N is free/' \
+              -e 's/this process has [0-9.]+ [KMGT]?i?B memory in use/this process has N memory in use/' ; }
   check "$name: exit status as untraced" "$rc0" "$rc1"
   check "$name: stdout as untraced" ok "$(cmp -s "$d/plain.out" "$d/traced.out" && echo ok || diff "$d/plain.out" "$d/traced.out" | head -3 | tr '\n' ' ')"
   check "$name: stderr as untraced (memtrace's lines aside)" ok "$(diff <(clean "$d/plain.err") <(clean "$d/traced.err") > /dev/null && echo ok || diff <(clean "$d/plain.err") <(clean "$d/traced.err") | head -3 | tr '\n' ' ')"
@@ -267,6 +272,36 @@ same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match 
 same_run threads_t "" "--tensors" $PY "$S/threads.py" --dataloader; torch_match threads_t tensors
 same_run threads_ta "$ASYNC" "--tensors=async" $PY "$S/threads.py"; torch_match threads_ta async
 same_run profiler "" "" $PY "$S/profiler_inside.py";                torch_match profiler default
+# What recording costs the GPU's memory: cudaMemGetInfo's used bytes, a context and one tensor,
+# with and without memtrace (CUPTI's: the same with callbacks and activity off, MEMTRACE_CALLBACKS=0)
+if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" devmem "* ]]; then
+  mkdir -p "$W/devmem"
+  cat > "$W/devmem/used.py" <<'PYEOF'
+import torch
+x = torch.empty(1 << 20, device="cuda")
+torch.cuda.synchronize()
+free, total = torch.cuda.mem_get_info()
+print(total - free)
+PYEOF
+  u0=$(cd "$W/devmem" && $PY used.py 2>> "$LOG")
+  u1=$(cd "$W/devmem" && "$MT" record -q -f -o "$W/devmem/u.mtrace" -- $PY used.py 2>> "$LOG")
+  u2=$(cd "$W/devmem" && MEMTRACE_CALLBACKS=0 "$MT" record -q -f --activity off -o "$W/devmem/v.mtrace" -- $PY used.py 2>> "$LOG")
+  say "info: device memory used, a context and a 4 MiB tensor: $u0 B untraced, $u1 B recorded, $u2 B with nothing enabled"
+  check "memtrace's own device memory: at most 16 MiB, all of it CUPTI's (the same with nothing enabled)" ok \
+    "$([ -n "$u0" ] && [ -n "$u1" ] && [ "$u1" = "$u2" ] && [ $((u1 - u0)) -ge 0 ] && [ $((u1 - u0)) -le 16777216 ] && echo ok || echo "$u0 $u1 $u2")"
+fi
+# Runs that die of torch.OutOfMemoryError (samples/oom.py), in every mode: under a memory fraction
+# (the driver is never asked) and on a full GPU (the driver refuses), and one that catches it and
+# goes on. The error is in the trace with PyTorch's own counters at that moment and its stack, and
+# every refusal before it says what came of it (scripts/oom_check.py).
+for m in "oom_frac||--fraction 0.05|" "oom_frac_t|--tensors|--fraction 0.05|" \
+         "oom_caught_t|--tensors|--fraction 0.05 --catch|--caught" \
+         "oom_dev|||--driver-refused" "oom_dev_t|--tensors||--driver-refused"; do
+  IFS='|' read -r n o args flags <<< "$m"
+  same_run "$n" "" "$o" $PY "$S/oom.py" $args
+  [ -f "$W/$n/t.json" ] && check "$n: one torch.OutOfMemoryError, = PyTorch's counters, its line" ok \
+    "$($PY scripts/oom_check.py "$W/$n/t.json" "$W/$n/traced.json" $flags 2>&1 | tail -1)"
+done
 # autograd's worker with and without Python frames (a Python backward beside C++ ones): each
 # allocation's stack has the worker's Python frames exactly when it runs Python.
 same_run autograd_py_t "" "--tensors" $PY "$S/autograd_python.py"; torch_match autograd_py_t tensors

@@ -269,3 +269,28 @@ Test(cli_record, the_summary_says_what_recording_cost)
     unlink(gpt2);
     unlink(cupy);
 }
+
+/* A run that died of torch.OutOfMemoryError: the summary names it where the user looks first,
+ * with its line and PyTorch's counters then (tests/data/oom_frac.stats.json: oom_allocated
+ * 6611369984 = 6.16 GiB, oom_reserved 6654263296 = 6.20 GiB); a run without one has no such line. */
+Test(cli_record, the_summary_names_the_out_of_memory_error)
+{
+    need_recorder();
+    char oom[256], cupy[256], cmd[1200];
+    listed_copy(oom, sizeof oom, "oom_frac.mtrace");
+    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
+             "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
+             oom, cupy);
+    char *out = output_of(cmd);
+    const char *line = strstr(out, "  torch.OutOfMemoryError at 5.177 s on cuda:0: 1.00 GiB from "
+                                   "relu (torch/nn/functional.py:1723); PyTorch had 6.16 GiB "
+                                   "allocated, 6.20 GiB reserved\n");
+    const char *cupy_at = strstr(out, "cupy_pool");
+    cr_expect(line && cupy_at && line < cupy_at, "under the OOM trace's summary: %s", out);
+    cr_expect(cupy_at && !strstr(cupy_at, "OutOfMemoryError"), "none without one: %s", out);
+    free(out);
+    unlink(oom);
+    unlink(cupy);
+}

@@ -204,6 +204,107 @@ Test(compact, failed_request_forensics)
     mt_analysis_free(a);
 }
 
+/* An event of thread tid (fx_ev_aux's are all thread 7). */
+static void ev_on(fx *f, uint32_t tid, unsigned op, unsigned kind, uint64_t addr, uint64_t bytes,
+                  uint64_t aux, uint64_t t_ms, uint16_t flags)
+{
+    mt_record r = {.type = MT_REC_EVENT};
+    r.u.event = (mt_event){.time_ns = FX_T0 + t_ms * MS,
+                           .address = addr,
+                           .bytes = bytes,
+                           .aux = aux,
+                           .tid = tid,
+                           .context = 1,
+                           .stack = 1,
+                           .device = 0,
+                           .flags = flags,
+                           .op = (uint8_t)op,
+                           .kind = (uint8_t)kind,
+                           .result = op == MT_OP_FAILED ? 2 : 0};
+    fx_put(f, &r);
+}
+
+/* PyTorch's caching allocator: a refused segment request followed, on its thread, by one that
+ * succeeds was recovered from; refusals followed by its OutOfMemoryError report (a failed TENSOR
+ * request, aux = memory_allocated()) are tied to it, and counted there; other threads' and other
+ * callers' failures are not; an OutOfMemoryError with no refusal before it had none. */
+Test(compact, failed_requests_tied_to_pytorch_out_of_memory)
+{
+    const uint16_t SEG = MT_EF_SEGMENT;
+    fx f;
+    fx_open(&f, "oom_ties.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    ev_on(&f, 7, MT_OP_ALLOC, DEV, A, 100, 0, 1, SEG);
+    ev_on(&f, 7, MT_OP_FAILED, DEV, 0, 1000, 0, 2, SEG); /* #1: recovered */
+    ev_on(&f, 7, MT_OP_FREE, DEV, A, 0, 0, 3, 0);
+    ev_on(&f, 7, MT_OP_ALLOC, DEV, A + 0x10000, 1000, 0, 4, SEG);
+    ev_on(&f, 7, MT_OP_FAILED, DEV, 0, 5000, 0, 5, SEG);            /* #2: raised as #5 */
+    ev_on(&f, 8, MT_OP_FAILED, DEV, 0, 7000, 0, 6, SEG);            /* #3: another thread's */
+    ev_on(&f, 7, MT_OP_FAILED, DEV, 0, 5000, 0, 7, SEG);            /* #4: raised as #5 */
+    ev_on(&f, 7, MT_OP_FAILED, MT_KIND_TENSOR, 0, 4096, 555, 8, 0); /* #5 */
+    ev_on(&f, 8, MT_OP_ALLOC, DEV, A + 0x20000, 7000, 0, 9, SEG);   /* #3 recovered */
+    ev_on(&f, 7, MT_OP_FAILED, DEV, 0, 9000, 0, 10, 0);             /* #6: not the allocator's */
+    ev_on(&f, 7, MT_OP_FAILED, MT_KIND_TENSOR, 0, 64, 777, 11, 0);  /* #7: no refusal */
+    ev_on(&f, 9, MT_OP_FAILED, DEV, 0, 3000, 0, 12, SEG);           /* #8: the trace ends first */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_failed, 8);
+    const mt_failed_request *x = a->failed;
+    cr_expect_eq(x[0].outcome, MT_FAILED_RECOVERED);
+    cr_expect_eq(x[0].torch_reserved, 100, "the segments live when it was refused");
+    cr_expect_eq(x[1].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(x[1].raised_as, 4);
+    cr_expect_eq(x[2].outcome, MT_FAILED_RECOVERED);
+    cr_expect_eq(x[3].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(x[3].raised_as, 4);
+    cr_expect_eq(x[4].driver_refusals, 2);
+    cr_expect_eq(x[4].torch_allocated, 555);
+    cr_expect_eq(x[4].torch_reserved, 1000);
+    cr_expect_eq(x[5].outcome, MT_FAILED_UNTOLD);
+    cr_expect_eq(x[5].raised_as, -1);
+    cr_expect_eq(x[6].driver_refusals, 0);
+    cr_expect_eq(x[6].torch_allocated, 777);
+    cr_expect_eq(x[7].outcome, MT_FAILED_UNTOLD);
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "oom_ties.txt");
+    cr_expect(strstr(text, "then: it raised torch.OutOfMemoryError: the driver had refused its "
+                           "last 2 requests (#2, #4); PyTorch had 555 B allocated, 1000 B "
+                           "reserved"),
+              "%s", text);
+    cr_expect(strstr(text, "#7 at +0.011000 s on cuda:0: 64 B tensor request failed (PyTorch's "
+                           "caching allocator)"),
+              "%s", text);
+    cr_expect(strstr(text, "raised torch.OutOfMemoryError without asking the driver"), "%s", text);
+    cr_expect(strstr(text, "with 100 B reserved, went on"), "%s", text);
+    free(text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, "oom_ties.json");
+    cr_expect(strstr(json, "\"torch_allocated_bytes\":555,\"torch_reserved_bytes\":1000,"
+                           "\"driver_refusals\":2,\"outcome\":\"raised\",\"raised_as\":-1,"),
+              "%s", json);
+    cr_expect(strstr(json, "\"outcome\":\"raised\",\"raised_as\":4,"), "%s", json);
+    free(json);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
+/* However many refusals a thread piles up, the open list stays bounded (the oldest forgotten). */
+Test(compact, failed_request_ties_are_bounded)
+{
+    fx f;
+    fx_open(&f, "oom_ties_many.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    for (unsigned i = 0; i < 100; i++)
+        ev_on(&f, 7, MT_OP_FAILED, DEV, 0, 1000, 0, 1 + i, MT_EF_SEGMENT);
+    ev_on(&f, 7, MT_OP_FAILED, MT_KIND_TENSOR, 0, 1000, 5, 200, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->failed_total, 101);
+    cr_assert_eq(a->n_failed, MT_MAX_FAILED_KEPT);
+    cr_expect_eq(a->failed[0].outcome, MT_FAILED_UNTOLD, "forgotten: the oldest");
+    cr_expect_eq(a->failed[MT_MAX_FAILED_KEPT - 1].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(a->failed[MT_MAX_FAILED_KEPT - 1].raised_as, -1, "the error was not kept");
+    mt_analysis_free(a);
+}
+
 Test(compact, driver_internal_bytes)
 {
     fx f;

@@ -1209,9 +1209,22 @@
     return f ? { t: f.t, total: f.in_use } : null;
   }
 
-  /* a failed request's CUresult, by name where the driver's list has it */
+  /* a failed request's CUresult, by name where the driver's list has it; a tensor request is
+   * PyTorch's caching allocator giving up, which the driver did not answer */
   function resultText(f) {
+    if (f.kind === 'tensor') return 'torch.OutOfMemoryError';
     return f.result_name ? f.result_name + ' (' + f.result + ')' : 'CUresult ' + f.result;
+  }
+
+  /* what came of it, in a few words (f.then says it whole) */
+  function outcomeText(f) {
+    if (f.outcome === 'error')
+      return f.refusals
+        ? 'after ' + f.refusals + ' refused by the driver'
+        : "no driver call: PyTorch's own limit";
+    if (f.outcome === 'recovered') return 'recovered';
+    if (f.outcome === 'raised') return 'then OutOfMemoryError';
+    return '';
   }
 
   function failedTip(f) {
@@ -1224,6 +1237,7 @@
         text: 'at ' + fmtRel(f.t) + ', ' + resultText(f) + ', ' + fmtBytes(f.in_use) + ' in use',
       }),
       el('div', { text: 'by ' + T.firstUser(f.s) }),
+      f.then ? el('div', { text: 'then: ' + f.then }) : null,
       el('div', { class: 'sub', text: 'click: what was live then' }),
     );
   }
@@ -1413,7 +1427,8 @@
         resultText(f) +
         '; requested by ' +
         T.firstUser(f.s) +
-        (f.pool_free != null ? '; reserved but free in pools: ' + fmtBytes(f.pool_free) : '');
+        (f.pool_free != null ? '; reserved but free in pools: ' + fmtBytes(f.pool_free) : '') +
+        (f.then ? '; then: ' + f.then : '');
       flat = f.live;
       rest = f.live_rest;
       total = f.in_use;
@@ -2069,6 +2084,9 @@
 
   // ---- failed requests, live at the end, notes ----------------------------------------------
 
+  const FAILED_COLUMNS = ['at', 'requested', 'kind', 'result', 'then', 'in use then',
+    'free in pools', 'requested by'];
+
   function failedSection() {
     const T = curTrace(),
       D = curDevice();
@@ -2089,7 +2107,8 @@
         el('td', { class: 'num', text: fmtRel(f.t) }),
         el('td', { class: 'num', dataset: { bytes: f.bytes }, text: fmtBytes(f.bytes) }),
         el('td', { text: f.kind }),
-        el('td', { text: resultText(f) }),
+        el('td', { text: resultText(f), title: f.then || null }),
+        el('td', { text: outcomeText(f), title: f.then || null }),
         el('td', { class: 'num', text: fmtBytes(f.in_use) }),
         el('td', { class: 'num', text: f.pool_free == null ? 'unknown' : fmtBytes(f.pool_free) }),
         el('td', { class: 'frame', text: T.firstUser(f.s) }),
@@ -2120,8 +2139,8 @@
           el(
             'tr',
             null,
-            ['at', 'requested', 'kind', 'result', 'in use then', 'free in pools', 'requested by'].map(
-              (h, k) => el('th', { class: k < 2 || (k > 3 && k < 6) ? 'num' : '', text: h }),
+            FAILED_COLUMNS.map(
+              (h, k) => el('th', { class: k < 2 || (k > 4 && k < 7) ? 'num' : '', text: h }),
             ),
           ),
         ),

@@ -474,7 +474,27 @@ typedef struct mt_failed_request {
     int pool_free_known;
     uint64_t pool_free; /* sum of POOL_RESERVED - live ASYNC bytes on the device (clamped at 0) */
     mt_stack_list live; /* what was live on that device, by stack */
+    /* PyTorch's caching allocator. Kind TENSOR is its out-of-memory report, made as it raises
+     * torch.OutOfMemoryError (recorded in every mode): */
+    uint64_t torch_allocated; /* its memory_allocated() then (the report's own counter) */
+    uint64_t torch_reserved;  /* its memory_reserved() then: its segments live in the trace
+                                 (also for a refused request of its own, a segment) */
+    uint32_t driver_refusals; /* its device requests the driver refused on that thread, since its
+                                 last that succeeded: 0 when the allocator refused on its own (a
+                                 limit such as torch.cuda.set_per_process_memory_fraction) */
+    /* A device request of the allocator's (a segment) that the driver refused: what came of it
+     * on that thread. MT_FAILED_RAISED: `raised_as` is that OutOfMemoryError's index in failed[]
+     * (-1 when it is past the ones kept). */
+    uint8_t outcome;
+    int32_t raised_as;
 } mt_failed_request;
+
+enum {
+    MT_FAILED_UNTOLD = 0, /* not the caching allocator's, or the trace ends first */
+    MT_FAILED_RECOVERED,  /* its next device request on that thread succeeded (it had freed its
+                             cached blocks and tried again) */
+    MT_FAILED_RAISED,     /* it raised torch.OutOfMemoryError instead */
+};
 
 #define MT_MAX_FAILED_KEPT 64 /* failed requests with full forensics; all are counted */
 

@@ -53,6 +53,21 @@ static void summarize_one(const char *path, int symbolize, int quiet)
                 mt_format_bytes(a->host->u.peak, h1, sizeof h1));
     fprintf(stderr, "  failed requests: %" PRIu64 ", dropped events: %" PRIu64 "%s\n",
             a->failed_total, a->dropped, a->truncated ? " (file truncated)" : "");
+    /* the error that most likely ended the run, where the user looks first (report: the rest) */
+    for (size_t i = 0, shown = 0; i < a->n_failed && shown < 3; i++) {
+        const mt_failed_request *f = &a->failed[i];
+        if (f->kind != MT_KIND_TENSOR) continue;
+        char root[32], h3[32];
+        fprintf(stderr,
+                "  torch.OutOfMemoryError at %.3f s on %s: %s from %s; PyTorch had %s "
+                "allocated, %s reserved\n",
+                (double)f->time_ns / 1e9, mt_failed_root_name(f, root, sizeof root),
+                mt_format_bytes(f->bytes, h1, sizeof h1),
+                mt_frames_first_user(a->frames, f->stack, MT_NAME_SHORT),
+                mt_format_bytes(f->torch_allocated, h2, sizeof h2),
+                mt_format_bytes(f->torch_reserved, h3, sizeof h3));
+        shown++;
+    }
     /* What the recording itself cost, so that a slow run is not blamed on memtrace in the dark
      * (nor the other way round): the recorder's own estimate, its parts in `report`. */
     char brief[64], cost[1024];

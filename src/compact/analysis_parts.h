@@ -3,6 +3,7 @@
  *   nvml_pairing.c  NVML's process samples against the trace's live bytes at their moments
  *   live_sets.c     the live set by stack: at a failed request, and at the end (with holders)
  *   peak_replay.c   what was live at each device's peak: pass 2, or pass 1's kept lists
+ *   failed_ties.c   what came of a failed request of PyTorch's allocator (recovered, or raised)
  */
 #ifndef MT_COMPACT_ANALYSIS_PARTS_H
 #define MT_COMPACT_ANALYSIS_PARTS_H
@@ -71,5 +72,27 @@ int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e);
  * allocs from `allocs` (agg key -> bytes, count). -1: out of memory. */
 int mt_live_at_end(mt_analysis *a, const mt_tracker *t, const mt_u64map *allocs,
                    mt_device_report **by_slot);
+
+/* ---- what came of a failed request (failed_ties.c) ------------------------------------------- */
+
+/* The caching allocator's refused device requests not yet followed, on their thread, by a request
+ * that succeeded or by its torch.OutOfMemoryError. A thread has at most three open (the request,
+ * the one after freeing blocks not in use, the one after freeing every cached block); the list is
+ * bounded all the same, for any trace, the oldest forgotten first. */
+#define MT_FAILED_OPEN_MAX 64
+typedef struct mt_failed_ties {
+    struct {
+        uint32_t tid;
+        int32_t device;
+        int32_t kept; /* index in a->failed, -1 past the ones kept */
+    } open[MT_FAILED_OPEN_MAX];
+    size_t n;
+} mt_failed_ties;
+
+/* A failed request e (op FAILED; kept: its index in a->failed, or -1): a refused segment request
+ * is opened; a torch.OutOfMemoryError (kind TENSOR) closes its thread's open ones as raised. */
+void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e, int32_t kept);
+/* An allocation e that succeeded: a segment closes its thread's open ones as recovered. */
+void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, const mt_event *e);
 
 #endif

@@ -63,6 +63,7 @@ typedef struct pass1 {
     int oom;
     mt_recording_cost running_cost; /* the last running totals (MT_COST_NOTE_RUNNING): the
                                        cost when the notes at exit are missing */
+    mt_failed_ties ties; /* refused requests of PyTorch's allocator, until their outcome */
 } pass1;
 
 /* The bucket of time_rel, outside the last one noted: halves the resolution when time runs past
@@ -388,10 +389,17 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         if (t > last_ns) last_ns = t;
         if (e->op == MT_OP_FAILED) {
             a->failed_total++;
-            if (a->n_failed < MT_MAX_FAILED_KEPT && mt_snapshot_failed(a, p.t, e) < 0) rc = -1;
-        } else if (e->op == MT_OP_ALLOC && mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
-            mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
-            if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;
+            int32_t kept = a->n_failed < MT_MAX_FAILED_KEPT ? (int32_t)a->n_failed : -1;
+            if (kept >= 0 && mt_snapshot_failed(a, p.t, e) < 0)
+                rc = -1;
+            else
+                mt_failed_ties_failed(a, &p.ties, e, kept);
+        } else if (e->op == MT_OP_ALLOC) {
+            if (p.ties.n) mt_failed_ties_allocated(a, &p.ties, e);
+            if (mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
+                mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
+                if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;
+            }
         }
         /* mt_tracker_event, with the hooks p.t was made with known here */
         if (rc == 0 && mt_tracker_event_with(p.t, e, pass1_usage, pass1_release) < 0) rc = -1;

@@ -42,9 +42,13 @@ int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
                              .device = host ? -1 : e->device, .kind = e->kind,
                              .result = e->result, .stack = e->stack, .tid = e->tid,
                              .bytes = e->bytes, .stream = e->stream};
+    f->raised_as = -1; /* failed_ties.c says what came of it */
     const mt_usage *u = mt_tracker_usage(t, f->device, host);
+    if (e->kind == MT_KIND_TENSOR) f->torch_allocated = e->aux;
     if (u) {
         f->in_use = u->in_use;
+        if (e->kind == MT_KIND_TENSOR || (e->flags & MT_EF_SEGMENT))
+            f->torch_reserved = u->segment_bytes;
         if (u->has_pool_info) {
             f->pool_free_known = 1;
             uint64_t async = u->by_kind[MT_KIND_ASYNC];

@@ -1,0 +1,64 @@
+"""The report of samples/oom.py against what PyTorch said at its OutOfMemoryError (gpu-check.sh).
+
+    oom_check.py REPORT_JSON STATS_JSON [--driver-refused] [--caught]
+
+Prints "ok", or what differs on one line. The stats are what the sample's OOM observer read when
+the allocator gave up (samples/oom.py). The trace must hold exactly one torch.OutOfMemoryError (a
+failed "tensor" request, recorded in every mode) and it must say:
+  - bytes: the block the allocator looked for, = the observer's size (the sample's blocks are
+    multiples of 2 MiB, so the block and the segment it asked for are the same size);
+  - torch_allocated_bytes = memory_allocated() and torch_reserved_bytes = memory_reserved(),
+    exactly, as the observer read them;
+  - its stack: the sample's line in the traceback (oom_line), with the Python frames;
+  - driver_refusals: 0 under a memory fraction (the driver was never asked); with
+    --driver-refused at least 1, and every refused request of the allocator (a failed "device"
+    request) says what came of it: recovered, or raised as this error (raised_as: its index).
+--caught: the sample went on after it (a batch-size finder): exactly one error, all the same.
+"""
+import json
+import sys
+
+
+def frames_of(f):
+    return [x for s in f["stack"] for x in s["frames"]]
+
+
+def main():
+    rep, st = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+    driver_refused = "--driver-refused" in sys.argv
+    problems = []
+    failed = rep["failed_requests"]
+    raised = [i for i, f in enumerate(failed) if f["kind"] == "tensor"]
+    if len(raised) != 1 or rep["failed_total"] != len(failed):
+        print("%d torch.OutOfMemoryError in %d failed requests (%d kept), expected 1"
+              % (len(raised), rep["failed_total"], len(failed)))
+        return
+    k = raised[0]
+    f = failed[k]
+    for field, want in (("bytes", "oom_alloc"), ("torch_allocated_bytes", "oom_allocated"),
+                        ("torch_reserved_bytes", "oom_reserved")):
+        if f.get(field) != st[want]:
+            problems.append("%s %s, PyTorch's %s %s" % (field, f.get(field), want, st[want]))
+    line = "oom.py:%d)" % st["oom_line"]
+    if not any(x.startswith("step (") and x.endswith(line) for x in frames_of(f)):
+        problems.append("the stack has no step (...%s: %s" % (line, frames_of(f)[:6]))
+    if f["outcome"] != "raised":
+        problems.append("outcome %r" % f["outcome"])
+    if driver_refused:
+        refused = [g for g in failed if g["kind"] == "device"]
+        if f["driver_refusals"] < 1:
+            problems.append("no driver refusal before it")
+        if not refused or any(g["outcome"] not in ("recovered", "raised") for g in refused):
+            problems.append("refusals' outcomes %s" % [g["outcome"] for g in refused])
+        tied = [g for g in refused if g["outcome"] == "raised"]
+        if len(tied) != f["driver_refusals"] or any(g["raised_as"] != k for g in tied):
+            problems.append("%d refusals tied to it (%s), it counts %d"
+                            % (len(tied), [g["raised_as"] for g in tied], f["driver_refusals"]))
+    elif f["driver_refusals"] != 0 or len(failed) != 1:
+        problems.append("%d driver refusals, %d failed requests: the driver was never asked"
+                        % (f["driver_refusals"], len(failed)))
+    print("ok" if not problems else "; ".join(problems))
+
+
+if __name__ == "__main__":
+    main()
