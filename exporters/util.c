@@ -251,12 +251,15 @@ const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, si
         if (n) snprintf(which + at, sizeof which - at, ")");
         mt_format_bytes(f->torch_allocated, b1, sizeof b1);
         mt_format_bytes(f->torch_reserved, b2, sizeof b2);
-        if (f->driver_refusals)
+        if (f->driver_refusals) {
+            char last[32] = "request";
+            if (f->driver_refusals > 1)
+                snprintf(last, sizeof last, "%u requests", f->driver_refusals);
             snprintf(buf, len,
-                     "it raised torch.OutOfMemoryError: the driver had refused its last "
-                     "%u request%s%s; PyTorch had %s allocated, %s reserved",
-                     f->driver_refusals, f->driver_refusals > 1 ? "s" : "", which, b1, b2);
-        else
+                     "it raised torch.OutOfMemoryError: the driver had refused its last %s%s; "
+                     "PyTorch had %s allocated, %s reserved",
+                     last, which, b1, b2);
+        } else
             snprintf(buf, len,
                      "it raised torch.OutOfMemoryError without asking the driver: the "
                      "request would have taken it past a limit of its own (such as "

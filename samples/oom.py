@@ -65,7 +65,10 @@ def main():
     if a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     usable = total * (a.fraction or 1.0)
-    torch._C._cuda_attach_out_of_memory_observer(observer)
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(observer)
+    except RuntimeError:  # backend:cudaMallocAsync has no observers
+        pass
     net = build(a.width, a.layers)
     opt = torch.optim.AdamW(net.parameters())
     # what a sample keeps for backward: each layer's input and its ReLU's mask, ~2 floats a unit

@@ -291,14 +291,16 @@ PYEOF
     "$([ -n "$u0" ] && [ -n "$u1" ] && [ "$u1" = "$u2" ] && [ $((u1 - u0)) -ge 0 ] && [ $((u1 - u0)) -le 16777216 ] && echo ok || echo "$u0 $u1 $u2")"
 fi
 # Runs that die of torch.OutOfMemoryError (samples/oom.py), in every mode: under a memory fraction
-# (the driver is never asked) and on a full GPU (the driver refuses), and one that catches it and
-# goes on. The error is in the trace with PyTorch's own counters at that moment and its stack, and
+# (the driver is never asked) and on a full GPU (the driver refuses; also with expandable segments,
+# whose refusals are cuMemCreate's), and one that catches it and goes on. The error is in the trace with PyTorch's own counters at that moment and its stack, and
 # every refusal before it says what came of it (scripts/oom_check.py).
-for m in "oom_frac||--fraction 0.05|" "oom_frac_t|--tensors|--fraction 0.05|" \
-         "oom_caught_t|--tensors|--fraction 0.05 --catch|--caught" \
-         "oom_dev|||--driver-refused" "oom_dev_t|--tensors||--driver-refused"; do
-  IFS='|' read -r n o args flags <<< "$m"
-  same_run "$n" "" "$o" $PY "$S/oom.py" $args
+EXPANDABLE=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+for m in "oom_frac|||--fraction 0.05|" "oom_frac_t||--tensors|--fraction 0.05|" \
+         "oom_caught_t||--tensors|--fraction 0.05 --catch|--caught" \
+         "oom_dev||||--driver-refused" "oom_dev_t||--tensors||--driver-refused" \
+         "oom_exp|$EXPANDABLE|||--driver-refused" "oom_exp_t|$EXPANDABLE|--tensors||--driver-refused"; do
+  IFS='|' read -r n e o args flags <<< "$m"
+  same_run "$n" "$e" "$o" $PY "$S/oom.py" $args
   [ -f "$W/$n/t.json" ] && check "$n: one torch.OutOfMemoryError, = PyTorch's counters, its line" ok \
     "$($PY scripts/oom_check.py "$W/$n/t.json" "$W/$n/traced.json" $flags 2>&1 | tail -1)"
 done

@@ -12,7 +12,7 @@ failed "tensor" request, recorded in every mode) and it must say:
   - its stack: the sample's line in the traceback (oom_line), with the Python frames;
   - driver_refusals: 0 under a memory fraction (the driver was never asked); with
     --driver-refused at least 1, and every refused request of the allocator (a failed "device"
-    request) says what came of it: recovered, or raised as this error (raised_as: its index).
+    or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index).
 --caught: the sample went on after it (a batch-size finder): exactly one error, all the same.
 """
 import json
@@ -45,7 +45,8 @@ def main():
     if f["outcome"] != "raised":
         problems.append("outcome %r" % f["outcome"])
     if driver_refused:
-        refused = [g for g in failed if g["kind"] == "device"]
+        # segments: cudaMalloc's, or expandable segments' cuMemCreate (vmm_physical)
+        refused = [g for g in failed if g["kind"] in ("device", "vmm_physical")]
         if f["driver_refusals"] < 1:
             problems.append("no driver refusal before it")
         if not refused or any(g["outcome"] not in ("recovered", "raised") for g in refused):
