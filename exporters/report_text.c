@@ -492,6 +492,12 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
     mt_namebuf nb = {0};
     mt_out_printf(o, "\nfailed requests: %llu", (unsigned long long)a->failed_total);
     if (a->failed_total > a->n_failed) mt_out_printf(o, " (the first %zu shown)", a->n_failed);
+    if (a->failed_retried) /* failed_ties.c */
+        mt_out_printf(o,
+                      "; and %llu failed driver call%s that the same API call made again at "
+                      "once, with success (the CUDA runtime does, on a thread with no current "
+                      "context): no failure the program saw",
+                      (unsigned long long)a->failed_retried, a->failed_retried > 1 ? "s" : "");
     mt_out_puts(o, "\n");
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
@@ -568,7 +574,8 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     for (size_t i = 0; i < a->n_devices; i++)
         if (print_device(o, a, &a->devices[i], &ro, &v) < 0) return -1;
     if (a->host && print_device(o, a, a->host, &ro, &v) < 0) return -1;
-    if (a->failed_total && !ro.by_line && print_failed(o, a, &v) < 0) return -1;
+    if ((a->failed_total || a->failed_retried) && !ro.by_line && print_failed(o, a, &v) < 0)
+        return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||
         an->ctx_destroy_released || an->unknown_events || an->unknown_device || an->bad_devices ||

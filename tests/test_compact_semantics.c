@@ -305,6 +305,63 @@ Test(compact, failed_request_ties_are_bounded)
     mt_analysis_free(a);
 }
 
+/* A failed driver call whose API call made it again at once and succeeded (the same correlation
+ * id on the same thread: the CUDA runtime on a thread with no current context) is no failed
+ * request: it leaves failed[], failed_total and its device's count, and is counted apart; the
+ * indexes of the failures after it follow. The same id on another thread is another call. */
+Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
+{
+    fx f;
+    fx_open(&f, "retried.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    mt_record r = {.type = MT_REC_EVENT};
+    mt_event base = {.context = 1, .stack = 1, .device = 0, .kind = DEV};
+    struct {
+        uint32_t tid, corr;
+        unsigned op, kind;
+        uint16_t flags, result;
+        uint64_t bytes, aux;
+    } evs[] = {
+        {7, 21, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 100, 0}, /* retried below */
+        {8, 30, MT_OP_FAILED, DEV, MT_EF_SEGMENT, 2, 500, 0}, /* #1 then, #0 at the end */
+        {9, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* another thread's call 21 */
+        {7, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* call 21 succeeds after all */
+        {8, 0, MT_OP_FAILED, MT_KIND_TENSOR, 0, 2, 500, 9},   /* OutOfMemoryError: ties #0 */
+    };
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
+        r.u.event = base;
+        r.u.event.time_ns = FX_T0 + (i + 1) * MS;
+        r.u.event.tid = evs[i].tid;
+        r.u.event.correlation = evs[i].corr;
+        r.u.event.op = (uint8_t)evs[i].op;
+        r.u.event.kind = (uint8_t)evs[i].kind;
+        r.u.event.flags = evs[i].flags;
+        r.u.event.result = evs[i].result;
+        r.u.event.bytes = evs[i].bytes;
+        r.u.event.aux = evs[i].aux;
+        r.u.event.address = evs[i].op == MT_OP_ALLOC ? A + i * 0x1000 : 0;
+        fx_put(&f, &r);
+    }
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->failed_total, 2);
+    cr_expect_eq(a->failed_retried, 1);
+    cr_assert_eq(a->n_failed, 2);
+    cr_expect_eq(a->failed[0].tid, 8);
+    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(a->failed[0].raised_as, 1, "the index after the one taken out");
+    cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
+    cr_expect_eq(a->failed[1].driver_refusals, 1);
+    cr_expect_eq(fx_dev(a, 0)->u.failed_count, 2, "the retried call is not counted on cuda:0");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "retried.txt");
+    cr_expect(strstr(text, "failed requests: 2; and 1 failed driver call that the same API call "
+                           "made again at once, with success"),
+              "%s", text);
+    free(text);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 Test(compact, driver_internal_bytes)
 {
     fx f;

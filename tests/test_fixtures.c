@@ -314,3 +314,18 @@ Test(fixtures, dump_reads_every_fixture_and_survives_cut_copies)
     }
     globfree(&g);
 }
+
+/* PyTorch's async backend, a backward pass (samples/autograd_python.py under
+ * backend:cudaMallocAsync, H200): autograd's worker makes its first cudaMallocAsync with no current
+ * context; the runtime's cuMemAllocAsync fails with CUDA_ERROR_INVALID_CONTEXT and succeeds when
+ * the runtime calls it again in the same call. The program saw no error: no failed request. */
+Test(fixtures, async_backend_first_worker_allocation_is_no_failure)
+{
+    mt_analysis *a = analyze("async_backward.mtrace");
+    cr_expect_eq(a->failed_total, 0);
+    cr_expect_eq(a->n_failed, 0);
+    cr_expect_eq(a->failed_retried, 1);
+    for (size_t i = 0; i < a->n_devices; i++)
+        cr_expect_eq(a->devices[i].u.failed_count, 0);
+    mt_analysis_free(a);
+}

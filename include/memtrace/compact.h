@@ -299,6 +299,8 @@ size_t mt_tracker_live_count(const mt_tracker *t);
 size_t mt_tracker_usages(const mt_tracker *t, const mt_usage **out);
 /* The slot of one device (or of host memory), NULL when not seen. Same validity. */
 const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_host);
+/* Takes back the count of a failed request (MT_OP_FAILED) that turned out not to be one. */
+void mt_tracker_uncount_failed(mt_tracker *t, int32_t device, int is_host);
 const mt_anomalies *mt_tracker_anomalies(const mt_tracker *t);
 
 /* ---- Analysis ---------------------------------------------------------------------------------- */
@@ -531,6 +533,8 @@ typedef struct mt_analysis {
     mt_failed_request *failed;
     size_t n_failed;           /* kept (<= MT_MAX_FAILED_KEPT) */
     uint64_t failed_total;
+    uint64_t failed_retried; /* failed driver calls made again inside the same API call, which
+                                succeeded: not in failed_total nor in failed (failed_ties.c) */
     mt_anomalies anomalies;
     uint64_t records, events;
     uint64_t dropped;          /* max(sum of DROPPED records, END.dropped) */

@@ -87,12 +87,21 @@ typedef struct mt_failed_ties {
         int32_t kept; /* index in a->failed, -1 past the ones kept */
     } open[MT_FAILED_OPEN_MAX];
     size_t n;
+    /* the latest failed calls with a correlation id, until that call succeeds after all */
+    struct {
+        uint32_t tid, correlation;
+        int32_t device, kept;
+        int is_host;
+    } calls[MT_FAILED_OPEN_MAX];
+    size_t n_calls;
 } mt_failed_ties;
 
 /* A failed request e (op FAILED; kept: its index in a->failed, or -1): a refused segment request
  * is opened; a torch.OutOfMemoryError (kind TENSOR) closes its thread's open ones as raised. */
 void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e, int32_t kept);
-/* An allocation e that succeeded: a segment closes its thread's open ones as recovered. */
-void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, const mt_event *e);
+/* An allocation e that succeeded: the same call as a failure just before (its correlation id, its
+ * thread) takes that failure back (tr: its count on the device); a segment closes its thread's
+ * open ones as recovered. */
+void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e);
 
 #endif

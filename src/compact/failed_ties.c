@@ -10,7 +10,17 @@
  * (torch.cuda.set_per_process_memory_fraction), and the driver was never asked. A report that
  * lists them apart leaves the reader to work out which failure ended the run; this ties them
  * together on their thread as pass 1 reads them (segments are MT_EF_SEGMENT: made from libc10).
+ *
+ * And a failed driver call is not always a failure the program saw. The CUDA runtime's
+ * cudaMallocAsync, called from a thread with no current context (autograd's worker, at its first
+ * allocation under backend:cudaMallocAsync), calls cuMemAllocAsync, gets
+ * CUDA_ERROR_INVALID_CONTEXT, makes the device's context current and calls it again: the program
+ * gets the memory and no error (seen on an H200, tests/data/async_backward.mtrace). CUPTI gives
+ * the driver calls one runtime call makes its correlation id, so a failure followed on its thread
+ * by a success with the same id was one call that succeeded: it is taken back out of the failed
+ * requests and counted apart (failed_retried).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "analysis_parts.h"
@@ -41,8 +51,43 @@ static uint32_t close_open(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
     return n;
 }
 
+/* Remembers a failed call with a correlation id, in case the same call succeeds after all. */
+static void remember_call(mt_failed_ties *t, const mt_event *e, int32_t kept)
+{
+    if (!e->correlation) return;
+    if (t->n_calls == MT_FAILED_OPEN_MAX) { /* the oldest cannot be a call still in progress */
+        memmove(&t->calls[0], &t->calls[1], (MT_FAILED_OPEN_MAX - 1) * sizeof t->calls[0]);
+        t->n_calls--;
+    }
+    t->calls[t->n_calls].tid = e->tid;
+    t->calls[t->n_calls].correlation = e->correlation;
+    t->calls[t->n_calls].device = e->device;
+    t->calls[t->n_calls].is_host = mt_kind_is_host(e->kind);
+    t->calls[t->n_calls++].kept = kept;
+}
+
+/* Takes a->failed[k] out of the kept failures; every index that pointed past it moves down. */
+static void drop_kept(mt_analysis *a, mt_failed_ties *t, int32_t k)
+{
+    free(a->failed[k].live.v);
+    memmove(&a->failed[k], &a->failed[k + 1], (a->n_failed - (size_t)k - 1) * sizeof *a->failed);
+    a->n_failed--;
+    for (size_t i = 0; i < a->n_failed; i++)
+        if (a->failed[i].raised_as > k) a->failed[i].raised_as--;
+    size_t keep = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->open[i].kept == k) continue; /* it is no refusal of the allocator's after all */
+        if (t->open[i].kept > k) t->open[i].kept--;
+        t->open[keep++] = t->open[i];
+    }
+    t->n = keep;
+    for (size_t i = 0; i < t->n_calls; i++)
+        if (t->calls[i].kept > k) t->calls[i].kept--;
+}
+
 void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e, int32_t kept)
 {
+    remember_call(t, e, kept);
     if (e->kind == MT_KIND_TENSOR) { /* the allocator raised OutOfMemoryError */
         uint32_t n = close_open(a, t, e, MT_FAILED_RAISED, kept);
         if (kept >= 0) a->failed[kept].driver_refusals = n;
@@ -59,7 +104,20 @@ void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
     t->open[t->n++].kept = kept;
 }
 
-void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, const mt_event *e)
+void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e)
 {
-    if (e->flags & MT_EF_SEGMENT) close_open(a, t, e, MT_FAILED_RECOVERED, -1);
+    for (size_t i = 0; e->correlation && i < t->n_calls;) {
+        if (t->calls[i].tid != e->tid || t->calls[i].correlation != e->correlation) {
+            i++;
+            continue;
+        }
+        a->failed_total--;
+        a->failed_retried++;
+        mt_tracker_uncount_failed(tr, t->calls[i].device, t->calls[i].is_host);
+        int32_t k = t->calls[i].kept;
+        memmove(&t->calls[i], &t->calls[i + 1], (t->n_calls - i - 1) * sizeof t->calls[0]);
+        t->n_calls--;
+        if (k >= 0) drop_kept(a, t, k);
+    }
+    if (t->n && (e->flags & MT_EF_SEGMENT)) close_open(a, t, e, MT_FAILED_RECOVERED, -1);
 }

@@ -80,6 +80,12 @@ const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_hos
     return ix ? &t->usages[ix - 1] : NULL;
 }
 
+void mt_tracker_uncount_failed(mt_tracker *t, int32_t device, int is_host)
+{
+    const mt_usage *u = mt_tracker_usage(t, device, is_host);
+    if (u && u->failed_count) t->usages[u - t->usages].failed_count--;
+}
+
 void mt_tracker_set_categorizer(mt_tracker *t, mt_categorizer *c)
 {
     t->categorizer = c;
