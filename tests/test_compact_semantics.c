@@ -327,6 +327,9 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
         {9, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* another thread's call 21 */
         {7, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* call 21 succeeds after all */
         {8, 0, MT_OP_FAILED, MT_KIND_TENSOR, 0, 2, 500, 9},   /* OutOfMemoryError: ties #0 */
+        {10, 40, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 64, 0}, /* #2: its thread allocates */
+        {10, 41, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* in another call first, */
+        {10, 40, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* so this is no retry of #2 */
     };
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
         r.u.event = base;
@@ -344,17 +347,17 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     }
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
-    cr_expect_eq(a->failed_total, 2);
+    cr_expect_eq(a->failed_total, 3);
     cr_expect_eq(a->failed_retried, 1);
-    cr_assert_eq(a->n_failed, 2);
+    cr_assert_eq(a->n_failed, 3);
     cr_expect_eq(a->failed[0].tid, 8);
     cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
     cr_expect_eq(a->failed[0].raised_as, 1, "the index after the one taken out");
     cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
     cr_expect_eq(a->failed[1].driver_refusals, 1);
-    cr_expect_eq(fx_dev(a, 0)->u.failed_count, 2, "the retried call is not counted on cuda:0");
+    cr_expect_eq(fx_dev(a, 0)->u.failed_count, 3, "the retried call is not counted on cuda:0");
     char *text = fx_capture(a, fx_report_text_fn, NULL, "retried.txt");
-    cr_expect(strstr(text, "failed requests: 2; and 1 failed driver call that the same API call "
+    cr_expect(strstr(text, "failed requests: 3; and 1 failed driver call that the same API call "
                            "made again at once, with success"),
               "%s", text);
     free(text);

@@ -87,8 +87,10 @@ typedef struct mt_failed_ties {
         int32_t kept; /* index in a->failed, -1 past the ones kept */
     } open[MT_FAILED_OPEN_MAX];
     size_t n;
-    /* the latest failed calls with a correlation id, until that call succeeds after all */
+    /* the latest failed calls with a correlation id, until that call succeeds after all, its
+     * thread allocates again, or a second has passed */
     struct {
+        uint64_t time_ns;
         uint32_t tid, correlation;
         int32_t device, kept;
         int is_host;

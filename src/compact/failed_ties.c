@@ -25,6 +25,8 @@
 
 #include "analysis_parts.h"
 
+#define RETRY_WINDOW_NS 1000000000ull /* a failed call not made again within a second was not */
+
 static int same_thread(const mt_failed_ties *t, size_t i, const mt_event *e)
 {
     return t->open[i].tid == e->tid && t->open[i].device == e->device;
@@ -59,6 +61,7 @@ static void remember_call(mt_failed_ties *t, const mt_event *e, int32_t kept)
         memmove(&t->calls[0], &t->calls[1], (MT_FAILED_OPEN_MAX - 1) * sizeof t->calls[0]);
         t->n_calls--;
     }
+    t->calls[t->n_calls].time_ns = e->time_ns;
     t->calls[t->n_calls].tid = e->tid;
     t->calls[t->n_calls].correlation = e->correlation;
     t->calls[t->n_calls].device = e->device;
@@ -106,18 +109,26 @@ void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
 
 void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e)
 {
-    for (size_t i = 0; e->correlation && i < t->n_calls;) {
-        if (t->calls[i].tid != e->tid || t->calls[i].correlation != e->correlation) {
+    /* A call made again is made again at once, before its thread allocates anything else: what
+     * this allocation does not close is over (and the list stays short whatever the trace). */
+    for (size_t i = 0; i < t->n_calls;) {
+        int same = t->calls[i].tid == e->tid;
+        int retried = same && e->correlation && t->calls[i].correlation == e->correlation;
+        /* (times may step back between threads: no subtraction) */
+        int over = same || e->time_ns > t->calls[i].time_ns + RETRY_WINDOW_NS;
+        if (!retried && !over) {
             i++;
             continue;
         }
-        a->failed_total--;
-        a->failed_retried++;
-        mt_tracker_uncount_failed(tr, t->calls[i].device, t->calls[i].is_host);
         int32_t k = t->calls[i].kept;
+        if (retried) {
+            a->failed_total--;
+            a->failed_retried++;
+            mt_tracker_uncount_failed(tr, t->calls[i].device, t->calls[i].is_host);
+        }
         memmove(&t->calls[i], &t->calls[i + 1], (t->n_calls - i - 1) * sizeof t->calls[0]);
         t->n_calls--;
-        if (k >= 0) drop_kept(a, t, k);
+        if (retried && k >= 0) drop_kept(a, t, k);
     }
     if (t->n && (e->flags & MT_EF_SEGMENT)) close_open(a, t, e, MT_FAILED_RECOVERED, -1);
 }

@@ -82,6 +82,7 @@ const mt_usage *mt_tracker_usage(const mt_tracker *t, int32_t device, int is_hos
 
 void mt_tracker_uncount_failed(mt_tracker *t, int32_t device, int is_host)
 {
+    if (!is_host && device < 0) return; /* not counted (mt_tracker_event) */
     const mt_usage *u = mt_tracker_usage(t, device, is_host);
     if (u && u->failed_count) t->usages[u - t->usages].failed_count--;
 }
