@@ -285,7 +285,7 @@ Test(cli_record, the_summary_names_the_out_of_memory_error)
              oom, cupy);
     char *out = output_of(cmd);
     const char *line = strstr(out, "  torch.OutOfMemoryError at 5.177 s on cuda:0: 1.00 GiB from "
-                                   "relu (torch/nn/functional.py:1723); PyTorch had 6.16 GiB "
+                                   "step (samples/oom.py:50); PyTorch had 6.16 GiB "
                                    "allocated, 6.20 GiB reserved\n");
     const char *cupy_at = strstr(out, "cupy_pool");
     cr_expect(line && cupy_at && line < cupy_at, "under the OOM trace's summary: %s", out);
