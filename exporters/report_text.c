@@ -425,6 +425,16 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                   (unsigned long long)u->alloc_count, mt_format_bytes(u->alloc_bytes, b1, sizeof b1),
                   (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
                   (unsigned long long)u->zero_byte_allocs);
+    for (size_t i = 0; i < a->n_failed; i++) { /* what most likely ended the run, up front */
+        const mt_failed_request *f = &a->failed[i];
+        if (f->kind != MT_KIND_TENSOR || f->device != u->device || u->is_host) continue;
+        mt_out_printf(o,
+                      "  out of memory    torch.OutOfMemoryError at %s: %s, with %s allocated "
+                      "(failed request #%zu below)\n",
+                      mt_format_rel(f->time_ns, t1, sizeof t1),
+                      mt_format_bytes(f->bytes, b1, sizeof b1),
+                      mt_format_bytes(f->torch_allocated, b2, sizeof b2), i + 1);
+    }
     if (u->by_kind_peak[MT_KIND_ASYNC])
         mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; under backend:cudaMallocAsync "
                          "(`record --tensors=async`): the peak of live tensors, torch's "

@@ -275,6 +275,9 @@ Test(compact, failed_requests_tied_to_pytorch_out_of_memory)
               "%s", text);
     cr_expect(strstr(text, "raised torch.OutOfMemoryError without asking the driver"), "%s", text);
     cr_expect(strstr(text, "with 100 B reserved, went on"), "%s", text);
+    cr_expect(strstr(text, "\n  out of memory    torch.OutOfMemoryError at +0.008000 s: 4.00 KiB, "
+                           "with 555 B allocated (failed request #5 below)\n"),
+              "%s", text);
     free(text);
     char *json = fx_capture(a, fx_report_json_fn, NULL, "oom_ties.json");
     cr_expect(strstr(json, "\"torch_allocated_bytes\":555,\"torch_reserved_bytes\":1000,"
