@@ -81,12 +81,12 @@ int mt_live_at_end(mt_analysis *a, const mt_tracker *t, const mt_u64map *allocs,
  * bounded all the same, for any trace, the oldest forgotten first. */
 #define MT_FAILED_OPEN_MAX 64
 typedef struct mt_failed_ties {
+    size_t n, n_calls; /* first: pass 1 reads them at every allocation */
     struct {
         uint32_t tid;
         int32_t device;
         int32_t kept; /* index in a->failed, -1 past the ones kept */
     } open[MT_FAILED_OPEN_MAX];
-    size_t n;
     /* the latest failed calls with a correlation id, until that call succeeds after all, its
      * thread allocates again, or a second has passed */
     struct {
@@ -95,7 +95,6 @@ typedef struct mt_failed_ties {
         int32_t device, kept;
         int is_host;
     } calls[MT_FAILED_OPEN_MAX];
-    size_t n_calls;
 } mt_failed_ties;
 
 /* A failed request e (op FAILED; kept: its index in a->failed, or -1): a refused segment request

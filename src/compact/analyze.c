@@ -395,7 +395,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             else
                 mt_failed_ties_failed(a, &p.ties, e, kept);
         } else if (e->op == MT_OP_ALLOC) {
-            if (p.ties.n | p.ties.n_calls) mt_failed_ties_allocated(a, &p.ties, p.t, e);
+            if (__builtin_expect((p.ties.n | p.ties.n_calls) != 0, 0))
+                mt_failed_ties_allocated(a, &p.ties, p.t, e);
             if (mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
                 mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
                 if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;
