@@ -546,7 +546,10 @@
           fmtInt(D.free_count) +
           ' frees; ' +
           D.failed_count +
-          ' failed',
+          ' failed' +
+          (T.failed_retried
+            ? ' (and ' + T.failed_retried + ' driver call(s) retried at once with success: no failure)'
+            : ''),
       ),
       card(
         'live at the end',
