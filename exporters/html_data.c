@@ -580,11 +580,7 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         u64k(o, "in_use", f->in_use);
         char then[512];
         strk(o, "then", mt_failed_outcome_text(a, i, then, sizeof then));
-        strk(o, "outcome",
-             f->kind == MT_KIND_TENSOR           ? "error"
-             : f->outcome == MT_FAILED_RECOVERED ? "recovered"
-             : f->outcome == MT_FAILED_RAISED    ? "raised"
-                                                 : "");
+        strk(o, "outcome", mt_failed_outcome_name(f));
         u64k(o, "refusals", f->driver_refusals);
         key(o, "pool_free");
         if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);

@@ -6,15 +6,6 @@
 
 #include "util.h"
 
-/* What came of a failed request, as a word for JSON ("" when nothing is known). */
-static const char *failed_outcome_name(const mt_failed_request *f)
-{
-    if (f->kind == MT_KIND_TENSOR) return "raised";
-    return f->outcome == MT_FAILED_RECOVERED ? "recovered"
-           : f->outcome == MT_FAILED_RAISED  ? "raised"
-                                             : "";
-}
-
 static void key(mt_out *o, const char *k) /* "k": */
 {
     mt_out_json_string(o, k);
@@ -541,7 +532,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
             u64f(o, "driver_refusals", f->driver_refusals, 1);
         }
         key(o, "outcome");
-        mt_out_json_string(o, failed_outcome_name(f));
+        mt_out_json_string(o, mt_failed_outcome_name(f));
         mt_out_printf(o, ",\"raised_as\":%d,", f->raised_as);
         char then[512];
         key(o, "then");

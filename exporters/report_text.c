@@ -153,7 +153,7 @@ static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list
                 /* kept: the outermost frame, the first user frame, the user's own Python code,
                  * and what the user view names (operators, autograd nodes, the library) */
                 t->keep |= k == 0 || k == fu || (nb.flags[k] & MT_FF_ROLE) ||
-                           ((nb.flags[k] & MT_FF_PYTHON) && !(nb.flags[k] & MT_FF_PYLIB));
+                           mt_ff_own_python(nb.flags[k]);
             }
         }
         if (!t) rc = -1;

@@ -197,8 +197,7 @@ size_t mt_chain_pick(const char *const *names, const uint8_t *flags, size_t n, s
         uint8_t f = flags[k];
         int keep;
         if (user)
-            keep = (f & (MT_FF_ROLE | MT_FF_PSEUDO)) || k == inner_py ||
-                   ((f & MT_FF_PYTHON) && !(f & MT_FF_PYLIB));
+            keep = (f & (MT_FF_ROLE | MT_FF_PSEUDO)) || k == inner_py || mt_ff_own_python(f);
         else
             keep = (f & MT_FF_PSEUDO) || n == 1 ||
                    (!(f & (MT_FF_CUDA | MT_FF_LIB)) && !boilerplate(names[k]));
@@ -234,6 +233,14 @@ int mt_copy_file(mt_out *o, FILE *f)
     rewind(f);
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) mt_out_write(o, buf, n);
     return ferror(f) ? -1 : 0;
+}
+
+const char *mt_failed_outcome_name(const mt_failed_request *f)
+{
+    if (f->kind == MT_KIND_TENSOR) return "raised";
+    return f->outcome == MT_FAILED_RECOVERED ? "recovered"
+           : f->outcome == MT_FAILED_RAISED  ? "raised"
+                                             : "";
 }
 
 const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, size_t len)

@@ -26,6 +26,9 @@ long mt_stat_frames(mt_frames *f, const mt_stack_stat *s, mt_name_style style,
  * says it all): a torch.OutOfMemoryError with PyTorch's counters then, or a request of its
  * allocator's that it went on after or raised for (failed_ties.c in the analysis ties them). */
 const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, size_t len);
+/* The same as a word (JSON's and the HTML report's `outcome`): "raised" for a
+ * torch.OutOfMemoryError and for a refusal it followed, "recovered", or "" when nothing tells. */
+const char *mt_failed_outcome_name(const mt_failed_request *f);
 /* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
  * when the file or the line cannot be read. Keeps the last file open between calls (src_cache).
  * The path comes from the trace: only a regular file is read (never a FIFO or a device), at most

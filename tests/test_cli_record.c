@@ -247,27 +247,37 @@ static void listed_copy(char *buf, size_t len, const char *name)
     free(b);
 }
 
+/* What `record` prints for the fixture NAME, then for the CuPy fixture (no cost notes, no error),
+ * both listed in its manifest as recorders list their traces; *other_at: where the second starts.
+ */
+static char *summary_of(const char *name, const char **other_at)
+{
+    char first[256], cupy[256], cmd[1200];
+    listed_copy(first, sizeof first, name);
+    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
+                      "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
+             first, cupy);
+    char *out = output_of(cmd);
+    unlink(first);
+    unlink(cupy);
+    *other_at = strstr(out, "cupy_pool");
+    return out;
+}
+
 Test(cli_record, the_summary_says_what_recording_cost)
 {
     need_recorder();
     /* the GPT-2-like fixture's recorder noted its cost at exit; the CuPy fixture has none */
-    char gpt2[256], cupy[256], cmd[1200];
-    listed_copy(gpt2, sizeof gpt2, "gpt2_tensors.mtrace");
-    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
-             "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
-             gpt2, cupy);
-    char *out = output_of(cmd);
+    const char *cupy_at;
+    char *out = summary_of("gpt2_tensors.mtrace", &cupy_at);
     /* 4576 tensor reports x 884 ns + 16 callbacks x 113 ns = 4.05 ms, of the 1.447 s recorded */
     const char *line = strstr(out, "  recording cost: 4.05 ms (0.28% of the run), memtrace's own "
                                    "work on the program's threads");
-    const char *cupy_at = strstr(out, "cupy_pool");
     cr_expect(line && cupy_at && line < cupy_at, "under the GPT-2-like trace's summary: %s", out);
     cr_expect(cupy_at && !strstr(cupy_at, "recording cost"), "none without cost notes: %s", out);
     free(out);
-    unlink(gpt2);
-    unlink(cupy);
 }
 
 /* A run that died of torch.OutOfMemoryError: the summary names it where the user looks first,
@@ -276,21 +286,12 @@ Test(cli_record, the_summary_says_what_recording_cost)
 Test(cli_record, the_summary_names_the_out_of_memory_error)
 {
     need_recorder();
-    char oom[256], cupy[256], cmd[1200];
-    listed_copy(oom, sizeof oom, "oom_frac.mtrace");
-    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
-             "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
-             oom, cupy);
-    char *out = output_of(cmd);
+    const char *cupy_at;
+    char *out = summary_of("oom_frac.mtrace", &cupy_at);
     const char *line = strstr(out, "  torch.OutOfMemoryError at 5.177 s on cuda:0: 1.00 GiB from "
                                    "step (samples/oom.py:50); PyTorch had 6.16 GiB "
                                    "allocated, 6.20 GiB reserved\n");
-    const char *cupy_at = strstr(out, "cupy_pool");
     cr_expect(line && cupy_at && line < cupy_at, "under the OOM trace's summary: %s", out);
     cr_expect(cupy_at && !strstr(cupy_at, "OutOfMemoryError"), "none without one: %s", out);
     free(out);
-    unlink(oom);
-    unlink(cupy);
 }

@@ -1221,7 +1221,7 @@
 
   /* what came of it, in a few words (f.then says it whole) */
   function outcomeText(f) {
-    if (f.outcome === 'error')
+    if (f.kind === 'tensor')
       return f.refusals
         ? 'after ' + f.refusals + ' refused by the driver'
         : "no driver call: PyTorch's own limit";

@@ -67,6 +67,13 @@ enum {
                              autograd node, the allocating library), not a frame of the stack */
 };
 
+/* A Python frame of the program's own code: not an installed package's nor the standard
+ * library's. */
+static inline int mt_ff_own_python(uint8_t flags)
+{
+    return (flags & MT_FF_PYTHON) && !(flags & MT_FF_PYLIB);
+}
+
 /* Owner names mt_frames_owner gives to stacks of allocators that keep memory cached. */
 #define MT_OWNER_CACHING_ALLOCATOR "PyTorch caching allocator"
 #define MT_OWNER_XLA_ALLOCATOR "XLA BFC allocator"

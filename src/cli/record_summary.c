@@ -21,7 +21,7 @@ static const char *own_frame(mt_frames *f, uint32_t stack)
     mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER, .flags = flags};
     size_t n = mt_frames_path(f, stack, opts, names, CAP);
     for (size_t i = n < CAP ? n : CAP; i-- > 0;)
-        if ((flags[i] & MT_FF_PYTHON) && !(flags[i] & MT_FF_PYLIB)) return names[i];
+        if (mt_ff_own_python(flags[i])) return names[i];
     return mt_frames_first_user(f, stack, MT_NAME_SHORT);
 }
 

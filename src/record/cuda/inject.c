@@ -283,7 +283,7 @@ static void read_config(mt_recorder_config *c)
     int callbacks = !env_is("MEMTRACE_CALLBACKS", "0");
     c->async_hooks = env_is("MEMTRACE_ASYNC_HOOKS", "1") && callbacks && !c->census;
     c->tensors = env_is("MEMTRACE_TENSORS", "1") && callbacks && !c->census;
-    c->torch_oom = callbacks && !c->census;
+    c->torch_oom = callbacks && !c->census; /* so also whenever c->tensors */
 }
 
 /* Stacks: where our code is, the module map, the trie, Python. */
@@ -364,7 +364,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
 
     /* The hooks before the callbacks: with them active, CUPTI's stream-ordered callbacks stay off. */
     if (r->cfg.async_hooks) mt_async_hooks_install(r);
-    if (r->cfg.tensors || r->cfg.torch_oom) mt_tensor_hooks_install(r);
+    if (r->cfg.torch_oom) mt_tensor_hooks_install(r); /* with --tensors: the usage stand-in too */
     /* MEMTRACE_CALLBACKS=0 is a diagnostic: subscribe but enable nothing, to measure what a
      * CUPTI subscription alone costs the program (scripts/overhead.sh). */
     int want_callbacks = !env_is("MEMTRACE_CALLBACKS", "0");
