@@ -305,6 +305,7 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     u64f(o, "api_peak_bytes", u->api_peak, 1);
     u64f(o, "api_peak_time_ns", d->api_peak_time_ns, 1);
     u64f(o, "driver_bytes_at_peak", d->driver_at_peak, 1);
+    if (d->driver_guessed) u64f(o, "driver_bytes_guessed", d->driver_guessed, 1);
     key(o, "by_kind_at_peak");
     kinds_object(o, d->by_kind_at_peak);
     mt_out_write(o, ",", 1);

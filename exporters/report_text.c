@@ -416,8 +416,15 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
         mt_out_printf(o, "  API peak         %s (%llu bytes) at %s\n",
                       mt_format_bytes(u->api_peak, b1, sizeof b1), (unsigned long long)u->api_peak,
                       mt_format_rel(d->api_peak_time_ns, t1, sizeof t1));
-        mt_out_printf(o, "  driver-internal  %s at the peak\n",
+        mt_out_printf(o, "  driver-internal  %s at the peak",
                       mt_format_bytes(d->driver_at_peak, b1, sizeof b1));
+        /* CUPTI names no device for a context's static memory (src/trace/contextless.h) */
+        if (d->driver_guessed)
+            mt_out_printf(o,
+                          "; %s of the contexts' static memory is placed on this GPU by when "
+                          "it came (CUPTI names no device for it)",
+                          mt_format_bytes(d->driver_guessed, b1, sizeof b1));
+        mt_out_puts(o, "\n");
     }
     mt_out_puts(o, "  at the peak      ");
     print_kinds(o, d->by_kind_at_peak);

@@ -203,6 +203,11 @@ Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
                          a->anomalies.replaced + a->anomalies.unknown_device, 0,
                      "rank %d: NCCL's retained and imported VMM handles are no anomaly", r);
         cr_expect_gt(a->anomalies.retained, 0, "NCCL retains handles");
+        /* its own context's static memory is on its GPU, and nothing else anywhere: CUPTI gives
+         * that memory as device 0's (src/trace/contextless.h), NVML listed rank 1 on cuda:1 only */
+        cr_expect_eq(a->n_devices, 1, "rank %d: %zu GPUs", r, a->n_devices);
+        cr_expect(d->driver_at_peak > 600 * 1024 && !d->driver_guessed, "rank %d: %llu", r,
+                  (unsigned long long)d->driver_at_peak);
         cr_assert_eq(mt_rank_summarize(a, &sums[r]), 0);
         mt_analysis_free(a);
     }
@@ -327,5 +332,29 @@ Test(fixtures, async_backend_first_worker_allocation_is_no_failure)
     cr_expect_eq(a->failed_retried, 1);
     for (size_t i = 0; i < a->n_devices; i++)
         cr_expect_eq(a->devices[i].u.failed_count, 0);
+    mt_analysis_free(a);
+}
+
+/* samples/context_memory.py on 2 x H200: a context on cuda:0, then one on cuda:1; each loads the
+ * same modules, so each GPU has the same static memory (288 records of CUPTI's, all "device 0"),
+ * and cuda:1's is said to be placed by when it came. On cuda:1 alone, nothing is on cuda:0. */
+Test(fixtures, each_context_static_memory_on_its_own_gpu)
+{
+    mt_analysis *a = analyze("contexts_two_gpus.mtrace");
+    cr_assert_eq(a->n_devices, 2);
+    const mt_device_report *d0 = &a->devices[0], *d1 = &a->devices[1]; /* in ordinal order */
+    cr_assert(d0->u.device == 0 && d1->u.device == 1);
+    cr_expect(d0->driver_at_peak > 200 * 1024 && d0->driver_at_peak == d1->driver_at_peak,
+              "%llu %llu", (unsigned long long)d0->driver_at_peak,
+              (unsigned long long)d1->driver_at_peak);
+    cr_expect_eq(d0->driver_guessed, 0);
+    cr_expect_eq(d1->driver_guessed, d1->driver_at_peak);
+    cr_expect_eq(a->anomalies.unknown_device, 0);
+    mt_analysis_free(a);
+    a = analyze("contexts_gpu1.mtrace");
+    cr_assert_eq(a->n_devices, 1);
+    cr_expect_eq(a->devices[0].u.device, 1);
+    cr_expect_gt(a->devices[0].driver_at_peak, 200 * 1024);
+    cr_expect_eq(a->devices[0].driver_guessed, 0);
     mt_analysis_free(a);
 }

@@ -1,10 +1,13 @@
 /* Two ranks of one job compared, on the DDP fixture pair recorded on 2 x H200 under torchrun
- * (tests/data/ddp_rank{0,1}.mtrace: rank 0 on cuda:0; rank 1 on cuda:1 with a stray CUDA context
- * on cuda:0): `diff` pairs each rank's own GPU with the other's, never rank 0's whole GPU with
- * rank 1's stray context; `report --markdown` over both carries the rank table, the imbalance and
- * the stacks behind it, as the text and JSON reports do. The fixtures are copied to a temporary
- * directory (tests/data is never written). Also synthetic single-GPU runs on different GPUs, and a
- * two-GPU program whose ordinals keep their pairing. */
+ * (tests/data/ddp_rank{0,1}.mtrace: rank 0 on cuda:0, rank 1 on cuda:1), to which the copy of
+ * rank 1 adds a stray CUDA context on cuda:0 (a context of its own, holding the driver's memory
+ * only: what a rank gets from a CUDA call before torch.cuda.set_device): `diff` pairs each rank's
+ * own GPU with the other's, never rank 0's whole GPU with rank 1's stray context; `report
+ * --markdown` over both carries the rank table, the imbalance and the stacks behind it, as the text
+ * and JSON reports do. The fixtures are copied to a temporary directory (tests/data is never
+ * written). Also synthetic single-GPU runs on different GPUs, and a two-GPU program whose
+ * ordinals keep their pairing. */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -40,8 +43,51 @@ static char *run(int *status, const char *fmt, ...)
     return buf;
 }
 
-/* A fresh directory holding copies of both fixtures. */
-static void copy_fixtures(char *dir, size_t len)
+#define STRAY_ALLOCS 2028 /* 649.54 KiB: a context's static memory, as CUPTI lists it */
+
+/* src written again to dst with a stray context on cuda:0 before its END: the context (its DEVICE
+ * record and context id 99) and the driver's allocations in it, which CUPTI's activity records
+ * give with that context's id. */
+static void copy_with_stray_context(const char *src, const char *dst)
+{
+    char err[512];
+    mt_reader *r = mt_reader_open(src, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    mt_writer *w = mt_writer_open_fd(fd, mt_reader_header(r), 0);
+    cr_assert_not_null(w);
+    mt_record rec;
+    uint64_t last = 0;
+    while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type == MT_REC_EVENT && rec.u.event.time_ns > last) last = rec.u.event.time_ns;
+        if (rec.type == MT_REC_END) {
+            mt_record dev = {.type = MT_REC_DEVICE};
+            dev.u.device = (mt_device){
+                .ordinal = 0, .total_bytes = 150109880320ull, .name = "NVIDIA H200", .uuid = ""};
+            cr_assert_eq(mt_writer_put(w, &dev), 0);
+            for (unsigned i = 0; i < STRAY_ALLOCS; i++) {
+                mt_record e = {.type = MT_REC_EVENT};
+                e.u.event = (mt_event){.time_ns = last + i,
+                                       .address = A + 0x10000000 + i * 1024,
+                                       .bytes = 328,
+                                       .aux = 6,
+                                       .context = 99,
+                                       .device = 0,
+                                       .flags = MT_EF_ACTIVITY,
+                                       .op = MT_OP_ALLOC,
+                                       .kind = MT_KIND_DRIVER};
+                cr_assert_eq(mt_writer_put(w, &e), 0);
+            }
+        }
+        cr_assert_eq(mt_writer_put(w, &rec), 0);
+    }
+    cr_assert_eq(mt_writer_close(w, 1), 0);
+    mt_reader_close(r);
+}
+
+/* A fresh directory holding copies of both fixtures, rank 1's with a stray context if asked. */
+static void copy_fixtures_as(char *dir, size_t len, int stray)
 {
     mt_test_tmpname(dir, len, "ddp");
     cr_assert_eq(mkdir(dir, 0755), 0);
@@ -49,12 +95,21 @@ static void copy_fixtures(char *dir, size_t len)
         char src[512], dst[600];
         snprintf(src, sizeof src, "%s/ddp_rank%d.mtrace", MT_TEST_DATA_DIR, r);
         snprintf(dst, sizeof dst, "%s/ddp_rank%d.mtrace", dir, r);
+        if (r == 1 && stray) {
+            copy_with_stray_context(src, dst);
+            continue;
+        }
         size_t n;
         uint8_t *data = mt_test_slurp(src, &n);
         cr_assert_not_null(data, "%s", src);
         cr_assert_eq(mt_test_spit(dst, data, n), 0);
         free(data);
     }
+}
+
+static void copy_fixtures(char *dir, size_t len)
+{
+    copy_fixtures_as(dir, len, 1);
 }
 
 static mt_analysis *analyze_rank(const char *dir, int r)
@@ -113,8 +168,9 @@ Test(ranks_diff, each_ranks_own_gpu_is_compared_with_the_others)
                   strstr(peak, bytes(own0->u.peak, b0, sizeof b0)) < strchr(peak + 1, '\n'),
               "the peak row sets %s against %s:\n%s", b0, b1, out);
     cr_expect(!strstr(out, "-100.0%"), "no GPU compared with a stray context:\n%s", out);
-    cr_expect(strstr(out, "\nrank 1 cuda:0 (only in new; driver-internal memory only"),
-              "the stray context is still shown:\n%s", out);
+    cr_expect(
+        strstr(out, "\nrank 1 cuda:0 — NVIDIA H200 (only in new; driver-internal memory only"),
+        "the stray context is still shown:\n%s", out);
     cr_expect(!strstr(out, "cuda:1 — NVIDIA H200 (only in new)"), "%s", out);
     free(out);
 
@@ -122,7 +178,8 @@ Test(ranks_diff, each_ranks_own_gpu_is_compared_with_the_others)
     out = run(&st, MEMTRACE " diff %s/ddp_rank1.mtrace %s/ddp_rank0.mtrace", dir, dir);
     cr_assert_eq(st, 0, "%s", out);
     cr_expect(strstr(out, "\nrank 1 cuda:1 vs rank 0 cuda:0 — NVIDIA H200\n") &&
-                  strstr(out, "\nrank 1 cuda:0 (only in base;"), "%s", out);
+                  strstr(out, "\nrank 1 cuda:0 — NVIDIA H200 (only in base;"),
+              "%s", out);
     free(out);
 
     /* JSON: the pairing, and per GPU which of each run's */
@@ -169,8 +226,9 @@ Test(ranks_diff, devices_chooses_the_pairing)
     char *out = run(&st, MEMTRACE " diff --devices ordinal %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
                     dir, dir);
     cr_assert_eq(st, 0, "%s", out);
-    cr_expect(!strstr(out, "GPUs paired:") && strstr(out, "\ncuda:0\n") &&
-                  strstr(out, "\ncuda:1 — NVIDIA H200 (only in new)"), "%s", out);
+    cr_expect(!strstr(out, "GPUs paired:") && strstr(out, "\ncuda:0 — NVIDIA H200\n") &&
+                  strstr(out, "\ncuda:1 — NVIDIA H200 (only in new)"),
+              "%s", out);
     free(out);
     /* chosen: the same pair the automatic one finds, said as chosen */
     out = run(&st, MEMTRACE " diff --devices cuda:0:cuda:1 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
@@ -204,8 +262,10 @@ Test(ranks_diff, a_stray_context_is_listed_but_never_fails_the_gate)
     char *out = run(&st, MEMTRACE " diff --fail-on-increase 10 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",
                     dir, dir);
     cr_expect_eq(st, 0, "%s", out);
-    cr_expect(strstr(out, "rank 1 cuda:0 (only in new; driver-internal memory only") &&
-                  strstr(out, "not gated)") && strstr(out, "memtrace diff: ok:"), "%s", out);
+    cr_expect(
+        strstr(out, "rank 1 cuda:0 — NVIDIA H200 (only in new; driver-internal memory only") &&
+            strstr(out, "not gated)") && strstr(out, "memtrace diff: ok:"),
+        "%s", out);
     free(out);
     /* the own GPUs grew by 0.1%: a gate below that fails, and names that pair only */
     out = run(&st, MEMTRACE " diff --fail-on-increase 0.05 %s/ddp_rank0.mtrace %s/ddp_rank1.mtrace",

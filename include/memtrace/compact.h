@@ -424,6 +424,9 @@ typedef struct mt_device_report {
     uint64_t api_peak_time_ns;     /* since trace start */
     uint64_t by_kind_at_peak[MT_KIND_MAX_];
     uint64_t driver_at_peak;       /* DRIVER bytes inside peak */
+    uint64_t driver_guessed;       /* DRIVER bytes allocated here by the reader's guess
+                                      (MT_EF_DEVICE_GUESSED: a context's static memory, which
+                                      CUPTI gives no device, in a process with several) */
     const char *name;              /* from MT_REC_DEVICE, or NULL */
     uint64_t capacity;             /* device total bytes from MT_REC_DEVICE, 0 = unknown */
     mt_stack_list peak_stacks;     /* live at the peak, by stack; sums to u.peak exactly */

@@ -93,6 +93,10 @@ enum {
     MT_EF_IMPORTED = 1u << 8,        /* VMM_PHYSICAL ALLOC: a handle to another process's memory
                                         (cuMemImportFromShareableHandle, e.g. NCCL's peer buffers):
                                         not this process's bytes */
+    /* Set by the reader, never written (src/trace/contextless.h): an activity record that named
+     * no context, whose device CUPTI gives as 0 whatever it is, got the device the reader chose */
+    MT_EF_DEVICE_INFERRED = 1u << 9, /* the trace's only device so far: exact */
+    MT_EF_DEVICE_GUESSED = 1u << 10, /* with INFERRED: one of several, the latest context's */
 };
 
 typedef struct mt_event {

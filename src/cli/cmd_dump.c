@@ -66,6 +66,11 @@ static void print_event(FILE *out, const mt_file_header *h, const mt_event *e)
     if (e->flags & MT_EF_CAPTURED) fputs(" captured", out);
     if (e->flags & MT_EF_RETAIN) fputs(" retain", out);
     if (e->flags & MT_EF_IMPORTED) fputs(" imported", out);
+    /* dev= is the reader's choice: CUPTI named no context (and device 0) */
+    if (e->flags & MT_EF_DEVICE_GUESSED)
+        fputs(" device-guessed", out);
+    else if (e->flags & MT_EF_DEVICE_INFERRED)
+        fputs(" device-inferred", out);
     fputc('\n', out);
 }
 

@@ -64,6 +64,7 @@ typedef struct pass1 {
     mt_recording_cost running_cost; /* the last running totals (MT_COST_NOTE_RUNNING): the
                                        cost when the notes at exit are missing */
     mt_failed_ties ties; /* refused requests of PyTorch's allocator, until their outcome */
+    uint64_t driver_guessed[MT_N_SLOTS]; /* by slot key: MT_EF_DEVICE_GUESSED bytes allocated */
 } pass1;
 
 /* The bucket of time_rel, outside the last one noted: halves the resolution when time runs past
@@ -264,6 +265,7 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
         d->u = u[i];
         d->peak_time_ns = mt_rel_time(u[i].peak_mono_ns, a->header.start_monotonic_ns);
         d->api_peak_time_ns = mt_rel_time(u[i].api_peak_mono_ns, a->header.start_monotonic_ns);
+        if (!u[i].is_host) d->driver_guessed = p->driver_guessed[mt_slot_key(u[i].device, 0)];
         for (size_t k = 0; k < n_devs; k++)
             if (!u[i].is_host && devs[k].ordinal == u[i].device) {
                 /* one DEVICE record per context: a device with several contexts has several */
@@ -397,6 +399,9 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         } else if (e->op == MT_OP_ALLOC) {
             if (__builtin_expect((p.ties.n | p.ties.n_calls) != 0, 0))
                 mt_failed_ties_allocated(a, &p.ties, p.t, e);
+            if (__builtin_expect(e->flags & MT_EF_DEVICE_GUESSED, 0) && e->device >= 0 &&
+                e->device <= MT_MAX_DEVICE_ORDINAL)
+                p.driver_guessed[mt_slot_key(e->device, 0)] += e->bytes;
             if (mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
                 mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
                 if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;

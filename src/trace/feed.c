@@ -299,7 +299,13 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
             if (st != MT_READ_RECORD) return st;
             continue;
         }
-        if (mt_decode_record(&f->codec, f->lane, out) == 0) return MT_READ_RECORD;
+        if (mt_decode_record(&f->codec, f->lane, out) == 0) {
+            if (out->type == MT_REC_EVENT && mt_ctxless_wants(&out->u.event))
+                mt_ctxless_place(&f->ctxless, &out->u.event);
+            else if (out->type == MT_REC_DEVICE)
+                mt_ctxless_device(&f->ctxless, out->u.device.ordinal);
+            return MT_READ_RECORD;
+        }
         char what[96];
         snprintf(what, sizeof what, "undecodable record at byte %zu of the chunk's payload",
                  (size_t)(main_lane->p - f->raw));
@@ -311,7 +317,13 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
 size_t mt_feed_events(mt_feed *f, mt_record *out, size_t max)
 {
     if (f->failed || f->at_end) return 0;
-    return mt_decode_events(&f->codec, f->lane, out, max); /* 0 when the chunk's lanes are done */
+    size_t n = mt_decode_events(&f->codec, f->lane, out, max); /* 0: the chunk's lanes are done */
+    /* a run's events share their flags, context and device (a change is a rare field, which
+     * ends the run), so the first tells whether any wants a device of the reader's choosing */
+    if (n && mt_ctxless_wants(&out[0].u.event))
+        for (size_t i = 0; i < n; i++)
+            mt_ctxless_place(&f->ctxless, &out[i].u.event);
+    return n;
 }
 
 int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
@@ -325,6 +337,7 @@ int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_
     f->file_size = file_size;
     f->pos = f->chunk_off = f->chunk_end = start;
     f->budget = 2 * file_size + RESYNC_SLACK;
+    mt_ctxless_init(&f->ctxless);
     f->inflater = libdeflate_alloc_decompressor();
     return f->inflater ? 0 : -1;
 }
@@ -332,6 +345,7 @@ int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_
 void mt_feed_free(mt_feed *f)
 {
     if (f->inflater) libdeflate_free_decompressor(f->inflater);
+    mt_ctxless_free(&f->ctxless);
     free(f->comp);
     for (unsigned i = 0; i < MT_FEED_MAX_RAWS; i++) free(f->raws[i]);
     memset(f, 0, sizeof *f);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "contextless.h"
 #include "encode.h"
 #include "memtrace/trace.h"
 
@@ -49,6 +50,7 @@ typedef struct mt_feed {
     char damage[256]; /* the first damaged region, written once */
     uint64_t budget;  /* candidate bytes a resync may still examine */
     atomic_int *stop; /* set when the reader closes: a long resync gives up (may be NULL) */
+    mt_ctxless ctxless; /* the devices named so far, for events that name no context */
 } mt_feed;
 
 /* Starts reading chunks of format `version` at offset `start` of fd (whose size is file_size),
