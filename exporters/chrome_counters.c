@@ -268,7 +268,10 @@ void mt_chrome_final_counters(chrome *c, uint64_t end)
         slot_info *si = &c->slots.v[i];
         if (!si->have_nvml) continue;
         flush_nvml(c, si);
-        mt_chrome_counter(c, root_of(si->device, 0, root, sizeof root), "nvidia-smi (process)", end,
-                si->nvml_last);
+        /* NVML's sampler outlives the last event of a killed process (a torchrun rank): its
+         * samples may come after `end`, and then the flush wrote the last one */
+        if (si->nvml_clock < end)
+            mt_chrome_counter(c, root_of(si->device, 0, root, sizeof root), "nvidia-smi (process)",
+                              end, si->nvml_last);
     }
 }

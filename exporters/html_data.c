@@ -9,8 +9,8 @@
  *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
  *      "warning_times_ns": [...] (since trace start, same order),
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
- *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans", "moment_top", "moment_thinned"
- *      (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
+ *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans",
+ * "moment_top", "moment_thinned" (k > 1: every k-th span kept, mt_moments), "peak_stacks_max",
  *      "names": [frame name, ...],               string table of this trace
  *      "nodes": [parent, name, parent, name...], a trie of paths: node k is the pair at 2k, 2k+1,
  *                                                parent -1 = a frame just under the device
@@ -34,7 +34,8 @@
  *        "breakdown": {"at_peak": B, "at_end": B} (GPUs),
  *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
  *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
- *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak),
+ *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak), "endings"
+ *             (how the job ended: mt_rank_ending_lines),
  *              "stacks": [{"delta", "max_bytes", "median_bytes", "frames": [...]}]}}
  *   STACKS = [stack index, bytes, count, stack index, bytes, count, ...] (largest first)
  *   REST   = [bytes, count, stacks] of what the list leaves out (so lists add up exactly)
@@ -798,6 +799,13 @@ int mt_html_data_end(mt_out *o, const mt_rank_summary *ranks, size_t n)
         mt_out_write(o, "}", 1);
     }
     free(d);
+    mt_out_puts(o, "],\"endings\":[");
+    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    size_t ne = mt_rank_ending_lines(ranks, n, ends);
+    for (size_t i = 0; i < ne; i++) {
+        if (i) mt_out_write(o, ",", 1);
+        mt_out_json_string_html(o, ends[i]);
+    }
     mt_out_puts(o, "]}}");
     return 0;
 }

@@ -74,6 +74,83 @@ static int imbalance(mt_out *o, const mt_rank_summary *s, size_t n, const char *
     return mt_rank_stack_diff(hi, med, d, nd) < 0 ? -1 : 1;
 }
 
+/* Index of the rank whose torch.OutOfMemoryError came first on the wall clock, or -1. */
+static long first_oom(const mt_rank_summary *s, size_t n)
+{
+    long first = -1;
+    for (size_t i = 0; i < n; i++)
+        if (s[i].has_oom && (first < 0 || s[i].oom_unix_ns < s[first].oom_unix_ns)) first = (long)i;
+    return first;
+}
+
+#define ENDING_OOMS 8 /* then "... and N more" */
+
+/* The ranks that raised torch.OutOfMemoryError in the order they did (the first is what ended the
+ * job: torchrun kills the other ranks when one fails), at most ENDING_OOMS, then those whose trace
+ * has no END (util.h). */
+size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN])
+{
+    size_t k = 0, n_oom = 0;
+    char who[64], t[48], b1[32], b2[32];
+    long first = first_oom(s, n);
+    /* the first ENDING_OOMS ranks to raise it, in time order (insertion into a short list) */
+    size_t order[ENDING_OOMS];
+    for (size_t i = 0; i < n; i++) {
+        if (!s[i].has_oom) continue;
+        size_t j = n_oom < ENDING_OOMS ? n_oom : ENDING_OOMS;
+        while (j > 0 && s[order[j - 1]].oom_unix_ns > s[i].oom_unix_ns) {
+            if (j < ENDING_OOMS) order[j] = order[j - 1];
+            j--;
+        }
+        if (j < ENDING_OOMS) order[j] = i;
+        n_oom++;
+    }
+    size_t shown = n_oom < ENDING_OOMS ? n_oom : ENDING_OOMS, more = n_oom - shown;
+    for (size_t x = 0; x < shown; x++) {
+        const mt_rank_summary *r = &s[order[x]];
+        snprintf(line[k++], MT_RANK_ENDING_LEN,
+                 "%s %s at %s%s, %s on cuda:%d with %s allocated, in %s",
+                 x ? "then" : "torch.OutOfMemoryError:", rank_name(r, who, sizeof who),
+                 clock_of(r->oom_unix_ns, t, sizeof t), x ? "" : " (the first)",
+                 mt_format_bytes(r->oom_bytes, b1, sizeof b1), (int)r->oom_device,
+                 mt_format_bytes(r->oom_allocated, b2, sizeof b2), r->oom_frame);
+    }
+    if (more) snprintf(line[k++], MT_RANK_ENDING_LEN, "... and %zu more ranks raised it", more);
+    size_t cut = 0, o = 0;
+    char names[400] = "";
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].ended_cleanly) continue;
+        if (o + 80 < sizeof names)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "",
+                                  rank_name(&s[i], who, sizeof who));
+        else
+            cut++;
+        if (first >= 0) {
+            uint64_t e = s[i].end_unix_ns, f = s[first].oom_unix_ns;
+            uint64_t d = e > f ? e - f : 0;
+            if (d < lo) lo = d;
+            if (d > hi) hi = d;
+        }
+    }
+    if (!o) return k;
+    if (cut) snprintf(names + o, sizeof names - o, " and %zu more", cut);
+    if (first >= 0 && lo == hi)
+        snprintf(line[k++], MT_RANK_ENDING_LEN,
+                 "no END record (killed, or still recording): %s; its last event "
+                 "comes %.3f s after the first torch.OutOfMemoryError",
+                 names, (double)lo / 1e9);
+    else if (first >= 0)
+        snprintf(line[k++], MT_RANK_ENDING_LEN,
+                 "no END record (killed, or still recording): %s; their last "
+                 "events come %.3f-%.3f s after the first torch.OutOfMemoryError",
+                 names, (double)lo / 1e9, (double)hi / 1e9);
+    else
+        snprintf(line[k++], MT_RANK_ENDING_LEN, "no END record (killed, or still recording): %s",
+                 names);
+    return k;
+}
+
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt)
 {
     size_t top = opt && opt->top ? opt->top : 10;
@@ -102,6 +179,10 @@ int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
             mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
         mt_out_puts(o, "\n");
     }
+    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    size_t nl = mt_rank_ending_lines(s, n, ends);
+    for (size_t i = 0; i < nl; i++)
+        mt_out_printf(o, "  %s\n", ends[i]);
     const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;
@@ -178,10 +259,25 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
         jint(o, "leak_bytes", (long long)r->leak_bytes, 1);
         jint(o, "failed_requests", (long long)r->failed, 1);
         jstr(o, "top_stack_first_user_frame", r->top_frame, 1);
-        jint(o, "top_stack_bytes", (long long)r->top_bytes, 0);
+        jint(o, "top_stack_bytes", (long long)r->top_bytes, 1);
+        mt_out_printf(o, "\"ended_cleanly\":%s,", r->ended_cleanly ? "true" : "false");
+        jint(o, "end_time_unix_ns", (long long)r->end_unix_ns, 1);
+        mt_out_puts(o, "\"out_of_memory\":");
+        if (r->has_oom) {
+            mt_out_write(o, "{", 1);
+            jint(o, "time_unix_ns", (long long)r->oom_unix_ns, 1);
+            jint(o, "device", r->oom_device, 1);
+            jint(o, "bytes", (long long)r->oom_bytes, 1);
+            jint(o, "torch_allocated_bytes", (long long)r->oom_allocated, 1);
+            jstr(o, "own_code_frame", r->oom_frame, 0);
+            mt_out_write(o, "}", 1);
+        } else {
+            mt_out_puts(o, "null");
+        }
         mt_out_write(o, "}", 1);
     }
     mt_out_write(o, "]", 1);
+    mt_out_printf(o, ",\"first_out_of_memory\":%ld", first_oom(s, n));
     mt_imbalance im;
     if (n && mt_rank_imbalance(s, n, &im) == 0) {
         mt_out_printf(o, ",\"imbalance\":{\"max\":%zu,\"median\":%zu,\"min\":%zu", im.max,
@@ -285,6 +381,12 @@ int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
         mt_out_puts(o, " |\n");
     }
     mt_out_puts(o, "\n");
+    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    size_t nl = mt_rank_ending_lines(s, n, ends);
+    for (size_t i = 0; i < nl; i++) {
+        mt_md_text(o, ends[i]);
+        mt_out_puts(o, i + 1 < nl ? "  \n" : "\n\n");
+    }
     const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;

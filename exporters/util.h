@@ -80,6 +80,13 @@ size_t mt_chain_pick(const char *const *names, const uint8_t *flags, size_t n, s
 const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t n, char *buf,
                           size_t len);
 
+/* ---- the rank table (ranks.c) ---- */
+#define MT_RANK_ENDING_LINES 10
+#define MT_RANK_ENDING_LEN 400
+/* How a job of several traces ended, when a rank raised torch.OutOfMemoryError or a trace has
+ * no END: plain sentences, one per line[] (the text, Markdown and HTML rank tables). How many. */
+size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
+
 /* ---- Markdown (markdown.c) ---- */
 /* s as a code span that is safe inside a GFM table cell. */
 void mt_md_code(mt_out *o, const char *s);

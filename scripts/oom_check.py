@@ -9,7 +9,9 @@ failed "tensor" request, recorded in every mode) and it must say:
     multiples of 2 MiB, so the block and the segment it asked for are the same size);
   - torch_allocated_bytes = memory_allocated() and torch_reserved_bytes = memory_reserved(),
     exactly, as the observer read them;
-  - its stack: the sample's line in the traceback (oom_line), with the Python frames;
+  - its stack: the sample's line in the traceback (oom_line), with the Python frames; or, when
+    the error was raised in autograd's engine (oom_in_backward), autograd's worker, whose stack
+    is "[autograd backward]" and the node (the worker runs no Python for a C++ node);
   - driver_refusals: 0 under a memory fraction (the driver was never asked); with
     --driver-refused at least 1, and every refused request of the allocator (a failed "device"
     or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index).
@@ -40,8 +42,12 @@ def main():
         if f.get(field) != st[want]:
             problems.append("%s %s, PyTorch's %s %s" % (field, f.get(field), want, st[want]))
     line = "oom.py:%d)" % st["oom_line"]
-    if not any(x.startswith("step (") and x.endswith(line) for x in frames_of(f)):
-        problems.append("the stack has no step (...%s: %s" % (line, frames_of(f)[:6]))
+    fr = frames_of(f)
+    if st.get("oom_in_backward"):
+        if not fr or fr[0] != "[autograd backward]" or len(fr) < 2 or "Backward" not in fr[1]:
+            problems.append("raised in backward, but the stack is %s" % fr[:6])
+    elif not any(x.endswith(line) and x.split(" (")[0] in ("step", "graph_step") for x in fr):
+        problems.append("the stack has no step (...%s: %s" % (line, fr[:6]))
     if f["outcome"] != "raised":
         problems.append("outcome %r" % f["outcome"])
     if driver_refused:

@@ -281,15 +281,16 @@ Test(cli_record, the_summary_says_what_recording_cost)
 }
 
 /* A run that died of torch.OutOfMemoryError: the summary names it where the user looks first,
- * with its line and PyTorch's counters then (tests/data/oom_frac.stats.json: oom_allocated
- * 6611369984 = 6.16 GiB, oom_reserved 6654263296 = 6.20 GiB); a run without one has no such line. */
+ * with its line and PyTorch's counters then (tests/data/oom_frac.stats.json: oom_line 67,
+ * oom_allocated 6611369984 = 6.16 GiB, oom_reserved 6654263296 = 6.20 GiB; the time is the
+ * report's +5.950999 s); a run without one has no such line. */
 Test(cli_record, the_summary_names_the_out_of_memory_error)
 {
     need_recorder();
     const char *cupy_at;
     char *out = summary_of("oom_frac.mtrace", &cupy_at);
-    const char *line = strstr(out, "  torch.OutOfMemoryError at 5.177 s on cuda:0: 1.00 GiB from "
-                                   "step (samples/oom.py:50); PyTorch had 6.16 GiB "
+    const char *line = strstr(out, "  torch.OutOfMemoryError at 5.951 s on cuda:0: 1.00 GiB from "
+                                   "step (samples/oom.py:67); PyTorch had 6.16 GiB "
                                    "allocated, 6.20 GiB reserved\n");
     cr_expect(line && cupy_at && line < cupy_at, "under the OOM trace's summary: %s", out);
     cr_expect(cupy_at && !strstr(cupy_at, "OutOfMemoryError"), "none without one: %s", out);

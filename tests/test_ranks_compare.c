@@ -421,3 +421,115 @@ Test(ranks_report, markdown_carries_the_rank_table_the_imbalance_and_the_stacks_
     free(nd);
     for (int r = 0; r < 2; r++) mt_rank_summary_free(&s[r]);
 }
+
+/* ---- how a job ended ----------------------------------------------------------------------------
+ */
+
+/* A number of a .stats.json beside a fixture: "key": N. */
+static uint64_t stat_number(const char *name, const char *key)
+{
+    char path[512], pat[64];
+    snprintf(path, sizeof path, "%s/%s", MT_TEST_DATA_DIR, name);
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    size_t n;
+    char *text = (char *)mt_test_slurp(path, &n);
+    cr_assert_not_null(text, "%s", path);
+    char *at = memmem(text, n, pat, strlen(pat));
+    cr_assert_not_null(at, "%s: no %s", name, key);
+    uint64_t v = strtoull(at + strlen(pat), NULL, 10);
+    free(text);
+    return v;
+}
+
+/* samples/oom.py under torchrun on 2 x H200: rank 1 (twice the batch) raised torch.OutOfMemoryError
+ * and died; torchrun killed rank 0, which waited for it in an all-reduce. The rank table says who
+ * raised it first, with what PyTorch's own observer read then, and whose trace has no END. */
+Test(ranks_report, a_job_ended_by_one_ranks_out_of_memory_says_who_when_and_where)
+{
+    const char *st = "ddp_oom_rank1.stats.json";
+    char b1[32], b2[32], want[256];
+    snprintf(want, sizeof want,
+             " (the first), %s on cuda:1 with %s allocated, in step (samples/oom.py:%llu)\n",
+             bytes(stat_number(st, "oom_alloc"), b1, sizeof b1),
+             bytes(stat_number(st, "oom_allocated"), b2, sizeof b2),
+             (unsigned long long)stat_number(st, "oom_line"));
+    int status;
+    char *out = run(&status, MEMTRACE " report %s/ddp_oom_rank0.mtrace %s/ddp_oom_rank1.mtrace",
+                    MT_TEST_DATA_DIR, MT_TEST_DATA_DIR);
+    cr_assert_eq(status, 0, "%s", out);
+    const char *oom = strstr(out, "\n  torch.OutOfMemoryError: rank 1 at ");
+    cr_expect(oom && strstr(oom, want) && strstr(oom, want) < strstr(oom + 1, "\n  no END"),
+              "wanted ...%s in:\n%s", want, out);
+    cr_expect(strstr(out, "\n  no END record (killed, or still recording): rank 0; its last event "
+                          "comes "),
+              "%s", out);
+    free(out);
+    out = run(&status,
+              MEMTRACE
+              " report --json %s/ddp_oom_rank0.mtrace %s/ddp_oom_rank1.mtrace | python3 -c '"
+              "import json,sys\n"
+              "t=json.load(sys.stdin)[\"rank_table\"]\n"
+              "r=t[\"rows\"]\n"
+              "assert t[\"first_out_of_memory\"]==1, t[\"first_out_of_memory\"]\n"
+              "assert (r[0][\"ended_cleanly\"],r[1][\"ended_cleanly\"])==(False,True), r\n"
+              "assert r[0][\"out_of_memory\"] is None\n"
+              "o=r[1][\"out_of_memory\"]\n"
+              "assert (o[\"device\"],o[\"bytes\"],o[\"torch_allocated_bytes\"])==(1,%llu,%llu), o\n"
+              "assert o[\"own_code_frame\"]==\"step (samples/oom.py:%llu)\", o\n"
+              "assert r[0][\"end_time_unix_ns\"]>o[\"time_unix_ns\"], r\n"
+              "'",
+              MT_TEST_DATA_DIR, MT_TEST_DATA_DIR, (unsigned long long)stat_number(st, "oom_alloc"),
+              (unsigned long long)stat_number(st, "oom_allocated"),
+              (unsigned long long)stat_number(st, "oom_line"));
+    cr_expect_eq(status, 0, "%s", out);
+    free(out);
+    /* Markdown carries the same sentences */
+    out =
+        run(&status, MEMTRACE " report --markdown %s/ddp_oom_rank0.mtrace %s/ddp_oom_rank1.mtrace",
+            MT_TEST_DATA_DIR, MT_TEST_DATA_DIR);
+    cr_expect(strstr(out, "\ntorch\\.OutOfMemoryError: rank 1 at ") &&
+                  strstr(out, "no END record \\(killed, or still recording\\): rank 0"),
+              "%s", out);
+    free(out);
+}
+
+/* Many ranks: the errors in the order they came (not rank order), at most 8 then a count; the
+ * ranks without END in one line; nothing at all for a job that ended cleanly. */
+Test(ranks_report, endings_list_errors_in_time_order_and_cut_long_lists)
+{
+    mt_rank_summary s[12];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 12; i++) {
+        s[i].has_rank = 1;
+        s[i].rank = i;
+        s[i].ended_cleanly = 1;
+        s[i].end_unix_ns = 5000000000ull;
+    }
+    char line[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    cr_expect_eq(mt_rank_ending_lines(s, 12, line), 0, "a clean job: nothing to say");
+    static char frame[] = "step (train.py:7)";
+    for (int i = 2; i < 12; i++) { /* ranks 2..11 raise it, the later ranks first */
+        s[i].has_oom = 1;
+        s[i].oom_unix_ns = 1000000000ull + (uint64_t)(20 - i) * 1000000;
+        s[i].oom_device = 0;
+        s[i].oom_bytes = 1 << 20;
+        s[i].oom_frame = frame;
+        s[i].ended_cleanly = 0;
+        s[i].end_unix_ns = s[i].oom_unix_ns + 1000;
+    }
+    s[0].ended_cleanly = 0; /* killed: its last event 0.5 s after the first error */
+    s[0].end_unix_ns = 1000000000ull + 9 * 1000000 + 500000000;
+    size_t n = mt_rank_ending_lines(s, 12, line);
+    cr_assert_eq(n, 10, "8 errors, the rest counted, the ranks without END");
+    static const char first[] = "torch.OutOfMemoryError: rank 11 at ";
+    cr_expect(strncmp(line[0], first, strlen(first)) == 0 && strstr(line[0], "(the first)"), "%s",
+              line[0]);
+    cr_expect(strncmp(line[1], "then rank 10 at ", 16) == 0, "%s", line[1]);
+    cr_expect(strncmp(line[7], "then rank 4 at ", 15) == 0, "%s", line[7]);
+    cr_expect_str_eq(line[8], "... and 2 more ranks raised it");
+    cr_expect(
+        strstr(line[9], "no END record (killed, or still recording): rank 0, rank 2, rank 3,") &&
+            strstr(line[9], "; their last events come 0.000-0.500 s after the first "
+                            "torch.OutOfMemoryError"),
+        "%s", line[9]);
+}

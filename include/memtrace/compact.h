@@ -129,6 +129,9 @@ const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
  * operator ("aten::linear"); else the innermost native frame outside the CUDA stack, NVIDIA's
  * libraries and the allocators; else the innermost frame. Owned by f. */
 const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style style);
+/* Where the program's own code asked: the innermost Python frame outside installed packages and
+ * the standard library (mt_ff_own_python); else mt_frames_first_user. Short names, owned by f. */
+const char *mt_frames_own_code(mt_frames *f, uint32_t leaf);
 
 /* ---- Tracker ----------------------------------------------------------------------------------- */
 
@@ -806,6 +809,15 @@ typedef struct mt_rank_summary {
     uint64_t top_bytes;
     mt_named_bytes *stacks;   /* the peak's stacks by name, largest first (<= MT_RANK_STACKS) */
     size_t n_stacks;
+    /* How the rank ended: cleanly (an END record), or not (killed: torchrun kills the other ranks
+     * when one fails); its trace's last event, on the wall clock. */
+    int ended_cleanly;
+    uint64_t end_unix_ns;
+    /* Its first torch.OutOfMemoryError (a failed request of kind TENSOR), when has_oom. */
+    int has_oom;
+    uint64_t oom_unix_ns, oom_bytes, oom_allocated;
+    int32_t oom_device;
+    char *oom_frame; /* the first user frame of its stack */
 } mt_rank_summary;
 
 int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s); /* 0, or -1 out of memory */

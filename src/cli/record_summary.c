@@ -11,20 +11,6 @@
 #include "memtrace/symbols.h"
 #include "record_summary.h"
 
-/* Where the program's own code asked: the innermost Python frame outside installed packages and
- * the standard library; else the frame the reports name a stack by. */
-static const char *own_frame(mt_frames *f, uint32_t stack)
-{
-    enum { CAP = 1024 };
-    const char *names[CAP]; /* the names are f's */
-    uint8_t flags[CAP];
-    mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER, .flags = flags};
-    size_t n = mt_frames_path(f, stack, opts, names, CAP);
-    for (size_t i = n < CAP ? n : CAP; i-- > 0;)
-        if (mt_ff_own_python(flags[i])) return names[i];
-    return mt_frames_first_user(f, stack, MT_NAME_SHORT);
-}
-
 static void summarize_one(const char *path, int symbolize, int quiet)
 {
     char err[512];
@@ -76,7 +62,7 @@ static void summarize_one(const char *path, int symbolize, int quiet)
                 "  torch.OutOfMemoryError at %.3f s on %s: %s from %s; PyTorch had %s "
                 "allocated, %s reserved\n",
                 (double)f->time_ns / 1e9, mt_failed_root_name(f, root, sizeof root),
-                mt_format_bytes(f->bytes, h1, sizeof h1), own_frame(a->frames, f->stack),
+                mt_format_bytes(f->bytes, h1, sizeof h1), mt_frames_own_code(a->frames, f->stack),
                 mt_format_bytes(f->torch_allocated, h2, sizeof h2),
                 mt_format_bytes(f->torch_reserved, h3, sizeof h3));
         shown++;

@@ -166,6 +166,8 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
     case MT_REC_SAMPLE: {
         if (rec->u.sample.counter != MT_COUNTER_NVML_PROCESS_BYTES) return 0;
         uint64_t t = mt_rel_time(rec->u.sample.time_ns, a->header.start_monotonic_ns);
+        /* the sampler outlives the last event of a killed process: the trace lasts as long */
+        if (t > a->duration_ns) a->duration_ns = t;
         return mt_pairing_sample(&p->nvml, p->t, rec->u.sample.device, t, rec->u.sample.value);
     }
     case MT_REC_PROCESS:

@@ -540,3 +540,15 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
     *holder = "program";
     return MT_HOLD_PROGRAM;
 }
+
+const char *mt_frames_own_code(mt_frames *f, uint32_t leaf)
+{
+    enum { CAP = 1024 };
+    const char *names[CAP]; /* the names are f's */
+    uint8_t flags[CAP];
+    mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER, .flags = flags};
+    size_t n = mt_frames_path(f, leaf, opts, names, CAP);
+    for (size_t i = n < CAP ? n : CAP; i-- > 0;)
+        if (mt_ff_own_python(flags[i])) return names[i];
+    return mt_frames_first_user(f, leaf, MT_NAME_SHORT);
+}

@@ -229,6 +229,19 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
         s->leak_bytes += a->devices[i].leak_bytes;
     }
     s->failed = a->failed_total;
+    s->ended_cleanly = a->ended_cleanly;
+    s->end_unix_ns = a->header.start_realtime_ns + a->last_ns;
+    for (size_t i = 0; i < a->n_failed && !s->has_oom; i++) {
+        const mt_failed_request *f = &a->failed[i];
+        if (f->kind != MT_KIND_TENSOR) continue;
+        s->has_oom = 1;
+        s->oom_unix_ns = a->header.start_realtime_ns + f->time_ns;
+        s->oom_bytes = f->bytes;
+        s->oom_allocated = f->torch_allocated;
+        s->oom_device = f->device;
+        const char *who = f->stack ? mt_frames_own_code(a->frames, f->stack) : NULL;
+        if (!(s->oom_frame = strdup(who ? who : "[no stack]"))) return -1;
+    }
     const mt_device_report *d = peak_device(a);
     if (!d) return 0;
     s->peak_device = d->u.device;
@@ -265,6 +278,7 @@ void mt_rank_summary_free(mt_rank_summary *s)
     free(s->comm);
     free(s->label);
     free(s->top_frame);
+    free(s->oom_frame);
     memset(s, 0, sizeof *s);
 }
 

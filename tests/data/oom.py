@@ -1,6 +1,7 @@
 """A training run that dies with "CUDA out of memory", the moment memtrace exists for.
 
-    python oom.py [--fraction F] [--catch] [--width W] [--layers L]
+    python oom.py [--fraction F] [--catch] [--graph] [--width W] [--layers L]
+    torchrun --nproc_per_node=N oom.py [...]
 
 An MLP (L layers of W, ReLU, AdamW) trained on random data with a batch that doubles every step,
 from a batch sized to fill an eighth of the memory it may use, until PyTorch's caching allocator
@@ -12,6 +13,13 @@ first). The process then dies of it, as a training run does, with Python's trace
               driver sees no failed request at all (shared GPUs, notebooks, Ray and the like).
 --catch       a batch-size finder: the error is caught, the batch halved, one more step run, and
               the program exits 0.
+--graph       each step's forward and backward are captured into a CUDA graph (a new one for each
+              batch size, warmed up on a batch of one) and replayed: the allocations of the
+              capture come from the graph's private pool, and so does the one that fails.
+Under torchrun the net is wrapped in DistributedDataParallel (NCCL, a GPU per rank) and rank r
+trains on (1 + r) times the batch: the last rank runs out first and dies; the others wait for it
+in an all-reduce until torchrun kills them (SIGTERM), as in a real job. Each line of stdout then
+starts with "rank R: " (ranks print in any order).
 
 stdout is the same in every run. What PyTorch itself said at the failure goes to $SAMPLE_STATS
 (mt_stats.py) for the GPU checks: from an OOM observer, which the allocator calls at the moment it
@@ -19,9 +27,12 @@ gives up (after freeing its cache and trying again), "oom_alloc" (the segment it
 its message's "Tried to allocate"), "oom_allocated" and "oom_reserved" (memory_allocated and
 memory_reserved then), "oom_free" (cudaMemGetInfo's free bytes) and "oom_limit" (the device's
 total, or the fraction's limit); "oom_batch", "oom_num_ooms" (memory_stats' count), "oom_line"
-(this file's innermost line in the traceback) and "oom_message" (the error's first line).
+(this file's innermost line in the traceback), "oom_in_backward" (raised in autograd's engine)
+and "oom_message" (the error's first line).
 """
 import argparse
+import os
+import sys
 import traceback
 
 import torch
@@ -36,6 +47,12 @@ def observer(device, alloc, limit, free):
     SEEN.update(oom_alloc=alloc, oom_limit=limit, oom_free=free,
                 oom_allocated=torch.cuda.memory_allocated(device),
                 oom_reserved=torch.cuda.memory_reserved(device))
+
+
+def line_out(text):
+    # one write per line: the ranks share the pipe, and print() writes the newline on its own
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def build(width, layers):
@@ -53,38 +70,75 @@ def step(net, opt, batch, width):
     opt.zero_grad(set_to_none=True)
 
 
+def graph_step(net, opt, batch, width):
+    # warm-up on a side stream (cuBLAS, autograd's lazy state) with a batch of one, so that the
+    # memory of the step itself is first asked for during the capture, from the graph's pool
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        net(torch.randn(1, width, device="cuda")).square().mean().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    x = torch.randn(batch, width, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        net(x).square().mean().backward()
+    g.replay()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fraction", type=float)
     ap.add_argument("--catch", action="store_true")
+    ap.add_argument("--graph", action="store_true")
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
     a = ap.parse_args()
+    rank = int(os.environ.get("RANK", -1))
+    say = print if rank < 0 else (lambda m, **k: line_out(f"rank {rank}: {m}"))
+    if rank >= 0:
+        import torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)  # before the process group: no stray context on GPU 0
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     torch.manual_seed(0)
-    total = torch.cuda.get_device_properties(0).total_memory
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     if a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     usable = total * (a.fraction or 1.0)
-    torch._C._cuda_attach_out_of_memory_observer(observer)
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(observer)
+    except RuntimeError:  # backend:cudaMallocAsync has no observers
+        pass
     net = build(a.width, a.layers)
+    if rank >= 0:
+        net = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.AdamW(net.parameters())
     # what a sample keeps for backward: each layer's input and its ReLU's mask, ~2 floats a unit
     per_sample = a.layers * a.width * 4 * 2
     batch = 1 << max(int(usable / 8 / per_sample).bit_length() - 1, 0)
-    print(f"oom.py: {a.layers} layers of {a.width}, batch from {batch}, doubling", flush=True)
+    batch *= 1 + max(rank, 0)
+    say(f"oom.py: {a.layers} layers of {a.width}, batch from {batch}, doubling", flush=True)
     stats = {}
+    run = graph_step if a.graph else step
     try:
         for n in range(64):
-            step(net, opt, batch, a.width)
+            run(net, opt, batch, a.width)
             torch.cuda.synchronize()
-            print(f"step {n}: batch {batch} ok", flush=True)
+            say(f"step {n}: batch {batch} ok", flush=True)
             batch *= 2
     except torch.OutOfMemoryError as e:
-        tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == __file__]
+        every = traceback.extract_tb(e.__traceback__)
+        tb = [f for f in every if f.filename == __file__]
+        # raised in autograd's engine: a backward pass (its allocations are its worker's)
+        backward = any("torch/autograd/" in f.filename for f in every)
         stats = dict(SEEN, oom_batch=batch, oom_line=tb[-1].lineno if tb else 0,
+                     oom_in_backward=backward,
                      oom_num_ooms=torch.cuda.memory_stats()["num_ooms"],
                      oom_message=str(e).splitlines()[0])
-        print(f"step {n}: batch {batch}: torch.OutOfMemoryError", flush=True)
+        say(f"step {n}: batch {batch}: torch.OutOfMemoryError", flush=True)
         if not a.catch:
             mt_stats.write(**stats)
             raise
@@ -92,9 +146,9 @@ def main():
         # out of the except block: the traceback, and the activations its frames hold, are gone
         opt.zero_grad(set_to_none=True)
         batch //= 2
-        step(net, opt, batch, a.width)
+        run(net, opt, batch, a.width)
         torch.cuda.synchronize()
-        print(f"recovered: batch {batch} ok", flush=True)
+        say(f"recovered: batch {batch} ok", flush=True)
     mt_stats.write(**stats)
 
 

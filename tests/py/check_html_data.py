@@ -157,6 +157,17 @@ def check(memtrace, paths, tmp, source_root):
         assert [data["ranks"][k] for k in ("max", "median", "min")] == [im[k] for k in ("max", "median", "min")]
         got = [s["delta"] for s in data["ranks"]["stacks"]]
         assert got[: len(im["stacks"])] == [s["delta_bytes"] for s in im["stacks"]], (got, im["stacks"])
+        # how the job ended: the report's rank errors in time order, and the ranks with no END
+        ends = data["ranks"]["endings"]
+        ooms = sorted((row["out_of_memory"]["time_unix_ns"], row["rank"]) for row in table["rows"]
+                      if row["out_of_memory"])
+        said = [e for e in ends if "OutOfMemoryError: rank" in e or e.startswith("then rank")]
+        assert [int(e.split("rank ")[1].split()[0]) for e in said] == [r for _, r in ooms[:8]], (ends, ooms)
+        killed = [row["rank"] for row in table["rows"] if not row["ended_cleanly"]]
+        no_end = [e for e in ends if e.startswith("no END record")]
+        assert bool(no_end) == bool(killed), (ends, killed)
+        for r in killed:
+            assert "rank %d" % r in no_end[0], (no_end, r)
 
 
 def main():
@@ -172,7 +183,9 @@ def main():
         with open(largest, "rb") as f, open(cut, "wb") as g:
             g.write(f.read()[: os.path.getsize(largest) * 2 // 3])
         ddp = [p for p in traces if "ddp_rank" in p]
+        oom_job = [p for p in traces if "ddp_oom_rank" in p]  # rank 1's error ended the job
         cases = [[p] for p in traces] + [[big], [cut], traces[:3]] + ([ddp] if len(ddp) > 1 else [])
+        cases += [oom_job] if len(oom_job) > 1 else []
         for paths in cases:
             try:
                 check(memtrace, paths, tmp, data_dir)

@@ -137,6 +137,9 @@ def corpus(memtrace, make_traces, data, tmp):
         out.append(("report", run(memtrace, "report", "--json", "--by-line", path, cwd=tmp)))
     out.append(("report-wrapper", run(memtrace, "report", "--json", t("budget.mtrace"),
                                       d("cifar_tensors.mtrace"))))
+    # a job one rank's torch.OutOfMemoryError ended: the other rank killed, no END
+    out.append(("report-wrapper", run(memtrace, "report", "--json", d("ddp_oom_rank0.mtrace"),
+                                      d("ddp_oom_rank1.mtrace"))))
     every = ["--max-peak", "1", "--max-live-at-exit", "0", "--max-failed", "0"]
     out.append(("check", run(memtrace, "check", "--json", *every, "--max-allocated-peak", "1",
                              t("tensors.mtrace"), d("cifar_tensors.mtrace"), ok=(1,))))
