@@ -433,59 +433,57 @@
     }
     const what = ranked ? 'Ranks' : 'Traces';
     return el(
-        'section',
-        {class : 'card', id : 'traces', dataset : {view : 'traces', rows : rows.length}},
+      'section',
+      { class: 'card', id: 'traces', dataset: { view: 'traces', rows: rows.length } },
+      el(
+        'h2',
+        null,
+        what + ' ',
+        el('span', {
+          class: 'sub',
+          text:
+            TRACES.length +
+            ' traces' +
+            (world > 0 ? ' (world size ' + world + ')' : '') +
+            "; peaks on each one's GPU with the largest, times on one wall clock (UTC); click one to look at it",
+        }),
+      ),
+      el(
+        'table',
+        { id: 'rank-table' },
         el(
-            'h2',
+          'thead',
+          null,
+          el(
+            'tr',
             null,
-            what + ' ',
-            el('span', {
-                class : 'sub',
-                text :
-                    TRACES.length + ' traces' + (world > 0 ? ' (world size ' + world + ')' : '') +
-                        "; peaks on each one's GPU with the largest, times on one wall clock (UTC); click one to look at it",
-            }),
+            [
+              ranked ? 'rank' : 'trace',
+              'host',
+              'pid',
+              'GPUs',
+              'peak',
+              'tensors',
+              'peak at',
+              'at exit',
+              'failed',
+              'top stack at the peak',
+            ].map((h, k) =>
+              el('th', { class: k === 0 || k === 1 || k === 3 || k === 9 ? '' : 'num', text: h }),
             ),
-        el(
-            'table',
-            {id : 'rank-table'},
-            el(
-                'thead',
-                null,
-                el(
-                    'tr',
-                    null,
-                    [
-                        ranked ? 'rank' : 'trace',
-                        'host',
-                        'pid',
-                        'GPUs',
-                        'peak',
-                        'tensors',
-                        'peak at',
-                        'at exit',
-                        'failed',
-                        'top stack at the peak',
-                    ]
-                        .map(
-                            (h, k) => el('th', {
-                                class : k === 0 || k === 1 || k === 3 || k === 9 ? '' : 'num',
-                                text : h
-                            }),
-                            ),
-                    ),
-                ),
-            el('tbody', null, rows),
-            ),
-        /* how the job ended: who raised torch.OutOfMemoryError first, whose trace has no END */
-        DATA.ranks && DATA.ranks.endings.length
-            ? el(
-                  'div',
-                  {id : 'endings'},
-                  DATA.ranks.endings.map((t) => el('p', {class : 'note warn', text : t})),
-                  )
-            : null,
-        imbalance,
+          ),
+        ),
+        el('tbody', null, rows),
+      ),
+      /* how the job ended: who raised torch.OutOfMemoryError first, whose trace has no END */
+      DATA.ranks && DATA.ranks.endings.length
+        ? el(
+            'div',
+            { id: 'endings' },
+            DATA.ranks.endings.map((t) => el('p', { class: 'note warn', text: t })),
+          )
+        : null,
+      imbalance,
     );
   }
 
