@@ -1,7 +1,7 @@
 /* Two ranks of one job compared, on the DDP fixture pair recorded on 2 x H200 under torchrun
  * (tests/data/ddp_rank{0,1}.mtrace: rank 0 on cuda:0, rank 1 on cuda:1), to which the copy of
  * rank 1 adds a stray CUDA context on cuda:0 (a context of its own, holding the driver's memory
- * only: what a rank gets from a CUDA call before torch.cuda.set_device): `diff` pairs each rank's
+ * only, as a rank may make with a CUDA call before torch.cuda.set_device): `diff` pairs each rank's
  * own GPU with the other's, never rank 0's whole GPU with rank 1's stray context; `report
  * --markdown` over both carries the rank table, the imbalance and the stacks behind it, as the text
  * and JSON reports do. The fixtures are copied to a temporary directory (tests/data is never
