@@ -151,6 +151,15 @@ size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_R
     return k;
 }
 
+size_t mt_rank_endings_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent)
+{
+    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    size_t nl = mt_rank_ending_lines(s, n, ends);
+    for (size_t i = 0; i < nl; i++)
+        mt_out_printf(o, "%s%s\n", indent, ends[i]);
+    return nl;
+}
+
 int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_report_options *opt)
 {
     size_t top = opt && opt->top ? opt->top : 10;
@@ -179,10 +188,7 @@ int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
             mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
         mt_out_puts(o, "\n");
     }
-    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
-    size_t nl = mt_rank_ending_lines(s, n, ends);
-    for (size_t i = 0; i < nl; i++)
-        mt_out_printf(o, "  %s\n", ends[i]);
+    mt_rank_endings_text(o, s, n, "  ");
     const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;

@@ -293,6 +293,30 @@ Test(cli_record, the_summary_names_the_out_of_memory_error)
                                    "step (samples/oom.py:67); PyTorch had 6.16 GiB "
                                    "allocated, 6.20 GiB reserved\n");
     cr_expect(line && cupy_at && line < cupy_at, "under the OOM trace's summary: %s", out);
-    cr_expect(cupy_at && !strstr(cupy_at, "OutOfMemoryError"), "none without one: %s", out);
+    /* then the two traces together: how to read them side by side, and which raised it first */
+    const char *job = strstr(out, "\nmemtrace: 2 traces; side by side (the rank table): memtrace "
+                                  "report ");
+    cr_assert(job && cupy_at && job > cupy_at, "%s", out);
+    cr_expect(!memmem(cupy_at, (size_t)(job - cupy_at), "OutOfMemoryError", 16),
+              "none without one: %s", out);
+    cr_expect(strstr(job, "\n  torch.OutOfMemoryError: python3[704] on vm at ") &&
+                  strstr(job, " (the first), 1.00 GiB on cuda:0 with 6.16 GiB allocated, in step "
+                              "(samples/oom.py:67)\n"),
+              "%s", job);
+    free(out);
+}
+
+/* Several traces and none ran out of memory or was killed: the way to read them together, and
+ * nothing about how they ended. One trace: neither. */
+Test(cli_record, several_traces_are_suggested_side_by_side)
+{
+    need_recorder();
+    const char *cupy_at;
+    char *out = summary_of("gpt2_tensors.mtrace", &cupy_at);
+    const char *job = strstr(out, "\nmemtrace: 2 traces; side by side (the rank table): memtrace "
+                                  "report ");
+    cr_assert(job, "%s", out);
+    const char *next = strchr(job + 1, '\n');
+    cr_expect(next && next[1] == 0, "nothing after it: %s", job);
     free(out);
 }

@@ -1,4 +1,5 @@
 /* The end of `memtrace record`: symbolize, summarize, suggest. */
+#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,7 +12,9 @@
 #include "memtrace/symbols.h"
 #include "record_summary.h"
 
-static void summarize_one(const char *path, int symbolize, int quiet)
+/* One trace: symbolized, then what it holds; its row of the rank table into *row when row (NULL
+ * row->path when it could not be read). */
+static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_summary *row)
 {
     char err[512];
     if (symbolize) {
@@ -79,6 +82,7 @@ static void summarize_one(const char *path, int symbolize, int quiet)
         if (!big || a->devices[i].u.peak > big->u.peak) big = &a->devices[i];
     char root[32] = "host";
     if (big) mt_device_root_name(big, root, sizeof root);
+    if (row && mt_rank_summarize(a, row) < 0) mt_rank_summary_free(row); /* out of memory */
     mt_analysis_free(a);
     /* the suggested output is named after the trace: a fixed name would exist the second time */
     size_t stem = strlen(path);
@@ -93,6 +97,63 @@ static void summarize_one(const char *path, int symbolize, int quiet)
                     "the peak' --countname bytes --colors mem > peak.svg\n", path, root);
 }
 
+/* How many files of dir end in .mtrace; -1 when it cannot be read. */
+static long traces_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        n += len > 7 && strcmp(e->d_name + len - 7, ".mtrace") == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Rank order; rows of traces that could not be read (no path) last. */
+static int by_rank(const void *pa, const void *pb)
+{
+    const mt_rank_summary *a = pa, *b = pb;
+    if (!a->path || !b->path) return !a->path - !b->path;
+    if (a->has_rank != b->has_rank) return a->has_rank ? -1 : 1;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    return strcmp(a->path, b->path);
+}
+
+/* Several traces (a job's ranks, a program's processes): how to read them together, and how the
+ * job ended when a rank ran out of memory or was killed (the rank table's lines). */
+static void summarize_job(mt_rank_summary *rows, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += rows[i].path != NULL;
+    if (k < 2) return;
+    qsort(rows, n, sizeof *rows, by_rank); /* the manifest is in the order the ranks finished */
+    /* their directory when it holds these traces and no others, else the paths */
+    const char *slash = strrchr(rows[0].path, '/');
+    size_t dlen = slash ? (size_t)(slash - rows[0].path) : 0;
+    int one_dir = 1;
+    for (size_t i = 1; i < k && one_dir; i++) {
+        const char *s2 = strrchr(rows[i].path, '/');
+        one_dir = (s2 ? (size_t)(s2 - rows[i].path) : 0) == dlen &&
+                  strncmp(rows[i].path, rows[0].path, dlen) == 0;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(dlen ? dlen : 1), dlen ? rows[0].path : ".");
+    fprintf(stderr, "memtrace: %zu traces; side by side (the rank table): memtrace report", k);
+    if (one_dir && traces_in(dir) == (long)k)
+        fprintf(stderr, " %s\n", dir);
+    else
+        for (size_t i = 0; i < k; i++)
+            fprintf(stderr, " %s%s", rows[i].path, i + 1 < k ? "" : "\n");
+    mt_out *o = mt_out_from_file(stderr);
+    if (o) {
+        mt_rank_endings_text(o, rows, k, "  ");
+        mt_out_close(o);
+    }
+}
+
 /* Reads the manifest the recorders appended to: "<pid> trace <path>" per trace written,
  * "<pid> skipped <comm>" per process that initialized CUDA but made no context. */
 void mt_record_summarize(const char *manifest, int symbolize, int quiet)
@@ -105,6 +166,8 @@ void mt_record_summarize(const char *manifest, int symbolize, int quiet)
     if (!f) return;
     char line[4200], skipped[1024] = "";
     int files = 0, n_skipped = 0;
+    mt_rank_summary *rows = NULL; /* a row per trace summarized, for summarize_job */
+    size_t n_rows = 0, cap_rows = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         char *what = strchr(line, ' ');
@@ -120,7 +183,17 @@ void mt_record_summarize(const char *manifest, int symbolize, int quiet)
                         arg, line, arg);
                 continue;
             }
-            summarize_one(arg, symbolize, quiet);
+            mt_rank_summary *row = NULL;
+            if (!quiet && n_rows == cap_rows) {
+                size_t nc = cap_rows ? 2 * cap_rows : 16;
+                mt_rank_summary *nr = realloc(rows, nc * sizeof *nr);
+                if (nr) rows = nr, cap_rows = nc;
+            }
+            if (!quiet && n_rows < cap_rows) {
+                row = &rows[n_rows++];
+                memset(row, 0, sizeof *row);
+            }
+            summarize_one(arg, symbolize, quiet, row);
         } else if (strcmp(what, "skipped") == 0) {
             size_t o = strlen(skipped);
             if (n_skipped++ < 8 && o < sizeof skipped - 96)
@@ -129,6 +202,10 @@ void mt_record_summarize(const char *manifest, int symbolize, int quiet)
         }
     }
     fclose(f);
+    if (!quiet) summarize_job(rows, n_rows);
+    for (size_t i = 0; i < n_rows; i++)
+        mt_rank_summary_free(&rows[i]);
+    free(rows);
     if (n_skipped && !quiet)
         fprintf(stderr, "memtrace: no trace for %d process%s that initialized CUDA but made no "
                 "context: %s%s\n", n_skipped, n_skipped == 1 ? "" : "es", skipped,
