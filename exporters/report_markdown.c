@@ -47,7 +47,9 @@ static void warnings(mt_out *o, const mt_analysis *a, int several)
     char label[512], dropped[96];
     const char *what[2] = {NULL, NULL};
     if (a->truncated) what[0] = "the trace is truncated: numbers cover what was read";
-    else if (!a->ended_cleanly) what[0] = "the recorder did not shut down cleanly (no END record)";
+    else if (!a->ended_cleanly)
+        what[0] = "no END record: the recorder's exit handler did not run (killed, crashed or "
+                  "_exit) or it is still recording; its last moments may be missing";
     if (a->dropped) {
         snprintf(dropped, sizeof dropped, "the recorder dropped %llu events: numbers may be off by "
                                           "that many", (unsigned long long)a->dropped);

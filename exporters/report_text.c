@@ -573,7 +573,10 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
         mt_out_printf(o, "WARNING: the trace is truncated (%s): numbers cover what was read\n",
                       a->truncated_msg ? a->truncated_msg : "?");
     else if (!a->ended_cleanly)
-        mt_out_puts(o, "WARNING: no END record: the recorder did not shut down cleanly\n");
+        mt_out_puts(o, "WARNING: no END record: the recorder's exit handler did not run (the "
+                       "process was killed, as torchrun kills the other ranks when one fails, "
+                       "crashed or called _exit) or it is still recording; its last moments, which "
+                       "the recorder writes every 200 ms, may be missing\n");
     if (a->damaged_chunks)
         mt_out_printf(o, "WARNING: %llu damaged chunk%s skipped (%llu bytes of the file; the first: "
                          "%s): their records are missing from every number below\n",

@@ -2252,7 +2252,8 @@
     if (!T.ended_cleanly && !T.truncated)
       notes.push(
         el('li', {
-          text: 'The recorder did not close the trace (the process was killed?): the end is the last event.',
+          text:
+            "No END record: the recorder's exit handler did not run (the process was killed, as torchrun kills the other ranks when one fails, crashed or called _exit) or it is still recording; its last moments, which the recorder writes every 200 ms, may be missing.",
         }),
       );
     notes.push(
