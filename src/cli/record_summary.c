@@ -130,17 +130,21 @@ static void summarize_job(mt_rank_summary *rows, size_t n)
         k += rows[i].path != NULL;
     if (k < 2) return;
     qsort(rows, n, sizeof *rows, by_rank); /* the manifest is in the order the ranks finished */
-    /* their directory when it holds these traces and no others, else the paths */
+    /* their directory when it holds these traces and no others, else the paths; a path's
+     * directory is what comes before its last '/' ("/" for "/t.mtrace", "." with no '/') */
     const char *slash = strrchr(rows[0].path, '/');
-    size_t dlen = slash ? (size_t)(slash - rows[0].path) : 0;
+    size_t dlen = slash ? (size_t)(slash - rows[0].path) + 1 : 0; /* with the '/' */
     int one_dir = 1;
     for (size_t i = 1; i < k && one_dir; i++) {
         const char *s2 = strrchr(rows[i].path, '/');
-        one_dir = (s2 ? (size_t)(s2 - rows[i].path) : 0) == dlen &&
+        one_dir = (s2 ? (size_t)(s2 - rows[i].path) + 1 : 0) == dlen &&
                   strncmp(rows[i].path, rows[0].path, dlen) == 0;
     }
     char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", (int)(dlen ? dlen : 1), dlen ? rows[0].path : ".");
+    if (!dlen)
+        snprintf(dir, sizeof dir, ".");
+    else /* without the trailing '/', but for the root itself */
+        snprintf(dir, sizeof dir, "%.*s", (int)(dlen > 1 ? dlen - 1 : 1), rows[0].path);
     fprintf(stderr, "memtrace: %zu traces; side by side (the rank table): memtrace report", k);
     if (one_dir && traces_in(dir) == (long)k)
         fprintf(stderr, " %s\n", dir);

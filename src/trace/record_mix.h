@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "contextless.h" /* mt_ctxless_wants */
 #include "hash.h"
 #include "memtrace/trace.h"
 
@@ -94,7 +95,7 @@ static inline void mt_mix_next(mt_mix *m, mt_record *r)
         /* an activity record that names no context is given a device by the reader
          * (contextless.h), which tests of their own check: here every record reads back as written
          */
-        if ((e->flags & MT_EF_ACTIVITY) && e->context == 0 && e->device >= 0) e->context = 1;
+        if (mt_ctxless_wants(e)) e->context = 1;
         return;
     }
     if (pick < 80) {
