@@ -260,19 +260,19 @@ Test(pytorch, chrome_tracks_and_size)
         const char *variants[] = {"", "--driver-slices", "--frames all --long-names"};
         unsigned long long tracks[3], slices[3], stack_bytes[3];
         for (int v = 0; v < 3; v++) {
+            char sum[600];
             mt_test_tmpname(out, sizeof out, "pt.json");
+            mt_test_tmpname(sum, sizeof sum, "pt.json.sum");
             snprintf(cmd, sizeof cmd, MEMTRACE " export --format chrome %s -o %s %s", variants[v], out,
                      path);
             cr_assert_eq(run_status(cmd), 0, "%s", cmd);
             snprintf(cmd, sizeof cmd,
-                     "python3 %s/tests/py/check_chrome.py %s > %s.sum && python3 -c 'import json,sys\n"
+                     "python3 %s/tests/py/check_chrome.py %s > %s && python3 -c 'import json,sys\n"
                      "d=json.load(open(sys.argv[1]))\n"
                      "print(sum(len(json.dumps(e[\"args\"][\"stack\"])) for e in d[\"traceEvents\"] "
-                     "if \"stack\" in e.get(\"args\",{})))' %s >> %s.sum",
-                     MT_SOURCE_DIR, out, out, out, out);
+                     "if \"stack\" in e.get(\"args\",{})))' %s >> %s",
+                     MT_SOURCE_DIR, out, sum, out, sum);
             cr_assert_eq(run_status(cmd), 0, "%s", cmd);
-            char sum[600];
-            snprintf(sum, sizeof sum, "%s.sum", out);
             FILE *f = fopen(sum, "r");
             cr_assert(f);
             unsigned long long x;

@@ -5,6 +5,7 @@
  * CI machines do; elsewhere those tests say why they are skipped). */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -174,8 +175,11 @@ static void went_back(uint64_t s, uint64_t before)
 static void *ponger(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&stop)) {
-        if (atomic_load_explicit(&flag, memory_order_acquire) != 1) continue;
+    for (unsigned spins = 0; !atomic_load(&stop);) {
+        if (atomic_load_explicit(&flag, memory_order_acquire) != 1) {
+            if (++spins % 1024 == 0) sched_yield();
+            continue;
+        }
         uint64_t s = mt_clock_now(), before = atomic_load_explicit(&handed, memory_order_relaxed);
         if (s < before) went_back(s, before);
         atomic_fetch_add(&rounds, 1);
@@ -201,10 +205,19 @@ Test(record_clock, a_stamp_taken_after_another_threads_is_not_earlier)
     pthread_t p, t;
     pthread_create(&p, NULL, ponger, NULL);
     pthread_create(&t, NULL, ticker, NULL);
-    uint64_t until = mono() + 600 * MS;
+    /* 600 ms and at least 5 000 hand-overs. Spinning threads on an overloaded machine (a
+     * sanitizer build beside the suite on two cores) hand over a few dozen times in 600 ms, each
+     * waiting for the other's time slice: the spin loops yield now and then, and the test goes on
+     * for up to 20 s until it has seen enough. */
+    uint64_t start = mono(), until = start + 600 * MS, give_up = start + 20000 * MS;
     int mine = 0;
-    while (mono() < until) {
-        if (atomic_load_explicit(&flag, memory_order_acquire) != 0) continue;
+    for (unsigned spins = 0;;) {
+        uint64_t now = mono();
+        if (now >= give_up || (now >= until && atomic_load(&rounds) >= 5000)) break;
+        if (atomic_load_explicit(&flag, memory_order_acquire) != 0) {
+            if (++spins % 1024 == 0) sched_yield();
+            continue;
+        }
         uint64_t s = mt_clock_now(), before = atomic_load_explicit(&handed, memory_order_relaxed);
         if (s < before) went_back(s, before);
         atomic_store_explicit(&handed, s, memory_order_relaxed);

@@ -94,7 +94,8 @@ def run(memtrace, *args, ok=(0,)):
 def main():
     memtrace, make_traces, data = map(os.path.abspath, sys.argv[1:4])
     html_out = sys.argv[4] if len(sys.argv) > 4 else None
-    tmp = tempfile.mkdtemp()
+    tmpdir = tempfile.TemporaryDirectory()  # removed when main returns
+    tmp = tmpdir.name
     syn = os.path.join(tmp, "traces")
     subprocess.run([make_traces, syn], check=True)
     t = lambda n: os.path.join(syn, n)

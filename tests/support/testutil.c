@@ -1,11 +1,61 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What this process named, removed when it exits (a run of the suite made ~200 files and
+ * directories in /tmp, and a developer's machine kept every run's). Only by the process that made
+ * the names: a child of fork() that calls exit() must not take its parent's files away.
+ * MEMTRACE_TEST_KEEP=1 keeps them, to look at what a failing test wrote. */
+static char **made;
+static size_t n_made, cap_made;
+static pid_t made_by;
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_made(void)
+{
+    if (getpid() != made_by) return;
+    for (size_t i = 0; i < n_made; i++) {
+        /* depth first, not following links: a directory a test filled (records of a job) */
+        nftw(made[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(made[i]);
+    }
+    free(made);
+    made = NULL;
+    n_made = cap_made = 0;
+}
+
+static void remember(const char *path)
+{
+    const char *keep = getenv("MEMTRACE_TEST_KEEP");
+    if (keep && *keep && strcmp(keep, "0") != 0) return;
+    if (made_by != getpid()) { /* first name of this process (or of a forked child) */
+        if (made_by == 0) atexit(remove_made);
+        else n_made = cap_made = 0, made = NULL; /* the parent's list, not ours (its memory stays its own) */
+        made_by = getpid();
+    }
+    if (n_made == cap_made) {
+        size_t cap = cap_made ? cap_made * 2 : 64;
+        char **m = realloc(made, cap * sizeof *m);
+        if (!m) return;
+        made = m;
+        cap_made = cap;
+    }
+    char *dup = strdup(path);
+    if (dup) made[n_made++] = dup;
+}
 
 /* The name also carries the moment this process first asked for one: with pid_max at 32768, a
  * machine that ran the suite many times reuses pids, and a directory left by an earlier run under
@@ -23,6 +73,7 @@ void mt_test_tmpname(char *buf, size_t len, const char *stem)
     if (!dir || !*dir) dir = "/tmp";
     snprintf(buf, len, "%s/mt-test-%d-%llx-%u-%s", dir, (int)getpid(), stamp, counter++, stem);
     unlink(buf);
+    remember(buf);
 }
 
 uint8_t *mt_test_slurp(const char *path, size_t *len)

@@ -4,7 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A fresh path under a per-test temporary directory (removed by nothing: CI machines are fresh). */
+/* A fresh path under $TMPDIR (or /tmp), removed with whatever it holds when the process that asked
+ * for it exits (not a child of fork()); MEMTRACE_TEST_KEEP=1 keeps them. */
 void mt_test_tmpname(char *buf, size_t len, const char *stem);
 /* Reads a whole file into malloc'd memory; returns NULL on failure. */
 uint8_t *mt_test_slurp(const char *path, size_t *len);
