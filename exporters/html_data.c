@@ -35,7 +35,8 @@
  *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
  *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
  *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak), "endings"
- *             (how the job ended: mt_rank_ending_lines),
+ *             (how the job ended: mt_rank_ending_lines), "other_gpus" (memory of ranks on GPUs
+ *             other than their own: mt_rank_foreign_lines),
  *              "stacks": [{"delta", "max_bytes", "median_bytes", "frames": [...]}]}}
  *   STACKS = [stack index, bytes, count, stack index, bytes, count, ...] (largest first)
  *   REST   = [bytes, count, stacks] of what the list leaves out (so lists add up exactly)
@@ -805,6 +806,14 @@ int mt_html_data_end(mt_out *o, const mt_rank_summary *ranks, size_t n)
     for (size_t i = 0; i < ne; i++) {
         if (i) mt_out_write(o, ",", 1);
         mt_out_json_string_html(o, ends[i]);
+    }
+    mt_out_puts(o, "],\"other_gpus\":[");
+    char other[MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
+    long no = mt_rank_foreign_lines(ranks, n, other);
+    if (no < 0) return -1;
+    for (long i = 0; i < no; i++) {
+        if (i) mt_out_write(o, ",", 1);
+        mt_out_json_string_html(o, other[i]);
     }
     mt_out_puts(o, "]}}");
     return 0;

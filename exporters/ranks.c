@@ -151,12 +151,106 @@ size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_R
     return k;
 }
 
-size_t mt_rank_endings_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent)
+#define FOREIGN_SHOWN 8 /* then "... and N more" */
+
+static const mt_rank_gpu *own_gpu(const mt_rank_summary *r)
 {
-    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
-    size_t nl = mt_rank_ending_lines(s, n, ends);
+    for (size_t g = 0; g < r->n_gpus; g++)
+        if (r->gpus[g].own) return &r->gpus[g];
+    return NULL;
+}
+
+/* "rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): 1.14 GiB by NVML, its CUDA
+ * context included; 256.00 MiB allocated at its peak there, the most by load_checkpoint
+ * (samples/ddp.py:39)": NVML's number is what nvidia-smi shows of that process on that GPU, the
+ * context the trace cannot see included. */
+static void foreign_line(const mt_rank_summary *s, const mt_rank_foreign *f, char *line)
+{
+    const mt_rank_summary *r = &s[f->rank];
+    const mt_rank_gpu *g = &r->gpus[f->gpu], *own = own_gpu(r);
+    char who[64], whose[80], mine[40], b1[32], b2[32], seen[200];
+    if (f->owner >= 0)
+        snprintf(whose, sizeof whose, "%s's GPU", rank_name(&s[f->owner], who, sizeof who));
+    else
+        snprintf(whose, sizeof whose, "no rank's own GPU");
+    if (own)
+        snprintf(mine, sizeof mine, " (its own is cuda:%d)", (int)own->device);
+    else
+        mine[0] = 0;
+    if (g->driver_only)
+        snprintf(seen, sizeof seen,
+                 "a CUDA context, no allocation (%s of the driver's static memory)",
+                 mt_format_bytes(g->peak, b2, sizeof b2));
+    else
+        snprintf(seen, sizeof seen, "%s allocated at its peak there, the most by %s",
+                 mt_format_bytes(g->peak, b2, sizeof b2), g->top_frame ? g->top_frame : "?");
+    if (g->nvml_max)
+        snprintf(line, MT_RANK_ENDING_LEN,
+                 "%s holds memory on cuda:%d, %s%s: %s by NVML, its "
+                 "CUDA context included; %s",
+                 rank_name(r, who, sizeof who), (int)g->device, whose, mine,
+                 mt_format_bytes(g->nvml_max, b1, sizeof b1), seen);
+    else
+        snprintf(line, MT_RANK_ENDING_LEN,
+                 "%s holds memory on cuda:%d, %s%s: %s (no NVML "
+                 "sample: its CUDA context is not counted)",
+                 rank_name(r, who, sizeof who), (int)g->device, whose, mine, seen);
+}
+
+long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN])
+{
+    mt_rank_foreign *f;
+    size_t nf;
+    if (mt_rank_foreign_gpus(s, n, &f, &nf) < 0) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < nf && i < FOREIGN_SHOWN; i++)
+        foreign_line(s, &f[i], line[k++]);
+    if (nf > FOREIGN_SHOWN)
+        snprintf(line[k++], MT_RANK_ENDING_LEN, "... and %zu more ranks' GPUs", nf - FOREIGN_SHOWN);
+    /* the GPU that the most ranks hold memory on, when several do (the ranks' usual GPU 0): what
+     * they hold there together, as NVML's largest samples summed (taken at different times: at
+     * most that much at once) */
+    size_t best = nf, best_count = 1;
+    for (size_t i = 0; i < nf; i++) {
+        if (f[i].owner < 0) continue;
+        size_t count = 0;
+        for (size_t j = 0; j < nf; j++)
+            count += f[j].owner == f[i].owner &&
+                     s[f[j].rank].gpus[f[j].gpu].device == s[f[i].rank].gpus[f[i].gpu].device;
+        if (count > best_count) best = i, best_count = count;
+    }
+    if (best < nf) {
+        const mt_rank_foreign *b = &f[best];
+        int32_t dev = s[b->rank].gpus[b->gpu].device;
+        uint64_t nvml = 0, seen = 0;
+        size_t without = 0;
+        for (size_t j = 0; j < nf; j++) {
+            const mt_rank_gpu *g = &s[f[j].rank].gpus[f[j].gpu];
+            if (f[j].owner != b->owner || g->device != dev) continue;
+            nvml += g->nvml_max;
+            seen += g->peak;
+            without += !g->nvml_max;
+        }
+        char who[64], b1[32], b2[32];
+        snprintf(line[k++], MT_RANK_ENDING_LEN,
+                 "on cuda:%d, %s's GPU, %zu other ranks hold up to "
+                 "%s by NVML (%s allocated)%s: each rank's largest, summed",
+                 (int)dev, rank_name(&s[b->owner], who, sizeof who), best_count,
+                 mt_format_bytes(nvml, b1, sizeof b1), mt_format_bytes(seen, b2, sizeof b2),
+                 without ? ", some without NVML samples" : "");
+    }
+    free(f);
+    return (long)k;
+}
+
+size_t mt_rank_notes_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent)
+{
+    char lines[MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
+    size_t nl = mt_rank_ending_lines(s, n, lines);
+    long nf = mt_rank_foreign_lines(s, n, lines + nl);
+    if (nf > 0) nl += (size_t)nf;
     for (size_t i = 0; i < nl; i++)
-        mt_out_printf(o, "%s%s\n", indent, ends[i]);
+        mt_out_printf(o, "%s%s\n", indent, lines[i]);
     return nl;
 }
 
@@ -188,7 +282,7 @@ int mt_rank_table_text(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
             mt_out_printf(o, " (%.0f%%)", 100.0 * (double)r->top_bytes / (double)r->peak);
         mt_out_puts(o, "\n");
     }
-    mt_rank_endings_text(o, s, n, "  ");
+    mt_rank_notes_text(o, s, n, "  ");
     const mt_rank_summary *hi, *med;
     mt_named_diff *d;
     size_t nd;
@@ -280,10 +374,32 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
         } else {
             mt_out_puts(o, "null");
         }
-        mt_out_write(o, "}", 1);
+        mt_out_puts(o, ",\"gpus\":[");
+        for (size_t g = 0; g < r->n_gpus; g++) {
+            const mt_rank_gpu *x = &r->gpus[g];
+            mt_out_puts(o, g ? ",{" : "{");
+            jint(o, "device", x->device, 1);
+            jstr(o, "uuid", x->uuid, 1);
+            jint(o, "peak_bytes", (long long)x->peak, 1);
+            jint(o, "nvml_max_bytes", (long long)x->nvml_max, 1);
+            mt_out_printf(o, "\"own\":%s,\"driver_only\":%s,", x->own ? "true" : "false",
+                          x->driver_only ? "true" : "false");
+            jstr(o, "top_stack_first_user_frame", x->top_frame, 0);
+            mt_out_write(o, "}", 1);
+        }
+        mt_out_puts(o, "]}");
     }
     mt_out_write(o, "]", 1);
     mt_out_printf(o, ",\"first_out_of_memory\":%ld", first_oom(s, n));
+    mt_rank_foreign *f;
+    size_t nf;
+    if (mt_rank_foreign_gpus(s, n, &f, &nf) < 0) return -1;
+    mt_out_puts(o, ",\"other_gpus\":[");
+    for (size_t i = 0; i < nf; i++)
+        mt_out_printf(o, "%s{\"row\":%zu,\"device\":%d,\"owner_row\":%ld}", i ? "," : "", f[i].rank,
+                      (int)s[f[i].rank].gpus[f[i].gpu].device, f[i].owner);
+    mt_out_write(o, "]", 1);
+    free(f);
     mt_imbalance im;
     if (n && mt_rank_imbalance(s, n, &im) == 0) {
         mt_out_printf(o, ",\"imbalance\":{\"max\":%zu,\"median\":%zu,\"min\":%zu", im.max,
@@ -387,8 +503,11 @@ int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
         mt_out_puts(o, " |\n");
     }
     mt_out_puts(o, "\n");
-    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    char ends[MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
     size_t nl = mt_rank_ending_lines(s, n, ends);
+    long nf = mt_rank_foreign_lines(s, n, ends + nl);
+    if (nf < 0) return -1;
+    nl += (size_t)nf;
     for (size_t i = 0; i < nl; i++) {
         mt_md_text(o, ends[i]);
         mt_out_puts(o, i + 1 < nl ? "  \n" : "\n\n");

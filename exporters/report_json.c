@@ -297,6 +297,11 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
         mt_out_json_string(o, d->name);
         mt_out_write(o, ",", 1);
     }
+    if (d->uuid) {
+        key(o, "uuid");
+        mt_out_json_string(o, d->uuid);
+        mt_out_write(o, ",", 1);
+    }
     u64f(o, "capacity_bytes", d->capacity, 1);
     u64f(o, "peak_bytes", u->peak, 1);
     u64f(o, "peak_time_ns", d->peak_time_ns, 1);

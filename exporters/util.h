@@ -82,10 +82,15 @@ const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t
 
 /* ---- the rank table (ranks.c) ---- */
 #define MT_RANK_ENDING_LINES 10
-#define MT_RANK_ENDING_LEN 400
+#define MT_RANK_ENDING_LEN 512
 /* How a job of several traces ended, when a rank raised torch.OutOfMemoryError or a trace has
  * no END: plain sentences, one per line[] (the text, Markdown and HTML rank tables). How many. */
 size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
+#define MT_RANK_FOREIGN_LINES 10
+/* Memory that ranks hold on GPUs other than their own (mt_rank_foreign_gpus): a line per rank and
+ * GPU, at most 8, then "... and N more", then a line per GPU that several ranks hold memory on
+ * (at most one). How many; -1 out of memory. */
+long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
 
 /* ---- Markdown (markdown.c) ---- */
 /* s as a code span that is safe inside a GFM table cell. */

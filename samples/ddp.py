@@ -1,15 +1,21 @@
 """DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
 (1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
 
-    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp]
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp] [--stray MIB]
 
 --fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
 GPT-2-like model of train.py, AdamW, every rank the same batch.
+
+--stray MIB makes the classic mistake of a torchrun script: every rank loads a checkpoint (MIB of
+weights, saved from cuda:0) with torch.load and no map_location before torch.cuda.set_device, and
+keeps it. So every rank holds a CUDA context and those weights on GPU 0, rank 0's GPU, besides its
+own work: the rank table must say who holds what on another rank's GPU.
 
 stdout: one line per rank (ranks print in any order). PyTorch's numbers per rank go to
 $SAMPLE_STATS with "{rank}" in the path (mt_stats.py).
 """
 import argparse
+import io
 import os
 
 import torch
@@ -24,12 +30,23 @@ def ddp_model(dev):
                                torch.nn.Linear(4096, 1024)).to(dev)
 
 
+def load_checkpoint(nbytes):
+    """The weights of a checkpoint saved from cuda:0, loaded the way many scripts do: torch.load
+    without map_location puts every tensor back on the device it was saved from."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(nbytes // 4, device="cuda:0")}, buf)
+    buf.seek(0)
+    return torch.load(buf)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--fsdp", action="store_true")
+    ap.add_argument("--stray", type=int, default=0, metavar="MIB")
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    stale = load_checkpoint(args.stray << 20) if args.stray else None
     torch.cuda.set_device(local)  # before the process group: no stray context on GPU 0
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)

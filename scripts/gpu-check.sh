@@ -619,7 +619,8 @@ if [ "$NGPU" -ge 2 ]; then
   same_run multi_ta "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" "--tensors=async" $PY "$S/multi_gpu.py"
   torch_match multi_ta async --devices "$NGPU"
   # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
-  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp"; do
+  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" \
+             "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256"; do
     IFS=: read -r name opts jargs <<< "$job"
     [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
     d=$W/$name; mkdir -p "$d/plain" "$d/traced"
@@ -655,6 +656,40 @@ k, t = sys.argv[1], json.load(open(sys.argv[2]))["rank_table"]
 v = [json.load(open(p))["devices"][str(r)][k] for r, p in enumerate(sys.argv[3:])]
 got = t["rows"][t["imbalance"]["max"]]["rank"]
 print("ok" if v[got] >= max(v) - (2 << 20) else "rank %d, PyTorch %s" % (got, v))' "$key" "$d/ranks.json" $(for ((r = 0; r < NGPU; r++)); do echo "$d/traced.$r.json"; done) 2>&1 | tail -1)"
+  done
+  # A checkpoint loaded before torch.cuda.set_device (ddp.py --stray 256): every rank holds a
+  # context and 256 MiB of weights on cuda:0, rank 0's GPU. Each rank's trace has cuda:0 (its
+  # numbers there = that rank's PyTorch's, above), its DEVICE records name the physical GPUs (the
+  # same UUID for every rank's cuda:0), and NVML saw each rank on cuda:0.
+  for name in ddp_stray ddp_stray_t; do
+    [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
+    d=$W/$name
+    for ((r = 0; r < NGPU; r++)); do
+      "$MT" dump "$d/traced/memtrace.rank$r.mtrace" 2>> "$LOG" | grep '^device ' | sort -u > "$d/devices$r.txt"
+      cp "$d/traced/memtrace.rank$r.mtrace" "$OUT/${name}_rank$r.mtrace"
+      cp "$d/traced.$r.json" "$OUT/${name}_rank$r.stats.json" 2>/dev/null
+    done
+    cat "$d"/devices*.txt >> "$LOG"
+    check "$name: every rank's cuda:0 is one GPU by UUID, each rank's own GPU another" ok "$(cat "$d"/devices*.txt | $PY -c '
+import re, sys
+by = {}
+for l in sys.stdin:
+    m = re.search(r"ordinal=(\d+) .* uuid=\"(GPU-[0-9a-f-]{36})\"", l)
+    if m: by.setdefault(int(m.group(1)), set()).add(m.group(2))
+u = [next(iter(v)) for v in by.values() if len(v) == 1]
+print("ok" if by and all(len(v) == 1 for v in by.values()) and len(set(u)) == len(by) else "uuids by ordinal %s" % by)')"
+    for ((r = 1; r < NGPU; r++)); do
+      check "$name rank $r: memory on cuda:0 and on its own cuda:$r, NVML saw it on both" ok "$($PY -c '
+import json, sys
+rep, r = json.load(open(sys.argv[1])), int(sys.argv[2])
+devs = {d["device"]: d for d in rep["devices"]}
+bad = [k for k in (0, r) if k not in devs or not devs[k]["peak_bytes"] or not devs[k].get("nvml_max_bytes")]
+print("ok" if not bad else "devices %s" % {k: (v["peak_bytes"], v.get("nvml_max_bytes")) for k, v in devs.items()})' "$d/rank$r.json" "$r" 2>&1 | tail -1)"
+    done
+    "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; cp "$d/ranks.txt" "$OUT/${name}_ranks.txt"
+    sed -n 1,12p "$d/ranks.txt" >> "$LOG"
+    check "$name: the rank table names every other rank on rank 0's GPU, with the checkpoint's line" ok \
+      "$(n=$(grep -c "^  rank [0-9]* holds memory on cuda:0, rank 0's GPU (its own is cuda:[0-9]*): .* by NVML, its CUDA context included; .* allocated at its peak there, the most by load_checkpoint (.*ddp.py:[0-9]*)$" "$d/ranks.txt"); [ "$n" = $((NGPU - 1)) ] && echo ok || echo "$n lines")"
   done
   # A torchrun job that dies of torch.OutOfMemoryError (samples/oom.py under DDP, a memory fraction
   # per rank): the last rank, on the largest batch, raises it and exits 1; the others wait for it

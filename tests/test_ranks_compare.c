@@ -533,3 +533,136 @@ Test(ranks_report, endings_list_errors_in_time_order_and_cut_long_lists)
                             "torch.OutOfMemoryError"),
         "%s", line[9]);
 }
+
+/* ---- memory on another rank's GPU ------------------------------------------------------------ */
+
+/* samples/ddp.py --stray 256 under torchrun on 2 x H200 (tests/data/ddp_stray_rank{0,1}.mtrace):
+ * every rank loaded a checkpoint saved from cuda:0 before torch.cuda.set_device, so rank 1 also
+ * holds a context and 256 MiB on cuda:0. The rank table says so under its rows, with NVML's
+ * number (the context, which the trace cannot see, included) and the program's own line; the
+ * JSON names the GPUs by UUID, the same for both ranks' cuda:0. */
+Test(ranks_report, a_rank_on_another_ranks_gpu_is_named_with_its_line)
+{
+    char dir[512], b1[32], b2[32], want[512];
+    snprintf(dir, sizeof dir, "%s", MT_TEST_DATA_DIR);
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/ddp_stray_rank1.mtrace", dir);
+    mt_analysis *a;
+    cr_assert_eq(mt_analyze(path, NULL, &a, err, sizeof err), 0, "%s", err);
+    const mt_device_report *gpu0 = NULL;
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.device == 0) gpu0 = &a->devices[i];
+    cr_assert_not_null(gpu0);
+    cr_assert(gpu0->n_nvml && gpu0->nvml_max > gpu0->u.peak, "NVML saw the context too");
+    /* PyTorch's own max_memory_allocated(0) in rank 1 */
+    cr_expect_eq(gpu0->u.by_kind_peak[MT_KIND_TENSOR], 268435456);
+    snprintf(want, sizeof want,
+             "\n  rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): %s by NVML, its "
+             "CUDA context included; %s allocated at its peak there, the most by load_checkpoint "
+             "(samples/ddp.py:39)\n",
+             bytes(gpu0->nvml_max, b1, sizeof b1), bytes(gpu0->u.peak, b2, sizeof b2));
+    mt_analysis_free(a);
+    int status;
+    char *out = run(&status, MEMTRACE " report %s/ddp_stray_rank0.mtrace %s/ddp_stray_rank1.mtrace",
+                    dir, dir);
+    cr_assert_eq(status, 0, "%s", out);
+    cr_expect(strstr(out, want), "wanted%sin:\n%s", want, out);
+    cr_expect(!strstr(out, "rank 0 holds memory"), "rank 0 is on its own GPU only");
+    free(out);
+    out = run(
+        &status,
+        MEMTRACE
+        " report --json %s/ddp_stray_rank0.mtrace %s/ddp_stray_rank1.mtrace | "
+        "python3 -c '"
+        "import json,sys\n"
+        "t=json.load(sys.stdin)[\"rank_table\"]\n"
+        "r0,r1=(r[\"gpus\"] for r in t[\"rows\"])\n"
+        "assert [(g[\"device\"],g[\"own\"]) for g in r0]==[(0,True)], r0\n"
+        "assert [(g[\"device\"],g[\"own\"]) for g in r1]==[(0,False),(1,True)], r1\n"
+        "assert r0[0][\"uuid\"]==r1[0][\"uuid\"]!=r1[1][\"uuid\"], (r0,r1)\n"
+        "assert r1[0][\"uuid\"].startswith(\"GPU-\") and len(r1[0][\"uuid\"])==40\n"
+        "assert r1[0][\"top_stack_first_user_frame\"]==\"load_checkpoint (samples/ddp.py:39)\"\n"
+        "assert t[\"other_gpus\"]==[{\"row\":1,\"device\":0,\"owner_row\":0}], t[\"other_gpus\"]\n"
+        "'",
+        dir, dir);
+    cr_expect_eq(status, 0, "%s", out);
+    free(out);
+    out = run(&status,
+              MEMTRACE " report --markdown %s/ddp_stray_rank0.mtrace %s/ddp_stray_rank1.mtrace",
+              dir, dir);
+    cr_expect(strstr(out, "\nrank 1 holds memory on cuda:0, rank 0's GPU \\(its own is cuda:1\\)"),
+              "%s", out);
+    free(out);
+}
+
+/* Summaries made by hand: nine ranks of host a on rank 0's GPU (no UUIDs: by ordinal), listed 8
+ * then counted, and summed; a rank of host b whose cuda:0 is not host a's; ranks whose
+ * CUDA_VISIBLE_DEVICES gives each its own GPU as cuda:0, matched by UUID. */
+Test(ranks_report, other_gpus_pair_by_host_and_uuid_and_cut_long_lists)
+{
+    static char load[] = "load (t.py:3)", none[] = "[driver internal]";
+    mt_rank_summary s[14];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 14; i++) {
+        s[i].has_rank = 1;
+        s[i].rank = i;
+        s[i].host = i < 10 ? "a" : i == 10 ? "b" : "c";
+        s[i].ended_cleanly = 1;
+        mt_rank_gpu own = {.device = i < 10 ? i : 0, .peak = 1 << 30, .own = 1, .top_frame = load};
+        if (i < 10 && i > 0) { /* also on cuda:0: a context, and 1 MiB (rank 9: the context only) */
+            s[i].gpus[s[i].n_gpus++] = (mt_rank_gpu){.device = 0,
+                                                     .peak = i == 9 ? 4096 : 1 << 20,
+                                                     .nvml_max = 500ull << 20,
+                                                     .driver_only = i == 9,
+                                                     .top_frame = i == 9 ? none : load};
+        }
+        s[i].gpus[s[i].n_gpus++] = own;
+    }
+    /* host b: its cuda:0 is its own, its cuda:1 nobody's (host a's rank 1 is another machine) */
+    s[10].gpus[s[10].n_gpus++] = (mt_rank_gpu){.device = 1, .peak = 1 << 20, .top_frame = load};
+    /* host c: each rank sees its GPU as cuda:0; rank 12 also maps rank 11's GPU as its cuda:1, and
+     * rank 13 a GPU by the same ordinal as rank 11's but not its UUID */
+    snprintf(s[11].gpus[0].uuid, sizeof s[11].gpus[0].uuid, "GPU-11");
+    snprintf(s[12].gpus[0].uuid, sizeof s[12].gpus[0].uuid, "GPU-12");
+    snprintf(s[13].gpus[0].uuid, sizeof s[13].gpus[0].uuid, "GPU-13");
+    s[12].gpus[s[12].n_gpus++] =
+        (mt_rank_gpu){.device = 1, .uuid = "GPU-11", .peak = 1 << 20, .top_frame = load};
+    s[13].gpus[s[13].n_gpus++] =
+        (mt_rank_gpu){.device = 1, .uuid = "GPU-99", .peak = 1 << 20, .top_frame = load};
+    mt_rank_foreign *f;
+    size_t nf;
+    cr_assert_eq(mt_rank_foreign_gpus(s, 14, &f, &nf), 0);
+    cr_assert_eq(nf, 12);
+    for (size_t i = 0; i < 9; i++)
+        cr_expect(f[i].rank == i + 1 && f[i].gpu == 0 && f[i].owner == 0, "%zu: %zu %zu %ld", i,
+                  f[i].rank, f[i].gpu, f[i].owner);
+    cr_expect(f[9].rank == 10 && f[9].owner == -1, "host b's cuda:1 is no rank's: %ld", f[9].owner);
+    cr_expect(f[10].rank == 12 && f[10].owner == 11, "by UUID: %ld", f[10].owner);
+    cr_expect(f[11].rank == 13 && f[11].owner == -1, "another UUID: %ld", f[11].owner);
+    free(f);
+    char line[MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
+    cr_assert_eq(mt_rank_foreign_lines(s, 14, line), 10);
+    cr_expect_str_eq(line[0], "rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): "
+                              "500.00 MiB by NVML, its CUDA context included; 1.00 MiB allocated "
+                              "at its peak there, the most by load (t.py:3)");
+    cr_expect(strncmp(line[7], "rank 8 holds", 12) == 0, "%s", line[7]);
+    cr_expect_str_eq(line[8], "... and 4 more ranks' GPUs");
+    cr_expect_str_eq(line[9], "on cuda:0, rank 0's GPU, 9 other ranks hold up to 4.39 GiB by NVML "
+                              "(8.00 MiB allocated): each rank's largest, summed");
+    /* the context alone, and a GPU nobody owns without NVML */
+    mt_rank_summary two[2] = {s[9], s[10]};
+    two[0].gpus[0].nvml_max = 0;
+    cr_assert_eq(mt_rank_foreign_lines(two, 2, line), 2);
+    cr_expect_str_eq(line[0], "rank 9 holds memory on cuda:0, no rank's own GPU (its own is "
+                              "cuda:9): a CUDA context, no allocation (4.00 KiB of the driver's "
+                              "static memory) (no NVML sample: its CUDA context is not counted)");
+    cr_expect_str_eq(line[1], "rank 10 holds memory on cuda:1, no rank's own GPU (its own is "
+                              "cuda:0): 1.00 MiB allocated at its peak there, the most by load "
+                              "(t.py:3) (no NVML sample: its CUDA context is not counted)");
+    /* one rank on its own GPU only, and traces without a rank: nothing */
+    s[0].has_rank = 1;
+    cr_expect_eq(mt_rank_foreign_lines(s, 1, line), 0);
+    for (int i = 1; i < 10; i++)
+        s[i].has_rank = 0;
+    cr_expect_eq(mt_rank_foreign_lines(s, 10, line), 0);
+}

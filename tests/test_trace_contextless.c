@@ -169,6 +169,42 @@ Test(contextless, with_several_the_latest_context_and_releases_follow_their_allo
     }
 }
 
+/* Activity records come late, in CUPTI's buffers: every stamp read before a DEVICE record is
+ * earlier than its context, so records stamped before the second context's were made in the
+ * first (exact, though written after the second's DEVICE record); those stamped after it go to the
+ * newer one (a guess). */
+Test(contextless, a_record_stamped_before_a_context_was_made_is_not_its)
+{
+    for (int alone = 0; alone < 2; alone++) {
+        tw x;
+        tw_open(&x);
+        tw_device(&x, 0);
+        tw_event(&x, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 1, 0, 0x1000, 1); /* a cudaMalloc on cuda:0 */
+        uint64_t early = x.t;
+        x.t += 1000000; /* 1 ms later, still before cuda:1's context */
+        tw_event(&x, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 1, 0, 0x2000, 1);
+        uint64_t bound = x.t;
+        tw_device(&x, 1);
+        x.t = early; /* cuda:0's static memory, stamped before, written now */
+        tw_static(&x, MT_OP_ALLOC, 0, 50, alone);
+        x.t = bound - 10; /* stamped at the bound (tw_event adds 10): still before cuda:1's... */
+        tw_static(&x, MT_OP_ALLOC, 50, 1, alone);
+        tw_static(&x, MT_OP_ALLOC, 51, 49, alone); /* ...and past it, maybe cuda:1's */
+        tw_device(&x, 0); /* a third context, on cuda:0 again: after it, several are possible */
+        tw_static(&x, MT_OP_ALLOC, 100, 5, alone);
+        x.t = early; /* stamped before cuda:1's and the third context: cuda:0 still, exactly */
+        tw_static(&x, MT_OP_ALLOC, 105, 5, alone);
+        placed p[200];
+        cr_assert_eq(read_back(&x, p, 200), 112);
+        expect_range(p, 0, 2, 0, 0);
+        expect_range(p, 2, 52, 0, INF);
+        expect_range(p, 52, 53, 0, INF);
+        expect_range(p, 53, 102, 1, GUESS);
+        expect_range(p, 102, 107, 0, GUESS);
+        expect_range(p, 107, 112, 0, INF);
+    }
+}
+
 /* What CUPTI does name stays as it is: a context's own records, host memory, callbacks' events. */
 Test(contextless, named_contexts_host_memory_and_callbacks_are_untouched)
 {
@@ -230,4 +266,18 @@ Test(contextless, gpu_a_process_on_gpu1_has_nothing_on_gpu0)
         cr_expect_eq(inf[1], statics[i], "%s", names[i]);
         cr_expect_eq(guess[1], 0, "%s", names[i]);
     }
+}
+
+/* samples/ddp.py --stray 256 under torchrun on 2 x H200 (tests/data/ddp_stray_rank1.mtrace): rank 1
+ * loaded a checkpoint onto cuda:0 before torch.cuda.set_device(1). The 51 static records of its
+ * cuda:0 context were stamped then but came in CUPTI's buffer after its cuda:1 context's DEVICE
+ * record: cuda:0, exactly. The rest came with cuda:1's context (the newer: a guess). */
+Test(contextless, gpu_late_records_of_the_first_context_stay_on_its_gpu)
+{
+    uint64_t on[2] = {0}, inf[2] = {0}, guess[2] = {0};
+    count_fixture("ddp_stray_rank1.mtrace", on, inf, guess);
+    cr_expect_eq(inf[0], 51);
+    cr_expect_eq(guess[0], 0);
+    cr_expect_eq(inf[1], 1974);
+    cr_expect_eq(guess[1], 1974);
 }

@@ -89,3 +89,15 @@ Test(trace_names, result_names_match_cuda_header)
 #undef COUNT
     cr_assert_eq(checked, listed, "cuda.h has %u codes, driver_results.h %u", checked, listed);
 }
+
+Test(trace_names, a_gpu_uuid_reads_as_nvidia_smi_writes_it)
+{
+    const uint8_t u[16] = {0x5e, 0x2f, 0x1c, 0x0a, 0x9b, 0x3d, 0x47, 0x01,
+                           0x8c, 0xe4, 0x00, 0xff, 0x12, 0x34, 0x56, 0x78};
+    char buf[64];
+    mt_format_gpu_uuid(u, buf, sizeof buf);
+    cr_assert_str_eq(buf, "GPU-5e2f1c0a-9b3d-4701-8ce4-00ff12345678");
+    char small[10];
+    mt_format_gpu_uuid(u, small, sizeof small);
+    cr_assert_str_eq(small, "GPU-5e2f1", "cut, still terminated");
+}

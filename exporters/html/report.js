@@ -476,15 +476,17 @@
         el('tbody', null, rows),
       ),
       /* how the job ended: who raised torch.OutOfMemoryError first, whose trace has no END */
-      DATA.ranks && DATA.ranks.endings.length
-        ? el(
-            'div',
-            { id: 'endings' },
-            DATA.ranks.endings.map((t) => el('p', { class: 'note warn', text: t })),
-          )
-        : null,
+      warnings('endings', DATA.ranks && DATA.ranks.endings),
+      /* memory ranks hold on GPUs other than their own (a checkpoint loaded before set_device) */
+      warnings('other-gpus', DATA.ranks && DATA.ranks.other_gpus),
       imbalance,
     );
+  }
+
+  /* sentences under the rank table, each a warning; nothing when there are none */
+  function warnings(id, lines) {
+    if (!lines || !lines.length) return null;
+    return el('div', { id }, lines.map((t) => el('p', { class: 'note warn', text: t })));
   }
 
   function deviceTabs() {
@@ -1480,7 +1482,10 @@
     const { table, sum } = stackTable(T, flat, rest, total, 'live-table');
     sec.replaceChildren(
       el('h2', null, title, ' ', el('span', { class: 'sub', text: '— ' + sub })),
-      el('div', { class: 'scroll' }, table),
+      /* a span with nothing live (a process between two uses of a GPU): no empty table */
+      flat.length || (rest && rest[0])
+        ? el('div', { class: 'scroll' }, table)
+        : el('p', { class: 'empty', text: 'Nothing was live on ' + D.root + ' then.' }),
       el('div', {
         class: 'note',
         text:

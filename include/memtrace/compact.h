@@ -431,6 +431,7 @@ typedef struct mt_device_report {
                                       (MT_EF_DEVICE_GUESSED: a context's static memory, which
                                       CUPTI gives no device, in a process with several) */
     const char *name;              /* from MT_REC_DEVICE, or NULL */
+    const char *uuid;              /* from MT_REC_DEVICE ("GPU-..."), or NULL when it has none */
     uint64_t capacity;             /* device total bytes from MT_REC_DEVICE, 0 = unknown */
     mt_stack_list peak_stacks;     /* live at the peak, by stack; sums to u.peak exactly */
     mt_stack_list live_end;        /* live at the end of the trace, by stack (sums to u.in_use) */
@@ -791,6 +792,21 @@ typedef struct mt_named_bytes {
 } mt_named_bytes;
 
 /* What one trace contributes to the rank table: small, so that N ranks fit in memory. */
+#define MT_RANK_GPUS 16 /* GPUs kept per rank, for memory on another rank's GPU */
+
+/* A rank's memory on one GPU. */
+typedef struct mt_rank_gpu {
+    int32_t device;
+    char uuid[48];     /* the GPU's (mt_device_report.uuid), "" when the trace has none */
+    uint64_t peak;     /* the rank's peak there (what the trace saw: allocations, static memory) */
+    uint64_t nvml_max; /* NVML's largest sample of the process there (its CUDA context, which the
+                          trace cannot see, included), 0 when there is none */
+    int own;           /* the rank's own GPU (mt_own_gpu) */
+    int driver_only;   /* only the driver's memory there (mt_gpu_is_stray): a context */
+    char *top_frame;   /* who holds the largest stack at that peak: the program's own line
+                          (mt_frames_own_code), else as mt_rank_summary.top_frame */
+} mt_rank_gpu;
+
 typedef struct mt_rank_summary {
     char *path, *host, *comm, *label;
     int has_rank;
@@ -818,10 +834,25 @@ typedef struct mt_rank_summary {
     uint64_t oom_unix_ns, oom_bytes, oom_allocated;
     int32_t oom_device;
     char *oom_frame; /* the first user frame of its stack */
+    mt_rank_gpu gpus[MT_RANK_GPUS]; /* its GPUs, ordinals ascending (the first MT_RANK_GPUS) */
+    size_t n_gpus;
 } mt_rank_summary;
 
 int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s); /* 0, or -1 out of memory */
 void mt_rank_summary_free(mt_rank_summary *s);
+
+/* Memory that a rank holds on a GPU other than its own: a checkpoint loaded, or a CUDA call made,
+ * before torch.cuda.set_device puts a context (and tensors) on GPU 0 in every rank. One entry per
+ * such rank and GPU, ranks in s[]'s order. Two ranks' GPUs are the same GPU when they are on the
+ * same host and have the same UUID (the same ordinal when either trace has no UUID). Only traces
+ * with a rank count. */
+typedef struct mt_rank_foreign {
+    size_t rank; /* index into s[] */
+    size_t gpu;  /* index into s[rank].gpus */
+    long owner;  /* index into s[] of the rank whose own GPU it is, -1 when none is */
+} mt_rank_foreign;
+/* *out is malloc'd (NULL when there is none). 0, or -1 out of memory. */
+int mt_rank_foreign_gpus(const mt_rank_summary *s, size_t n, mt_rank_foreign **out, size_t *n_out);
 
 /* Indexes into s[] of the ranks with the largest, the median (the lower one for an even count)
  * and the smallest peak. -1 when n == 0. */

@@ -97,10 +97,11 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
  * table, the imbalance line and the stacks that make the largest rank larger than the median. */
 int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
                            const mt_report_options *opt);
-/* How the job ended, the lines the rank table has under its rows (nothing for a job that ended
- * cleanly): the ranks that raised torch.OutOfMemoryError in the order they did, then those whose
- * trace has no END (killed). Each line starts with indent. Returns how many lines. */
-size_t mt_rank_endings_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent);
+/* The lines the rank table has under its rows (none for a job that ended cleanly with each rank
+ * on its own GPU): how the job ended, the ranks that raised torch.OutOfMemoryError in the order
+ * they did, then those whose trace has no END (killed); then the memory ranks hold on GPUs other
+ * than their own. Each line starts with indent. Returns how many lines. */
+size_t mt_rank_notes_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent);
 
 /* ---- By category (record --tensors): the "by category at the peak" table ------------------------ */
 

@@ -394,6 +394,9 @@ const char *mt_api_name(unsigned cbid);
 /* CUresult -> its name in cuda.h ("CUDA_ERROR_OUT_OF_MEMORY"); "" if not in
  * memtrace/driver_results.h (CUDA 13.0's codes). */
 const char *mt_result_name(unsigned result);
+/* A GPU's 16-byte UUID (cuDeviceGetUuid) as nvidia-smi -L and NVML write it, the DEVICE record's
+ * uuid: "GPU-" then 8-4-4-4-12 lower-case hex digits (41 bytes with the NUL; less: truncated). */
+void mt_format_gpu_uuid(const uint8_t bytes[16], char *buf, size_t len);
 
 #ifdef __cplusplus
 }

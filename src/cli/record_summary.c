@@ -153,7 +153,7 @@ static void summarize_job(mt_rank_summary *rows, size_t n)
             fprintf(stderr, " %s%s", rows[i].path, i + 1 < k ? "" : "\n");
     mt_out *o = mt_out_from_file(stderr);
     if (o) {
-        mt_rank_endings_text(o, rows, k, "  ");
+        mt_rank_notes_text(o, rows, k, "  ");
         mt_out_close(o);
     }
 }

@@ -49,7 +49,7 @@ typedef struct timeline {
 
 typedef struct dev_info {
     int32_t ordinal;
-    char *name;
+    char *name, *uuid;
     uint64_t total;
 } dev_info;
 
@@ -188,7 +188,8 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         for (size_t k = 0; k < *n_devs; k++)
             if ((*devs)[k].ordinal == ord) return 0;
         if (mt_grow((void **)devs, &p->cap_devs, *n_devs + 1, sizeof **devs) < 0) return -1;
-        (*devs)[*n_devs] = (dev_info){ord, dupstr(rec->u.device.name), rec->u.device.total_bytes};
+        (*devs)[*n_devs] = (dev_info){ord, dupstr(rec->u.device.name), dupstr(rec->u.device.uuid),
+                                      rec->u.device.total_bytes};
         (*n_devs)++;
         return 0;
     }
@@ -273,6 +274,10 @@ static int finish_pass1(mt_analysis *a, pass1 *p, mt_u64map *allocs, dev_info *d
                 /* one DEVICE record per context: a device with several contexts has several */
                 d->name = devs[k].name;
                 devs[k].name = NULL; /* the report owns it now */
+                if (devs[k].uuid && devs[k].uuid[0]) {
+                    d->uuid = devs[k].uuid;
+                    devs[k].uuid = NULL;
+                }
                 d->capacity = devs[k].total;
                 break;
             }
@@ -448,7 +453,10 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         *peaks_done = 1;
     }
     if (rc < 0 && err && !err[0]) mt_err_text(err, errlen, "%s: out of memory", a->path);
-    for (size_t i = 0; i < n_devs; i++) free(devs[i].name);
+    for (size_t i = 0; i < n_devs; i++) {
+        free(devs[i].name);
+        free(devs[i].uuid);
+    }
     free(devs);
     mt_pairing_free(&p.nvml);
     for (size_t k = 0; k < MT_N_SLOTS; k++) {
@@ -495,6 +503,7 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
 static void free_device(mt_device_report *d)
 {
     free((char *)d->name);
+    free((char *)d->uuid);
     free(d->peak_stacks.v);
     free(d->leaks.v);
     free(d->live_end.v);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hash.h"
+#include "grow.h"
 #include "internal.h"
 
 const char *mt_trace_label(const mt_analysis *a, char *buf, size_t len)
@@ -202,6 +203,43 @@ static const mt_device_report *peak_device(const mt_analysis *a)
     return best;
 }
 
+/* Who holds the largest stack at d's peak, in a word: the first user frame, or the library that
+ * allocated (a stack of NCCL's own threads has no user frame to show: "NCCL" says more than a libc
+ * address). malloc'd; NULL out of memory. */
+static char *who_at_peak(const mt_analysis *a, const mt_device_report *d)
+{
+    if (!d->peak_stacks.n) return strdup("");
+    const mt_stack_stat *top = &d->peak_stacks.v[0];
+    int is_allocator = 0;
+    const char *owner =
+        top->driver ? "[driver internal]" : mt_frames_owner(a->frames, top->stack, &is_allocator);
+    return strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack, MT_NAME_SHORT)
+                               : owner);
+}
+
+static int summarize_gpus(const mt_analysis *a, mt_rank_summary *s)
+{
+    const mt_device_report *own = mt_own_gpu(a, NULL);
+    for (size_t i = 0; i < a->n_devices && s->n_gpus < MT_RANK_GPUS; i++) {
+        const mt_device_report *d = &a->devices[i];
+        if (d->u.device < 0) continue;
+        mt_rank_gpu *g = &s->gpus[s->n_gpus++];
+        g->device = d->u.device;
+        snprintf(g->uuid, sizeof g->uuid, "%s", d->uuid ? d->uuid : "");
+        g->peak = d->u.peak;
+        g->nvml_max = d->n_nvml ? d->nvml_max : 0;
+        g->own = d == own;
+        g->driver_only = mt_gpu_is_stray(d);
+        /* the program's own line (load_checkpoint in train.py, not torch's _to), where it has one
+         */
+        const mt_stack_stat *top = d->peak_stacks.n ? &d->peak_stacks.v[0] : NULL;
+        if (!(g->top_frame = top && !top->driver ? strdup(mt_frames_own_code(a->frames, top->stack))
+                                                 : who_at_peak(a, d)))
+            return -1;
+    }
+    return 0;
+}
+
 int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
 {
     memset(s, 0, sizeof *s);
@@ -242,6 +280,7 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
         const char *who = f->stack ? mt_frames_own_code(a->frames, f->stack) : NULL;
         if (!(s->oom_frame = strdup(who ? who : "[no stack]"))) return -1;
     }
+    if (summarize_gpus(a, s) < 0) return -1;
     const mt_device_report *d = peak_device(a);
     if (!d) return 0;
     s->peak_device = d->u.device;
@@ -256,14 +295,8 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     s->stacks = v;
     s->n_stacks = k;
     if (k) {
-        const mt_stack_stat *top = &d->peak_stacks.v[0];
-        /* who, in a word: the first user frame, or the library that allocated (a stack of NCCL's
-         * own threads has no user frame to show: "NCCL" says more than a libc address) */
-        int is_allocator = 0;
-        const char *owner = top->driver ? "[driver internal]"
-                                        : mt_frames_owner(a->frames, top->stack, &is_allocator);
-        s->top_frame = strdup(is_allocator ? mt_frames_first_user(a->frames, top->stack, MT_NAME_SHORT) : owner);
-        s->top_bytes = top->bytes;
+        if (!(s->top_frame = who_at_peak(a, d))) return -1;
+        s->top_bytes = d->peak_stacks.v[0].bytes;
     }
     return 0;
 }
@@ -279,7 +312,48 @@ void mt_rank_summary_free(mt_rank_summary *s)
     free(s->label);
     free(s->top_frame);
     free(s->oom_frame);
+    for (size_t i = 0; i < s->n_gpus; i++)
+        free(s->gpus[i].top_frame);
     memset(s, 0, sizeof *s);
+}
+
+static int same_gpu(const mt_rank_summary *x, const mt_rank_gpu *a, const mt_rank_summary *y,
+                    const mt_rank_gpu *b)
+{
+    if (strcmp(x->host, y->host) != 0) return 0;
+    if (a->uuid[0] && b->uuid[0]) return strcmp(a->uuid, b->uuid) == 0;
+    return a->device == b->device; /* a trace without UUIDs: ranks of one host share ordinals */
+}
+
+int mt_rank_foreign_gpus(const mt_rank_summary *s, size_t n, mt_rank_foreign **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t k = 0, cap = 0;
+    mt_rank_foreign *v = NULL;
+    for (size_t r = 0; r < n; r++) {
+        if (!s[r].has_rank) continue;
+        for (size_t g = 0; g < s[r].n_gpus; g++) {
+            const mt_rank_gpu *x = &s[r].gpus[g];
+            if (x->own || (!x->peak && !x->nvml_max)) continue;
+            long owner = -1;
+            for (size_t o = 0; o < n && owner < 0; o++)
+                for (size_t h = 0; h < s[o].n_gpus; h++)
+                    if (o != r && s[o].has_rank && s[o].gpus[h].own &&
+                        same_gpu(&s[r], x, &s[o], &s[o].gpus[h])) {
+                        owner = (long)o;
+                        break;
+                    }
+            if (k == cap && mt_grow((void **)&v, &cap, k + 1, sizeof *v) < 0) {
+                free(v);
+                return -1;
+            }
+            v[k++] = (mt_rank_foreign){r, g, owner};
+        }
+    }
+    *out = v;
+    *n_out = k;
+    return 0;
 }
 
 static const mt_rank_summary *sorting_base;

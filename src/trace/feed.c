@@ -300,10 +300,14 @@ mt_read_status mt_feed_next(mt_feed *f, mt_record *out)
             continue;
         }
         if (mt_decode_record(&f->codec, f->lane, out) == 0) {
-            if (out->type == MT_REC_EVENT && mt_ctxless_wants(&out->u.event))
-                mt_ctxless_place(&f->ctxless, &out->u.event);
-            else if (out->type == MT_REC_DEVICE)
+            if (out->type == MT_REC_EVENT) {
+                if (mt_ctxless_wants(&out->u.event)) mt_ctxless_place(&f->ctxless, &out->u.event);
+                mt_ctxless_seen(&f->ctxless, out->u.event.time_ns);
+            } else if (out->type == MT_REC_SAMPLE) {
+                mt_ctxless_seen(&f->ctxless, out->u.sample.time_ns);
+            } else if (out->type == MT_REC_DEVICE) {
                 mt_ctxless_device(&f->ctxless, out->u.device.ordinal);
+            }
             return MT_READ_RECORD;
         }
         char what[96];
@@ -323,6 +327,9 @@ size_t mt_feed_events(mt_feed *f, mt_record *out, size_t max)
     if (n && mt_ctxless_wants(&out[0].u.event))
         for (size_t i = 0; i < n; i++)
             mt_ctxless_place(&f->ctxless, &out[i].u.event);
+    /* the run's last stamp only: any stamp read before a DEVICE record bounds when its context
+     * was made, so one per run is enough (and costs nothing per event) */
+    if (n) mt_ctxless_seen(&f->ctxless, out[n - 1].u.event.time_ns);
     return n;
 }
 

@@ -6,6 +6,7 @@
  * anything else is "".
  */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "memtrace/driver_calls.h"
 #include "memtrace/driver_results.h"
@@ -82,4 +83,12 @@ const char *mt_api_name(unsigned cbid)
 #undef NAMED_NAME
     default: return "";
     }
+}
+
+void mt_format_gpu_uuid(const uint8_t bytes[16], char *buf, size_t len)
+{
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+    snprintf(buf, len, "GPU-%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
 }

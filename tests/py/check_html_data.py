@@ -168,6 +168,12 @@ def check(memtrace, paths, tmp, source_root):
         assert bool(no_end) == bool(killed), (ends, killed)
         for r in killed:
             assert "rank %d" % r in no_end[0], (no_end, r)
+        # memory on another rank's GPU: a line per entry of the report's other_gpus, in its order
+        other = data["ranks"]["other_gpus"]
+        said = [e for e in other if " holds memory on cuda:" in e]
+        want = ["rank %d holds memory on cuda:%d, " % (table["rows"][o["row"]]["rank"], o["device"])
+                for o in table["other_gpus"]][:8]
+        assert [e[: len(w)] for e, w in zip(said, want)] == want and len(said) == len(want), (other, want)
 
 
 def main():
@@ -186,6 +192,8 @@ def main():
         oom_job = [p for p in traces if "ddp_oom_rank" in p]  # rank 1's error ended the job
         cases = [[p] for p in traces] + [[big], [cut], traces[:3]] + ([ddp] if len(ddp) > 1 else [])
         cases += [oom_job] if len(oom_job) > 1 else []
+        stray = [p for p in traces if "ddp_stray_rank" in p]  # rank 1 on rank 0's GPU too
+        cases += [stray] if len(stray) > 1 else []
         for paths in cases:
             try:
                 check(memtrace, paths, tmp, data_dir)

@@ -140,6 +140,9 @@ def corpus(memtrace, make_traces, data, tmp):
     # a job one rank's torch.OutOfMemoryError ended: the other rank killed, no END
     out.append(("report-wrapper", run(memtrace, "report", "--json", d("ddp_oom_rank0.mtrace"),
                                       d("ddp_oom_rank1.mtrace"))))
+    # a job whose ranks loaded a checkpoint onto GPU 0 before set_device: rank 1 on rank 0's GPU
+    out.append(("report-wrapper", run(memtrace, "report", "--json", d("ddp_stray_rank0.mtrace"),
+                                      d("ddp_stray_rank1.mtrace"))))
     every = ["--max-peak", "1", "--max-live-at-exit", "0", "--max-failed", "0"]
     out.append(("check", run(memtrace, "check", "--json", *every, "--max-allocated-peak", "1",
                              t("tensors.mtrace"), d("cifar_tensors.mtrace"), ok=(1,))))
@@ -150,7 +153,8 @@ def corpus(memtrace, make_traces, data, tmp):
     pairs = [(t("moved_base.mtrace"), t("moved_new.mtrace")),
              (t("budget.mtrace"), t("names.mtrace")),      # leaks that changed
              (t("rank0.mtrace"), t("rank1.mtrace")),       # two ranks: own GPUs paired
-             (d("ddp_rank0.mtrace"), d("ddp_rank1.mtrace")),  # and a stray context
+             (d("ddp_rank0.mtrace"), d("ddp_rank1.mtrace")),
+             (d("ddp_stray_rank0.mtrace"), d("ddp_stray_rank1.mtrace")),  # rank 1 on GPU 0 too
              (d("cifar_default.mtrace"), d("cifar_tensors.mtrace")),  # modes differ
              (d("cifar_tensors.mtrace"), d("cifar_tensors_b512.mtrace")),
              (d("cifar_tensors_b512.mtrace"), d("cifar_tensors.mtrace"))]

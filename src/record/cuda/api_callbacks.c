@@ -150,16 +150,20 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
         if (mt_trace_open(r) != 0) return;
         int32_t dev = mt_device_of(r, rd->context);
-        char name[256] = "";
+        char name[256] = "", uuid[48] = "";
         size_t total = 0;
         CUdevice d;
         /* libcuda is the caller: these are safe to call here and trigger no traced callback. */
         if (dev >= 0 && r->cuda.DeviceGet(&d, dev) == CUDA_SUCCESS) {
             r->cuda.DeviceGetName(name, sizeof name - 1, d);
             r->cuda.DeviceTotalMem(&total, d);
+            CUuuid u;
+            if (r->cuda.DeviceGetUuid && r->cuda.DeviceGetUuid(&u, d) == CUDA_SUCCESS)
+                mt_format_gpu_uuid((const uint8_t *)u.bytes, uuid, sizeof uuid);
         }
         mt_record rec = {.type = MT_REC_DEVICE};
-        rec.u.device = (mt_device){.ordinal = dev, .total_bytes = total, .name = name, .uuid = ""};
+        rec.u.device =
+            (mt_device){.ordinal = dev, .total_bytes = total, .name = name, .uuid = uuid};
         mt_sink_put_copy(r->sink, &rec);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
         mt_event ev = {.time_ns = mt_now_ns(), .tid = mt_gettid(), .op = MT_OP_CTX_DESTROY,

@@ -90,6 +90,8 @@ int mt_cuda_load(mt_cuda *d, const char **why)
             return -1;
         }
     }
+    /* optional: the DEVICE records then carry no UUID (the analysis pairs GPUs by ordinal) */
+    d->DeviceGetUuid = (__typeof__(d->DeviceGetUuid))dlsym(h, "cuDeviceGetUuid_v2");
     dlclose(h); /* NOLOAD took a reference; the process keeps its own */
     return 0;
 }

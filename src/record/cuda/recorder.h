@@ -104,6 +104,7 @@ typedef struct mt_cuda {
     __typeof__(&cuMemPoolGetAttribute) MemPoolGetAttribute;
     __typeof__(&cuPointerGetAttribute) PointerGetAttribute;
     __typeof__(&cuDeviceGetGraphMemAttribute) DeviceGetGraphMemAttribute;
+    __typeof__(&cuDeviceGetUuid) DeviceGetUuid; /* cuDeviceGetUuid_v2; NULL on an older driver */
 } mt_cuda;
 
 typedef struct mt_recorder_config {
