@@ -177,7 +177,9 @@ static void foreign_line(const mt_rank_summary *s, const mt_rank_foreign *f, cha
         snprintf(mine, sizeof mine, " (its own is cuda:%d)", (int)own->device);
     else
         mine[0] = 0;
-    if (g->driver_only)
+    if (g->driver_only && !g->peak) /* NVML's samples alone: a context made there */
+        snprintf(seen, sizeof seen, "a CUDA context alone, nothing allocated");
+    else if (g->driver_only)
         snprintf(seen, sizeof seen,
                  "a CUDA context, no allocation (%s of the driver's static memory)",
                  mt_format_bytes(g->peak, b2, sizeof b2));

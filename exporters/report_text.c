@@ -408,11 +408,25 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     if (d->name) mt_out_printf(o, " — %s", d->name);
     if (d->capacity) mt_out_printf(o, ", %s", mt_format_bytes(d->capacity, b1, sizeof b1));
     mt_out_puts(o, "\n");
-    mt_out_printf(o, "  peak             %s (%llu bytes) at %s (%s)\n",
-                  mt_format_bytes(u->peak, b1, sizeof b1), (unsigned long long)u->peak,
-                  mt_format_rel(d->peak_time_ns, t1, sizeof t1),
-                  mt_format_abs(a, d->peak_time_ns, t2, sizeof t2));
-    if (!u->is_host) {
+    /* a GPU the trace knows only from NVML's samples (analyze.c): a context made there, nothing
+     * allocated; its peak would be a 0 at an arbitrary time */
+    int context_only = !u->is_host && !u->alloc_count && !u->failed_count && !u->peak;
+    if (context_only) {
+        mt_out_puts(o, "  nothing allocated here");
+        if (d->n_nvml)
+            mt_out_printf(o,
+                          "; NVML lists the process on this GPU, %s at most (at %s): a CUDA "
+                          "context, which no CUDA call reports",
+                          mt_format_bytes(d->nvml_max, b1, sizeof b1),
+                          mt_format_rel(d->nvml_max_time_ns, t1, sizeof t1));
+        mt_out_puts(o, "\n");
+    } else {
+        mt_out_printf(o, "  peak             %s (%llu bytes) at %s (%s)\n",
+                      mt_format_bytes(u->peak, b1, sizeof b1), (unsigned long long)u->peak,
+                      mt_format_rel(d->peak_time_ns, t1, sizeof t1),
+                      mt_format_abs(a, d->peak_time_ns, t2, sizeof t2));
+    }
+    if (!u->is_host && !context_only) {
         mt_out_printf(o, "  API peak         %s (%llu bytes) at %s\n",
                       mt_format_bytes(u->api_peak, b1, sizeof b1), (unsigned long long)u->api_peak,
                       mt_format_rel(d->api_peak_time_ns, t1, sizeof t1));
@@ -426,12 +440,15 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                           mt_format_bytes(d->driver_guessed, b1, sizeof b1));
         mt_out_puts(o, "\n");
     }
-    mt_out_puts(o, "  at the peak      ");
-    print_kinds(o, d->by_kind_at_peak);
-    mt_out_printf(o, "\n  allocations      %llu (%s), %llu frees, %llu failed, %llu zero-byte\n",
-                  (unsigned long long)u->alloc_count, mt_format_bytes(u->alloc_bytes, b1, sizeof b1),
-                  (unsigned long long)u->free_count, (unsigned long long)u->failed_count,
-                  (unsigned long long)u->zero_byte_allocs);
+    if (!context_only) {
+        mt_out_puts(o, "  at the peak      ");
+        print_kinds(o, d->by_kind_at_peak);
+        mt_out_puts(o, "\n");
+    }
+    mt_out_printf(o, "  allocations      %llu (%s), %llu frees, %llu failed, %llu zero-byte\n",
+                  (unsigned long long)u->alloc_count,
+                  mt_format_bytes(u->alloc_bytes, b1, sizeof b1), (unsigned long long)u->free_count,
+                  (unsigned long long)u->failed_count, (unsigned long long)u->zero_byte_allocs);
     for (size_t i = 0; i < a->n_failed; i++) { /* what most likely ended the run, up front */
         const mt_failed_request *f = &a->failed[i];
         if (f->kind != MT_KIND_TENSOR || f->device != u->device || u->is_host) continue;

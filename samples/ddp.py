@@ -1,7 +1,7 @@
 """DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
 (1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
 
-    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp] [--stray MIB]
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp] [--stray MIB] [--stray-context]
 
 --fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
 GPT-2-like model of train.py, AdamW, every rank the same batch.
@@ -9,7 +9,9 @@ GPT-2-like model of train.py, AdamW, every rank the same batch.
 --stray MIB makes the classic mistake of a torchrun script: every rank loads a checkpoint (MIB of
 weights, saved from cuda:0) with torch.load and no map_location before torch.cuda.set_device, and
 keeps it. So every rank holds a CUDA context and those weights on GPU 0, rank 0's GPU, besides its
-own work: the rank table must say who holds what on another rank's GPU.
+own work: the rank table must say who holds what on another rank's GPU. --stray-context makes the
+smaller mistake: a CUDA call (torch.cuda.mem_get_info) before set_device, which makes a context on
+GPU 0 and allocates nothing there.
 
 stdout: one line per rank (ranks print in any order). PyTorch's numbers per rank go to
 $SAMPLE_STATS with "{rank}" in the path (mt_stats.py).
@@ -44,9 +46,12 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--fsdp", action="store_true")
     ap.add_argument("--stray", type=int, default=0, metavar="MIB")
+    ap.add_argument("--stray-context", action="store_true")
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     stale = load_checkpoint(args.stray << 20) if args.stray else None
+    if args.stray_context:
+        torch.cuda.mem_get_info()  # on the current device, cuda:0: a context there
     torch.cuda.set_device(local)  # before the process group: no stray context on GPU 0
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)

@@ -620,7 +620,8 @@ if [ "$NGPU" -ge 2 ]; then
   torch_match multi_ta async --devices "$NGPU"
   # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
   for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" \
-             "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256"; do
+             "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256" \
+             "ddp_strayctx_t:--tensors:--stray-context"; do
     IFS=: read -r name opts jargs <<< "$job"
     [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
     d=$W/$name; mkdir -p "$d/plain" "$d/traced"
@@ -661,8 +662,10 @@ print("ok" if v[got] >= max(v) - (2 << 20) else "rank %d, PyTorch %s" % (got, v)
   # context and 256 MiB of weights on cuda:0, rank 0's GPU. Each rank's trace has cuda:0 (its
   # numbers there = that rank's PyTorch's, above), its DEVICE records name the physical GPUs (the
   # same UUID for every rank's cuda:0), and NVML saw each rank on cuda:0.
-  for name in ddp_stray ddp_stray_t; do
+  for name in ddp_stray ddp_stray_t ddp_strayctx_t; do
     [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
+    what="with the checkpoint's line"; line=".* allocated at its peak there, the most by load_checkpoint (.*ddp.py:[0-9]*)"
+    [ "$name" = ddp_strayctx_t ] && what="as a context alone" && line="a CUDA context alone, nothing allocated"
     d=$W/$name
     for ((r = 0; r < NGPU; r++)); do
       "$MT" dump "$d/traced/memtrace.rank$r.mtrace" 2>> "$LOG" | grep '^device ' | sort -u > "$d/devices$r.txt"
@@ -683,13 +686,13 @@ print("ok" if by and all(len(v) == 1 for v in by.values()) and len(set(u)) == le
 import json, sys
 rep, r = json.load(open(sys.argv[1])), int(sys.argv[2])
 devs = {d["device"]: d for d in rep["devices"]}
-bad = [k for k in (0, r) if k not in devs or not devs[k]["peak_bytes"] or not devs[k].get("nvml_max_bytes")]
+bad = [k for k in (0, r) if k not in devs or not (devs[k]["peak_bytes"] or k == 0) or not devs[k].get("nvml_max_bytes")]
 print("ok" if not bad else "devices %s" % {k: (v["peak_bytes"], v.get("nvml_max_bytes")) for k, v in devs.items()})' "$d/rank$r.json" "$r" 2>&1 | tail -1)"
     done
     "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; cp "$d/ranks.txt" "$OUT/${name}_ranks.txt"
     sed -n 1,12p "$d/ranks.txt" >> "$LOG"
-    check "$name: the rank table names every other rank on rank 0's GPU, with the checkpoint's line" ok \
-      "$(n=$(grep -c "^  rank [0-9]* holds memory on cuda:0, rank 0's GPU (its own is cuda:[0-9]*): .* by NVML, its CUDA context included; .* allocated at its peak there, the most by load_checkpoint (.*ddp.py:[0-9]*)$" "$d/ranks.txt"); [ "$n" = $((NGPU - 1)) ] && echo ok || echo "$n lines")"
+    check "$name: the rank table names every other rank on rank 0's GPU, $what" ok \
+      "$(n=$(grep -c "^  rank [0-9]* holds memory on cuda:0, rank 0's GPU (its own is cuda:[0-9]*): .* by NVML, its CUDA context included; $line$" "$d/ranks.txt"); [ "$n" = $((NGPU - 1)) ] && echo ok || echo "$n lines")"
   done
   # A torchrun job that dies of torch.OutOfMemoryError (samples/oom.py under DDP, a memory fraction
   # per rank): the last rank, on the largest batch, raises it and exits 1; the others wait for it

@@ -666,3 +666,47 @@ Test(ranks_report, other_gpus_pair_by_host_and_uuid_and_cut_long_lists)
         s[i].has_rank = 0;
     cr_expect_eq(mt_rank_foreign_lines(s, 10, line), 0);
 }
+
+/* samples/ddp.py --stray-context (tests/data/ddp_strayctx_rank{0,1}.mtrace, 2 x H200): every rank
+ * calls torch.cuda.mem_get_info() before set_device, which makes a context on cuda:0 and allocates
+ * nothing there. Only NVML sees it (820 MiB of rank 1's at most): the analysis reports the GPU
+ * from NVML's samples, the report says nothing was allocated there, and the rank table names it. */
+Test(ranks_report, a_context_alone_on_another_ranks_gpu_is_named_from_nvml)
+{
+    const char *dir = MT_TEST_DATA_DIR;
+    char path[600], err[512], b1[32], want[512];
+    snprintf(path, sizeof path, "%s/ddp_strayctx_rank1.mtrace", dir);
+    mt_analysis *a;
+    cr_assert_eq(mt_analyze(path, NULL, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a->n_devices, 2);
+    const mt_device_report *gpu0 = &a->devices[0];
+    cr_assert_eq(gpu0->u.device, 0);
+    cr_expect_eq(gpu0->u.alloc_count, 0);
+    cr_expect_eq(gpu0->u.peak, 0);
+    cr_expect(gpu0->n_nvml && gpu0->nvml_max == 859832320, "NVML's largest: %llu",
+              (unsigned long long)gpu0->nvml_max);
+    snprintf(want, sizeof want,
+             "\n  rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): %s by NVML, its "
+             "CUDA context included; a CUDA context alone, nothing allocated\n",
+             bytes(gpu0->nvml_max, b1, sizeof b1));
+    mt_analysis_free(a);
+    int status;
+    char *out = run(&status,
+                    MEMTRACE " report %s/ddp_strayctx_rank0.mtrace "
+                             "%s/ddp_strayctx_rank1.mtrace",
+                    dir, dir);
+    cr_assert_eq(status, 0, "%s", out);
+    cr_expect(strstr(out, want), "wanted%sin:\n%s", want, out);
+    free(out);
+    out = run(&status, MEMTRACE " report %s", path);
+    cr_expect(strstr(out, "\ncuda:0 — NVIDIA H200, 139.80 GiB\n  nothing allocated here; NVML "
+                          "lists the process on this GPU, 820.00 MiB at most (at +6.323463 s): a "
+                          "CUDA context, which no CUDA call reports\n  allocations      0 (0 B),"),
+              "%s", out);
+    free(out);
+    /* a trace whose process had no context beyond its own GPU gains no GPU from NVML */
+    snprintf(path, sizeof path, "%s/ddp_strayctx_rank0.mtrace", dir);
+    cr_assert_eq(mt_analyze(path, NULL, &a, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(a->n_devices, 1);
+    mt_analysis_free(a);
+}

@@ -530,11 +530,18 @@
       text: fmtBytes(D.peak),
     });
     const cards = [
-      card('peak', peakV, [
-        fmtInt(D.peak) + ' bytes at ' + fmtRel(D.peak_time_ns),
-        el('br'),
-        kinds ? 'at the peak: ' + kinds : 'nothing allocated',
-      ]),
+      card(
+        'peak',
+        peakV,
+        D.peak || D.alloc_count || D.failed_count
+          ? [
+              fmtInt(D.peak) + ' bytes at ' + fmtRel(D.peak_time_ns),
+              el('br'),
+              kinds ? 'at the peak: ' + kinds : 'nothing allocated',
+            ]
+          : /* a GPU known from NVML's samples alone: a CUDA context made there */
+            ['nothing allocated here' + (D.nvml.t.length ? '; NVML lists the process on this GPU (a CUDA context)' : '')],
+      ),
       card(
         'API peak',
         el('div', {
@@ -1930,7 +1937,7 @@
     if (b.allocated_known) {
       row('indent1', BD_COLORS.tensors, 'tensors allocated', b.allocated_bytes, '');
       row('indent1', BD_COLORS.cached, 'cached but free', b.cached_free_bytes, '');
-    } else {
+    } else if (b.reserved_bytes) {
       row('indent1', null, 'tensors allocated', null, 'record with --tensors to split the reservation');
     }
     row('', BD_COLORS.other, '+ other libraries', b.other_bytes, '');

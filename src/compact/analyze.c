@@ -168,6 +168,12 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         uint64_t t = mt_rel_time(rec->u.sample.time_ns, a->header.start_monotonic_ns);
         /* the sampler outlives the last event of a killed process: the trace lasts as long */
         if (t > a->duration_ns) a->duration_ns = t;
+        /* NVML lists the process on a GPU where it allocated nothing (a context made by a CUDA
+         * call before torch.cuda.set_device, hundreds of MiB): that GPU is reported too */
+        int32_t dev = rec->u.sample.device;
+        if (rec->u.sample.value && dev >= 0 && dev <= MT_MAX_DEVICE_ORDINAL &&
+            slot_index(p->t, dev, 0, rec->u.sample.time_ns) < 0)
+            return -1;
         return mt_pairing_sample(&p->nvml, p->t, rec->u.sample.device, t, rec->u.sample.value);
     }
     case MT_REC_PROCESS:
