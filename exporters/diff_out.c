@@ -145,8 +145,12 @@ static const char *presence(const mt_device_delta *dd, char *buf, size_t len)
     const mt_device_report *any = dd->new_ ? dd->new_ : dd->base;
     int stray = !mt_diff_is_gated(dd);
     const char *only = !dd->base ? "only in new" : !dd->new_ ? "only in base" : NULL;
-    const char *ctx = stray && any->u.peak ? "driver-internal memory only: a CUDA context, no "
-                                             "allocation; not gated" : NULL;
+    const char *ctx = !stray ? NULL
+                      : any->u.peak ? "driver-internal memory only: a CUDA context, no "
+                                      "allocation; not gated"
+                      : any->n_nvml ? "NVML lists the process here, nothing allocated: a CUDA "
+                                      "context alone; not gated"
+                                    : NULL;
     if (!only && !ctx) buf[0] = 0;
     else snprintf(buf, len, " (%s%s%s)", only ? only : "", only && ctx ? "; " : "", ctx ? ctx : "");
     return buf;

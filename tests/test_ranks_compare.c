@@ -704,6 +704,13 @@ Test(ranks_report, a_context_alone_on_another_ranks_gpu_is_named_from_nvml)
                           "CUDA context, which no CUDA call reports\n  allocations      0 (0 B),"),
               "%s", out);
     free(out);
+    /* diff of the two ranks lists it, ungated, as what it is */
+    out = run(&status, MEMTRACE " diff %s/ddp_strayctx_rank0.mtrace %s/ddp_strayctx_rank1.mtrace",
+              dir, dir);
+    cr_expect(strstr(out, "\nrank 1 cuda:0 — NVIDIA H200 (only in new; NVML lists the process "
+                          "here, nothing allocated: a CUDA context alone; not gated)\n"),
+              "%s", out);
+    free(out);
     /* a trace whose process had no context beyond its own GPU gains no GPU from NVML */
     snprintf(path, sizeof path, "%s/ddp_strayctx_rank0.mtrace", dir);
     cr_assert_eq(mt_analyze(path, NULL, &a, err, sizeof err), 0, "%s", err);
