@@ -71,7 +71,9 @@ static const char *margin(const mt_verdict *v, char *buf, size_t len)
 static const char *where(const mt_verdict *v, char *buf, size_t len)
 {
     if (v->d) return mt_device_root_name(v->d, buf, len);
-    snprintf(buf, len, v->kind == MT_BUDGET_FAILED ? "trace" : "no GPU");
+    snprintf(buf, len, v->kind == MT_BUDGET_FAILED       ? "trace"
+                       : v->kind == MT_BUDGET_OTHER_GPUS ? "(none)"
+                                                         : "no GPU");
     return buf;
 }
 
@@ -89,6 +91,10 @@ static const char *stacks_title(const mt_verdict *v, char *buf, size_t len)
         break;
     case MT_BUDGET_LIVE_AT_EXIT:
         snprintf(buf, len, "held by the program at exit");
+        break;
+    case MT_BUDGET_OTHER_GPUS:
+        snprintf(buf, len, "allocated there at its peak (%s)",
+                 mt_format_rel(v->d ? v->d->peak_time_ns : 0, t, sizeof t));
         break;
     default:
         snprintf(buf, len, "the failed requests (bytes requested)");
@@ -119,6 +125,23 @@ static const char *value_note(const mt_analysis *a, const mt_verdict *v, char *b
         snprintf(buf, len, "of %s live at exit; the rest is an allocator's cache, libraries' "
                            "workspaces or the driver's, kept until exit by design",
                  mt_format_bytes(v->d->u.in_use, b1, sizeof b1));
+        return buf;
+    }
+    if (v->kind == MT_BUDGET_OTHER_GPUS) {
+        const mt_device_report *own = mt_own_gpu(a, NULL);
+        char o[40] = "";
+        if (own) snprintf(o, sizeof o, "; its own GPU is cuda:%d", (int)own->u.device);
+        if (!v->d)
+            snprintf(buf, len, "no GPU but its own holds its memory, of those checked%s", o);
+        else if (v->counter && v->counter == v->value)
+            snprintf(buf, len, "NVML's largest sample of the process there, its CUDA context "
+                               "included; %s allocated%s",
+                     mt_format_bytes(v->d->u.peak, b1, sizeof b1), o);
+        else
+            snprintf(buf, len, "allocated there at its peak%s%s", v->counter ? "" : " (no NVML "
+                                                                               "sample: its CUDA "
+                                                                               "context not "
+                                                                               "counted)", o);
         return buf;
     }
     if (v->kind != MT_BUDGET_FAILED && !v->d) {
@@ -300,6 +323,7 @@ static int json_end(mt_check_stream *s, FILE *fb)
     json_limit(&j, "allocated_peak_bytes", b, MT_BUDGET_ALLOCATED_PEAK);
     json_limit(&j, "live_at_exit_bytes", b, MT_BUDGET_LIVE_AT_EXIT);
     json_limit(&j, "failed_requests", b, MT_BUDGET_FAILED);
+    json_limit(&j, "other_gpu_bytes", b, MT_BUDGET_OTHER_GPUS);
     if (b && b->device != MT_BUDGET_ALL_DEVICES) mt_json_i64(&j, "device", b->device);
     else mt_json_null(&j, "device");
     mt_json_end(&j, '}');

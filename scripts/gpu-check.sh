@@ -691,6 +691,9 @@ print("ok" if not bad else "devices %s" % {k: (v["peak_bytes"], v.get("nvml_max_
     done
     "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; cp "$d/ranks.txt" "$OUT/${name}_ranks.txt"
     sed -n 1,12p "$d/ranks.txt" >> "$LOG"
+    "$MT" check --max-other-gpus 0 "$d/traced" >> "$LOG" 2>&1; rc_=$?
+    "$MT" check --max-other-gpus 0 "$d/traced/memtrace.rank0.mtrace" >> "$LOG" 2>&1
+    check "$name: check --max-other-gpus 0 fails on the job, holds on rank 0 alone" "1 0" "$rc_ $?"
     check "$name: the rank table names every other rank on rank 0's GPU, $what" ok \
       "$(n=$(grep -c "^  rank [0-9]* holds memory on cuda:0, rank 0's GPU (its own is cuda:[0-9]*): .* by NVML, its CUDA context included; $line$" "$d/ranks.txt"); [ "$n" = $((NGPU - 1)) ] && echo ok || echo "$n lines")"
   done

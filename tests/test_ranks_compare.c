@@ -717,3 +717,40 @@ Test(ranks_report, a_context_alone_on_another_ranks_gpu_is_named_from_nvml)
     cr_expect_eq(a->n_devices, 1);
     mt_analysis_free(a);
 }
+
+/* check --max-other-gpus on both GPU-recorded jobs: rank 0 holds at 0 (no GPU but its own); rank 1
+ * is over 100 MiB on cuda:0 by NVML's number (the context included), also with nothing allocated
+ * there; a budget above NVML's largest sample holds; --device 1 (rank 1's own) has no other GPU. */
+Test(ranks_report, check_max_other_gpus_gates_a_rank_on_rank_0s_gpu)
+{
+    const char *dir = MT_TEST_DATA_DIR;
+    int status;
+    char *out = run(&status, MEMTRACE " check --max-other-gpus 100MiB %s/ddp_stray_rank0.mtrace "
+                                      "%s/ddp_stray_rank1.mtrace",
+                    dir, dir);
+    cr_expect_eq(status, 1, "%s", out);
+    cr_expect(strstr(out, "\n  (none)  on another GPU  0 B          budget 100.00 MiB   ok") &&
+                  strstr(out, "\n  cuda:0  on another GPU  1.14 GiB     budget 100.00 MiB   "
+                              "EXCEEDED by 1.04 GiB") &&
+                  strstr(out, "(NVML's largest sample of the process there, its CUDA context "
+                              "included; 256.00 MiB allocated; its own GPU is cuda:1)") &&
+                  strstr(out, "load_checkpoint (samples/ddp.py:39)"),
+              "%s", out);
+    free(out);
+    out = run(&status, MEMTRACE " check --max-other-gpus 100MiB %s/ddp_strayctx_rank1.mtrace", dir);
+    cr_expect_eq(status, 1, "%s", out);
+    cr_expect(strstr(out, "cuda:0  on another GPU  820.00 MiB   budget 100.00 MiB   EXCEEDED"),
+              "%s", out);
+    free(out);
+    out = run(&status, MEMTRACE " check --max-other-gpus 2GiB %s/ddp_stray_rank0.mtrace "
+                                "%s/ddp_stray_rank1.mtrace",
+              dir, dir);
+    cr_expect_eq(status, 0, "%s", out);
+    free(out);
+    out = run(&status, MEMTRACE " check --device 1 --max-other-gpus 0 %s/ddp_stray_rank1.mtrace",
+              dir);
+    cr_expect_eq(status, 0, "%s", out);
+    cr_expect(strstr(out, "no GPU but its own holds its memory, of those checked; its own GPU is cuda:1"), "%s",
+              out);
+    free(out);
+}

@@ -638,7 +638,10 @@ typedef enum mt_budget_kind {
     MT_BUDGET_LIVE_AT_EXIT = 2,   /* bytes held by the program at the end (leak_bytes): never an
                                      allocator's cache, a library's workspace or the driver's */
     MT_BUDGET_FAILED = 3,         /* failed allocation requests (a count) */
-    MT_BUDGETS_ = 4,
+    MT_BUDGET_OTHER_GPUS = 4,     /* memory on each GPU other than the trace's own (mt_own_gpu):
+                                     NVML's largest sample there (the CUDA context included), or
+                                     the trace's peak there when larger or without samples */
+    MT_BUDGETS_ = 5,
 } mt_budget_kind;
 
 #define MT_BUDGET_ALL_DEVICES (-1000) /* mt_budgets.device: every GPU of the trace */
@@ -658,7 +661,8 @@ typedef struct mt_verdict {
     uint64_t time_ns;          /* since the trace start: when a peak was first reached (the
                                   allocated peak's moment comes from a re-read); live at exit:
                                   the end of the trace; failed requests: 0 */
-    uint64_t counter;          /* allocated peak in tensor mode: PyTorch's own counter */
+    uint64_t counter;          /* allocated peak in tensor mode: PyTorch's own counter; on another
+                                  GPU: NVML's largest sample there (0: none) */
     /* When exceeded, what makes value, largest first: the stacks live at the peak, the tensors live
      * at the tensor peak (a re-read of the trace), what the program held at exit, or the stacks of
      * the failed requests (bytes = bytes requested). Empty when the budget holds. */
@@ -667,13 +671,14 @@ typedef struct mt_verdict {
 } mt_verdict;
 
 /* The verdicts of every budget set in b on analysis a, in device order (per device: peak,
- * allocated peak, live at exit; failed requests per device with b->device, else once for the
- * trace after them). 0; -1 with a one-line reason in err when the budgets cannot be checked on
+ * allocated peak, live at exit; failed requests per device with b->device), then one per GPU
+ * other than the trace's own (or one with d = NULL and value 0 when there is none), then failed
+ * requests once for the trace without b->device. 0; -1 with a one-line reason in err when the budgets cannot be checked on
  * this trace (no such device, no tensors for an allocated-peak budget) or out of memory. */
 int mt_check_budgets(const mt_analysis *a, const mt_budgets *b, mt_verdict **out, size_t *n,
                      char *err, size_t errlen);
 void mt_verdicts_free(mt_verdict *v, size_t n);
-/* "peak", "allocated peak", "live at exit", "failed requests". */
+/* "peak", "allocated peak", "live at exit", "failed requests", "on another GPU". */
 const char *mt_budget_name(mt_budget_kind k);
 
 /* ---- Comparing two runs (compare.c): `memtrace diff` ------------------------------------------ */

@@ -1,5 +1,6 @@
 /* `memtrace check TRACE|DIR... [--device N] [--max-peak SIZE] [--max-allocated-peak SIZE]
- *  [--max-live-at-exit SIZE] [--max-failed N] [--json|--markdown] [--top N]`: memory budgets for
+ *  [--max-live-at-exit SIZE] [--max-failed N] [--max-other-gpus SIZE] [--json|--markdown]
+ *  [--top N]`: memory budgets for
  * CI. Every budget given is checked on every trace (the ranks of a run; a directory stands for
  * the traces in it, ordered by rank) and every GPU of it (or GPU N), one analysis at a time. Exit 0 when every budget holds, 1 when one is exceeded, 2 for bad input: bad arguments,
  * an unreadable trace, a budget that cannot be checked on a trace (no tensors for
@@ -31,6 +32,11 @@ static void usage(FILE *f)
           "                           workspaces and the driver's own allocations are not counted\n"
           "  --max-failed N           failed allocation requests (out of memory), in the trace\n"
           "                           (with --device: on that GPU)\n"
+          "  --max-other-gpus SIZE    what a trace holds on each GPU other than its own\n"
+          "                           (LOCAL_RANK's, else its largest peak): NVML's number, its\n"
+          "                           CUDA context included, as when a rank makes a CUDA call\n"
+          "                           or loads a checkpoint before torch.cuda.set_device\n"
+          "                           (--max-other-gpus 0: none at all)\n"
           "options:\n"
           "  --device N               only GPU N (N or cuda:N; default: every GPU)\n"
           "  --json                   machine-readable (\"schema\": docs/json.md)\n"
@@ -53,7 +59,8 @@ static int run(int argc, char **argv, char **traces)
     } budget_opts[] = {{"--max-peak", MT_BUDGET_PEAK},
                        {"--max-allocated-peak", MT_BUDGET_ALLOCATED_PEAK},
                        {"--max-live-at-exit", MT_BUDGET_LIVE_AT_EXIT},
-                       {"--max-failed", MT_BUDGET_FAILED}};
+                       {"--max-failed", MT_BUDGET_FAILED},
+                       {"--max-other-gpus", MT_BUDGET_OTHER_GPUS}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         size_t k = 0;
@@ -98,7 +105,8 @@ static int run(int argc, char **argv, char **traces)
     for (int k = 0; k < MT_BUDGETS_; k++) any |= b.set[k];
     if (!any)
         return mt_cli_fail("check: no budget given (--max-peak, --max-allocated-peak, "
-                           "--max-live-at-exit or --max-failed; see memtrace check --help)");
+                           "--max-live-at-exit, --max-failed or --max-other-gpus; see memtrace "
+                           "check --help)");
     if (n <= 0) return mt_cli_fail("check: no trace given (see memtrace check --help)");
     char **paths;
     int np;

@@ -12,6 +12,11 @@
  *                   which every PyTorch run keeps until exit by design)
  *   failed          failed requests, of the trace or of the chosen device
  *                                                          the stacks that asked (first 64 kept)
+ *   on another GPU  each GPU other than the trace's own (mt_own_gpu: LOCAL_RANK's, else the
+ *                   largest peak): NVML's largest sample of the process there, its CUDA context
+ *                   included (a rank's context on GPU 0 is most of it, and no CUDA call reports
+ *                   it), or the trace's peak there when that is larger or NVML saw nothing
+ *                                                          the stacks live at that GPU's peak
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +28,7 @@
 const char *mt_budget_name(mt_budget_kind k)
 {
     static const char *const names[MT_BUDGETS_] = {"peak", "allocated peak", "live at exit",
-                                                   "failed requests"};
+                                                   "failed requests", "on another GPU"};
     return (unsigned)k < MT_BUDGETS_ ? names[k] : "?";
 }
 
@@ -117,6 +122,32 @@ static int device_verdicts(const mt_analysis *a, const mt_device_report *d, cons
     return 0;
 }
 
+/* A verdict per GPU other than the trace's own (only: that GPU alone, when it is another); one
+ * that holds at 0, with no GPU, when there is none. */
+static int other_gpu_verdicts(const mt_analysis *a, const mt_device_report *only,
+                              const mt_budgets *b, vlist *l)
+{
+    const mt_device_report *own = mt_own_gpu(a, NULL);
+    size_t pushed = 0;
+    for (size_t i = 0; i < a->n_devices; i++) {
+        const mt_device_report *d = &a->devices[i];
+        if (d == own || d->u.device < 0 || (only && d != only)) continue;
+        uint64_t nvml = d->n_nvml ? d->nvml_max : 0;
+        int by_nvml = nvml >= d->u.peak && nvml;
+        mt_verdict *v = push(l, MT_BUDGET_OTHER_GPUS, d, by_nvml ? nvml : d->u.peak,
+                             b->limit[MT_BUDGET_OTHER_GPUS]);
+        if (!v) return -1;
+        v->time_ns = by_nvml ? d->nvml_max_time_ns : d->peak_time_ns;
+        v->counter = nvml; /* NVML's, for the note (0: no sample) */
+        v->stacks_whole = d->u.peak;
+        if (v->exceeded && copy_list(&d->peak_stacks, &v->stacks) < 0) return -1;
+        pushed++;
+    }
+    if (!pushed && !push(l, MT_BUDGET_OTHER_GPUS, NULL, 0, b->limit[MT_BUDGET_OTHER_GPUS]))
+        return -1;
+    return 0;
+}
+
 int mt_check_budgets(const mt_analysis *a, const mt_budgets *b, mt_verdict **out, size_t *n,
                      char *err, size_t errlen)
 {
@@ -153,9 +184,10 @@ int mt_check_budgets(const mt_analysis *a, const mt_budgets *b, mt_verdict **out
         if (!only || &a->devices[i] == only) rc = device_verdicts(a, &a->devices[i], b, &l, err, errlen);
     if (rc == 0 && !a->n_devices) {
         /* nothing on any GPU: every byte budget holds at 0, said as such (d = NULL) */
-        for (int k = 0; k < MT_BUDGET_FAILED && rc == 0; k++)
+        for (int k = 0; k < MT_BUDGET_FAILED && rc == 0; k++) /* (other GPUs: below) */
             if (b->set[k] && !push(&l, (mt_budget_kind)k, NULL, 0, b->limit[k])) rc = -1;
     }
+    if (rc == 0 && b->set[MT_BUDGET_OTHER_GPUS]) rc = other_gpu_verdicts(a, only, b, &l);
     if (rc == 0 && b->set[MT_BUDGET_FAILED] && b->device == MT_BUDGET_ALL_DEVICES) {
         mt_verdict *v = push(&l, MT_BUDGET_FAILED, NULL, a->failed_total, b->limit[MT_BUDGET_FAILED]);
         if (!v) rc = -1;

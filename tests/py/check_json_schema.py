@@ -150,6 +150,9 @@ def corpus(memtrace, make_traces, data, tmp):
                              t("rank0.mtrace"), ok=(1,))))
     out.append(("check", run(memtrace, "check", "--json", "--device", "0", "--max-peak", "1G",
                              "--max-failed", "5", t("budget.mtrace"))))
+    # memory on another rank's GPU: held (no other GPU) and exceeded (a context on GPU 0)
+    out.append(("check", run(memtrace, "check", "--json", "--max-other-gpus", "100MiB",
+                             d("ddp_stray_rank0.mtrace"), d("ddp_stray_rank1.mtrace"), ok=(1,))))
     pairs = [(t("moved_base.mtrace"), t("moved_new.mtrace")),
              (t("budget.mtrace"), t("names.mtrace")),      # leaks that changed
              (t("rank0.mtrace"), t("rank1.mtrace")),       # two ranks: own GPUs paired
