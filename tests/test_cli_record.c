@@ -320,3 +320,38 @@ Test(cli_record, several_traces_are_suggested_side_by_side)
     cr_expect(next && next[1] == 0, "nothing after it: %s", job);
     free(out);
 }
+
+/* The end of `record` over a job whose rank 1 made a context on cuda:0 before set_device
+ * (tests/data/ddp_strayctx_rank{0,1}.mtrace, listed in the manifest as the ranks' recorders list
+ * their traces): that GPU is said to hold nothing allocated, with NVML's number, and the job's
+ * summary names rank 1 on rank 0's GPU. */
+Test(cli_record, the_job_summary_names_a_rank_on_another_ranks_gpu, .timeout = 60)
+{
+    need_recorder();
+    char t0[256], t1[256], cmd[2048];
+    mt_test_tmpname(t0, sizeof t0, "rank0.mtrace");
+    mt_test_tmpname(t1, sizeof t1, "rank1.mtrace");
+    const char *src[2] = {MT_TEST_DATA_DIR "/ddp_strayctx_rank0.mtrace",
+                          MT_TEST_DATA_DIR "/ddp_strayctx_rank1.mtrace"};
+    const char *dst[2] = {t0, t1};
+    for (int r = 0; r < 2; r++) {
+        size_t n;
+        uint8_t *b = mt_test_slurp(src[r], &n);
+        cr_assert_not_null(b);
+        cr_assert_eq(mt_test_spit(dst[r], b, n), 0);
+        free(b);
+    }
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
+                      "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
+             t0, t1);
+    char *out = output_of(cmd);
+    cr_expect(strstr(out, "\n  cuda:0   nothing allocated; NVML lists the process there, 820.00 "
+                          "MiB at most (a CUDA context)\n  cuda:1   peak "),
+              "%s", out);
+    cr_expect(strstr(out, "\n  rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): "
+                          "820.00 MiB by NVML, its CUDA context included; a CUDA context alone, "
+                          "nothing allocated\n"),
+              "%s", out);
+    free(out);
+}

@@ -46,6 +46,13 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
     for (size_t i = 0; i < a->n_devices; i++) {
         const mt_device_report *d = &a->devices[i];
         char root[32];
+        if (!d->u.alloc_count && !d->u.failed_count && !d->u.peak) { /* known from NVML alone */
+            fprintf(stderr, "  %-8s nothing allocated; NVML lists the process there, %s at most "
+                            "(a CUDA context)\n",
+                    mt_device_root_name(d, root, sizeof root),
+                    mt_format_bytes(d->n_nvml ? d->nvml_max : 0, h1, sizeof h1));
+            continue;
+        }
         fprintf(stderr, "  %-8s peak %s (%" PRIu64 " bytes) at %.3f s; API-requested peak %s\n",
                 mt_device_root_name(d, root, sizeof root),
                 mt_format_bytes(d->u.peak, h1, sizeof h1), d->u.peak, (double)d->peak_time_ns / 1e9,
