@@ -211,24 +211,24 @@ long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RA
         snprintf(line[k++], MT_RANK_ENDING_LEN, "... and %zu more ranks' GPUs", nf - FOREIGN_SHOWN);
     /* the GPU that the most ranks hold memory on, when several do (the ranks' usual GPU 0): what
      * they hold there together, as NVML's largest samples summed (taken at different times: at
-     * most that much at once) */
+     * most that much at once). A GPU with an owner is that rank's own GPU, one GPU whatever
+     * ordinal each rank sees it by, so the entries are grouped by owner. */
     size_t best = nf, best_count = 1;
     for (size_t i = 0; i < nf; i++) {
         if (f[i].owner < 0) continue;
         size_t count = 0;
-        for (size_t j = 0; j < nf; j++)
-            count += f[j].owner == f[i].owner &&
-                     s[f[j].rank].gpus[f[j].gpu].device == s[f[i].rank].gpus[f[i].gpu].device;
+        for (size_t j = 0; j < nf; j++) count += f[j].owner == f[i].owner;
         if (count > best_count) best = i, best_count = count;
     }
     if (best < nf) {
         const mt_rank_foreign *b = &f[best];
-        int32_t dev = s[b->rank].gpus[b->gpu].device;
+        const mt_rank_gpu *owners = own_gpu(&s[b->owner]); /* not NULL: it owns this GPU */
+        int32_t dev = owners->device;
         uint64_t nvml = 0, seen = 0;
         size_t without = 0;
         for (size_t j = 0; j < nf; j++) {
             const mt_rank_gpu *g = &s[f[j].rank].gpus[f[j].gpu];
-            if (f[j].owner != b->owner || g->device != dev) continue;
+            if (f[j].owner != b->owner) continue;
             nvml += g->nvml_max;
             seen += g->peak;
             without += !g->nvml_max;
@@ -245,13 +245,23 @@ long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RA
     return (long)k;
 }
 
+#define NOTE_LINES (MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES)
+
+/* The sentences under the rank table: how the job ended, then memory on other ranks' GPUs. How
+ * many; -1 out of memory. */
+static long note_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN])
+{
+    size_t ne = mt_rank_ending_lines(s, n, line);
+    long nf = mt_rank_foreign_lines(s, n, line + ne);
+    return nf < 0 ? -1 : (long)ne + nf;
+}
+
 size_t mt_rank_notes_text(mt_out *o, const mt_rank_summary *s, size_t n, const char *indent)
 {
-    char lines[MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
-    size_t nl = mt_rank_ending_lines(s, n, lines);
-    long nf = mt_rank_foreign_lines(s, n, lines + nl);
-    if (nf > 0) nl += (size_t)nf;
-    for (size_t i = 0; i < nl; i++)
+    char lines[NOTE_LINES][MT_RANK_ENDING_LEN];
+    long nl = note_lines(s, n, lines);
+    if (nl < 0) return 0; /* out of memory: the table goes on without them */
+    for (long i = 0; i < nl; i++)
         mt_out_printf(o, "%s%s\n", indent, lines[i]);
     return nl;
 }
@@ -505,12 +515,10 @@ int mt_rank_table_markdown(mt_out *o, const mt_rank_summary *s, size_t n,
         mt_out_puts(o, " |\n");
     }
     mt_out_puts(o, "\n");
-    char ends[MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES][MT_RANK_ENDING_LEN];
-    size_t nl = mt_rank_ending_lines(s, n, ends);
-    long nf = mt_rank_foreign_lines(s, n, ends + nl);
-    if (nf < 0) return -1;
-    nl += (size_t)nf;
-    for (size_t i = 0; i < nl; i++) {
+    char ends[NOTE_LINES][MT_RANK_ENDING_LEN];
+    long nl = note_lines(s, n, ends);
+    if (nl < 0) return -1;
+    for (long i = 0; i < nl; i++) {
         mt_md_text(o, ends[i]);
         mt_out_puts(o, i + 1 < nl ? "  \n" : "\n\n");
     }

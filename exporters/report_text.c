@@ -410,7 +410,7 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     mt_out_puts(o, "\n");
     /* a GPU the trace knows only from NVML's samples (analyze.c): a context made there, nothing
      * allocated; its peak would be a 0 at an arbitrary time */
-    int context_only = !u->is_host && !u->alloc_count && !u->failed_count && !u->peak;
+    int context_only = mt_gpu_from_nvml_alone(d);
     if (context_only) {
         mt_out_puts(o, "  nothing allocated here");
         if (d->n_nvml)

@@ -247,23 +247,29 @@ static void listed_copy(char *buf, size_t len, const char *name)
     free(b);
 }
 
-/* What `record` prints for the fixture NAME, then for the CuPy fixture (no cost notes, no error),
- * both listed in its manifest as recorders list their traces; *other_at: where the second starts.
- */
-static char *summary_of(const char *name, const char **other_at)
+/* What `record` prints for the fixtures FIRST then SECOND, both listed in its manifest as
+ * recorders list their traces; *second_at: where the second's summary starts. */
+static char *summary_of_two(const char *first, const char *second, const char **second_at)
 {
-    char first[256], cupy[256], cmd[1200];
-    listed_copy(first, sizeof first, name);
-    listed_copy(cupy, sizeof cupy, "cupy_pool.mtrace");
+    char a[256], b[256], cmd[1200];
+    listed_copy(a, sizeof a, first);
+    listed_copy(b, sizeof b, second);
     snprintf(cmd, sizeof cmd,
              MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
                       "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
-             first, cupy);
+             a, b);
     char *out = output_of(cmd);
-    unlink(first);
-    unlink(cupy);
-    *other_at = strstr(out, "cupy_pool");
+    unlink(a);
+    unlink(b);
+    *second_at = strstr(out, second);
     return out;
+}
+
+/* What `record` prints for the fixture NAME, then for the CuPy fixture (no cost notes, no error);
+ * *other_at: where the second starts. */
+static char *summary_of(const char *name, const char **other_at)
+{
+    return summary_of_two(name, "cupy_pool.mtrace", other_at);
 }
 
 Test(cli_record, the_summary_says_what_recording_cost)
@@ -328,25 +334,10 @@ Test(cli_record, several_traces_are_suggested_side_by_side)
 Test(cli_record, the_job_summary_names_a_rank_on_another_ranks_gpu, .timeout = 60)
 {
     need_recorder();
-    char t0[256], t1[256], cmd[2048];
-    mt_test_tmpname(t0, sizeof t0, "rank0.mtrace");
-    mt_test_tmpname(t1, sizeof t1, "rank1.mtrace");
-    const char *src[2] = {MT_TEST_DATA_DIR "/ddp_strayctx_rank0.mtrace",
-                          MT_TEST_DATA_DIR "/ddp_strayctx_rank1.mtrace"};
-    const char *dst[2] = {t0, t1};
-    for (int r = 0; r < 2; r++) {
-        size_t n;
-        uint8_t *b = mt_test_slurp(src[r], &n);
-        cr_assert_not_null(b);
-        cr_assert_eq(mt_test_spit(dst[r], b, n), 0);
-        free(b);
-    }
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " record -- sh -c 'echo $$ trace %s >> $MEMTRACE_MANIFEST; "
-                      "echo $$ trace %s >> $MEMTRACE_MANIFEST' 2>&1",
-             t0, t1);
-    char *out = output_of(cmd);
-    cr_expect(strstr(out, "\n  cuda:0   nothing allocated; NVML lists the process there, 820.00 "
+    const char *rank1_at;
+    char *out = summary_of_two("ddp_strayctx_rank0.mtrace", "ddp_strayctx_rank1.mtrace", &rank1_at);
+    cr_assert_not_null(rank1_at, "%s", out);
+    cr_expect(strstr(rank1_at, "\n  cuda:0   nothing allocated; NVML lists the process there, 820.00 "
                           "MiB at most (a CUDA context)\n  cuda:1   peak "),
               "%s", out);
     cr_expect(strstr(out, "\n  rank 1 holds memory on cuda:0, rank 0's GPU (its own is cuda:1): "

@@ -747,6 +747,9 @@ const mt_device_report *mt_own_gpu(const mt_analysis *a, const char **why);
 /* A GPU on which the program allocated nothing: only driver-internal memory (a CUDA context made
  * there, often by mistake), api_peak 0. */
 int mt_gpu_is_stray(const mt_device_report *d);
+/* A GPU the trace knows from NVML's samples alone (analyze.c): NVML lists the process there (a
+ * CUDA context), and nothing was allocated or asked for there. Its peak is a 0 at no moment. */
+int mt_gpu_from_nvml_alone(const mt_device_report *d);
 
 typedef struct mt_diff {
     const mt_analysis *base, *new_;

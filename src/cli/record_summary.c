@@ -46,7 +46,7 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
     for (size_t i = 0; i < a->n_devices; i++) {
         const mt_device_report *d = &a->devices[i];
         char root[32];
-        if (!d->u.alloc_count && !d->u.failed_count && !d->u.peak) { /* known from NVML alone */
+        if (mt_gpu_from_nvml_alone(d)) {
             fprintf(stderr, "  %-8s nothing allocated; NVML lists the process there, %s at most "
                             "(a CUDA context)\n",
                     mt_device_root_name(d, root, sizeof root),

@@ -535,6 +535,11 @@ static int before(int32_t x, int32_t y) { return (uint32_t)x < (uint32_t)y; }
 
 int mt_gpu_is_stray(const mt_device_report *d) { return d->u.api_peak == 0; }
 
+int mt_gpu_from_nvml_alone(const mt_device_report *d)
+{
+    return !d->u.is_host && !d->u.alloc_count && !d->u.failed_count && !d->u.peak;
+}
+
 static const mt_device_report *gpu_of(const mt_analysis *a, int32_t device)
 {
     for (size_t i = 0; i < a->n_devices; i++)

@@ -344,7 +344,7 @@ int mt_rank_foreign_gpus(const mt_rank_summary *s, size_t n, mt_rank_foreign **o
                         owner = (long)o;
                         break;
                     }
-            if (k == cap && mt_grow((void **)&v, &cap, k + 1, sizeof *v) < 0) {
+            if (MT_GROW(v, cap, k + 1) < 0) {
                 free(v);
                 return -1;
             }
