@@ -600,6 +600,7 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
     mt_out_puts(o, "],");
     u64k(o, "failed_total", a->failed_total);
     u64k(o, "failed_retried", a->failed_retried);
+    u64k(o, "failed_probes", a->failed_probes);
     return 0;
 }
 

@@ -556,6 +556,7 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_out_puts(o, "],");
     u64f(o, "failed_total", a->failed_total, 1);
     u64f(o, "failed_retried", a->failed_retried, 1);
+    u64f(o, "failed_probes", a->failed_probes, 1);
     const mt_anomalies *an = &a->anomalies;
     key(o, "anomalies");
     mt_out_write(o, "{", 1);

@@ -532,6 +532,12 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
                       "once, with success (the CUDA runtime does, on a thread with no current "
                       "context): no failure the program saw",
                       (unsigned long long)a->failed_retried, a->failed_retried > 1 ? "s" : "");
+    if (a->failed_probes)
+        mt_out_printf(o,
+                      "; and %llu cuMemCreate%s refused for the handle type asked for and made "
+                      "again at once with another, with success (PyTorch's expandable segments "
+                      "and NCCL ask for a fabric handle first): no failure",
+                      (unsigned long long)a->failed_probes, a->failed_probes > 1 ? "s" : "");
     mt_out_puts(o, "\n");
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
@@ -611,7 +617,8 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     for (size_t i = 0; i < a->n_devices; i++)
         if (print_device(o, a, &a->devices[i], &ro, &v) < 0) return -1;
     if (a->host && print_device(o, a, a->host, &ro, &v) < 0) return -1;
-    if ((a->failed_total || a->failed_retried) && !ro.by_line && print_failed(o, a, &v) < 0)
+    if ((a->failed_total || a->failed_retried || a->failed_probes) && !ro.by_line &&
+        print_failed(o, a, &v) < 0)
         return -1;
     const mt_anomalies *an = &a->anomalies;
     if (an->unmatched_frees || an->double_frees || an->replaced || an->partial_unmaps ||

@@ -404,6 +404,28 @@ done
 for n in default expandable tensors tensors_exp tensors_nostack tensors_pyonly; do
   check "cifar $n: PyTorch segments peak == max_memory_reserved" "$(val $n max_memory_reserved)" "$(jval $n segments_peak_bytes)"
 done
+# Expandable segments ask cuMemCreate for a fabric handle first; without one (no IMEX) the driver
+# says CUDA_ERROR_NOT_PERMITTED and PyTorch asks for a POSIX descriptor: no failed request, and
+# `check --max-failed 0` passes (failed_ties.c, failed_probes).
+for n in expandable tensors_exp; do
+  check "cifar $n: no failed request; a cuMemCreate refused for a fabric handle and made again is counted apart" ok "$($PY - "$W/$n.json" "$W/$n.dump" <<'PYEOF'
+import json, re, sys
+rep = json.load(open(sys.argv[1]))
+refused = []  # (result, handle types) of every failed cuMemCreate
+for line in open(sys.argv[2]):
+    if line.startswith("event ") and " op=failed kind=vmm_physical " in line:
+        aux = re.search(r" aux=0x([0-9a-f]+)", line)
+        refused.append((int(re.search(r" result=(\d+)", line).group(1)), int(aux.group(1), 16) if aux else 0))
+probes = [r for r in refused if r[0] in (800, 801) and r[1] & 8]
+problems = []
+if rep["failed_total"] != 0: problems.append("failed_total %d" % rep["failed_total"])
+if rep["failed_probes"] != len(probes) or len(probes) > 1: problems.append("failed_probes %d, fabric refusals in the trace %s" % (rep["failed_probes"], refused))
+print("ok" if not problems else "; ".join(problems))
+PYEOF
+)"
+  check "cifar $n: memtrace check --max-failed 0 passes" 0 "$("$MT" check --max-failed 0 "$W/$n.mtrace" >> "$LOG" 2>&1; echo $?)"
+  say "info: cifar $n: failed cuMemCreate calls: $(grep '^event ' "$W/$n.dump" | grep -c 'op=failed kind=vmm_physical') ($(grep '^event ' "$W/$n.dump" | grep 'op=failed kind=vmm_physical' | grep -o 'aux=0x[0-9a-f]* .*result=[0-9]*' | sort | uniq -c | tr '\n' ' '))"
+done
 for n in tensors tensors2 tensors_exp tensors_nostack tensors_pyonly; do
   check "cifar $n: tensor peak == max_memory_allocated (allocator unchanged)" "$(val $n max_memory_allocated)" "$(jval $n tensors_peak_bytes)"
   check "cifar $n: ... == the allocator's own counter in the trace" "$(val $n max_memory_allocated)" "$(jval $n torch_allocated_peak_bytes)"

@@ -14,7 +14,9 @@ failed "tensor" request, recorded in every mode) and it must say:
     is "[autograd backward]" and the node (the worker runs no Python for a C++ node);
   - driver_refusals: 0 under a memory fraction (the driver was never asked); with
     --driver-refused at least 1, and every refused request of the allocator (a failed "device"
-    or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index).
+    or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index),
+    and was refused for memory (CUDA_ERROR_OUT_OF_MEMORY: a cuMemCreate refused for its handle
+    type is no failed request).
 --caught: the sample went on after it (a batch-size finder): exactly one error, all the same.
 """
 import json
@@ -57,6 +59,10 @@ def main():
             problems.append("no driver refusal before it")
         if not refused or any(g["outcome"] not in ("recovered", "raised") for g in refused):
             problems.append("refusals' outcomes %s" % [g["outcome"] for g in refused])
+        # a refusal of a handle type (expandable segments' first cuMemCreate asks for a fabric
+        # handle) is no failed request: failed_probes
+        if any(g["result_name"] != "CUDA_ERROR_OUT_OF_MEMORY" for g in refused):
+            problems.append("refusals %s" % [g["result_name"] for g in refused])
         tied = [g for g in refused if g["outcome"] == "raised"]
         if len(tied) != f["driver_refusals"] or any(g["raised_as"] != k for g in tied):
             problems.append("%d refusals tied to it (%s), it counts %d"

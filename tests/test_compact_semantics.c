@@ -368,6 +368,77 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     mt_analysis_free(a);
 }
 
+/* PyTorch's expandable segments ask cuMemCreate for a fabric handle first; a machine without one
+ * says CUDA_ERROR_NOT_PERMITTED (800) and PyTorch asks again for a POSIX descriptor (seen on an
+ * H200 in every such run). A request refused for its handle type (800 or 801) and made again on
+ * its thread at once, same size, other handle types (aux; 0 = not recorded, older traces), with
+ * success, is no failed request. A refusal of memory (2), the same handle types again, another
+ * size or another thread's request stay failures. */
+Test(compact, cumemcreate_refused_for_its_handle_type_then_made_with_another_is_not_a_failure)
+{
+    fx f;
+    fx_open(&f, "probe.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    mt_record r = {.type = MT_REC_EVENT};
+    mt_event base = {.context = 1, .stack = 1, .device = 0, .kind = MT_KIND_VMM_PHYSICAL};
+    enum { FABRIC = 8, POSIX_FD = 1, SEG = MT_EF_SEGMENT };
+    const uint64_t MIB = 1u << 20;
+    struct {
+        uint32_t tid, corr;
+        unsigned op;
+        uint16_t flags, result;
+        uint64_t bytes, aux;
+    } evs[] = {
+        {7, 50, MT_OP_FAILED, SEG, 800, 20 * MIB, FABRIC}, /* a probe: taken back below */
+        {9, 51, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* another thread's */
+        {7, 52, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* the same request, other type */
+        {8, 60, MT_OP_FAILED, SEG, 2, 20 * MIB, POSIX_FD}, /* #0: out of memory */
+        {8, 61, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* recovered from, not a probe */
+        {10, 70, MT_OP_FAILED, 0, 800, 4 * MIB, POSIX_FD}, /* #1: */
+        {10, 71, MT_OP_ALLOC, 0, 0, 4 * MIB, POSIX_FD},    /* the same handle types again */
+        {11, 80, MT_OP_FAILED, 0, 801, 2 * MIB, 0},        /* #2: */
+        {11, 81, MT_OP_ALLOC, 0, 0, 8 * MIB, 0},           /* another size */
+        {12, 90, MT_OP_FAILED, 0, 800, 2 * MIB, 0},        /* an older trace's probe: */
+        {12, 91, MT_OP_ALLOC, 0, 0, 2 * MIB, 0},           /* taken back by size and thread */
+    };
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
+        r.u.event = base;
+        r.u.event.time_ns = FX_T0 + (i + 1) * MS;
+        r.u.event.tid = evs[i].tid;
+        r.u.event.correlation = evs[i].corr;
+        r.u.event.op = (uint8_t)evs[i].op;
+        r.u.event.flags = evs[i].flags;
+        r.u.event.result = evs[i].result;
+        r.u.event.bytes = evs[i].bytes;
+        r.u.event.aux = evs[i].aux;
+        r.u.event.address = evs[i].op == MT_OP_ALLOC ? 0x100 + i : 0;
+        fx_put(&f, &r);
+    }
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->failed_total, 3);
+    cr_expect_eq(a->failed_probes, 2);
+    cr_expect_eq(a->failed_retried, 0);
+    cr_assert_eq(a->n_failed, 3);
+    cr_expect_eq(a->failed[0].tid, 8);
+    cr_expect_eq(a->failed[0].result, 2);
+    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RECOVERED);
+    cr_expect_eq(a->failed[1].tid, 10);
+    cr_expect_eq(a->failed[2].tid, 11);
+    cr_expect_eq(fx_dev(a, 0)->u.failed_count, 3, "the probes are not counted on cuda:0");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "probe.txt");
+    cr_expect(strstr(text, "failed requests: 3; and 2 cuMemCreates refused for the handle type "
+                           "asked for and made again at once with another, with success"),
+              "%s", text);
+    free(text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, "probe.json");
+    cr_expect(strstr(json, "\"failed_total\":3,\"failed_retried\":0,\"failed_probes\":2"), "%s",
+              json);
+    free(json);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 Test(compact, driver_internal_bytes)
 {
     fx f;

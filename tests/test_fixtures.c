@@ -335,6 +335,28 @@ Test(fixtures, async_backend_first_worker_allocation_is_no_failure)
     mt_analysis_free(a);
 }
 
+/* Expandable segments (samples/oom.py under expandable_segments:True, H200): the allocator's first
+ * cuMemCreate asks for a fabric handle, which the machine refuses (CUDA_ERROR_NOT_PERMITTED); the
+ * same 20 MiB with a POSIX descriptor succeeds at once. That is no failed request; the run's real
+ * refusals (out of memory, at the end) stay, with the error they led to. */
+Test(fixtures, expandable_segments_fabric_handle_refusal_is_no_failure)
+{
+    mt_analysis *a = analyze("oom_exp.mtrace");
+    cr_expect_eq(a->failed_probes, 1);
+    cr_expect_eq(a->failed_retried, 0);
+    cr_assert_eq(a->n_failed, a->failed_total);
+    cr_expect_geq(a->failed_total, 2, "the driver's refusals and the OutOfMemoryError");
+    size_t raised = 0;
+    for (size_t i = 0; i < a->n_failed; i++) {
+        cr_expect_eq(a->failed[i].result, 2, "#%zu: CUDA_ERROR_OUT_OF_MEMORY", i);
+        raised += a->failed[i].kind == MT_KIND_TENSOR;
+    }
+    cr_expect_eq(raised, 1);
+    cr_assert_eq(a->n_devices, 1);
+    cr_expect_eq(a->devices[0].u.failed_count, a->failed_total, "the probe not counted on cuda:0");
+    mt_analysis_free(a);
+}
+
 /* samples/context_memory.py on 2 x H200: a context on cuda:0, then one on cuda:1; each loads the
  * same modules, so each GPU has the same static memory (288 records of CUPTI's, all "device 0"),
  * and cuda:1's is said to be placed by when it came. On cuda:1 alone, nothing is on cuda:0. */

@@ -566,6 +566,11 @@
           ' failed' +
           (T.failed_retried
             ? ' (and ' + T.failed_retried + ' driver call(s) retried at once with success: no failure)'
+            : '') +
+          (T.failed_probes
+            ? ' (and ' +
+              T.failed_probes +
+              ' cuMemCreate refused for its handle type, made again with another: no failure)'
             : ''),
       ),
       card(

@@ -549,6 +549,10 @@ typedef struct mt_analysis {
     uint64_t failed_total;
     uint64_t failed_retried; /* failed driver calls made again inside the same API call, which
                                 succeeded: not in failed_total nor in failed (failed_ties.c) */
+    uint64_t failed_probes;  /* cuMemCreate calls refused for the handle type they asked for and
+                                made again at once with another, which succeeded: PyTorch's
+                                expandable segments and NCCL ask for a fabric handle first. Not
+                                in failed_total nor in failed (failed_ties.c) */
     mt_anomalies anomalies;
     uint64_t records, events;
     uint64_t dropped;          /* max(sum of DROPPED records, END.dropped) */

@@ -61,7 +61,9 @@ typedef enum mt_kind {
     MT_KIND_HOST_PINNED = 5,     /* cuMemHostAlloc / cuMemAllocHost / cuMemFreeHost */
     MT_KIND_HOST_REGISTERED = 6, /* cuMemHostRegister / Unregister (pins, does not allocate) */
     MT_KIND_VMM_RESERVE = 7,     /* cuMemAddressReserve / Free: virtual address space only */
-    MT_KIND_VMM_PHYSICAL = 8,    /* cuMemCreate / Release: physical bytes, address = handle */
+    MT_KIND_VMM_PHYSICAL = 8,    /* cuMemCreate / Release: physical bytes, address = handle;
+                                    cuMemCreate's aux = the handle types it asked for
+                                    (CUmemAllocationHandleType bits; 0 before 2026-11-27) */
     MT_KIND_VMM_MAP = 9,         /* cuMemMap / Unmap: a mapped range; aux = physical handle */
     MT_KIND_POOL = 10,           /* memory pool bookkeeping (POOL_RESERVED, POOL_TRIM) */
     MT_KIND_DRIVER = 11,         /* driver-internal: seen only in activity records; aux = CUPTI

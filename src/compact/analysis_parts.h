@@ -87,13 +87,13 @@ typedef struct mt_failed_ties {
         int32_t device;
         int32_t kept; /* index in a->failed, -1 past the ones kept */
     } open[MT_FAILED_OPEN_MAX];
-    /* the latest failed calls with a correlation id, until that call succeeds after all, its
-     * thread allocates again, or a second has passed */
+    /* the latest failed calls with a correlation id, or refused for their handle type, until
+     * that call succeeds after all, its thread allocates again, or a second has passed */
     struct {
-        uint64_t time_ns;
+        uint64_t time_ns, bytes, handle_types;
         uint32_t tid, correlation;
         int32_t device, kept;
-        int is_host;
+        int is_host, handle_refused;
     } calls[MT_FAILED_OPEN_MAX];
 } mt_failed_ties;
 
@@ -101,8 +101,9 @@ typedef struct mt_failed_ties {
  * is opened; a torch.OutOfMemoryError (kind TENSOR) closes its thread's open ones as raised. */
 void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e, int32_t kept);
 /* An allocation e that succeeded: the same call as a failure just before (its correlation id, its
- * thread) takes that failure back (tr: its count on the device); a segment closes its thread's
- * open ones as recovered. */
+ * thread) takes that failure back (tr: its count on the device), and so does the same request
+ * made with another handle type after one refused for its handle type; a segment closes its
+ * thread's open ones as recovered. */
 void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e);
 
 #endif

@@ -19,6 +19,18 @@
  * the driver calls one runtime call makes its correlation id, so a failure followed on its thread
  * by a success with the same id was one call that succeeded: it is taken back out of the failed
  * requests and counted apart (failed_retried).
+ *
+ * Nor is a request refused for the kind of handle it asked for. PyTorch's expandable segments
+ * (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) make their first page with cuMemCreate asking
+ * for a fabric handle, and on a machine that cannot give one (no IMEX channel: the lent H200s)
+ * the driver says CUDA_ERROR_NOT_PERMITTED; PyTorch then asks for a POSIX file descriptor and
+ * never asks for a fabric handle again (CUDACachingAllocator.cpp, ExpandableSegment::map). NCCL
+ * does the same (cuMemCreateTryFabric). Seen on an H200: every run with expandable segments had
+ * one such refusal of 20 MiB, which `memtrace check --max-failed 0` failed on. So a VMM_PHYSICAL
+ * request refused with NOT_PERMITTED or NOT_SUPPORTED, followed on its thread by a request of
+ * the same size that succeeded with other handle types (aux, from 2026-11-27: older traces have
+ * 0 on both, and then the size and the thread decide), is taken back too (failed_probes). A
+ * refusal of memory is CUDA_ERROR_OUT_OF_MEMORY and is never taken back this way.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +38,17 @@
 #include "analysis_parts.h"
 
 #define RETRY_WINDOW_NS 1000000000ull /* a failed call not made again within a second was not */
+
+/* cuda.h's CUDA_ERROR_NOT_PERMITTED and CUDA_ERROR_NOT_SUPPORTED: what cuMemCreate says to a
+ * handle type the machine cannot give */
+#define CU_NOT_PERMITTED 800
+#define CU_NOT_SUPPORTED 801
+
+static int refused_handle_type(const mt_event *e)
+{
+    return e->kind == MT_KIND_VMM_PHYSICAL &&
+           (e->result == CU_NOT_PERMITTED || e->result == CU_NOT_SUPPORTED);
+}
 
 static int same_thread(const mt_failed_ties *t, size_t i, const mt_event *e)
 {
@@ -53,10 +76,12 @@ static uint32_t close_open(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
     return n;
 }
 
-/* Remembers a failed call with a correlation id, in case the same call succeeds after all. */
+/* Remembers a failed call with a correlation id, in case the same call succeeds after all, or one
+ * refused for its handle type, in case the same request with another succeeds. */
 static void remember_call(mt_failed_ties *t, const mt_event *e, int32_t kept)
 {
-    if (!e->correlation) return;
+    int handle_refused = refused_handle_type(e);
+    if (!e->correlation && !handle_refused) return;
     if (t->n_calls == MT_FAILED_OPEN_MAX) { /* the oldest cannot be a call still in progress */
         memmove(&t->calls[0], &t->calls[1], (MT_FAILED_OPEN_MAX - 1) * sizeof t->calls[0]);
         t->n_calls--;
@@ -66,6 +91,9 @@ static void remember_call(mt_failed_ties *t, const mt_event *e, int32_t kept)
     t->calls[t->n_calls].correlation = e->correlation;
     t->calls[t->n_calls].device = e->device;
     t->calls[t->n_calls].is_host = mt_kind_is_host(e->kind);
+    t->calls[t->n_calls].bytes = e->bytes;
+    t->calls[t->n_calls].handle_types = e->aux;
+    t->calls[t->n_calls].handle_refused = handle_refused;
     t->calls[t->n_calls++].kept = kept;
 }
 
@@ -114,21 +142,26 @@ void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr,
     for (size_t i = 0; i < t->n_calls;) {
         int same = t->calls[i].tid == e->tid;
         int retried = same && e->correlation && t->calls[i].correlation == e->correlation;
+        /* the same request with other handle types (a retain or an import is no request) */
+        int probed = same && !retried && t->calls[i].handle_refused &&
+                     e->kind == MT_KIND_VMM_PHYSICAL && e->bytes == t->calls[i].bytes &&
+                     !(e->flags & (MT_EF_RETAIN | MT_EF_IMPORTED)) &&
+                     (t->calls[i].handle_types == 0 || e->aux != t->calls[i].handle_types);
         /* (times may step back between threads: no subtraction) */
         int over = same || e->time_ns > t->calls[i].time_ns + RETRY_WINDOW_NS;
-        if (!retried && !over) {
+        if (!retried && !probed && !over) {
             i++;
             continue;
         }
         int32_t k = t->calls[i].kept;
-        if (retried) {
+        if (retried || probed) {
             a->failed_total--;
-            a->failed_retried++;
+            ++*(retried ? &a->failed_retried : &a->failed_probes);
             mt_tracker_uncount_failed(tr, t->calls[i].device, t->calls[i].is_host);
         }
         memmove(&t->calls[i], &t->calls[i + 1], (t->n_calls - i - 1) * sizeof t->calls[0]);
         t->n_calls--;
-        if (retried && k >= 0) drop_kept(a, t, k);
+        if ((retried || probed) && k >= 0) drop_kept(a, t, k);
     }
     if (t->n && (e->flags & MT_EF_SEGMENT)) close_open(a, t, e, MT_FAILED_RECOVERED, -1);
 }

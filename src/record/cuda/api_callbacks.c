@@ -296,6 +296,9 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->bytes = p->size;
         if (p->prop && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
             ev->device = p->prop->location.id;
+        /* the handle types it asks for: a request for a fabric handle that the machine refuses
+         * (no IMEX) is how PyTorch's expandable segments and NCCL find out they cannot have one */
+        if (p->prop) ev->aux = (uint64_t)p->prop->requestedHandleTypes;
         if (ok) ev->address = (uint64_t)*p->handle;
         return 1;
     }
