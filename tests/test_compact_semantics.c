@@ -308,34 +308,20 @@ Test(compact, failed_request_ties_are_bounded)
     mt_analysis_free(a);
 }
 
-/* A failed driver call whose API call made it again at once and succeeded (the same correlation
- * id on the same thread: the CUDA runtime on a thread with no current context) is no failed
- * request: it leaves failed[], failed_total and its device's count, and is counted apart; the
- * indexes of the failures after it follow. The same id on another thread is another call. */
-Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
+/* One event a line, for the tests of failed calls below: each at the next millisecond, on
+ * context 1, device 0, stack 1; an allocation at its own address. */
+typedef struct call_ev {
+    uint32_t tid, corr;
+    unsigned op, kind;
+    uint16_t flags, result;
+    uint64_t bytes, aux;
+} call_ev;
+
+static void put_calls(fx *f, const call_ev *evs, size_t n)
 {
-    fx f;
-    fx_open(&f, "retried.mtrace");
-    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
     mt_record r = {.type = MT_REC_EVENT};
-    mt_event base = {.context = 1, .stack = 1, .device = 0, .kind = DEV};
-    struct {
-        uint32_t tid, corr;
-        unsigned op, kind;
-        uint16_t flags, result;
-        uint64_t bytes, aux;
-    } evs[] = {
-        {7, 21, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 100, 0}, /* retried below */
-        {8, 30, MT_OP_FAILED, DEV, MT_EF_SEGMENT, 2, 500, 0}, /* #1 then, #0 at the end */
-        {9, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* another thread's call 21 */
-        {7, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* call 21 succeeds after all */
-        {8, 0, MT_OP_FAILED, MT_KIND_TENSOR, 0, 2, 500, 9},   /* OutOfMemoryError: ties #0 */
-        {10, 40, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 64, 0}, /* #2: its thread allocates */
-        {10, 41, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* in another call first, */
-        {10, 40, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* so this is no retry of #2 */
-    };
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
-        r.u.event = base;
+    for (size_t i = 0; i < n; i++) {
+        r.u.event = (mt_event){.context = 1, .stack = 1, .device = 0};
         r.u.event.time_ns = FX_T0 + (i + 1) * MS;
         r.u.event.tid = evs[i].tid;
         r.u.event.correlation = evs[i].corr;
@@ -346,8 +332,30 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
         r.u.event.bytes = evs[i].bytes;
         r.u.event.aux = evs[i].aux;
         r.u.event.address = evs[i].op == MT_OP_ALLOC ? A + i * 0x1000 : 0;
-        fx_put(&f, &r);
+        fx_put(f, &r);
     }
+}
+
+/* A failed driver call whose API call made it again at once and succeeded (the same correlation
+ * id on the same thread: the CUDA runtime on a thread with no current context) is no failed
+ * request: it leaves failed[], failed_total and its device's count, and is counted apart; the
+ * indexes of the failures after it follow. The same id on another thread is another call. */
+Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
+{
+    fx f;
+    fx_open(&f, "retried.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    const call_ev evs[] = {
+        {7, 21, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 100, 0}, /* retried below */
+        {8, 30, MT_OP_FAILED, DEV, MT_EF_SEGMENT, 2, 500, 0}, /* #1 then, #0 at the end */
+        {9, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* another thread's call 21 */
+        {7, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* call 21 succeeds after all */
+        {8, 0, MT_OP_FAILED, MT_KIND_TENSOR, 0, 2, 500, 9},   /* OutOfMemoryError: ties #0 */
+        {10, 40, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 64, 0}, /* #2: its thread allocates */
+        {10, 41, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* in another call first, */
+        {10, 40, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 64, 0},    /* so this is no retry of #2 */
+    };
+    put_calls(&f, evs, sizeof evs / sizeof evs[0]);
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
     cr_expect_eq(a->failed_total, 3);
@@ -379,41 +387,22 @@ Test(compact, cumemcreate_refused_for_its_handle_type_then_made_with_another_is_
     fx f;
     fx_open(&f, "probe.mtrace");
     fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
-    mt_record r = {.type = MT_REC_EVENT};
-    mt_event base = {.context = 1, .stack = 1, .device = 0, .kind = MT_KIND_VMM_PHYSICAL};
-    enum { FABRIC = 8, POSIX_FD = 1, SEG = MT_EF_SEGMENT };
+    enum { FABRIC = 8, POSIX_FD = 1, SEG = MT_EF_SEGMENT, PHYS = MT_KIND_VMM_PHYSICAL };
     const uint64_t MIB = 1u << 20;
-    struct {
-        uint32_t tid, corr;
-        unsigned op;
-        uint16_t flags, result;
-        uint64_t bytes, aux;
-    } evs[] = {
-        {7, 50, MT_OP_FAILED, SEG, 800, 20 * MIB, FABRIC}, /* a probe: taken back below */
-        {9, 51, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* another thread's */
-        {7, 52, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* the same request, other type */
-        {8, 60, MT_OP_FAILED, SEG, 2, 20 * MIB, POSIX_FD}, /* #0: out of memory */
-        {8, 61, MT_OP_ALLOC, SEG, 0, 20 * MIB, POSIX_FD},  /* recovered from, not a probe */
-        {10, 70, MT_OP_FAILED, 0, 800, 4 * MIB, POSIX_FD}, /* #1: */
-        {10, 71, MT_OP_ALLOC, 0, 0, 4 * MIB, POSIX_FD},    /* the same handle types again */
-        {11, 80, MT_OP_FAILED, 0, 801, 2 * MIB, 0},        /* #2: */
-        {11, 81, MT_OP_ALLOC, 0, 0, 8 * MIB, 0},           /* another size */
-        {12, 90, MT_OP_FAILED, 0, 800, 2 * MIB, 0},        /* an older trace's probe: */
-        {12, 91, MT_OP_ALLOC, 0, 0, 2 * MIB, 0},           /* taken back by size and thread */
+    const call_ev evs[] = {
+        {7, 50, MT_OP_FAILED, PHYS, SEG, 800, 20 * MIB, FABRIC}, /* a probe: taken back below */
+        {9, 51, MT_OP_ALLOC, PHYS, SEG, 0, 20 * MIB, POSIX_FD},  /* another thread's */
+        {7, 52, MT_OP_ALLOC, PHYS, SEG, 0, 20 * MIB, POSIX_FD},  /* the same request, other type */
+        {8, 60, MT_OP_FAILED, PHYS, SEG, 2, 20 * MIB, POSIX_FD}, /* #0: out of memory */
+        {8, 61, MT_OP_ALLOC, PHYS, SEG, 0, 20 * MIB, POSIX_FD},  /* recovered from, not a probe */
+        {10, 70, MT_OP_FAILED, PHYS, 0, 800, 4 * MIB, POSIX_FD}, /* #1: */
+        {10, 71, MT_OP_ALLOC, PHYS, 0, 0, 4 * MIB, POSIX_FD},    /* the same handle types again */
+        {11, 80, MT_OP_FAILED, PHYS, 0, 801, 2 * MIB, 0},        /* #2: */
+        {11, 81, MT_OP_ALLOC, PHYS, 0, 0, 8 * MIB, 0},           /* another size */
+        {12, 90, MT_OP_FAILED, PHYS, 0, 800, 2 * MIB, 0},        /* an older trace's probe: */
+        {12, 91, MT_OP_ALLOC, PHYS, 0, 0, 2 * MIB, 0},           /* taken back by size and thread */
     };
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
-        r.u.event = base;
-        r.u.event.time_ns = FX_T0 + (i + 1) * MS;
-        r.u.event.tid = evs[i].tid;
-        r.u.event.correlation = evs[i].corr;
-        r.u.event.op = (uint8_t)evs[i].op;
-        r.u.event.flags = evs[i].flags;
-        r.u.event.result = evs[i].result;
-        r.u.event.bytes = evs[i].bytes;
-        r.u.event.aux = evs[i].aux;
-        r.u.event.address = evs[i].op == MT_OP_ALLOC ? 0x100 + i : 0;
-        fx_put(&f, &r);
-    }
+    put_calls(&f, evs, sizeof evs / sizeof evs[0]);
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
     cr_expect_eq(a->failed_total, 3);
