@@ -216,6 +216,44 @@ check "no PyTorch segment flag outside PyTorch" 0 "$(grep -c ' segment' "$W/ap.d
 say "info: driver-internal events (activity): $(grep '^event ' "$W/ap.dump" | grep -c ' activity') ; stack nodes: $(grep -c '^node ' "$W/ap.dump"); modules: $(grep -c '^module ' "$W/ap.dump"); symbols: $(grep -c '^symbol ' "$W/ap.dump")"
 grep '^note' "$W/ap.dump" | sed 's/^/  /' >> "$LOG"
 
+# ---- host memory made by device-kind calls (samples/host_memory.c) ---------------------------------
+# cuMemCreate on a host NUMA node and a memory pool on the host give pinned host RAM: on the host in
+# the report, not on cuda:0, and their releases (which name no location) found there.
+HM=$PWD/$BUILD/samples/host_memory
+if [ -x "$HM" ]; then
+  say "== host_memory"
+  (cd "$W" && "$MT" record -o "$W/host_memory.mtrace" -- "$HM") > "$W/hm.out" 2>> "$LOG"
+  rc_=$?; settle_trace "$W/host_memory.mtrace"; (exit $rc_)
+  check "host_memory ran" 0 $?
+  cat "$W/hm.out" >> "$LOG"
+  "$MT" report --json "$W/host_memory.mtrace" > "$W/hm.json" 2>> "$LOG"
+  "$MT" report "$W/host_memory.mtrace" >> "$LOG" 2>&1
+  "$MT" dump "$W/host_memory.mtrace" | grep '^event' | grep -v 'kind=driver' >> "$LOG" 2>&1
+  cp "$W/host_memory.mtrace" "$OUT/host_memory.mtrace"; cp "$W/hm.out" "$OUT/host_memory.out" # tests/data
+  check "host_memory: host-located VMM and pool memory counted on the host, device memory on cuda:0, every release found" ok "$($PY - "$W/hm.json" "$W/hm.out" <<'PYEOF'
+import json, re, sys
+rep = json.load(open(sys.argv[1]))
+exp = {k: int(v) for k, v in re.findall(r"expect (\w+)=(\d+)", open(sys.argv[2]).read())}
+d0 = [d for d in rep["devices"] if d["device"] == 0][0]
+k = d0["peak_by_kind"]
+host = rep.get("host") or {}
+problems = []
+if k.get("vmm_physical", 0) + k.get("async", 0) != exp["device_bytes"]:
+    problems.append("cuda:0 peak by kind %s, expected %d" % (k, exp["device_bytes"]))
+if d0["vmm_mapped_peak_bytes"] != 32 << 20:
+    problems.append("cuda:0 mapped peak %d" % d0["vmm_mapped_peak_bytes"])
+if host.get("peak_bytes", 0) != exp["host_peak"] or host.get("end_bytes", 0) != 0:
+    problems.append("host peak %s end %s, expected %d and 0" % (host.get("peak_bytes"), host.get("end_bytes"), exp["host_peak"]))
+if exp["host_peak"] == 0:
+    problems.append("nothing on the host was made (skipped)")
+an = rep["anomalies"]
+if an["unmatched_frees"] or an["unknown_device_allocations"] or any(d["device"] < 0 for d in rep["devices"]):
+    problems.append("anomalies %s, devices %s" % (an, [d["root"] for d in rep["devices"]]))
+print("ok" if not problems else "; ".join(problems))
+PYEOF
+)"
+fi
+
 # ---- processes, other CUPTI clients ----------------------------------------------------------------
 say "== processes and other tools"
 mkdir -p "$W/procs"

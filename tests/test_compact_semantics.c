@@ -376,6 +376,68 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     mt_analysis_free(a);
 }
 
+/* cuMemCreate on the host (a host NUMA node) and a memory pool on the host give pinned host RAM:
+ * the recorder writes them with device -1 and MT_EF_HOST_MEMORY, and their releases, mappings and
+ * frees name the context's device (cuMemRelease, cuMemMap, cudaFreeAsync know no location). All
+ * of it is the host's: nothing on cuda:0 but its own memory, no unknown device, every release
+ * found (seen on an H200: samples/host_memory.c counted 96 MiB of host RAM on cuda:0 before). */
+Test(compact, host_located_vmm_and_pool_memory_is_the_hosts)
+{
+    fx f;
+    fx_open(&f, "hostmem.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    enum { H = MT_EF_HOST_MEMORY, POOL = MT_EF_FROM_POOL };
+    const uint64_t MIB = 1u << 20, HANDLE = 0x5000, VA = A, POOLH = 0x9000;
+    mt_record r = {.type = MT_REC_EVENT};
+    const struct {
+        unsigned op, kind;
+        int32_t device;
+        uint16_t flags;
+        uint64_t address, bytes, aux;
+    } evs[] = {
+        {MT_OP_ALLOC, DEV, 0, 0, A + 0x100000000ull, 8 * MIB, 0}, /* cuda:0's own */
+        {MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, -1, H, HANDLE, 64 * MIB, 0},
+        {MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, 0, VA, 64 * MIB, 0},
+        {MT_OP_ALLOC, MT_KIND_VMM_MAP, 0, 0, VA, 64 * MIB, HANDLE}, /* maps the host's pages */
+        {MT_OP_ALLOC, MT_KIND_ASYNC, -1, H | POOL, VA + 0x10000000, 32 * MIB, POOLH},
+        {MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, H, POOLH, 32 * MIB, 32 * MIB},
+        {MT_OP_FREE, MT_KIND_ASYNC, 0, 0, VA + 0x10000000, 0, 0}, /* cudaFreeAsync: cuda:0 */
+        {MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, H, POOLH, 0, 32 * MIB},
+        {MT_OP_FREE, MT_KIND_VMM_MAP, 0, 0, VA, 64 * MIB, 0},
+        {MT_OP_FREE, MT_KIND_VMM_RESERVE, 0, 0, VA, 64 * MIB, 0},
+        {MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, 0, HANDLE, 0, 0}, /* cuMemRelease: cuda:0 */
+    };
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
+        r.u.event = (mt_event){.context = 1, .stack = 1, .tid = 7};
+        r.u.event.time_ns = FX_T0 + (i + 1) * MS;
+        r.u.event.op = (uint8_t)evs[i].op;
+        r.u.event.kind = (uint8_t)evs[i].kind;
+        r.u.event.device = evs[i].device;
+        r.u.event.flags = evs[i].flags;
+        r.u.event.address = evs[i].address;
+        r.u.event.bytes = evs[i].bytes;
+        r.u.event.aux = evs[i].aux;
+        fx_put(&f, &r);
+    }
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_devices, 1, "cuda:0 only: no unknown device");
+    cr_expect_eq(a->devices[0].u.device, 0);
+    cr_expect_eq(a->devices[0].u.peak, 8 * MIB);
+    cr_expect_eq(a->devices[0].u.vmm_mapped_peak, 0, "the mapping is of the host's pages");
+    cr_expect_eq(a->devices[0].u.pool_reserved_peak, 0);
+    cr_assert_not_null(a->host);
+    cr_expect_eq(a->host->u.peak, 96 * MIB);
+    cr_expect_eq(a->host->u.in_use, 0, "every release found");
+    cr_expect_eq(a->host->u.vmm_mapped_peak, 64 * MIB);
+    cr_expect_eq(a->host->u.vmm_mapped, 0);
+    cr_expect_eq(a->host->u.pool_reserved_peak, 32 * MIB);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->anomalies.unknown_device, 0);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 /* PyTorch's expandable segments ask cuMemCreate for a fabric handle first; a machine without one
  * says CUDA_ERROR_NOT_PERMITTED (800) and PyTorch asks again for a POSIX descriptor (seen on an
  * H200 in every such run). A request refused for its handle type (800 or 801) and made again on

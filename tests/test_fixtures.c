@@ -335,6 +335,34 @@ Test(fixtures, async_backend_first_worker_allocation_is_no_failure)
     mt_analysis_free(a);
 }
 
+/* samples/host_memory.c on an H200: 32 MiB of cuMemCreate and 16 MiB of cuMemAllocAsync on the
+ * device; 64 MiB of cuMemCreate on a host NUMA node (mapped for the GPU) and 32 MiB from a pool
+ * on the host while it is held. The host's 96 MiB are the host's (the recorder gave them cuda:0
+ * before), their releases (which name cuda:0) are found, and no unknown device appears. */
+Test(fixtures, host_located_vmm_and_pool_memory_on_the_host)
+{
+    mt_analysis *a = analyze("host_memory.mtrace");
+    const uint64_t MIB = 1u << 20;
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_expect_eq(d->u.device, 0);
+    cr_expect_eq(d->u.peak, 48 * MIB);
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_VMM_PHYSICAL], 32 * MIB);
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ASYNC], 16 * MIB);
+    cr_expect_eq(d->u.vmm_mapped_peak, 32 * MIB);
+    cr_assert_not_null(a->host);
+    cr_expect_eq(a->host->u.peak, 96 * MIB);
+    cr_expect_eq(a->host->u.by_kind_peak[MT_KIND_VMM_PHYSICAL], 64 * MIB);
+    cr_expect_eq(a->host->u.by_kind_peak[MT_KIND_ASYNC], 32 * MIB);
+    cr_expect_eq(a->host->u.vmm_mapped_peak, 64 * MIB);
+    cr_expect_eq(a->host->u.pool_reserved_peak, 32 * MIB);
+    cr_expect_eq(a->host->u.in_use, 0);
+    cr_expect_eq(d->u.in_use, 0);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->anomalies.unknown_device, 0);
+    mt_analysis_free(a);
+}
+
 /* Expandable segments (samples/oom.py under expandable_segments:True, H200): the allocator's first
  * cuMemCreate asks for a fabric handle, which the machine refuses (CUDA_ERROR_NOT_PERMITTED); the
  * same 20 MiB with a POSIX descriptor succeeds at once. That is no failed request; the run's real

@@ -482,6 +482,7 @@ typedef struct mt_failed_request {
     uint64_t time_ns; /* since trace start */
     int32_t device;
     uint8_t kind;
+    uint8_t is_host; /* host memory: a host kind, or memory asked for on the host (-1 device) */
     uint16_t result;
     uint32_t stack, tid;
     uint64_t bytes;    /* requested */

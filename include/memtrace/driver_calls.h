@@ -17,6 +17,7 @@
  *   CALL_STREAM_ORDERED  async_hooks.c records it while its stand-ins are active
  *   CALL_RELEASE         gives memory back: stamped when the call starts
  *   CALL_CAPTURE         begins or ends a CUDA graph capture (capture.c)
+ *   CALL_POOL            makes or names a memory pool: where it is (device or host) is noted
  *
  * MT_NAMED_DRIVER_CALLS(X) calls X(name, cbid) for ids that are named but not traced (the first
  * versions of the memory calls, context and pool calls): mt_api_name has always answered them. */
@@ -53,6 +54,9 @@
     X(cuMemAllocFromPoolAsync_ptsz,        612, CALL_MEMORY2 | CALL_STREAM_ORDERED)                \
     X(cuMemPoolTrimTo,                     602, 0)                                                 \
     X(cuMemPoolDestroy,                    608, 0)                                                 \
+    X(cuMemPoolCreate,                     607, CALL_POOL)                                         \
+    X(cuMemGetDefaultMemPool,              801, CALL_POOL)                                         \
+    X(cuMemGetMemPool,                     802, CALL_POOL)                                         \
     X(cuGraphAddMemAllocNode,              638, 0)                                                 \
     X(cuGraphAddMemFreeNode,               639, 0)                                                 \
     /* the generic node calls: memory nodes among them */                                         \
@@ -77,8 +81,7 @@
     X(cuDevicePrimaryCtxRelease,           387)                                                    \
     X(cuDevicePrimaryCtxReset,             389)                                                    \
     X(cuDevicePrimaryCtxRelease_v2,        544)                                                    \
-    X(cuDevicePrimaryCtxReset_v2,          545)                                                    \
-    X(cuMemPoolCreate,                     607)
+    X(cuDevicePrimaryCtxReset_v2,          545)
 /* clang-format on */
 
 #endif

@@ -99,6 +99,10 @@ enum {
      * no context, whose device CUPTI gives as 0 whatever it is, got the device the reader chose */
     MT_EF_DEVICE_INFERRED = 1u << 9, /* the trace's only device so far: exact */
     MT_EF_DEVICE_GUESSED = 1u << 10, /* with INFERRED: one of several, the latest context's */
+    MT_EF_HOST_MEMORY = 1u << 11,    /* VMM_PHYSICAL, ASYNC, POOL: memory in host RAM (cuMemCreate
+                                        or a pool located on the host or a host NUMA node:
+                                        pinned host pages the GPU reaches); device = -1. Its
+                                        release names no location: the analysis finds it there */
 };
 
 typedef struct mt_event {

@@ -66,6 +66,7 @@ static void print_event(FILE *out, const mt_file_header *h, const mt_event *e)
     if (e->flags & MT_EF_CAPTURED) fputs(" captured", out);
     if (e->flags & MT_EF_RETAIN) fputs(" retain", out);
     if (e->flags & MT_EF_IMPORTED) fputs(" imported", out);
+    if (e->flags & MT_EF_HOST_MEMORY) fputs(" host-memory", out);
     /* dev= is the reader's choice: CUPTI named no context (and device 0) */
     if (e->flags & MT_EF_DEVICE_GUESSED)
         fputs(" device-guessed", out);

@@ -27,13 +27,13 @@ static inline uint64_t mt_slot_key(int32_t device, int is_host)
 /* Aggregate keys: slot key << 40 | driver << 32 | stack. */
 static inline uint64_t mt_agg_key(const mt_lifetime *l)
 {
-    return mt_slot_key(l->device, mt_kind_is_host(l->kind)) << 40 |
+    return mt_slot_key(l->device, mt_is_host(l->kind, l->flags)) << 40 |
            mt_stack_key(l->stack, l->kind == MT_KIND_DRIVER);
 }
 
 static inline size_t mt_slot_of_lifetime(const mt_lifetime *l)
 {
-    return (size_t)mt_slot_key(l->device, mt_kind_is_host(l->kind));
+    return (size_t)mt_slot_key(l->device, mt_is_host(l->kind, l->flags));
 }
 
 /* ---- what was live at each peak (peak_replay.c) ---------------------------------------------- */

@@ -416,7 +416,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
                 e->device <= MT_MAX_DEVICE_ORDINAL)
                 p.driver_guessed[mt_slot_key(e->device, 0)] += e->bytes;
             if (mt_counting(e->kind, e->flags) == MT_COUNT_IN_USE) {
-                mt_lifetime l = {.device = e->device, .kind = e->kind, .stack = e->stack};
+                mt_lifetime l = {
+                    .device = e->device, .kind = e->kind, .stack = e->stack, .flags = e->flags};
                 if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;
             }
         }
@@ -554,6 +555,6 @@ const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len
 
 const char *mt_failed_root_name(const mt_failed_request *f, char *buf, size_t len)
 {
-    mt_device_report probe = {.u = {.device = f->device, .is_host = mt_kind_is_host(f->kind)}};
+    mt_device_report probe = {.u = {.device = f->device, .is_host = f->is_host}};
     return mt_device_root_name(&probe, buf, len);
 }

@@ -41,7 +41,8 @@ void mt_breakdown_begin(mt_breakdown_acc *c, mt_breakdown *b, mt_frames *f, cons
 
 void mt_breakdown_add(mt_breakdown_acc *c, const mt_lifetime *l)
 {
-    if (!c->b || l->device != c->device || mt_kind_is_host(l->kind) || l->kind == MT_KIND_DRIVER)
+    if (!c->b || l->device != c->device || mt_is_host(l->kind, l->flags) ||
+        l->kind == MT_KIND_DRIVER)
         return;
     /* PyTorch's segments, named by the recorder (MT_EF_SEGMENT): its reservation, whether their
      * tensors are in the trace (tensor mode) or not */

@@ -90,7 +90,7 @@ static void remember_call(mt_failed_ties *t, const mt_event *e, int32_t kept)
     t->calls[t->n_calls].tid = e->tid;
     t->calls[t->n_calls].correlation = e->correlation;
     t->calls[t->n_calls].device = e->device;
-    t->calls[t->n_calls].is_host = mt_kind_is_host(e->kind);
+    t->calls[t->n_calls].is_host = mt_is_host(e->kind, e->flags);
     t->calls[t->n_calls].bytes = e->bytes;
     t->calls[t->n_calls].handle_types = e->aux;
     t->calls[t->n_calls].handle_refused = handle_refused;

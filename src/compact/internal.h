@@ -15,7 +15,8 @@ typedef struct mt_range {
     uint64_t start, end, handle;
     uint64_t serial; /* set by mt_ranges_insert: unique among the ranges a set ever held */
     uint32_t context;
-    int32_t device;
+    int32_t device; /* -1 with host: a mapping of memory located on the host */
+    int host;
 } mt_range;
 
 typedef struct mt_range_set mt_range_set;
@@ -103,6 +104,12 @@ static inline uint64_t mt_rel_time(uint64_t t, uint64_t start) { return t > star
 static inline int mt_kind_is_host(unsigned kind)
 {
     return kind == MT_KIND_HOST_PINNED || kind == MT_KIND_HOST_REGISTERED;
+}
+
+/* Host memory: a host kind, or device-kind memory located on the host (MT_EF_HOST_MEMORY). */
+static inline int mt_is_host(unsigned kind, unsigned flags)
+{
+    return mt_kind_is_host(kind) || (flags & MT_EF_HOST_MEMORY);
 }
 
 /* ---- stack-stat lists ----------------------------------------------------------------------- */

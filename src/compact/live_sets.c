@@ -37,11 +37,16 @@ int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
 {
     if (!a->failed && !(a->failed = calloc(MT_MAX_FAILED_KEPT, sizeof *a->failed))) return -1;
     mt_failed_request *f = &a->failed[a->n_failed];
-    int host = mt_kind_is_host(e->kind);
+    int host = mt_is_host(e->kind, e->flags);
     *f = (mt_failed_request){.time_ns = mt_rel_time(e->time_ns, a->header.start_monotonic_ns),
-                             .device = host ? -1 : e->device, .kind = e->kind,
-                             .result = e->result, .stack = e->stack, .tid = e->tid,
-                             .bytes = e->bytes, .stream = e->stream};
+                             .device = host ? -1 : e->device,
+                             .kind = e->kind,
+                             .is_host = (uint8_t)host,
+                             .result = e->result,
+                             .stack = e->stack,
+                             .tid = e->tid,
+                             .bytes = e->bytes,
+                             .stream = e->stream};
     f->raised_as = -1; /* failed_ties.c says what came of it */
     const mt_usage *u = mt_tracker_usage(t, f->device, host);
     if (e->kind == MT_KIND_TENSOR) f->torch_allocated = e->aux;

@@ -170,7 +170,7 @@ static slot *slot_for(read1 *r, int32_t device, int is_host)
 static slot *counted_slot(read1 *r, const mt_lifetime *l)
 {
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return NULL;
-    int host = mt_kind_is_host(l->kind);
+    int host = mt_is_host(l->kind, l->flags);
     if (!host && l->device < 0) return NULL; /* unknown device: the tracker counts it nowhere */
     return slot_for(r, l->device, host);
 }
@@ -425,7 +425,7 @@ typedef struct read2 {
 static dev_stacks *stacks_of(read2 *r, const mt_lifetime *l)
 {
     if (mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE) return NULL;
-    int host = mt_kind_is_host(l->kind);
+    int host = mt_is_host(l->kind, l->flags);
     if (!host && (l->device < 0 || l->device > MT_MAX_DEVICE_ORDINAL)) return NULL;
     dev_stacks *d = &r->dev[host ? HOST_SLOT : l->device];
     return d->wanted ? d : NULL;

@@ -279,10 +279,14 @@ static void drop_map(mt_tracker *t, uint32_t id)
     mt_ranges_remove(t->maps, id);
 }
 
-static int do_map(mt_tracker *t, const mt_event *e, size_t slot)
+static int do_map(mt_tracker *t, const mt_event *e, int32_t dev, int host, size_t slot)
 {
-    mt_range r = {.start = e->address, .end = e->address + e->bytes, .handle = e->aux,
-                  .context = e->context, .device = e->device};
+    mt_range r = {.start = e->address,
+                  .end = e->address + e->bytes,
+                  .handle = e->aux,
+                  .context = e->context,
+                  .device = dev,
+                  .host = host};
     if (add_map(t, &r) < 0) return -1;
     t->usages[slot].vmm_mapped += e->bytes;
     t->usages[slot].by_kind[MT_KIND_VMM_MAP] += e->bytes;
@@ -301,10 +305,12 @@ static int do_unmap(mt_tracker *t, const mt_event *e, uint64_t now)
         const mt_range *hit = mt_ranges_get(t->maps, t->hits[i]);
         if (!hit) continue;
         mt_range r = *hit;
-        if ((e->device >= 0 && r.device != e->device) || (e->bytes == 0 && r.start != a)) continue;
+        /* (a mapping of host memory: on the host whatever device the unmap names) */
+        if ((e->device >= 0 && !r.host && r.device != e->device) || (e->bytes == 0 && r.start != a))
+            continue;
         uint64_t lo = r.start > a ? r.start : a;
         uint64_t hi = e->bytes == 0 ? r.end : (r.end < b ? r.end : b);
-        long s = slot_index(t, r.device, 0, now);
+        long s = slot_index(t, r.device, r.host, now);
         if (s < 0) return -1;
         t->usages[s].vmm_mapped -= hi - lo;
         t->usages[s].by_kind[MT_KIND_VMM_MAP] -= hi - lo;
@@ -385,7 +391,7 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     for (size_t i = 0; i < n; i++) {
         const mt_range *r = member_range(t, v[i]);
         if (!r) continue;
-        long s = slot_index(t, r->device, 0, now);
+        long s = slot_index(t, r->device, r->host, now);
         if (s >= 0) {
             t->usages[s].vmm_mapped -= r->end - r->start;
             t->usages[s].by_kind[MT_KIND_VMM_MAP] -= r->end - r->start;
@@ -403,6 +409,10 @@ int mt_tracker_event_rest_(mt_tracker *t, const mt_event *e, unsigned kind, unsi
 {
     switch (e->op) {
     case MT_OP_ALLOC: { /* a mapping, or a VMM handle retained */
+        if (kind == MT_KIND_VMM_MAP) { /* the mapping of a handle located on the host is there */
+            const mt_lifetime *h = mt_tracker_find_handle_(t, dev, e->aux);
+            if (h && (h->flags & MT_EF_HOST_MEMORY)) host = 1, dev = -1;
+        }
         long s = host || dev >= 0 || kind == MT_KIND_VMM_MAP ? slot_index(t, dev, host, now) : -1;
         if (s < 0 && (host || dev >= 0 || kind == MT_KIND_VMM_MAP)) return -1;
         if (kind == MT_KIND_VMM_PHYSICAL && (e->flags & MT_EF_RETAIN)) {
@@ -413,7 +423,7 @@ int mt_tracker_event_rest_(mt_tracker *t, const mt_event *e, unsigned kind, unsi
                 return 0;
             } /* else a handle made before the trace: tracked uncounted, so its release matches */
         }
-        int rc = kind == MT_KIND_VMM_MAP ? do_map(t, e, (size_t)s)
+        int rc = kind == MT_KIND_VMM_MAP ? do_map(t, e, dev, host, (size_t)s)
                                          : do_alloc(t, e, kind, fam, dev, s);
         if (rc < 0) return -1;
         if (s < 0) return 0;
@@ -433,8 +443,8 @@ int mt_tracker_event_rest_(mt_tracker *t, const mt_event *e, unsigned kind, unsi
         t->usages[s].failed_count++;
         return 0;
     }
-    case MT_OP_POOL_RESERVED: {
-        long s = slot_index(t, e->device, 0, now);
+    case MT_OP_POOL_RESERVED: { /* (a pool on the host: host, dev -1) */
+        long s = slot_index(t, dev, host, now);
         if (s < 0 || do_pool_reserved(t, e, (size_t)s) < 0) return -1;
         note_peaks(&t->usages[s], now, t->seq);
         usage_hook(t, (size_t)s, now);

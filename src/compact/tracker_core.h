@@ -191,7 +191,7 @@ static inline int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
 /* The usage slot a lifetime counts on, or -1 (a device lifetime of an unknown device). */
 static inline long slot_of(mt_tracker *t, const mt_lifetime *p, uint64_t now)
 {
-    int host = is_host_family(p->family);
+    int host = is_host_family(p->family) || (p->flags & MT_EF_HOST_MEMORY);
     return host || p->device >= 0 ? slot_index(t, p->device, host, now) : -1;
 }
 
@@ -287,6 +287,11 @@ static inline __attribute__((always_inline)) void do_free(mt_tracker *t, const m
         for (size_t i = 0; i < t->n_usages && !p; i++)
             if (!t->usages[i].is_host && t->usages[i].device != dev)
                 p = mt_live_find(&t->live, t->usages[i].device, (uint8_t)fam, e->address);
+    /* memory located on the host (a host pool's cudaFreeAsync names the context's device) */
+    if (__builtin_expect(!p, 0) && dev >= 0 &&
+        (p = mt_live_find(&t->live, -1, (uint8_t)fam, e->address)) &&
+        !(p->flags & MT_EF_HOST_MEMORY))
+        p = NULL;
     uint64_t h = !p || p->device == dev ? lh | 1 : freed_hash(p->device, fam, e->address);
     uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
     if (!p) {
@@ -313,7 +318,8 @@ static inline __attribute__((always_inline)) int mt_tracker_event_with(mt_tracke
     t->seq++;
     unsigned kind = e->kind < MT_KIND_MAX_ ? e->kind : MT_KIND_UNKNOWN;
     unsigned fam = family_of_kind[kind];
-    int host = is_host_family(fam);
+    /* the flag only where a lifetime or a pool starts: a release names no location */
+    int host = is_host_family(fam) || ((e->flags & MT_EF_HOST_MEMORY) && e->op != MT_OP_FREE);
     int32_t dev = host ? -1 : e->device;
     if (!device_ok(dev) || (e->op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
         t->an.bad_devices++;

@@ -33,6 +33,7 @@ enum {
     CALL_STREAM_ORDERED = 1 << 1, /* async_hooks.c records it while its stand-ins are active */
     CALL_RELEASE = 1 << 2,        /* gives memory back: stamped when the call starts */
     CALL_CAPTURE = 1 << 3,        /* begins or ends a CUDA graph capture (capture.c) */
+    CALL_POOL = 1 << 4,           /* makes or names a memory pool (pool_poll.c: host pools) */
 };
 
 /* The table's ids are written out for the trace library, which builds without CUDA: each must be
@@ -186,6 +187,8 @@ static void describe_mem_alloc_node(const CUmemPoolProps *pool, size_t bytesize,
     ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ASYNC, ev->flags |= MT_EF_CAPTURED;
     ev->bytes = bytesize;
     if (pool->location.type == CU_MEM_LOCATION_TYPE_DEVICE) ev->device = pool->location.id;
+    else if (mt_location_is_host(pool->location.type))
+        ev->device = -1, ev->flags |= MT_EF_HOST_MEMORY;
     if (ok) ev->address = dptr;
 }
 
@@ -296,6 +299,8 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_VMM_PHYSICAL, ev->bytes = p->size;
         if (p->prop && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
             ev->device = p->prop->location.id;
+        else if (p->prop && mt_location_is_host(p->prop->location.type))
+            ev->device = -1, ev->flags |= MT_EF_HOST_MEMORY; /* pinned host pages */
         /* the handle types it asks for: a request for a fabric handle that the machine refuses
          * (no IMEX) is how PyTorch's expandable segments and NCCL find out they cannot have one */
         if (p->prop) ev->aux = (uint64_t)p->prop->requestedHandleTypes;
@@ -390,6 +395,25 @@ static uint64_t capture_stream(const void *params)
 {
     return (uint64_t)(uintptr_t)((const cuStreamEndCapture_params *)params)->hStream;
 }
+/* A pool made, or a device's or the host's default or current pool named: one located on the host
+ * or a host NUMA node is noted, so that what is allocated from it is host memory (pool_poll.c). */
+static void note_pool_place(mt_recorder *r, CUpti_CallbackId cbid, const void *params)
+{
+    const CUmemLocation *at = NULL;
+    CUmemoryPool *pool = NULL;
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate) {
+        const cuMemPoolCreate_params *p = params;
+        at = p->poolProps ? &p->poolProps->location : NULL, pool = p->pool;
+    } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemGetDefaultMemPool) {
+        const cuMemGetDefaultMemPool_params *p = params;
+        at = p->location, pool = p->pool_out;
+    } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemGetMemPool) {
+        const cuMemGetMemPool_params *p = params;
+        at = p->location, pool = p->pool;
+    }
+    if (at && pool && mt_location_is_host(at->type))
+        mt_pool_note_host(r, (uint64_t)(uintptr_t)*pool);
+}
 
 /* When the memory call in progress on this thread started: stamped at API entry, read at exit.
  * Per thread, not in CUPTI's correlationData, which the guest client (cupti_mux.c) shares. */
@@ -441,6 +465,10 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
                                                             cb->functionParams)->pool);
         return;
     }
+    if (what & CALL_POOL) {
+        if (ok) note_pool_place(r, cbid, cb->functionParams);
+        return;
+    }
     mt_event ev = {0};
     ev.context = cb->contextUid;
     ev.correlation = cb->correlationId;
@@ -467,6 +495,8 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
     if (mt_capture_this_thread(r, ev->tid)) ev->flags |= MT_EF_CAPTURED;
 
     if (ev->kind == MT_KIND_ASYNC && ev->op == MT_OP_ALLOC) {
+        if ((ev->flags & MT_EF_FROM_POOL) && mt_pool_is_host(r, ev->aux))
+            ev->device = -1, ev->flags |= MT_EF_HOST_MEMORY; /* a pool on the host */
         if ((ev->flags & MT_EF_CAPTURED) && ev->device >= 0 && ev->device < 64)
             atomic_fetch_or(&r->graph_devices, 1ull << ev->device); /* its pages: graph pool */
         else

@@ -19,6 +19,10 @@
  * A change is written as MT_OP_POOL_RESERVED (address = pool handle, bytes = current,
  * aux = high-water). This does not depend on CUPTI activity records, which another profiler may
  * take away.
+ * A pool may be located on the host (CUDA 12.2+: a host NUMA node; 13.0: the host, and default
+ * and current pools per location): its allocations and its reservation are host memory, written
+ * with device -1 and MT_EF_HOST_MEMORY. The driver cannot be asked where a pool is, so the pools
+ * the program makes or names on the host are remembered (host_pools).
  */
 #include <cuda.h>
 
@@ -48,6 +52,33 @@ void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool)
     }
 }
 
+void mt_pool_note_host(mt_recorder *r, uint64_t pool)
+{
+    pthread_mutex_lock(&r->pool_lock);
+    int i = 0, n = atomic_load_explicit(&r->n_host_pools, memory_order_relaxed);
+    while (i < n && atomic_load_explicit(&r->host_pools[i], memory_order_relaxed) != pool &&
+           atomic_load_explicit(&r->host_pools[i], memory_order_relaxed) != MT_POOL_DEAD)
+        i++;
+    if (i < MT_MAX_POOLS) {
+        atomic_store_explicit(&r->host_pools[i], pool, memory_order_relaxed);
+        if (i == n) atomic_store_explicit(&r->n_host_pools, n + 1, memory_order_release);
+    } else {
+        mt_warn_once("host pools",
+                     "more than %d memory pools on the host: allocations from the "
+                     "others are counted on the device they were made from",
+                     MT_MAX_POOLS);
+    }
+    pthread_mutex_unlock(&r->pool_lock);
+}
+
+int mt_pool_is_host(mt_recorder *r, uint64_t pool)
+{
+    int n = atomic_load_explicit(&r->n_host_pools, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&r->host_pools[i], memory_order_relaxed) == pool) return 1;
+    return 0;
+}
+
 /* Writes an event when a pool's reservation changed since the last one written. */
 static void record_pool(mt_recorder *r, uint64_t key, uint64_t cur, uint64_t high, int32_t device)
 {
@@ -64,6 +95,7 @@ static void record_pool(mt_recorder *r, uint64_t key, uint64_t cur, uint64_t hig
     r->pools[i].device = device;
     mt_event ev = {.time_ns = mt_now_ns(), .op = MT_OP_POOL_RESERVED, .kind = MT_KIND_POOL,
                    .address = key, .bytes = cur, .aux = high, .device = device};
+    if (mt_pool_is_host(r, key)) ev.device = -1, ev.flags = MT_EF_HOST_MEMORY;
     mt_sink_event(r->sink, &ev);
 }
 
@@ -162,7 +194,10 @@ void mt_pool_forget(mt_recorder *r, uint64_t pool)
             mt_event ev = {.time_ns = mt_now_ns(), .op = MT_OP_POOL_RESERVED,
                            .kind = MT_KIND_POOL, .address = pool, .bytes = 0,
                            .aux = r->pools[i].high, .device = r->pools[i].device};
+            if (mt_pool_is_host(r, pool)) ev.device = -1, ev.flags = MT_EF_HOST_MEMORY;
             mt_sink_event(r->sink, &ev);
         }
+    for (int i = 0; i < atomic_load(&r->n_host_pools); i++)
+        if (atomic_load(&r->host_pools[i]) == pool) atomic_store(&r->host_pools[i], MT_POOL_DEAD);
     pthread_mutex_unlock(&r->pool_lock);
 }

@@ -234,6 +234,11 @@ typedef struct mt_recorder {
         _Atomic uint64_t pool; /* 0 = free slot, MT_POOL_DEAD = destroyed */
         int32_t device;
     } named_pools[MT_MAX_POOLS]; /* pools named by cuMemAllocFromPoolAsync */
+    /* pools located on the host or a host NUMA node (made, or named as a default or current
+     * pool): what is allocated from them is host memory. Written under pool_lock, read without
+     * it: n_host_pools first, so that a process without any pays one load per allocation */
+    _Atomic uint64_t host_pools[MT_MAX_POOLS]; /* 0 = free slot, MT_POOL_DEAD = destroyed */
+    _Atomic int n_host_pools;
     pthread_mutex_t pool_lock;   /* guards pools[] and npools */
     _Atomic uint64_t pool_polled_ns;
     struct {
@@ -481,6 +486,14 @@ void mt_pool_poll(mt_recorder *r);                 /* writer tick, at exit */
 void mt_pool_poll_rare(mt_recorder *r); /* the same on a program's thread (after an OOM, a trim) */
 void mt_pool_poll_if_due(mt_recorder *r, uint64_t now); /* after async allocs: <= 1/ms, no wait */
 void mt_pool_forget(mt_recorder *r, uint64_t pool); /* cuMemPoolDestroy */
+void mt_pool_note_host(mt_recorder *r, uint64_t pool); /* a pool located on the host */
+int mt_pool_is_host(mt_recorder *r, uint64_t pool);    /* lock-free */
+/* CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA, _HOST_NUMA_CURRENT: memory in host RAM */
+static inline int mt_location_is_host(int type)
+{
+    return type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+           type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
 
 /* gpu_sampler.c */
 #define MT_NVML_SAMPLE_MS 50 /* how often it asks NVML (the notes say what that cost) */
