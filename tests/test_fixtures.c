@@ -363,6 +363,26 @@ Test(fixtures, host_located_vmm_and_pool_memory_on_the_host)
     mt_analysis_free(a);
 }
 
+/* Rank 0 of `torchrun --nproc_per_node=2 samples/ddp.py --steps 5` on 2 x H200: NCCL (through
+ * init_process_group) tries whether cuMem host allocations work with a 2 MiB cuMemCreate on a
+ * host NUMA node (ncclCuMemHostEnable). That is the host's, not cuda:0's. */
+Test(fixtures, nccl_host_cumem_probe_is_host_memory)
+{
+    mt_analysis *a = analyze("ddp_ncclhost_rank0.mtrace");
+    cr_assert_not_null(a->host);
+    cr_expect_eq(a->host->u.by_kind_peak[MT_KIND_VMM_PHYSICAL], 2u << 20);
+    for (size_t i = 0; i < a->n_devices; i++)
+        cr_expect_geq(a->devices[i].u.device, 0, "no unknown device");
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    mt_analysis_free(a);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " export --format folded --frames all --metric alloc --device host "
+                      "%s/ddp_ncclhost_rank0.mtrace | grep -q 'ncclCuMemHostEnable.* 2097152$'",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "%s", cmd);
+}
+
 /* Expandable segments (samples/oom.py under expandable_segments:True, H200): the allocator's first
  * cuMemCreate asks for a fabric handle, which the machine refuses (CUDA_ERROR_NOT_PERMITTED); the
  * same 20 MiB with a POSIX descriptor succeeds at once. That is no failed request; the run's real
