@@ -443,6 +443,10 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     if (!context_only) {
         mt_out_puts(o, "  at the peak      ");
         print_kinds(o, d->by_kind_at_peak);
+        /* its pages move between host and GPU as they are touched, which no event tells */
+        if (!u->is_host && d->by_kind_at_peak[MT_KIND_MANAGED])
+            mt_out_puts(o, " (managed memory counts in full here, wherever its pages are: an "
+                           "upper bound)");
         mt_out_puts(o, "\n");
     }
     mt_out_printf(o, "  allocations      %llu (%s), %llu frees, %llu failed, %llu zero-byte\n",

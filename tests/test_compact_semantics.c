@@ -376,6 +376,37 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     mt_analysis_free(a);
 }
 
+/* Managed memory counts in full on its context's GPU although its pages move as they are touched:
+ * the report says so where managed bytes are part of the peak, and not elsewhere. */
+Test(compact, managed_memory_at_the_peak_is_said_to_be_an_upper_bound)
+{
+    fx f;
+    fx_open(&f, "managed.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    ev_on(&f, 7, MT_OP_ALLOC, MT_KIND_MANAGED, A, 4u << 20, 0, 1, 0);
+    ev_on(&f, 7, MT_OP_ALLOC, DEV, A + 0x1000000, 1u << 20, 0, 2, 0);
+    ev_on(&f, 7, MT_OP_FREE, MT_KIND_MANAGED, A, 0, 0, 3, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "managed.txt");
+    cr_expect(strstr(text, "  at the peak      device 1.00 MiB, managed 4.00 MiB (managed memory "
+                           "counts in full here, wherever its pages are: an upper bound)\n"),
+              "%s", text);
+    free(text);
+    mt_analysis_free(a);
+    fx_open(&f, "unmanaged.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    ev_on(&f, 7, MT_OP_ALLOC, MT_KIND_MANAGED, A, 1u << 20, 0, 1, 0);
+    ev_on(&f, 7, MT_OP_FREE, MT_KIND_MANAGED, A, 0, 0, 2, 0);
+    ev_on(&f, 7, MT_OP_ALLOC, DEV, A + 0x1000000, 4u << 20, 0, 3, 0);
+    fx_close(&f);
+    a = fx_analyze(f.path);
+    text = fx_capture(a, fx_report_text_fn, NULL, "unmanaged.txt");
+    cr_expect(!strstr(text, "upper bound"), "no managed bytes at the peak: %s", text);
+    free(text);
+    mt_analysis_free(a);
+}
+
 /* cuMemCreate on the host (a host NUMA node) and a memory pool on the host give pinned host RAM:
  * the recorder writes them with device -1 and MT_EF_HOST_MEMORY, and their releases, mappings and
  * frees name the context's device (cuMemRelease, cuMemMap, cudaFreeAsync know no location). All
