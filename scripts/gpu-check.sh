@@ -698,6 +698,15 @@ if [ "$NGPU" -ge 2 ]; then
     for ((r = 0; r < NGPU; r++)); do
       "$MT" report --json "$d/traced/memtrace.rank$r.mtrace" > "$d/rank$r.json" 2>> "$LOG"
       check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
+      # NCCL tries cuMem host memory with a 2 MiB cuMemCreate on a host NUMA node
+      # (ncclCuMemHostEnable): the host's, on no GPU
+      if [ "$name" = ddp ]; then
+        t=$d/traced/memtrace.rank$r.mtrace
+        on_gpu=$(for g in $($PY -c 'import json,sys; print(" ".join(str(x["device"]) for x in json.load(open(sys.argv[1]))["devices"]))' "$d/rank$r.json"); do
+                   "$MT" export --format folded --frames all --metric alloc --device "$g" "$t" 2>> "$LOG"; done | grep -c ncclCuMemHostEnable)
+        on_host=$("$MT" export --format folded --frames all --metric alloc --device host "$t" 2>> "$LOG" | grep -c 'ncclCuMemHostEnable.* 2097152$')
+        check "$name rank $r: NCCL's cuMem host probe (ncclCuMemHostEnable, 2 MiB) is the host's, on no GPU" "1 0" "$on_host $on_gpu"
+      fi
     done
     "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; sed -n 1,12p "$d/ranks.txt" >> "$LOG"
     # (The last rank trains on the largest batch, but it is not always the largest: on 2 x H200 on
