@@ -418,38 +418,18 @@ Test(compact, host_located_vmm_and_pool_memory_is_the_hosts)
     fx_open(&f, "hostmem.mtrace");
     fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
     enum { H = MT_EF_HOST_MEMORY, POOL = MT_EF_FROM_POOL };
-    const uint64_t MIB = 1u << 20, HANDLE = 0x5000, VA = A, POOLH = 0x9000;
-    mt_record r = {.type = MT_REC_EVENT};
-    const struct {
-        unsigned op, kind;
-        int32_t device;
-        uint16_t flags;
-        uint64_t address, bytes, aux;
-    } evs[] = {
-        {MT_OP_ALLOC, DEV, 0, 0, A + 0x100000000ull, 8 * MIB, 0}, /* cuda:0's own */
-        {MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, -1, H, HANDLE, 64 * MIB, 0},
-        {MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, 0, VA, 64 * MIB, 0},
-        {MT_OP_ALLOC, MT_KIND_VMM_MAP, 0, 0, VA, 64 * MIB, HANDLE}, /* maps the host's pages */
-        {MT_OP_ALLOC, MT_KIND_ASYNC, -1, H | POOL, VA + 0x10000000, 32 * MIB, POOLH},
-        {MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, H, POOLH, 32 * MIB, 32 * MIB},
-        {MT_OP_FREE, MT_KIND_ASYNC, 0, 0, VA + 0x10000000, 0, 0}, /* cudaFreeAsync: cuda:0 */
-        {MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, H, POOLH, 0, 32 * MIB},
-        {MT_OP_FREE, MT_KIND_VMM_MAP, 0, 0, VA, 64 * MIB, 0},
-        {MT_OP_FREE, MT_KIND_VMM_RESERVE, 0, 0, VA, 64 * MIB, 0},
-        {MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, 0, HANDLE, 0, 0}, /* cuMemRelease: cuda:0 */
-    };
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
-        r.u.event = (mt_event){.context = 1, .stack = 1, .tid = 7};
-        r.u.event.time_ns = FX_T0 + (i + 1) * MS;
-        r.u.event.op = (uint8_t)evs[i].op;
-        r.u.event.kind = (uint8_t)evs[i].kind;
-        r.u.event.device = evs[i].device;
-        r.u.event.flags = evs[i].flags;
-        r.u.event.address = evs[i].address;
-        r.u.event.bytes = evs[i].bytes;
-        r.u.event.aux = evs[i].aux;
-        fx_put(&f, &r);
-    }
+    const uint64_t MIB = 1u << 20, HANDLE = 0x5000, VA = A, POOLH = 0x9000, P = VA + 0x10000000;
+    fx_ev_aux(&f, MT_OP_ALLOC, DEV, 0, A + 0x100000000ull, 8 * MIB, 0, 1, 1, 1, 0); /* cuda:0's */
+    fx_ev_aux(&f, MT_OP_ALLOC, MT_KIND_VMM_PHYSICAL, -1, HANDLE, 64 * MIB, 0, 2, 1, 1, H);
+    fx_ev_aux(&f, MT_OP_ALLOC, MT_KIND_VMM_RESERVE, 0, VA, 64 * MIB, 0, 3, 1, 1, 0);
+    fx_map(&f, 0, VA, 64 * MIB, HANDLE, 4); /* maps the host's pages */
+    fx_ev_aux(&f, MT_OP_ALLOC, MT_KIND_ASYNC, -1, P, 32 * MIB, POOLH, 5, 1, 1, H | POOL);
+    fx_ev_aux(&f, MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, POOLH, 32 * MIB, 32 * MIB, 6, 0, 0, H);
+    fx_ev_aux(&f, MT_OP_FREE, MT_KIND_ASYNC, 0, P, 0, 0, 7, 0, 1, 0); /* cudaFreeAsync: cuda:0 */
+    fx_ev_aux(&f, MT_OP_POOL_RESERVED, MT_KIND_POOL, -1, POOLH, 0, 32 * MIB, 8, 0, 0, H);
+    fx_ev_aux(&f, MT_OP_FREE, MT_KIND_VMM_MAP, 0, VA, 64 * MIB, 0, 9, 0, 1, 0);
+    fx_ev_aux(&f, MT_OP_FREE, MT_KIND_VMM_RESERVE, 0, VA, 64 * MIB, 0, 10, 0, 1, 0);
+    fx_ev_aux(&f, MT_OP_FREE, MT_KIND_VMM_PHYSICAL, 0, HANDLE, 0, 0, 11, 0, 1, 0); /* cuda:0 */
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
     cr_assert_eq(a->n_devices, 1, "cuda:0 only: no unknown device");
