@@ -9,7 +9,8 @@
 # machine (scripts/build-for-gpu.sh makes it: the GPU machine has no libdwarf or Criterion).
 # Sections (all by default; "multigpu" needs two GPUs and says so when there is one):
 #   basics    exit status, a killed process and a torn-down torchrun rank (their running cost totals),
-#             every allocation kind of alloc_patterns, processes, other CUPTI clients
+#             every allocation kind of alloc_patterns, processes, memory another process maps
+#             through CUDA IPC (samples/ipc.py, torch and CuPy), other CUPTI clients
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
@@ -36,7 +37,8 @@
 #             the peak with its Python functions and lines (scripts/python_frames_check.py)
 #   multigpu  one process on two GPUs (model split across devices, a thread per device), and
 #             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
-#             against each rank's PyTorch numbers, the rank table's imbalance; a DDP job whose last
+#             against each rank's PyTorch numbers, the rank table's imbalance, DDP with
+#             NCCL_CUMEM_ENABLE=0 (NCCL's peer buffers mapped by CUDA IPC); a DDP job whose last
 #             rank dies of torch.OutOfMemoryError and whose other ranks torchrun kills
 # Writes logs and the traces worth keeping under $OUT (default ./gpu-check-out):
 #   gpu-check.log   everything, summary.txt   the numbers, traces.tar.gz   fixtures for tests/data
@@ -261,6 +263,34 @@ mkdir -p "$W/procs"
 check "processes.py: fork child and 2 spawn children ran (no hang)" "0 children_ok=3" "$? $(grep -o 'children_ok=[0-9]*' "$W/procs.out")"
 check "one trace per CUDA process (parent + 2 spawned)" 3 "$(ls "$W/procs"/*.mtrace 2>/dev/null | wc -l)"
 for f in "$W/procs"/*.mtrace; do "$MT" dump "$f" > /dev/null 2>> "$LOG" || say "FAIL dump $f"; done
+# Another process's memory mapped here through legacy CUDA IPC (samples/ipc.py): the parent's 64 MiB
+# are the parent's. The child's trace has the mapping as one imported allocation, closed, and no
+# driver-internal record of it (CUPTI reports the mapping as a device allocation of the child's);
+# each process's API peak is what its own allocator reserved.
+for lib in torch cupy; do
+  if [ "$lib" = cupy ] && ! $PY -c 'import cupy' 2> /dev/null; then say "SKIP ipc ($lib): no cupy"; continue; fi
+  d=$W/ipc_$lib; mkdir -p "$d"
+  (cd "$d" && timeout 300 "$MT" record -q -- $PY "$S/ipc.py" --lib $lib) > "$d.out" 2>> "$LOG"
+  rc=$?; cat "$d.out" >> "$LOG"
+  check "ipc.py --lib $lib: parent and child ran" "0 child_rc=0" "$rc $(grep -o 'child_rc=[0-9-]*' "$d.out")"
+  child=""; parent=""
+  for f in "$d"/*.mtrace; do
+    "$MT" dump "$f" > "$f.dump" 2>> "$LOG"
+    if grep -q 'api=cuIpcOpenMemHandle' "$f.dump"; then child=$f; else parent=$f; fi
+  done
+  [ -n "$child" ] && [ -n "$parent" ] || { say "FAIL ipc ($lib): no child trace with cuIpcOpenMemHandle"; FAILS=$((FAILS+1)); continue; }
+  cp "$child" "$OUT/ipc_${lib}_child.mtrace"
+  check "ipc ($lib) child: the 64 MiB mapped once, imported, and closed (matched)" "1 1 0" \
+    "$(grep -c '^event .*op=alloc kind=device .*bytes=67108864 .*api=cuIpcOpenMemHandle.* imported' "$child.dump") $(grep -c '^event .*op=free kind=device .*api=cuIpcCloseMemHandle.* imported' "$child.dump") $("$MT" report --json "$child" | $PY -c 'import json,sys; print(json.load(sys.stdin)["anomalies"]["unmatched_frees"])')"
+  check "ipc ($lib) child: no driver-internal record of the mapping (none of 1 MiB or more)" 0 \
+    "$(grep '^event .*kind=driver' "$child.dump" | grep -o ' bytes=[0-9]*' | awk -F= '$2 >= 1048576' | wc -l)"
+  for who in child parent; do
+    f=$child; [ $who = parent ] && f=$parent
+    want_=$(grep -o "ipc_$who .*reserved_peak=[0-9]*" "$d.out" | grep -o 'reserved_peak=[0-9]*' | cut -d= -f2)
+    check "ipc ($lib) $who: API peak == its own allocator's reserved peak" "$want_" \
+      "$("$MT" report --json "$f" | $PY -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["api_peak_bytes"])')"
+  done
+done
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
 (cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -o "$W/conflict/c.mtrace" -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"
@@ -681,13 +711,13 @@ if [ "$NGPU" -ge 2 ]; then
   # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
   for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" \
              "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256" \
-             "ddp_strayctx_t:--tensors:--stray-context"; do
-    IFS=: read -r name opts jargs <<< "$job"
+             "ddp_strayctx_t:--tensors:--stray-context" "ddp_ipc:::NCCL_CUMEM_ENABLE=0"; do
+    IFS=: read -r name opts jargs envs <<< "$job"
     [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
     d=$W/$name; mkdir -p "$d/plain" "$d/traced"
-    (cd "$d/plain" && SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/plain.out" 2> "$d/plain.err"
+    (cd "$d/plain" && env $envs SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/plain.out" 2> "$d/plain.err"
     rc0=$?
-    (cd "$d/traced" && SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/traced.out" 2> "$d/traced.err"
+    (cd "$d/traced" && env $envs SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/ddp.py" $jargs) > "$d/traced.out" 2> "$d/traced.err"
     rc1=$?
     cat "$d/plain.err" "$d/traced.err" >> "$LOG"
     check "$name: exit status as untraced" "$rc0" "$rc1"
@@ -706,6 +736,13 @@ if [ "$NGPU" -ge 2 ]; then
                    "$MT" export --format folded --frames all --metric alloc --device "$g" "$t" 2>> "$LOG"; done | grep -c ncclCuMemHostEnable)
         on_host=$("$MT" export --format folded --frames all --metric alloc --device host "$t" 2>> "$LOG" | grep -c 'ncclCuMemHostEnable.* 2097152$')
         check "$name rank $r: NCCL's cuMem host probe (ncclCuMemHostEnable, 2 MiB) is the host's, on no GPU" "1 0" "$on_host $on_gpu"
+      fi
+      # NCCL_CUMEM_ENABLE=0: NCCL maps its peers' buffers with cudaIpcOpenMemHandle; they are the
+      # peers' (imported), never a driver-internal allocation of this rank
+      if [ "$name" = ddp_ipc ]; then
+        "$MT" dump "$d/traced/memtrace.rank$r.mtrace" > "$d/rank$r.dump" 2>> "$LOG"
+        check "$name rank $r: NCCL's peer buffers mapped by IPC, imported; no driver record of 1 MiB or more" "yes 0" \
+          "$(grep -q '^event .*op=alloc kind=device .*api=cuIpcOpenMemHandle.* imported' "$d/rank$r.dump" && echo yes || echo no) $(grep '^event .*kind=driver' "$d/rank$r.dump" | grep -o ' bytes=[0-9]*' | awk -F= '$2 >= 1048576' | wc -l)"
       fi
     done
     "$MT" report "$d/traced" > "$d/ranks.txt" 2>> "$LOG"; sed -n 1,12p "$d/ranks.txt" >> "$LOG"
@@ -774,9 +811,9 @@ print("ok" if not bad else "devices %s" % {k: (v["peak_bytes"], v.get("nvml_max_
     [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
     opts=; [ "$name" = ddp_oom_t ] && opts=--tensors
     d=$W/$name; mkdir -p "$d/plain" "$d/traced"
-    (cd "$d/plain" && SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/oom.py" --fraction 0.05) > "$d/plain.out" 2> "$d/plain.err"
+    (cd "$d/plain" && env $envs SAMPLE_STATS="$d/plain.{rank}.json" timeout 600 torchrun --nproc_per_node="$NGPU" "$S/oom.py" --fraction 0.05) > "$d/plain.out" 2> "$d/plain.err"
     rc0=$?
-    (cd "$d/traced" && SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/oom.py" --fraction 0.05) > "$d/traced.out" 2> "$d/traced.err"
+    (cd "$d/traced" && env $envs SAMPLE_STATS="$d/traced.{rank}.json" timeout 600 "$MT" record -q $opts -o "$d/traced/memtrace.rank%r.mtrace" -- torchrun --nproc_per_node="$NGPU" "$S/oom.py" --fraction 0.05) > "$d/traced.out" 2> "$d/traced.err"
     rc1=$?
     cat "$d/plain.out" "$d/plain.err" "$d/traced.out" "$d/traced.err" >> "$LOG"
     check "$name: exit status as untraced (1)" "1 $rc0" "$rc1 $rc1"

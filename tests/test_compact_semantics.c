@@ -603,6 +603,38 @@ Test(compact, vmm_handles_are_reference_counted_and_imports_are_not_ours)
     mt_analysis_free(a);
 }
 
+/* Legacy CUDA IPC: cuIpcOpenMemHandle maps another process's cudaMalloc here (a tensor received
+ * through torch.multiprocessing, NCCL with NCCL_CUMEM_ENABLE=0). The recorder writes it as an
+ * imported device allocation of the range's size: the exporter's bytes, counted there and by
+ * nvidia-smi there, never here; its cuIpcCloseMemHandle matches it, and one never closed is held by
+ * nobody at the end. */
+Test(compact, ipc_mappings_are_another_process_memory)
+{
+    fx f;
+    fx_open(&f, "ipc.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x10000000, 64 << 20, 1, 1); /* 64 MiB of its own */
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x20000000, 256 << 20, 2, 2, 1, MT_EF_IMPORTED);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x40000000, 32 << 20, 3, 2, 1, MT_EF_IMPORTED);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x18000000, 8 << 20, 4, 3); /* the peak: 72 MiB */
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x20000000, 0, 5, 0, 1, MT_EF_IMPORTED);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x18000000, 0, 6, 0);
+    fx_end(&f, 10, 6, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 72 << 20, "the mapped bytes are the exporter's");
+    cr_expect_eq(d->u.api_peak, 72 << 20);
+    cr_expect_eq(d->u.in_use, 64 << 20, "the mapping left open is no memory of this process");
+    cr_expect_eq(d->u.alloc_count, 2);
+    cr_expect_eq(d->peak_stacks.n, 2, "nothing of the mappings among what was live at the peak");
+    cr_expect_eq(a->anomalies.double_frees + a->anomalies.unmatched_frees, 0,
+                 "cuIpcCloseMemHandle matched its mapping");
+    cr_expect_eq(d->leak_bytes, 64 << 20,
+                 "its own 64 MiB are held at the end, the open mapping is not");
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 /* What was live at each device's peak, gathered while pass 1 reads (no tensors): a lifetime that
  * ended between an earlier peak and the last one is not in it, one that started before the peak
  * and ended after it is, and so is one still live at the end; a device whose peak comes late

@@ -363,6 +363,51 @@ Test(fixtures, host_located_vmm_and_pool_memory_on_the_host)
     mt_analysis_free(a);
 }
 
+/* The spawned child of samples/ipc.py on an H200: it received its parent's 64 MiB CUDA tensor
+ * through torch.multiprocessing (cudaIpcOpenMemHandle), allocated 8 MiB of its own (a 20 MiB
+ * segment) and let the tensor go (cuIpcCloseMemHandle). The 64 MiB are the parent's: the child's
+ * peak is its own allocator's, max_memory_reserved = 23068672 as the child printed it. (The
+ * recorder before the fix left CUPTI's record of the mapping as a driver-internal allocation of
+ * 64 MiB, and the child's peak read 86 MiB.) */
+Test(fixtures, ipc_mapping_is_the_exporters_memory)
+{
+    mt_analysis *a = analyze("ipc_torch_child.mtrace");
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_expect_eq(d->u.api_peak, 23068672);
+    cr_expect_lt(d->u.peak, 23068672 + (64u << 10), "driver-internal bytes aside, nothing more");
+    cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees, 0);
+    mt_analysis_free(a);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " dump %s/ipc_torch_child.mtrace | grep -c "
+                      "'op=.* kind=device .*api=cuIpc.*MemHandle.* imported' | grep -qx 2",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "one mapping and its close: %s", cmd);
+}
+
+/* Rank 0 of `NCCL_CUMEM_ENABLE=0 torchrun --nproc_per_node=2 samples/ddp.py` on 2 x H200: NCCL
+ * maps its peer's buffers with cudaIpcOpenMemHandle (48 of them, 288 MiB) and closes them at
+ * teardown. CUPTI reports no allocation for such a mapping of a peer GPU's memory but does report
+ * its release, so the recorder before the fix left 48 driver-internal frees matching nothing
+ * ("48 unmatched frees" on every rank). Now each mapping is an imported allocation, closed. */
+Test(fixtures, nccl_legacy_ipc_peer_buffers_are_imported_and_closed)
+{
+    mt_analysis *a = analyze("ddp_ipc_rank0.mtrace");
+    cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees, 0);
+    cr_assert_eq(a->n_devices, 1);
+    cr_expect_eq(a->devices[0].u.segment_peak, 853540864, "max_memory_reserved of rank 0");
+    mt_analysis_free(a);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " dump %s/ddp_ipc_rank0.mtrace | grep '^event .*kind=device .*imported' | "
+                      "awk '/op=alloc .*api=cuIpcOpenMemHandle/ {n++; split($0, f, \" bytes=\"); "
+                      "s += f[2] + 0} /op=free .*api=cuIpcCloseMemHandle/ {c++} "
+                      "END {exit !(n == 48 && c == 48 && s == 301989888)}'",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "48 mappings of 288 MiB, 48 closes: %s", cmd);
+}
+
 /* Rank 0 of `torchrun --nproc_per_node=2 samples/ddp.py --steps 5` on 2 x H200: NCCL (through
  * init_process_group) tries whether cuMem host allocations work with a 2 MiB cuMemCreate on a
  * host NUMA node (ncclCuMemHostEnable). That is the host's, not cuda:0's. */

@@ -18,6 +18,7 @@
  *   CALL_RELEASE         gives memory back: stamped when the call starts
  *   CALL_CAPTURE         begins or ends a CUDA graph capture (capture.c)
  *   CALL_POOL            makes or names a memory pool: where it is (device or host) is noted
+ *   CALL_MEMORY2_SOMETIMES  makes a MEMORY2 record (a duplicate of ours) in some cases only
  *
  * MT_NAMED_DRIVER_CALLS(X) calls X(name, cbid) for ids that are named but not traced (the first
  * versions of the memory calls, context and pool calls): mt_api_name has always answered them. */
@@ -43,6 +44,12 @@
     X(cuMemRetainAllocationHandle,         565, 0)                                                 \
     X(cuMemImportFromShareableHandle,      555, 0)                                                 \
     X(cuMemRelease,                        550, CALL_RELEASE)                                      \
+    /* another process's cudaMalloc, mapped here (legacy CUDA IPC: torch.multiprocessing, CuPy, */ \
+    /* NCCL with NCCL_CUMEM_ENABLE=0); CUPTI reports a mapping of memory on this GPU as a device */ \
+    /* allocation and one of another GPU's memory not at all, only its release (H200, CUDA 13) */  \
+    X(cuIpcOpenMemHandle,                  329, CALL_MEMORY2_SOMETIMES)                            \
+    X(cuIpcOpenMemHandle_v2,               567, CALL_MEMORY2_SOMETIMES)                            \
+    X(cuIpcCloseMemHandle,                 330, CALL_MEMORY2 | CALL_RELEASE)                       \
     /* mapped ranges show up as device memory records */                                          \
     X(cuMemMap,                            551, CALL_MEMORY2)                                      \
     X(cuMemUnmap,                          552, CALL_MEMORY2 | CALL_RELEASE)                       \

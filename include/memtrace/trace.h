@@ -92,9 +92,11 @@ enum {
     MT_EF_RETAIN = 1u << 7,          /* VMM_PHYSICAL ALLOC: one more reference to a live handle
                                         (cuMemRetainAllocationHandle), not new memory: the handle
                                         is freed by its last cuMemRelease */
-    MT_EF_IMPORTED = 1u << 8,        /* VMM_PHYSICAL ALLOC: a handle to another process's memory
-                                        (cuMemImportFromShareableHandle, e.g. NCCL's peer buffers):
-                                        not this process's bytes */
+    MT_EF_IMPORTED = 1u << 8,        /* another process's memory, not this process's bytes:
+                                        VMM_PHYSICAL ALLOC, a handle imported with
+                                        cuMemImportFromShareableHandle (NCCL's peer buffers);
+                                        DEVICE ALLOC/FREE, a mapping by cuIpcOpenMemHandle and its
+                                        cuIpcCloseMemHandle (legacy CUDA IPC) */
     /* Set by the reader, never written (src/trace/contextless.h): an activity record that named
      * no context, whose device CUPTI gives as 0 whatever it is, got the device the reader chose */
     MT_EF_DEVICE_INFERRED = 1u << 9, /* the trace's only device so far: exact */

@@ -34,6 +34,10 @@ enum {
     CALL_RELEASE = 1 << 2,        /* gives memory back: stamped when the call starts */
     CALL_CAPTURE = 1 << 3,        /* begins or ends a CUDA graph capture (capture.c) */
     CALL_POOL = 1 << 4,           /* makes or names a memory pool (pool_poll.c: host pools) */
+    CALL_MEMORY2_SOMETIMES =
+        1 << 5, /* makes a MEMORY2 record only in some cases (a duplicate of
+                   ours too), so it is no sign that records should come
+                   (activity.c: the silence that says another tool took them) */
 };
 
 /* The table's ids are written out for the trace library, which builds without CUDA: each must be
@@ -323,6 +327,23 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         if (ok && p->handle) ev->address = (uint64_t)*p->handle;
         return ok;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle:
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2: {
+        /* another process's cudaMalloc, mapped into this one (legacy CUDA IPC): its bytes are the
+         * exporter's, and NVML counts them there. Tracked so that cuIpcCloseMemHandle matches, and
+         * so that CUPTI's record of the mapping is not taken for a driver-internal allocation of
+         * ours; its size is the range's, asked for once the call has returned (mt_on_callback) */
+        const cuIpcOpenMemHandle_v2_params *p = params;
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_DEVICE, ev->flags |= MT_EF_IMPORTED;
+        if (ok && p->pdptr) ev->address = *p->pdptr;
+        return ok; /* a handle that cannot be opened is no request for memory */
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle: {
+        const cuIpcCloseMemHandle_params *p = params;
+        ev->op = MT_OP_FREE, ev->kind = MT_KIND_DEVICE, ev->flags |= MT_EF_IMPORTED;
+        ev->address = p->dptr;
+        return 1;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
         const cuMemRelease_params *p = params;
         ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_PHYSICAL, ev->address = (uint64_t)p->handle;
@@ -415,6 +436,19 @@ static void note_pool_place(mt_recorder *r, CUpti_CallbackId cbid, const void *p
         mt_pool_note_host(r, (uint64_t)(uintptr_t)*pool);
 }
 
+/* The size of an IPC mapping: cuIpcOpenMemHandle gives only its address. The whole allocation
+ * of the exporter is mapped (its range); 0 when the driver will not say. libcuda is the caller
+ * here: cuPointerGetAttribute is not traced. */
+static uint64_t ipc_range_bytes(mt_recorder *r, uint64_t address)
+{
+    size_t bytes = 0;
+    if (!address || !r->cuda.PointerGetAttribute ||
+        r->cuda.PointerGetAttribute(&bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                    (CUdeviceptr)address) != CUDA_SUCCESS)
+        return 0;
+    return bytes;
+}
+
 /* When the memory call in progress on this thread started: stamped at API entry, read at exit.
  * Per thread, not in CUPTI's correlationData, which the guest client (cupti_mux.c) shares. */
 static __thread uint64_t tls_entry_ns;
@@ -440,10 +474,11 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         /* A release is written with its entry stamp: until its event commits, later events wait
          * in the writer (the trace stays in time order while the call runs). */
         if (what & CALL_RELEASE) mt_sink_hold(r->sink, tls_entry_ns);
-        if ((what & CALL_MEMORY2) && r->activity.on &&
+        if ((what & (CALL_MEMORY2 | CALL_MEMORY2_SOMETIMES)) && r->activity.on &&
             !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed)) {
             mt_corr_insert(&r->activity.corr, cb->correlationId);
-            atomic_fetch_add_explicit(&r->activity.memory_api_calls, 1, memory_order_relaxed);
+            if (what & CALL_MEMORY2)
+                atomic_fetch_add_explicit(&r->activity.memory_api_calls, 1, memory_order_relaxed);
         }
         return;
     }
@@ -478,6 +513,8 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         if (what & CALL_RELEASE) mt_sink_hold(r->sink, 0);
         return;
     }
+    if (ev.op == MT_OP_ALLOC && ev.kind == MT_KIND_DEVICE && (ev.flags & MT_EF_IMPORTED))
+        ev.bytes = ipc_range_bytes(r, ev.address);
     mt_record_call(r, &ev, res, tls_entry_ns, 0);
 }
 
