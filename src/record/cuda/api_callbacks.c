@@ -34,10 +34,9 @@ enum {
     CALL_RELEASE = 1 << 2,        /* gives memory back: stamped when the call starts */
     CALL_CAPTURE = 1 << 3,        /* begins or ends a CUDA graph capture (capture.c) */
     CALL_POOL = 1 << 4,           /* makes or names a memory pool (pool_poll.c: host pools) */
-    CALL_MEMORY2_SOMETIMES =
-        1 << 5, /* makes a MEMORY2 record only in some cases (a duplicate of
-                   ours too), so it is no sign that records should come
-                   (activity.c: the silence that says another tool took them) */
+    /* makes a MEMORY2 record in some cases only (a duplicate of ours too): no sign that records
+     * should come (activity.c: the silence that says another tool took the activity API) */
+    CALL_MEMORY2_SOMETIMES = 1 << 5,
 };
 
 /* The table's ids are written out for the trace library, which builds without CUDA: each must be
