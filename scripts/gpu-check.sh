@@ -14,7 +14,8 @@
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
-#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model;
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model, a
+#             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
 #             the driver's graph-pool numbers; runs that die of torch.OutOfMemoryError (samples/
 #             oom.py: a memory fraction, a full GPU, a CUDA graph's capture) against PyTorch's
@@ -320,6 +321,11 @@ same_run graphs_ta "$ASYNC" "--tensors=async" $PY "$S/graphs.py";   torch_match 
 same_run graphs_async "$ASYNC" "" $PY "$S/graphs.py";               torch_match graphs_async async --captured
 same_run graphs_exp "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "--tensors" $PY "$S/graphs.py"
 torch_match graphs_exp tensors --captured
+# A torch.cuda.MemPool whose segments come from the program's own allocator (CUDAPluggableAllocator):
+# its segments are PyTorch's like any other (vLLM and NCCL plug allocators in the same way)
+PA=$PWD/$BUILD/samples/libpluggable_alloc.so
+same_run mem_pool "" "" $PY "$S/mem_pool.py" "$PA";             torch_match mem_pool default
+same_run mem_pool_t "" "--tensors" $PY "$S/mem_pool.py" "$PA";  torch_match mem_pool_t tensors
 # Graph memory nodes made every way CUDA offers, and conditional nodes (if/else, switch, while),
 # without PyTorch: against the driver's own graph-pool high-water mark.
 GN=$PWD/$BUILD/samples/graph_nodes
