@@ -4,7 +4,8 @@
 
 The parent allocates 64 MiB and hands it to a spawned child: with torch, a CUDA tensor put on a
 torch.multiprocessing queue (the child's PyTorch opens its IPC handle); with cupy, the handle of
-cupy.cuda.runtime.ipcGetMemHandle, opened and closed by the child by hand. The child reads the
+cupy.cuda.runtime.ipcGetMemHandle, opened twice and closed twice by the child by hand (the driver
+gives the same mapping and counts the opens). The child reads the
 memory, allocates 8 MiB of its own and closes the mapping. NCCL does the same between ranks when
 NCCL_CUMEM_ENABLE=0.
 
@@ -40,14 +41,18 @@ def cupy_child(handle, q):
     import cupy as cp
 
     ptr = cp.cuda.runtime.ipcOpenMemHandle(handle)
+    # opened again by the same context: the same mapping, one more reference (closed twice)
+    again = cp.cuda.runtime.ipcOpenMemHandle(handle)
     mem = cp.cuda.UnownedMemory(ptr, MAPPED, None)
     a = cp.ndarray((MAPPED,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(mem, 0))
     s = int(a[: 1 << 20].sum())
     own = cp.ones(OWN, dtype=cp.uint8)
     cp.cuda.runtime.deviceSynchronize()
+    cp.cuda.runtime.ipcCloseMemHandle(again)
     cp.cuda.runtime.ipcCloseMemHandle(ptr)
     pool = cp.get_default_memory_pool().total_bytes()
-    print(f"ipc_child pid={os.getpid()} reserved_peak={pool} mapped={MAPPED} sum={s}", flush=True)
+    print(f"ipc_child pid={os.getpid()} reserved_peak={pool} mapped={MAPPED} sum={s} "
+          f"same_mapping={int(again == ptr)}", flush=True)
     del own
     q.put(1)
 

@@ -616,9 +616,12 @@ Test(compact, ipc_mappings_are_another_process_memory)
     fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x20000000, 256 << 20, 2, 2, 1, MT_EF_IMPORTED);
     fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x40000000, 32 << 20, 3, 2, 1, MT_EF_IMPORTED);
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x18000000, 8 << 20, 4, 3); /* the peak: 72 MiB */
-    fx_ev_full(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x20000000, 0, 5, 0, 1, MT_EF_IMPORTED);
-    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x18000000, 0, 6, 0);
-    fx_end(&f, 10, 6, 0);
+    /* the same handle opened again: the same address, one more reference */
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x20000000, 256 << 20, 5, 2, 1, MT_EF_IMPORTED);
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x20000000, 0, 6, 0, 1, MT_EF_IMPORTED);
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x20000000, 0, 7, 0, 1, MT_EF_IMPORTED);
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, 0x18000000, 0, 8, 0);
+    fx_end(&f, 10, 8, 0);
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
     const mt_device_report *d = fx_dev(a, 0);
@@ -628,7 +631,8 @@ Test(compact, ipc_mappings_are_another_process_memory)
     cr_expect_eq(d->u.alloc_count, 2);
     cr_expect_eq(d->peak_stacks.n, 2, "nothing of the mappings among what was live at the peak");
     cr_expect_eq(a->anomalies.double_frees + a->anomalies.unmatched_frees, 0,
-                 "cuIpcCloseMemHandle matched its mapping");
+                 "each cuIpcCloseMemHandle matched an open of its mapping");
+    cr_expect_eq(a->anomalies.replaced, 0, "an open of an open handle replaces nothing");
     cr_expect_eq(d->leak_bytes, 64 << 20,
                  "its own 64 MiB are held at the end, the open mapping is not");
     fx_check_invariants(a);

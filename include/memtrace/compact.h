@@ -155,8 +155,10 @@ typedef struct mt_lifetime {
     uint64_t start_seq; /* number of the ALLOC event that started it (mt_tracker_seq) */
     uint32_t stack, tid, context;
     int32_t device; /* -1 for host kinds */
-    uint32_t extra_refs; /* VMM handles: references taken since (cuMemRetainAllocationHandle); the
-                            lifetime ends with the release that finds none left */
+    uint32_t extra_refs; /* VMM handles: references taken since (cuMemRetainAllocationHandle);
+                            IPC mappings: opens of the same handle since (cuIpcOpenMemHandle gives
+                            the same address again); the lifetime ends with the release that
+                            finds none left */
     uint16_t flags;
     uint8_t kind, family;
     uint8_t category;    /* mt_category, for a tensor when the tracker has a categorizer */

@@ -28,7 +28,8 @@
  *  - VMM handles are reference-counted: a VMM_PHYSICAL ALLOC flagged RETAIN adds a reference to
  *    the live handle (NCCL takes handles back from mapped addresses), and a FREE (cuMemRelease)
  *    drops one; the last one ends the lifetime. A handle flagged IMPORTED is a peer process's
- *    memory: tracked so its release matches, counted on nobody here.
+ *    memory: tracked so its release matches, counted on nobody here. So is a DEVICE ALLOC
+ *    flagged IMPORTED (cuIpcOpenMemHandle), whose opens of one handle are counted the same way.
  *  - POOL_RESERVED sets a pool's reservation; a device's pool_reserved is the sum over its pools.
  *  - An event naming a device ordinal outside -1..MT_MAX_DEVICE_ORDINAL is counted (bad_devices)
  *    and ignored: no machine has that many GPUs, and a bounded number of devices keeps every

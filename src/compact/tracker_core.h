@@ -218,6 +218,13 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
     uint64_t lh = mt_live_hash(dev, (uint8_t)fam, e->address);
     mt_lifetime *old = mt_live_find_h(&t->live, lh, dev, (uint8_t)fam, e->address);
     if (old) {
+        /* a handle this context has open already, opened again: the driver gives the same
+         * mapping and counts the opens; the last cuIpcCloseMemHandle ends it */
+        if (kind == MT_KIND_DEVICE && old->kind == MT_KIND_DEVICE &&
+            (e->flags & old->flags & MT_EF_IMPORTED)) {
+            old->extra_refs++;
+            return 0;
+        }
         t->an.replaced++;
         mt_tracker_release_(t, old, now, MT_END_REPLACED);
     }
