@@ -10,7 +10,8 @@
 # Sections (all by default; "multigpu" needs two GPUs and says so when there is one):
 #   basics    exit status, a killed process and a torn-down torchrun rank (their running cost totals),
 #             every allocation kind of alloc_patterns, processes, memory another process maps
-#             through CUDA IPC (samples/ipc.py, torch and CuPy), other CUPTI clients
+#             through CUDA IPC (samples/ipc.py, torch and CuPy), CUDA arrays (samples/
+#             cuda_arrays.py), other CUPTI clients
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
@@ -295,6 +296,26 @@ for lib in torch cupy; do
       "$("$MT" report --json "$f" | $PY -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["api_peak_bytes"])')"
   done
 done
+# CUDA arrays (samples/cuda_arrays.py, CuPy): CUPTI reports them in activity records only; each is
+# the program's, with its creating line's stack, freed by its release record; the refused one is
+# a failed request of the bytes it asked for
+if $PY -c 'import cupy' 2> /dev/null; then
+  d=$W/arrays; mkdir -p "$d"
+  (cd "$d" && timeout 300 "$MT" record -q -o "$d/a.mtrace" -- $PY "$S/cuda_arrays.py") > "$d.out" 2>> "$LOG"
+  rc_=$?; settle_trace "$d/a.mtrace"; (exit $rc_)
+  check "cuda_arrays.py: ran, the 2 TiB array refused" "0 refused=1" "$? $(grep -o 'refused=[0-9]' "$d.out")"
+  "$MT" dump "$d/a.mtrace" > "$d/a.dump" 2>> "$LOG"; "$MT" report --json "$d/a.mtrace" > "$d/a.json" 2>> "$LOG"
+  cp "$d/a.mtrace" "$OUT/cuda_arrays.mtrace"
+  check "cuda arrays: 4 made (3 x 64 MiB, 16 MiB), 4 freed, none driver-internal of 1 MiB or more" "3 1 4 0" \
+    "$(grep -c '^event .*op=alloc kind=array .*bytes=67108864 ' "$d/a.dump") $(grep -c '^event .*op=alloc kind=array .*bytes=16777216 ' "$d/a.dump") $(grep -c '^event .*op=free kind=array ' "$d/a.dump") $(grep '^event .*kind=driver' "$d/a.dump" | grep -o ' bytes=[0-9]*' | awk -F= '$2 >= 1048576' | wc -l)"
+  check "cuda arrays: every array's bytes under its creating line's stack" 218103808 \
+    "$("$MT" export --format folded --metric alloc --frames all "$d/a.mtrace" 2>> "$LOG" | grep 'make (.*cuda_arrays.py:[0-9]*)' | awk '{s += $NF} END {print s + 0}')"
+  check "cuda arrays: the peak (208 MiB of arrays, none the driver's), all freed, no anomaly" "218103808 218103808 0 0 0" \
+    "$($PY -c 'import json,sys; d = json.load(open(sys.argv[1])); v = d["devices"][0]; print(v["api_peak_bytes"], v["peak_by_kind"].get("array"), v["driver_bytes_at_peak"], v["leak_bytes"], d["anomalies"]["unmatched_frees"])' "$d/a.json")"
+  check "cuda arrays: the refusal is a failed request of 2 TiB" 1 "$(grep -c '^event .*op=failed kind=array .*bytes=2199023255552 ' "$d/a.dump")"
+else
+  say "SKIP cuda arrays: no cupy"
+fi
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
 (cd "$W/conflict" && LD_LIBRARY_PATH=$CUPTI_DIRS timeout 60 "$MT" record -o "$W/conflict/c.mtrace" -- "$CONFLICT" subscribe) > "$W/conflict.out" 2> "$W/conflict.err"

@@ -639,6 +639,36 @@ Test(compact, ipc_mappings_are_another_process_memory)
     mt_analysis_free(a);
 }
 
+/* CUDA arrays (textures, surfaces): the recorder writes each from CUPTI's activity record, with
+ * its creating call's stack; address = the CUarray handle, freed by the record of its release.
+ * The program's memory: in the peak, and held by the program at the end (before, they were
+ * driver-internal and "released with the context"). */
+Test(compact, cuda_arrays_are_the_programs_memory)
+{
+    fx f;
+    fx_open(&f, "arrays.mtrace");
+    fx_ev_aux(&f, MT_OP_ALLOC, MT_KIND_ARRAY, 0, 0x2b29e9f0, 64 << 20, 4, 1, 1, 1, MT_EF_ACTIVITY);
+    fx_ev_aux(&f, MT_OP_ALLOC, MT_KIND_ARRAY, 0, 0x2b3a18f0, 16 << 20, 4, 2, 2, 1, MT_EF_ACTIVITY);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, 0x7f0000000000, 8 << 20, 3, 3);
+    fx_ev_aux(&f, MT_OP_FREE, MT_KIND_ARRAY, 0, 0x2b29e9f0, 64 << 20, 4, 4, 0, 1, MT_EF_ACTIVITY);
+    fx_end(&f, 10, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 88 << 20);
+    cr_expect_eq(d->u.api_peak, 88 << 20, "arrays are asked for by the program");
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ARRAY], 80 << 20);
+    cr_expect_eq(d->driver_at_peak, 0);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(d->leak_bytes, 24 << 20, "the array kept to the end is the program's");
+    int found = 0;
+    for (size_t i = 0; i < d->n_end_holders; i++)
+        if (d->end_holders[i].kind == MT_HOLD_DRIVER) found = 1;
+    cr_expect_not(found, "nothing of it driver-internal");
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 /* What was live at each device's peak, gathered while pass 1 reads (no tensors): a lifetime that
  * ended between an earlier peak and the last one is not in it, one that started before the peak
  * and ended after it is, and so is one still live at the end; a device whose peak comes late

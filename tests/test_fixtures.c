@@ -386,6 +386,46 @@ Test(fixtures, ipc_mapping_is_the_exporters_memory)
     cr_expect_eq(run(cmd), 0, "one mapping and its close: %s", cmd);
 }
 
+/* samples/cuda_arrays.py (CuPy) on an H200: three 64 MiB CUDA arrays and a 16 MiB one, then a 2 TiB
+ * one that the driver refuses. CUPTI reports arrays only in activity records (memory kind ARRAY);
+ * the recorder before this one wrote them as driver-internal, so the peak's 208 MiB were "the
+ * driver's" and the API peak 0. Now each is an array with its creating line's stack, and the
+ * refusal a failed request of the bytes asked for. */
+Test(fixtures, cuda_arrays_are_the_programs)
+{
+    mt_analysis *a = analyze("cuda_arrays.mtrace");
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_expect_eq(d->u.api_peak, 218103808);
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ARRAY], 218103808);
+    cr_expect_eq(d->driver_at_peak, 0);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->failed_total, 1);
+    cr_assert_geq(a->n_failed, 1);
+    cr_expect_eq(a->failed[0].kind, MT_KIND_ARRAY);
+    cr_expect_eq(a->failed[0].bytes, 2199023255552ull, "16384 x 16384 x 2048 floats");
+    cr_expect_eq(a->failed[0].result, 2, "CUDA_ERROR_OUT_OF_MEMORY");
+    /* the breakdown names the line that made them, once */
+    cr_assert_eq(d->at_peak.n_owners, 1);
+    cr_expect_str_eq(d->at_peak.owners[0].owner, "make (samples/cuda_arrays.py:18)");
+    cr_expect_eq(d->at_peak.owners[0].bytes, 218103808);
+    mt_analysis_free(a);
+}
+
+/* samples/cuda_ctypes.py: every allocation is made by one Python line, `alloc`, reached from
+ * several callers. The breakdown lists that owner once (it listed it four times, one per frame
+ * of that name). */
+Test(fixtures, breakdown_owner_listed_once_per_name)
+{
+    mt_analysis *a = analyze("cuda_ctypes_py3.12.3.mtrace");
+    const mt_breakdown *b = &a->devices[0].at_peak;
+    cr_assert_eq(b->n_owners, 1);
+    cr_expect_str_eq(b->owners[0].owner, "alloc (samples/cuda_ctypes.py:35)");
+    cr_expect_eq(b->owners[0].bytes, 50u << 20);
+    cr_expect_eq(b->owners[0].count, 12);
+    mt_analysis_free(a);
+}
+
 /* Rank 0 of `NCCL_CUMEM_ENABLE=0 torchrun --nproc_per_node=2 samples/ddp.py` on 2 x H200: NCCL
  * maps its peer's buffers with cudaIpcOpenMemHandle (48 of them, 288 MiB) and closes them at
  * teardown. CUPTI reports no allocation for such a mapping of a peer GPU's memory but does report

@@ -118,6 +118,7 @@
     vmm_reserve: '#86bcb6',
     vmm_map: '#8cd17d',
     pool: '#ff9d9a',
+    array: '#499894',
   };
   const PALETTE = [
     '#4e79a7',

@@ -137,13 +137,14 @@ const char *mt_frames_own_code(mt_frames *f, uint32_t leaf);
 
 /* Kind families: a FREE matches the live ALLOC of the same (device, family, address). */
 typedef enum mt_family {
-    MT_FAM_LINEAR = 0,     /* DEVICE, PITCH, ASYNC, MANAGED (one cuMemFree frees any of them) */
+    MT_FAM_LINEAR = 0,     /* DEVICE, PITCH, ASYNC, MANAGED (one cuMemFree frees any of them);
+                              ARRAY (its handle is no device address: nothing else matches it) */
     MT_FAM_PINNED = 1,     /* HOST_PINNED (device forced to -1) */
     MT_FAM_REGISTERED = 2, /* HOST_REGISTERED (device forced to -1) */
     MT_FAM_VMM_RESERVE = 3,
     MT_FAM_VMM_PHYSICAL = 4,
     MT_FAM_DRIVER = 5,
-    MT_FAM_OTHER = 6, /* UNKNOWN/POOL kinds: tracked, never counted */
+    MT_FAM_OTHER = 6,  /* UNKNOWN/POOL kinds: tracked, never counted */
     MT_FAM_TENSOR = 7, /* TENSOR: blocks inside segments, freed only by tensor frees */
     MT_FAM_MAX_ = 8,
 } mt_family;

@@ -19,6 +19,7 @@
  *   CALL_CAPTURE         begins or ends a CUDA graph capture (capture.c)
  *   CALL_POOL            makes or names a memory pool: where it is (device or host) is noted
  *   CALL_MEMORY2_SOMETIMES  makes a MEMORY2 record (a duplicate of ours) in some cases only
+ *   CALL_ARRAY           makes a CUDA array, whose MEMORY2 record is the event (its stack noted)
  *
  * MT_NAMED_DRIVER_CALLS(X) calls X(name, cbid) for ids that are named but not traced (the first
  * versions of the memory calls, context and pool calls): mt_api_name has always answered them. */
@@ -64,6 +65,10 @@
     X(cuMemPoolCreate,                     607, CALL_POOL)                                         \
     X(cuMemGetDefaultMemPool,              801, CALL_POOL)                                         \
     X(cuMemGetMemPool,                     802, CALL_POOL)                                         \
+    /* CUDA arrays (textures, surfaces); their releases come as activity records too */          \
+    X(cuArrayCreate_v2,                    272, CALL_ARRAY)                                        \
+    X(cuArray3DCreate_v2,                  274, CALL_ARRAY)                                        \
+    X(cuMipmappedArrayCreate,              347, CALL_ARRAY)                                        \
     X(cuGraphAddMemAllocNode,              638, 0)                                                 \
     X(cuGraphAddMemFreeNode,               639, 0)                                                 \
     /* the generic node calls: memory nodes among them */                                         \

@@ -72,7 +72,12 @@ typedef enum mt_kind {
                                     --tensors): lives inside a segment (MT_EF_SEGMENT); bytes =
                                     the block's size, what torch.cuda.memory_allocated() counts;
                                     aux = that counter for the device right after this event */
-    MT_KIND_MAX_ = 13
+    MT_KIND_ARRAY = 13,          /* a CUDA array (cuArrayCreate, cuArray3DCreate,
+                                    cuMipmappedArrayCreate: textures, surfaces): from CUPTI's
+                                    activity record, which has the driver's size; address = the
+                                    CUarray handle; stack and tid its creating call's (recorders
+                                    from 2026-11-27: before, kind DRIVER with aux 4) */
+    MT_KIND_MAX_ = 14
 } mt_kind;
 
 /* Event flags. */

@@ -86,6 +86,11 @@ static int cmp_owner(const void *pa, const void *pb)
     return strcmp(a->owner, b->owner);
 }
 
+static int cmp_owner_name(const void *pa, const void *pb)
+{
+    return strcmp(((const mt_owner_bytes *)pa)->owner, ((const mt_owner_bytes *)pb)->owner);
+}
+
 int mt_breakdown_end(mt_breakdown_acc *c)
 {
     mt_breakdown *b = c->b;
@@ -106,6 +111,19 @@ int mt_breakdown_end(mt_breakdown_acc *c)
         if (c->owners.slots[i].used)
             all[k++] = (mt_owner_bytes){(const char *)(uintptr_t)c->owners.slots[i].key,
                                         c->owners.slots[i].a, c->owners.slots[i].b};
+    /* one entry per name: owners are kept by pointer, and two frames can have one user name
+     * (the same Python line reached from other callers) */
+    if (k) qsort(all, k, sizeof *all, cmp_owner_name);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (m && strcmp(all[m - 1].owner, all[i].owner) == 0) {
+            all[m - 1].bytes += all[i].bytes;
+            all[m - 1].count += all[i].count;
+        } else {
+            all[m++] = all[i];
+        }
+    }
+    k = m;
     if (k) qsort(all, k, sizeof *all, cmp_owner);
     for (size_t i = 0; i < k; i++) {
         if (k <= MT_MAX_OWNERS || i < MT_MAX_OWNERS - 1) {

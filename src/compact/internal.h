@@ -65,10 +65,10 @@ void mt_ctx_registry_destroy(mt_ctx_registry *r);
 /* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
 static inline int mt_kind_counts(unsigned kind)
 {
-    const uint32_t counting = 1u << MT_KIND_DEVICE | 1u << MT_KIND_PITCH | 1u << MT_KIND_ASYNC |
-                              1u << MT_KIND_MANAGED | 1u << MT_KIND_VMM_PHYSICAL |
-                              1u << MT_KIND_DRIVER | 1u << MT_KIND_HOST_PINNED |
-                              1u << MT_KIND_HOST_REGISTERED | 1u << MT_KIND_TENSOR;
+    const uint32_t counting =
+        1u << MT_KIND_DEVICE | 1u << MT_KIND_PITCH | 1u << MT_KIND_ASYNC | 1u << MT_KIND_MANAGED |
+        1u << MT_KIND_VMM_PHYSICAL | 1u << MT_KIND_DRIVER | 1u << MT_KIND_HOST_PINNED |
+        1u << MT_KIND_HOST_REGISTERED | 1u << MT_KIND_TENSOR | 1u << MT_KIND_ARRAY;
     return kind < 32 && (counting >> kind & 1);
 }
 

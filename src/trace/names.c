@@ -38,6 +38,7 @@ const char *mt_kind_name(unsigned kind)
         [MT_KIND_POOL] = "pool",
         [MT_KIND_DRIVER] = "driver",
         [MT_KIND_TENSOR] = "tensor",
+        [MT_KIND_ARRAY] = "array",
     };
     return kind < MT_KIND_MAX_ && names[kind] ? names[kind] : "?";
 }

@@ -4,7 +4,9 @@
  * asked for (module loads, lazily loaded kernels' static data, internal buffers). A record whose
  * correlation id belongs to a memory API call we already recorded is a duplicate and only adds the
  * nothing; any other is a driver-internal allocation, recorded as MT_KIND_DRIVER under the
- * "[driver internal]" pseudo frame, never dropped. (Pool sizes come from the driver itself, see
+ * "[driver internal]" pseudo frame, never dropped; but a CUDA array's record (memory kind ARRAY:
+ * cuArrayCreate and the like, which no callback can size) is the array's event, MT_KIND_ARRAY,
+ * with the stack its creating call's callback noted. (Pool sizes come from the driver itself, see
  * pool_poll.c, not from these records.)
  *
  * The activity API is process-global: torch.profiler (Kineto) registers its own buffer callbacks
@@ -37,6 +39,34 @@ int mt_corr_has(mt_corr_set *s, uint32_t id)
 {
     return id != 0 &&
            atomic_load_explicit(&s->ids[id & (MT_CORR_SLOTS - 1)], memory_order_relaxed) == id;
+}
+
+/* A seqlock per slot: the id is cleared while the slot is written and published after it, and a
+ * reader takes the slot only if it saw the same id before and after reading it. */
+void mt_array_note(mt_recorder *r, uint32_t corr, uint32_t stack, uint32_t tid, uint16_t flags)
+{
+    unsigned i = corr & (MT_ARRAY_SLOTS - 1);
+    atomic_store_explicit(&r->activity.arrays.corr[i], 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&r->activity.arrays.who[i], stack | (uint64_t)tid << 32,
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->activity.arrays.flags[i], flags, memory_order_relaxed);
+    atomic_store_explicit(&r->activity.arrays.corr[i], corr, memory_order_release);
+}
+
+/* The stack, thread and flags noted for the call with this id: 0 when none is (the slot was taken
+ * again, or the call was made before the recorder knew it). */
+static int array_creator(mt_recorder *r, uint32_t corr, mt_event *ev)
+{
+    unsigned i = corr & (MT_ARRAY_SLOTS - 1);
+    if (!corr || atomic_load_explicit(&r->activity.arrays.corr[i], memory_order_acquire) != corr)
+        return 0;
+    uint64_t who = atomic_load_explicit(&r->activity.arrays.who[i], memory_order_relaxed);
+    uint16_t flags = atomic_load_explicit(&r->activity.arrays.flags[i], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->activity.arrays.corr[i], memory_order_relaxed) != corr) return 0;
+    ev->stack = (uint32_t)who, ev->tid = (uint32_t)(who >> 32), ev->flags |= flags;
+    return 1;
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -86,6 +116,12 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
     ev.correlation = m->correlationId;
     ev.flags = MT_EF_ACTIVITY;
     ev.stack = is_alloc ? r->driver_internal_stack : 0;
+    /* A CUDA array is the program's (cuArrayCreate and the like; texture and surface memory): the
+     * record has the driver's size, its creating call's callback left the stack */
+    if (m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_ARRAY) {
+        ev.kind = MT_KIND_ARRAY, ev.stack = 0;
+        if (is_alloc) array_creator(r, m->correlationId, &ev);
+    }
     mt_sink_event(r->sink, &ev);
 }
 

@@ -37,6 +37,8 @@ enum {
     /* makes a MEMORY2 record in some cases only (a duplicate of ours too): no sign that records
      * should come (activity.c: the silence that says another tool took the activity API) */
     CALL_MEMORY2_SOMETIMES = 1 << 5,
+    CALL_ARRAY = 1 << 6, /* makes a CUDA array: its MEMORY2 record is the event (the driver's
+                            size), given the stack noted here (activity.c) */
 };
 
 /* The table's ids are written out for the trace library, which builds without CUDA: each must be
@@ -448,6 +450,69 @@ static uint64_t ipc_range_bytes(mt_recorder *r, uint64_t address)
     return bytes;
 }
 
+/* The bytes a CUDA array asks for (a failed request's size): width x height x depth x channels x
+ * the element's size, for the formats with one; 0 (not known) for the others (packed, block
+ * compressed). A mipmapped array's first level only. */
+static uint64_t array_bytes_asked(size_t w, size_t h, size_t d, unsigned channels, CUarray_format f)
+{
+    unsigned elem = 0;
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        elem = 1;
+        break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        elem = 2;
+        break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        elem = 4;
+        break;
+    default:
+        return 0;
+    }
+    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * channels * elem;
+}
+
+/* cuArrayCreate and the like: no event here. Its activity record has the driver's size (a
+ * callback cannot ask it: cuArrayGetMemoryRequirements answers only for arrays made with deferred
+ * mapping) and becomes the event with the stack noted now. A refused one is a failed request. */
+static void on_array(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_CallbackData *cb,
+                     CUresult res, uint64_t entry_ns)
+{
+    if (mt_trace_open(r) != 0) return;
+    if (res == CUDA_SUCCESS) {
+        uint32_t tid = mt_gettid();
+        name_thread(r, tid);
+        uint16_t flags = 0;
+        uint32_t stack = mt_capture_stack(r, &flags, 0, 0);
+        mt_array_note(r, cb->correlationId, stack, tid, flags);
+        return;
+    }
+    mt_event ev = {.op = MT_OP_ALLOC,
+                   .kind = MT_KIND_ARRAY,
+                   .context = cb->contextUid,
+                   .correlation = cb->correlationId,
+                   .api = (uint16_t)cbid,
+                   .device = mt_device_of(r, cb->context)};
+    const CUDA_ARRAY3D_DESCRIPTOR *d3 = NULL;
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2) {
+        const CUDA_ARRAY_DESCRIPTOR *d =
+            ((const cuArrayCreate_v2_params *)cb->functionParams)->pAllocateArray;
+        if (d) ev.bytes = array_bytes_asked(d->Width, d->Height, 1, d->NumChannels, d->Format);
+    } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2) {
+        d3 = ((const cuArray3DCreate_v2_params *)cb->functionParams)->pAllocateArray;
+    } else {
+        d3 = ((const cuMipmappedArrayCreate_params *)cb->functionParams)->pMipmappedArrayDesc;
+    }
+    if (d3)
+        ev.bytes = array_bytes_asked(d3->Width, d3->Height, d3->Depth, d3->NumChannels, d3->Format);
+    mt_record_call(r, &ev, res, entry_ns, 0);
+}
+
 /* When the memory call in progress on this thread started: stamped at API entry, read at exit.
  * Per thread, not in CUPTI's correlationData, which the guest client (cupti_mux.c) shares. */
 static __thread uint64_t tls_entry_ns;
@@ -501,6 +566,10 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     }
     if (what & CALL_POOL) {
         if (ok) note_pool_place(r, cbid, cb->functionParams);
+        return;
+    }
+    if (what & CALL_ARRAY) {
+        on_array(r, cbid, cb, res, tls_entry_ns);
         return;
     }
     mt_event ev = {0};

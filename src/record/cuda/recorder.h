@@ -82,6 +82,7 @@ typedef struct mt_cupti {
  * so the last MT_CORR_SLOTS API calls never collide, and a stale id is simply overwritten — no
  * locks, no expiry, 4 MiB. 0 marks an empty slot (CUPTI never uses 0). */
 #define MT_CORR_SLOTS (1u << 20)
+#define MT_ARRAY_SLOTS 256u /* CUDA arrays' stacks waiting for their activity records */
 typedef struct mt_corr_set {
     _Atomic uint32_t ids[MT_CORR_SLOTS];
 } mt_corr_set;
@@ -225,6 +226,16 @@ typedef struct mt_recorder {
         uint64_t last_records, last_memory_api_calls; /* writer tick's view */
         uint64_t quiet_since_ns;  /* memory API calls but no activity records since then; 0 = not */
         mt_corr_set corr;         /* correlation ids of our memory API calls (duplicates) */
+        /* CUDA arrays: the driver's size comes in the activity record, the stack from the call's
+         * callback, which runs first; the record finds it by its correlation id. The slot is
+         * published by its id (release); a slot taken by a later call before the record came
+         * (more than MT_ARRAY_SLOTS arrays made within a flush period) leaves that array with
+         * no stack */
+        struct {
+            _Atomic uint32_t corr[MT_ARRAY_SLOTS]; /* 0 while the slot is written */
+            _Atomic uint64_t who[MT_ARRAY_SLOTS];  /* stack | tid << 32 */
+            _Atomic uint16_t flags[MT_ARRAY_SLOTS];
+        } arrays;
     } activity;
 
     /* memory pools (pool_poll.c): which served allocations, and what was last reported */
@@ -479,6 +490,8 @@ void mt_activity_yield(mt_recorder *r);  /* a guest is about to register its own
 void mt_activity_taken(mt_recorder *r);  /* ... it did (cupti_mux.c) */
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
 int mt_corr_has(mt_corr_set *s, uint32_t id); /* 1 if id is a recent memory API call's */
+/* A CUDA array's creating call, for its activity record to come (activity.c) */
+void mt_array_note(mt_recorder *r, uint32_t corr, uint32_t stack, uint32_t tid, uint16_t flags);
 
 /* pool_poll.c */
 void mt_pool_note_use(mt_recorder *r, int32_t device, uint64_t pool); /* hot path, lock-free */
