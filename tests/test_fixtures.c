@@ -286,6 +286,14 @@ static int run(const char *cmd)
     return WEXITSTATUS(st);
 }
 
+/* `memtrace ARGS tests/data/TRACE | PIPE` succeeds (the pipeline's last command says so). */
+static void expect_pipeline(const char *args, const char *trace, const char *pipe, const char *why)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, MEMTRACE " %s %s/%s | %s", args, MT_TEST_DATA_DIR, trace, pipe);
+    cr_expect_eq(run(cmd), 0, "%s: %s", why, cmd);
+}
+
 Test(fixtures, dump_reads_every_fixture_and_survives_cut_copies)
 {
     glob_t g;
@@ -378,12 +386,9 @@ Test(fixtures, ipc_mapping_is_the_exporters_memory)
     cr_expect_lt(d->u.peak, 23068672 + (64u << 10), "driver-internal bytes aside, nothing more");
     cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees, 0);
     mt_analysis_free(a);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " dump %s/ipc_torch_child.mtrace | grep -c "
-                      "'op=.* kind=device .*api=cuIpc.*MemHandle.* imported' | grep -qx 2",
-             MT_TEST_DATA_DIR);
-    cr_expect_eq(run(cmd), 0, "one mapping and its close: %s", cmd);
+    expect_pipeline("dump", "ipc_torch_child.mtrace",
+                    "grep -c 'op=.* kind=device .*api=cuIpc.*MemHandle.* imported' | grep -qx 2",
+                    "one mapping and its close");
 }
 
 /* samples/cuda_arrays.py (CuPy) on an H200: three 64 MiB CUDA arrays and a 16 MiB one, then a 2 TiB
@@ -438,14 +443,12 @@ Test(fixtures, nccl_legacy_ipc_peer_buffers_are_imported_and_closed)
     cr_assert_eq(a->n_devices, 1);
     cr_expect_eq(a->devices[0].u.segment_peak, 853540864, "max_memory_reserved of rank 0");
     mt_analysis_free(a);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " dump %s/ddp_ipc_rank0.mtrace | grep '^event .*kind=device .*imported' | "
-                      "awk '/op=alloc .*api=cuIpcOpenMemHandle/ {n++; split($0, f, \" bytes=\"); "
-                      "s += f[2] + 0} /op=free .*api=cuIpcCloseMemHandle/ {c++} "
-                      "END {exit !(n == 48 && c == 48 && s == 301989888)}'",
-             MT_TEST_DATA_DIR);
-    cr_expect_eq(run(cmd), 0, "48 mappings of 288 MiB, 48 closes: %s", cmd);
+    expect_pipeline("dump", "ddp_ipc_rank0.mtrace",
+                    "grep '^event .*kind=device .*imported' | "
+                    "awk '/op=alloc .*api=cuIpcOpenMemHandle/ {n++; split($0, f, \" bytes=\"); "
+                    "s += f[2] + 0} /op=free .*api=cuIpcCloseMemHandle/ {c++} "
+                    "END {exit !(n == 48 && c == 48 && s == 301989888)}'",
+                    "48 mappings of 288 MiB, 48 closes");
 }
 
 /* Rank 0 of `torchrun --nproc_per_node=2 samples/ddp.py --steps 5` on 2 x H200: NCCL (through
@@ -460,12 +463,9 @@ Test(fixtures, nccl_host_cumem_probe_is_host_memory)
         cr_expect_geq(a->devices[i].u.device, 0, "no unknown device");
     cr_expect_eq(a->anomalies.unmatched_frees, 0);
     mt_analysis_free(a);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             MEMTRACE " export --format folded --frames all --metric alloc --device host "
-                      "%s/ddp_ncclhost_rank0.mtrace | grep -q 'ncclCuMemHostEnable.* 2097152$'",
-             MT_TEST_DATA_DIR);
-    cr_expect_eq(run(cmd), 0, "%s", cmd);
+    expect_pipeline("export --format folded --frames all --metric alloc --device host",
+                    "ddp_ncclhost_rank0.mtrace", "grep -q 'ncclCuMemHostEnable.* 2097152$'",
+                    "NCCL's probe on the host");
 }
 
 /* Expandable segments (samples/oom.py under expandable_segments:True, H200): the allocator's first
