@@ -333,6 +333,10 @@ static int device_object(mt_out *o, mt_analysis *a, mt_device_report *d,
     u64f(o, "end_bytes", u->in_use, 1);
     u64f(o, "vmm_reserved_peak_bytes", u->vmm_reserved_peak, 1);
     u64f(o, "vmm_mapped_peak_bytes", u->vmm_mapped_peak, 1);
+    if (u->imported_peak) {
+        u64f(o, "imported_peak_bytes", u->imported_peak, 1);
+        u64f(o, "imported_end_bytes", u->imported, 1);
+    }
     if (u->has_pool_info) {
         u64f(o, "pool_reserved_peak_bytes", u->pool_reserved_peak, 1);
         u64f(o, "pool_reserved_end_bytes", u->pool_reserved, 1);

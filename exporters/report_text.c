@@ -498,6 +498,12 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
         mt_out_printf(o, "  VMM              address space reserved peak %s, mapped peak %s\n",
                       mt_format_bytes(u->vmm_reserved_peak, b1, sizeof b1),
                       mt_format_bytes(u->vmm_mapped_peak, b2, sizeof b2));
+    if (u->imported_peak)
+        mt_out_printf(o,
+                      "  imported         peak %s mapped from other processes "
+                      "(cudaIpcOpenMemHandle), at end %s: their memory, counted there\n",
+                      mt_format_bytes(u->imported_peak, b1, sizeof b1),
+                      mt_format_bytes(u->imported, b2, sizeof b2));
     print_end_holders(o, d);
     int reconcile = !u->is_host && (d->n_nvml || d->at_peak.reserved_bytes || d->at_end.reserved_bytes);
     if (!u->is_host && !reconcile && d->categories_known) print_categories(o, a, d);

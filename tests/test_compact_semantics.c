@@ -635,6 +635,8 @@ Test(compact, ipc_mappings_are_another_process_memory)
     cr_expect_eq(a->anomalies.replaced, 0, "an open of an open handle replaces nothing");
     cr_expect_eq(d->leak_bytes, 64 << 20,
                  "its own 64 MiB are held at the end, the open mapping is not");
+    cr_expect_eq(d->u.imported_peak, 288 << 20, "both mappings open at once, each counted once");
+    cr_expect_eq(d->u.imported, 32 << 20, "the one left open");
     fx_check_invariants(a);
     mt_analysis_free(a);
 }

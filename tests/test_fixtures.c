@@ -384,11 +384,17 @@ Test(fixtures, ipc_mapping_is_the_exporters_memory)
     const mt_device_report *d = &a->devices[0];
     cr_expect_eq(d->u.api_peak, 23068672);
     cr_expect_lt(d->u.peak, 23068672 + (64u << 10), "driver-internal bytes aside, nothing more");
+    cr_expect_eq(d->u.imported_peak, 64u << 20, "the parent's tensor, said apart");
+    cr_expect_eq(d->u.imported, 0, "closed when the tensor went");
     cr_expect_eq(a->anomalies.unmatched_frees + a->anomalies.double_frees, 0);
     mt_analysis_free(a);
     expect_pipeline("dump", "ipc_torch_child.mtrace",
                     "grep -c 'op=.* kind=device .*api=cuIpc.*MemHandle.* imported' | grep -qx 2",
                     "one mapping and its close");
+    expect_pipeline("report", "ipc_torch_child.mtrace",
+                    "grep -q '^  imported  *peak 64.00 MiB mapped from other processes "
+                    "(cudaIpcOpenMemHandle), at end 0 B'",
+                    "the text report says it apart");
 }
 
 /* samples/cuda_arrays.py (CuPy) on an H200: three 64 MiB CUDA arrays and a 16 MiB one, then a 2 TiB

@@ -216,6 +216,9 @@ typedef struct mt_usage {
                                      reported with a TENSOR event (aux): its max_memory_allocated(),
                                      to check by_kind_peak[MT_KIND_TENSOR] against */
     uint64_t captured_count, captured_bytes; /* allocations made during CUDA graph capture */
+    /* another process's memory mapped here (cuIpcOpenMemHandle, MT_EF_IMPORTED): counted in the
+     * exporter's process, never in in_use; said apart so that what this process uses is visible */
+    uint64_t imported, imported_peak;
     /* live tensor bytes by their category now (with a categorizer, mt_tracker_set_categorizer):
      * a backward tensor counts as a backward temporary until its pass has ended */
     uint64_t by_category[MT_CAT_MAX];

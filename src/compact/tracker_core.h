@@ -149,7 +149,13 @@ static inline void account(mt_usage *u, unsigned kind, unsigned flags, uint64_t 
     }
     int how = mt_counting(kind, flags);
     if (how == MT_COUNT_RESERVED) return; /* its tensors are counted instead */
-    if (how == MT_COUNT_NONE && mt_kind_counts(kind)) return; /* a graph memory node */
+    if (how == MT_COUNT_NONE && mt_kind_counts(kind)) { /* a graph memory node, an import */
+        if (flags & MT_EF_IMPORTED) {
+            u->imported += d;
+            if (u->imported > u->imported_peak) u->imported_peak = u->imported;
+        }
+        return;
+    }
     u->by_kind[kind] += d;
     /* per-kind high-water: the tensor peak (torch's max_memory_allocated) in tensor mode */
     if (sign > 0 && u->by_kind[kind] > u->by_kind_peak[kind]) u->by_kind_peak[kind] = u->by_kind[kind];
