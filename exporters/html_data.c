@@ -503,6 +503,7 @@ static int device(mt_out *o, mt_analysis *a, const mt_device_report *d, const mt
     u64k(o, "api_peak", u->api_peak);
     u64k(o, "api_peak_time_ns", d->api_peak_time_ns);
     u64k(o, "driver_at_peak", d->driver_at_peak);
+    u64k(o, "imported_peak", u->imported_peak);
     kinds_object(o, "by_kind_at_peak", d->by_kind_at_peak);
     u64k(o, "alloc_bytes", u->alloc_bytes);
     u64k(o, "alloc_count", u->alloc_count);

@@ -4,10 +4,9 @@
 
 The parent allocates 64 MiB and hands it to a spawned child: with torch, a CUDA tensor put on a
 torch.multiprocessing queue (the child's PyTorch opens its IPC handle); with cupy, the handle of
-cupy.cuda.runtime.ipcGetMemHandle, opened twice and closed twice by the child by hand (the driver
-gives the same mapping and counts the opens). The child reads the
-memory, allocates 8 MiB of its own and closes the mapping. NCCL does the same between ranks when
-NCCL_CUMEM_ENABLE=0.
+cupy.cuda.runtime.ipcGetMemHandle, which the child opens twice (the same mapping) and closes twice.
+The child reads the memory, allocates 8 MiB of its own and closes the mapping. NCCL does the same
+between ranks when NCCL_CUMEM_ENABLE=0.
 
 The 64 MiB are the parent's: nvidia-smi counts them there, and so must memtrace. The child's own
 peak is what its allocator reserved. Each process prints its numbers last:

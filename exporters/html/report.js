@@ -554,6 +554,9 @@
           'without driver-internal memory; at ' + fmtRel(D.api_peak_time_ns),
           el('br'),
           'driver-internal at the peak: ' + fmtBytes(D.driver_at_peak),
+          ...(D.imported_peak
+            ? [el('br'), 'mapped from other processes (theirs, not counted): ' + fmtBytes(D.imported_peak) + ' at most']
+            : []),
         ],
       ),
       card(

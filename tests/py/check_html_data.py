@@ -75,6 +75,7 @@ def check_trace(t, rep):
                              ("peak_time_ns", "peak_time_ns"), ("end_bytes", "end_bytes"),
                              ("alloc_count", "total_alloc_count"), ("failed_count", "failed_count")):
             assert d[mine] == r[theirs], (w, mine, d[mine], r[theirs])
+        assert d["imported_peak"] == r.get("imported_peak_bytes", 0), (w, "imported")
         tl = d["timeline"]
         n = len(tl["t"])
         # a GPU known from NVML's samples alone (a context, nothing allocated) has no point
