@@ -219,6 +219,47 @@ static int describe_graph_node(const CUgraphNodeParams *p, int ok, mt_event *ev)
     return 0;
 }
 
+/* The bytes a CUDA array asks for (a failed request's size): width x height x depth x channels x
+ * the element's size, for the formats with one; 0 (not known) for the others (packed, block
+ * compressed). A mipmapped array's first level only. */
+static uint64_t array_bytes(size_t w, size_t h, size_t d, unsigned channels, CUarray_format f)
+{
+    unsigned elem = 0;
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        elem = 1;
+        break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        elem = 2;
+        break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        elem = 4;
+        break;
+    default:
+        return 0;
+    }
+    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * channels * elem;
+}
+
+static uint64_t array_bytes_asked(CUpti_CallbackId cbid, const void *params)
+{
+    const CUDA_ARRAY3D_DESCRIPTOR *d3 = NULL;
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2) {
+        const CUDA_ARRAY_DESCRIPTOR *d = ((const cuArrayCreate_v2_params *)params)->pAllocateArray;
+        return d ? array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    }
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2)
+        d3 = ((const cuArray3DCreate_v2_params *)params)->pAllocateArray;
+    else
+        d3 = ((const cuMipmappedArrayCreate_params *)params)->pMipmappedArrayDesc;
+    return d3 ? array_bytes(d3->Width, d3->Height, d3->Depth, d3->NumChannels, d3->Format) : 0;
+}
+
 /* Fills ev from the call's parameters. Returns 0 when the call is not one we record. */
 static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event *ev)
 {
@@ -345,6 +386,12 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
         ev->address = p->dptr;
         return 1;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate:
+        /* only a refused one (note_array has the others): the bytes it asked for */
+        ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ARRAY, ev->bytes = array_bytes_asked(cbid, params);
+        return !ok;
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
         const cuMemRelease_params *p = params;
         ev->op = MT_OP_FREE, ev->kind = MT_KIND_VMM_PHYSICAL, ev->address = (uint64_t)p->handle;
@@ -450,67 +497,18 @@ static uint64_t ipc_range_bytes(mt_recorder *r, uint64_t address)
     return bytes;
 }
 
-/* The bytes a CUDA array asks for (a failed request's size): width x height x depth x channels x
- * the element's size, for the formats with one; 0 (not known) for the others (packed, block
- * compressed). A mipmapped array's first level only. */
-static uint64_t array_bytes_asked(size_t w, size_t h, size_t d, unsigned channels, CUarray_format f)
-{
-    unsigned elem = 0;
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-        elem = 1;
-        break;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-        elem = 2;
-        break;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-        elem = 4;
-        break;
-    default:
-        return 0;
-    }
-    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * channels * elem;
-}
-
 /* cuArrayCreate and the like: no event here. Its activity record has the driver's size (a
  * callback cannot ask it: cuArrayGetMemoryRequirements answers only for arrays made with deferred
- * mapping) and becomes the event with the stack noted now. A refused one is a failed request. */
-static void on_array(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_CallbackData *cb,
-                     CUresult res, uint64_t entry_ns)
+ * mapping) and becomes the event, with the stack noted now (activity.c). A refused one is a failed
+ * request like any other (describe). */
+static void note_array(mt_recorder *r, uint32_t correlation)
 {
     if (mt_trace_open(r) != 0) return;
-    if (res == CUDA_SUCCESS) {
-        uint32_t tid = mt_gettid();
-        name_thread(r, tid);
-        uint16_t flags = 0;
-        uint32_t stack = mt_capture_stack(r, &flags, 0, 0);
-        mt_array_note(r, cb->correlationId, stack, tid, flags);
-        return;
-    }
-    mt_event ev = {.op = MT_OP_ALLOC,
-                   .kind = MT_KIND_ARRAY,
-                   .context = cb->contextUid,
-                   .correlation = cb->correlationId,
-                   .api = (uint16_t)cbid,
-                   .device = mt_device_of(r, cb->context)};
-    const CUDA_ARRAY3D_DESCRIPTOR *d3 = NULL;
-    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2) {
-        const CUDA_ARRAY_DESCRIPTOR *d =
-            ((const cuArrayCreate_v2_params *)cb->functionParams)->pAllocateArray;
-        if (d) ev.bytes = array_bytes_asked(d->Width, d->Height, 1, d->NumChannels, d->Format);
-    } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2) {
-        d3 = ((const cuArray3DCreate_v2_params *)cb->functionParams)->pAllocateArray;
-    } else {
-        d3 = ((const cuMipmappedArrayCreate_params *)cb->functionParams)->pMipmappedArrayDesc;
-    }
-    if (d3)
-        ev.bytes = array_bytes_asked(d3->Width, d3->Height, d3->Depth, d3->NumChannels, d3->Format);
-    mt_record_call(r, &ev, res, entry_ns, 0);
+    uint32_t tid = mt_gettid();
+    name_thread(r, tid);
+    uint16_t flags = 0;
+    uint32_t stack = mt_capture_stack(r, &flags, 0, 0);
+    mt_array_note(r, correlation, stack, tid, flags);
 }
 
 /* When the memory call in progress on this thread started: stamped at API entry, read at exit.
@@ -568,8 +566,8 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         if (ok) note_pool_place(r, cbid, cb->functionParams);
         return;
     }
-    if (what & CALL_ARRAY) {
-        on_array(r, cbid, cb, res, tls_entry_ns);
+    if ((what & CALL_ARRAY) && ok) {
+        note_array(r, cb->correlationId);
         return;
     }
     mt_event ev = {0};
