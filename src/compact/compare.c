@@ -617,7 +617,7 @@ int mt_diff_analyses_paired(const mt_analysis *base, const mt_analysis *new_,
     }
     d->base = base;
     d->new_ = new_;
-    d->modes_differ = mt_allocated_kind(base) != mt_allocated_kind(new_);
+    d->modes_differ = (mt_allocated_kind(base) >= 0) != (mt_allocated_kind(new_) >= 0);
     d->paired_by = MT_PAIR_ORDINAL;
     /* the pair across ordinals, if any */
     const mt_device_report *pb = NULL, *pn = NULL;
