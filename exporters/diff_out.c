@@ -139,6 +139,25 @@ static const char *pairing_line(const mt_diff *d, char *buf, size_t len)
     return buf;
 }
 
+/* When one run saw driver-internal allocations and CUDA arrays (CUPTI's activity records) all
+ * along and the other did not (mt_analysis.activity), their peaks count different things: the
+ * sentence that says so into buf, or NULL when both runs saw the same. */
+static const char *activity_differs(const mt_diff *d, char *buf, size_t len)
+{
+    if ((d->base->activity == MT_ACTIVITY_ON) == (d->new_->activity == MT_ACTIVITY_ON)) return NULL;
+    int base_lacks = d->base->activity != MT_ACTIVITY_ON;
+    mt_activity_state s = base_lacks ? d->base->activity : d->new_->activity;
+    snprintf(buf, len,
+             "the %s run saw no driver-internal allocations or CUDA arrays (CUPTI's activity "
+             "records %s) and the %s run did: their peaks differ by those too",
+             base_lacks ? "base" : "new",
+             s == MT_ACTIVITY_OFF           ? "off"
+             : s == MT_ACTIVITY_UNAVAILABLE ? "unavailable"
+                                            : "stopped mid-run",
+             base_lacks ? "new" : "base");
+    return buf;
+}
+
 /* " (only in new)", with what a GPU holding nothing but the driver's memory is. */
 static const char *presence(const mt_device_delta *dd, char *buf, size_t len)
 {
@@ -335,6 +354,8 @@ static int diff_text(mt_out *o, const mt_diff *d, const mt_diff_options *opt)
         mt_out_puts(o, "NOTE: one run was recorded with tensors (record --tensors) and the other not: "
                        "their peaks count different things (tensors, or the allocator's whole "
                        "segments)\n");
+    char why[256];
+    if (activity_differs(d, why, sizeof why)) mt_out_printf(o, "NOTE: %s\n", why);
     for (int r = 0; r < 2; r++) {
         const mt_analysis *a = r ? d->new_ : d->base;
         if (a->truncated) mt_out_printf(o, "WARNING: the %s trace is truncated: numbers cover what was read\n",
@@ -400,6 +421,7 @@ static void json_run(mt_json *j, const char *key, const mt_analysis *a)
     mt_json_bool(j, "truncated", a->truncated);
     mt_json_u64(j, "dropped", a->dropped);
     mt_json_u64(j, "failed_requests", a->failed_total);
+    mt_json_str(j, "activity_records", mt_activity_name(a->activity)); /* report --json's */
     mt_json_end(j, '}');
 }
 
@@ -662,6 +684,8 @@ static int diff_markdown(mt_out *o, const mt_diff *d, const mt_diff_options *opt
     if (d->modes_differ)
         mt_out_puts(o, "> ⚠️ one run was recorded with tensors (`record --tensors`) and the other not: "
                        "their peaks count different things.\n\n");
+    char why[256];
+    if (activity_differs(d, why, sizeof why)) mt_out_printf(o, "> ⚠️ %s.\n\n", why);
     for (int r = 0; r < 2; r++) {
         const mt_analysis *a = r ? d->new_ : d->base;
         if (a->truncated || a->dropped)

@@ -6,7 +6,8 @@
  *      first view: "user", "all", "python", "native"), "start_unix_ms", "duration_ns",
  *      "recording_cost" ([brief, sentence]: mt_cost_describe; null without cost notes),
  *      "events", "dropped", "truncated" (reason or null), "damaged_chunks", "damaged_bytes",
- *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "warnings": [...],
+ *      "damage_reason" (the first damaged chunk, or null), "ended_cleanly", "activity_records"
+ *      (report --json's), "activity_stopped_ns" (0 unless "stopped"), "warnings": [...],
  *      "warning_times_ns": [...] (since trace start, same order),
  *      "anomalies": {...}, "rank": {its row of the rank table: mt_rank_summary, "peak_unix_us"},
  *      "series_by": "kind" or "category" (tensors by category, the rest by kind), "moment_spans",
@@ -700,6 +701,10 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     u64k(o, "events", a->events);
     u64k(o, "dropped", a->dropped);
     boolk(o, "ended_cleanly", a->ended_cleanly);
+    key(o, "activity_records"); /* report --json's: where not "on", driver-internal bytes are */
+    mt_out_json_string_html(o, mt_activity_name(a->activity)); /* not known */
+    mt_out_write(o, ",", 1);
+    u64k(o, "activity_stopped_ns", a->activity_stopped_ns);
     key(o, "truncated");
     if (a->truncated)
         mt_out_json_string_html(o, a->truncated_msg ? a->truncated_msg

@@ -450,6 +450,13 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
     mt_out_write(o, ",", 1);
     key(o, "ended_cleanly");
     mt_out_puts(o, a->ended_cleanly ? "true," : "false,");
+    /* whether driver-internal allocations and CUDA arrays were seen: their bytes are 0 where
+     * they were not, and not known */
+    key(o, "activity_records");
+    mt_out_json_string(o, mt_activity_name(a->activity));
+    mt_out_write(o, ",", 1);
+    if (a->activity == MT_ACTIVITY_STOPPED)
+        u64f(o, "activity_stopped_ns", a->activity_stopped_ns, 1);
     recording_cost(o, a);
     key(o, "warnings");
     mt_out_write(o, "[", 1);

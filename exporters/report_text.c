@@ -172,9 +172,27 @@ static int print_stack_tree(mt_out *o, mt_analysis *a, const mt_stack_list *list
 
 /* ---- reconciliation ------------------------------------------------------------------------------ */
 
-static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
+/* What the trace saw of driver-internal memory live at t (since trace start): its bytes, or why
+ * they are not known (mt_activity_saw), into buf. */
+static const char *driver_seen(const mt_analysis *a, uint64_t bytes, uint64_t t, char *buf,
+                               size_t len)
 {
-    char b1[32], b2[32], t1[48];
+    char b1[32], t1[48];
+    if (mt_activity_saw(a, t)) return mt_format_bytes(bytes, buf, len);
+    if (a->activity == MT_ACTIVITY_STOPPED)
+        snprintf(buf, len, "%s made before %s (activity records stopped then)",
+                 mt_format_bytes(bytes, b1, sizeof b1),
+                 mt_format_rel(a->activity_stopped_ns, t1, sizeof t1));
+    else
+        snprintf(buf, len, "not recorded (activity records %s)",
+                 a->activity == MT_ACTIVITY_OFF ? "off" : "unavailable");
+    return buf;
+}
+
+static void print_breakdown(mt_out *o, const mt_analysis *a, const mt_breakdown *b,
+                            const char *when)
+{
+    char b1[32], b2[128], t1[48];
     if (!b->valid) return;
     mt_out_printf(o, "  where the memory is, %s (%s):\n", when, mt_format_rel(b->time_ns, t1, sizeof t1));
     if (b->process_known) {
@@ -185,10 +203,11 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
                       : b->process_sample_after ? ", the next one (not exact: the trace's bytes changed)"
                                                 : ", the one in effect (not exact: the trace's bytes "
                                                   "changed)");
-        mt_out_printf(o, "    = CUDA context & driver       %10s   remainder; driver-internal seen "
-                         "by the trace: %s\n",
+        mt_out_printf(o,
+                      "    = CUDA context & driver       %10s   remainder; driver-internal seen "
+                      "by the trace: %s\n",
                       mt_format_bytes((uint64_t)b->context_bytes, b1, sizeof b1),
-                      mt_format_bytes(b->driver_bytes, b2, sizeof b2));
+                      driver_seen(a, b->driver_bytes, b->time_ns, b2, sizeof b2));
     } else {
         if (b->process_unknown == MT_PROCESS_LAGGED) {
             char b3[32], b4[32];
@@ -204,8 +223,10 @@ static void print_breakdown(mt_out *o, const mt_breakdown *b, const char *when)
         } else {
             mt_out_puts(o, "      process total (nvidia-smi)     unknown   no NVML samples in the trace\n");
         }
-        mt_out_printf(o, "    = CUDA context & driver         unknown   driver-internal seen by the "
-                         "trace: %s\n", mt_format_bytes(b->driver_bytes, b1, sizeof b1));
+        mt_out_printf(o,
+                      "    = CUDA context & driver         unknown   driver-internal seen by the "
+                      "trace: %s\n",
+                      driver_seen(a, b->driver_bytes, b->time_ns, b2, sizeof b2));
     }
     mt_out_printf(o, "    + allocator reserved         %10s",
                   mt_format_bytes(b->reserved_bytes, b1, sizeof b1));
@@ -430,8 +451,22 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
         mt_out_printf(o, "  API peak         %s (%llu bytes) at %s\n",
                       mt_format_bytes(u->api_peak, b1, sizeof b1), (unsigned long long)u->api_peak,
                       mt_format_rel(d->api_peak_time_ns, t1, sizeof t1));
-        mt_out_printf(o, "  driver-internal  %s at the peak",
-                      mt_format_bytes(d->driver_at_peak, b1, sizeof b1));
+        if (mt_activity_saw(a, d->peak_time_ns))
+            mt_out_printf(o, "  driver-internal  %s at the peak",
+                          mt_format_bytes(d->driver_at_peak, b1, sizeof b1));
+        else if (a->activity == MT_ACTIVITY_STOPPED)
+            mt_out_printf(o,
+                          "  driver-internal  %s at the peak, of those made before %s: CUPTI's "
+                          "activity records, which report them, stopped then (see the warning)",
+                          mt_format_bytes(d->driver_at_peak, b1, sizeof b1),
+                          mt_format_rel(a->activity_stopped_ns, t1, sizeof t1));
+        else
+            mt_out_printf(o,
+                          "  driver-internal  not recorded, nor CUDA arrays: CUPTI's activity "
+                          "records, which report them, were %s",
+                          a->activity == MT_ACTIVITY_OFF
+                              ? "off (record --activity off; the default with --tensors=async)"
+                              : "unavailable (see the warning)");
         /* CUPTI names no device for a context's static memory (src/trace/contextless.h) */
         if (d->driver_guessed)
             mt_out_printf(o,
@@ -509,9 +544,9 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     if (!u->is_host && !reconcile && d->categories_known) print_categories(o, a, d);
     if (reconcile) {
         /* only when there is something to reconcile: a plain CUDA program reads as before */
-        print_breakdown(o, &d->at_peak, "at the peak");
+        print_breakdown(o, a, &d->at_peak, "at the peak");
         print_categories(o, a, d);
-        print_breakdown(o, &d->at_end, "at the end");
+        print_breakdown(o, a, &d->at_end, "at the end");
         if (d->n_nvml)
             mt_out_printf(o, "  nvidia-smi max   %s at %s\n",
                           mt_format_bytes(d->nvml_max, b1, sizeof b1),

@@ -313,6 +313,14 @@ if $PY -c 'import cupy' 2> /dev/null; then
   check "cuda arrays: the peak (208 MiB of arrays, none the driver's), all freed, no anomaly" "218103808 218103808 0 0 0" \
     "$($PY -c 'import json,sys; d = json.load(open(sys.argv[1])); v = d["devices"][0]; print(v["api_peak_bytes"], v["peak_by_kind"].get("array"), v["driver_bytes_at_peak"], v["leak_bytes"], d["anomalies"]["unmatched_frees"])' "$d/a.json")"
   check "cuda arrays: the refusal is a failed request of 2 TiB" 1 "$(grep -c '^event .*op=failed kind=array .*bytes=2199023255552 ' "$d/a.dump")"
+  # the same under --activity off: no array in the trace (only the refused one), and the report
+  # says "not recorded", not "0 B" (activity records off: the analysis reads the recorder's note)
+  (cd "$d" && timeout 300 "$MT" record -q --activity off -o "$d/off.mtrace" -- $PY "$S/cuda_arrays.py") > "$d.off.out" 2>> "$LOG"
+  rc_=$?; settle_trace "$d/off.mtrace"
+  "$MT" report "$d/off.mtrace" > "$d/off.txt" 2>> "$LOG"; "$MT" report --json "$d/off.mtrace" > "$d/off.json" 2>> "$LOG"
+  check "cuda arrays, --activity off: ran; no array made in the trace; the report says driver-internal memory and arrays were not recorded" "0 0 off 1" \
+    "$rc_ $("$MT" dump "$d/off.mtrace" 2>> "$LOG" | grep -c '^event .*op=alloc kind=array ') $($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["activity_records"])' "$d/off.json") $(grep -c '^  driver-internal  not recorded, nor CUDA arrays' "$d/off.txt")"
+  check "cuda arrays, recorded with activity records: the JSON says on" on "$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["activity_records"])' "$d/a.json")"
 else
   say "SKIP cuda arrays: no cupy"
 fi

@@ -746,3 +746,70 @@ Test(compact, warnings_carry_their_time)
     free(json);
     mt_analysis_free(a);
 }
+
+/* Driver-internal allocations and CUDA arrays come only in CUPTI's activity records. Where the
+ * recorder had none (record --activity off, CUPTI refused them, or another client took them
+ * mid-run: its notes say which), their bytes are not known, and a report that printed "0 B" there
+ * said something it did not know. */
+static mt_analysis *activity_trace(const char *stem, mt_note_level level, const char *note,
+                                   uint64_t note_ms)
+{
+    fx f;
+    fx_open(&f, stem);
+    mt_record r = {.type = MT_REC_NOTE};
+    r.u.note = (mt_note){.time_ns = FX_T0 + note_ms * MS, .level = (uint8_t)level, .text = note};
+    fx_put(&f, &r);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A, 30, 1000, 0); /* seen while records came */
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x1000, 100, 1500, 1);  /* a first peak: 130 */
+    fx_ev(&f, MT_OP_FREE, DEV, 0, A + 0x1000, 0, 1600, 0);
+    fx_ev(&f, MT_OP_ALLOC, DEV, 0, A + 0x2000, 200, 3000, 1); /* the peak: 230 */
+    fx_end(&f, 4000, 4, 0);
+    fx_close(&f);
+    return fx_analyze(f.path);
+}
+
+Test(compact, driver_internal_not_known_where_activity_records_were_not)
+{
+    static const struct {
+        mt_note_level level;
+        const char *note;
+        uint64_t note_ms;
+        mt_activity_state want;
+        const char *line, *json;
+    } cases[] = {
+        {MT_NOTE_INFO, MT_ACTIVITY_NOTE_OFF " (MEMTRACE_ACTIVITY=0): test", 0, MT_ACTIVITY_OFF,
+         "  driver-internal  not recorded, nor CUDA arrays: CUPTI's activity records, which "
+         "report them, were off (record --activity off; the default with --tensors=async)\n",
+         "\"activity_records\":\"off\","},
+        {MT_NOTE_WARNING, MT_ACTIVITY_NOTE_UNAVAILABLE ": test", 0, MT_ACTIVITY_UNAVAILABLE,
+         "  driver-internal  not recorded, nor CUDA arrays: CUPTI's activity records, which "
+         "report them, were unavailable (see the warning)\n",
+         "\"activity_records\":\"unavailable\","},
+        {MT_NOTE_WARNING, MT_ACTIVITY_NOTE_STOPPED ": test", 2500, MT_ACTIVITY_STOPPED,
+         "  driver-internal  30 B at the peak, of those made before +2.500000 s: CUPTI's activity "
+         "records, which report them, stopped then (see the warning)\n",
+         "\"activity_records\":\"stopped\",\"activity_stopped_ns\":2500000000,"},
+        /* stopped after the peak: what was live at it was all seen */
+        {MT_NOTE_WARNING, MT_ACTIVITY_NOTE_STOPPED ": test", 3500, MT_ACTIVITY_STOPPED,
+         "  driver-internal  30 B at the peak\n",
+         "\"activity_records\":\"stopped\",\"activity_stopped_ns\":3500000000,"},
+        {MT_NOTE_INFO, "something else", 0, MT_ACTIVITY_ON, "  driver-internal  30 B at the peak\n",
+         "\"activity_records\":\"on\","},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mt_analysis *a =
+            activity_trace("activity.mtrace", cases[i].level, cases[i].note, cases[i].note_ms);
+        cr_expect_eq(a->activity, cases[i].want, "case %zu", i);
+        const mt_device_report *d = fx_dev(a, 0);
+        cr_expect_eq(d->u.peak, 230, "case %zu", i);
+        cr_expect_eq(mt_activity_saw(a, d->peak_time_ns),
+                     cases[i].want == MT_ACTIVITY_ON || cases[i].note_ms > 3000, "case %zu", i);
+        char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+        cr_expect(strstr(text, cases[i].line), "case %zu:\n%s", i, text);
+        char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+        cr_expect(strstr(json, cases[i].json), "case %zu:\n%s", i, json);
+        free(text);
+        free(json);
+        mt_analysis_free(a);
+    }
+}

@@ -397,6 +397,71 @@ Test(fixtures, ipc_mapping_is_the_exporters_memory)
                     "the text report says it apart");
 }
 
+/* cifar.py under `record --tensors=async` on an H200, which turns CUPTI's activity records off (its
+ * note says so): no driver-internal allocation or CUDA array is in the trace, and the report says
+ * "not recorded" where it said "0 B"; a trace recorded with them says "on". */
+Test(fixtures, activity_records_off_are_said_not_zero)
+{
+    mt_analysis *a = analyze("cifar_tensors_async.mtrace");
+    cr_expect_eq(a->activity, MT_ACTIVITY_OFF);
+    mt_analysis_free(a);
+    expect_pipeline("report", "cifar_tensors_async.mtrace",
+                    "grep -c '^  driver-internal  not recorded, nor CUDA arrays: CUPTI.s activity "
+                    "records, which report them, were off (record --activity off; the default "
+                    "with --tensors=async)$' | grep -qx 1",
+                    "the device's line");
+    expect_pipeline("report", "cifar_tensors_async.mtrace",
+                    "grep -c 'remainder; driver-internal seen by the trace: not recorded "
+                    "(activity records off)$' | grep -qx 2",
+                    "at the peak and at the end");
+    expect_pipeline("report --json", "cifar_tensors_async.mtrace",
+                    "grep -q '\"activity_records\":\"off\",'", "JSON");
+    expect_pipeline("report --json", "cifar_tensors.mtrace",
+                    "grep -q '\"activity_records\":\"on\",'", "JSON, recorded with them");
+    expect_pipeline("report", "cifar_tensors.mtrace",
+                    "grep -q '^  driver-internal  [0-9.]* [KMG]*i*B at the peak$'",
+                    "bytes, recorded with them");
+    expect_pipeline(
+        "report --markdown", "cifar_tensors_async.mtrace",
+        "grep -c 'the peaks leave out driver.*CUDA arrays: .*activity records were off' "
+        "| grep -qx 1",
+        "Markdown: a warning");
+    expect_pipeline("report --markdown", "cifar_tensors.mtrace",
+                    "grep -c 'activity records' | grep -qx 0",
+                    "Markdown: none, recorded with them");
+}
+
+/* diff says what makes two runs' peaks count different things: tensors against the allocator's
+ * segments, and a run without CUPTI's activity records (no driver-internal memory) against one
+ * with them; tensors against cudaMallocAsync's pools (both max_memory_allocated) count alike. */
+Test(fixtures, diff_notes_what_the_runs_count_differently)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " diff %1$s/cifar_tensors.mtrace %1$s/cifar_tensors_async.mtrace | "
+                      "grep -c '^NOTE: ' | grep -qx 1",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "tensors against async: only the activity records' note: %s", cmd);
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " diff %1$s/cifar_tensors.mtrace %1$s/cifar_tensors_async.mtrace | grep -qx "
+                      "'NOTE: the new run saw no driver-internal allocations or CUDA arrays "
+                      "(CUPTI.s activity records off) and the base run did: their peaks differ "
+                      "by those too'",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE
+             " diff --markdown %1$s/cifar_tensors_async.mtrace %1$s/cifar_tensors.mtrace | "
+             "grep -q '^> ⚠️ the base run saw no driver-internal allocations'",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " diff %1$s/cifar_default.mtrace %1$s/cifar_tensors.mtrace | "
+                      "grep -c '^NOTE: one run was recorded with tensors' | grep -qx 1",
+             MT_TEST_DATA_DIR);
+    cr_expect_eq(run(cmd), 0, "segments against tensors: %s", cmd);
+}
+
 /* samples/cuda_arrays.py (CuPy) on an H200: three 64 MiB CUDA arrays and a 16 MiB one, then a 2 TiB
  * one that the driver refuses. CUPTI reports arrays only in activity records (memory kind ARRAY);
  * the recorder before this one wrote them as driver-internal, so the peak's 208 MiB were "the

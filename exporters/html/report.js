@@ -41,6 +41,16 @@
     return String(n).padStart(w, '0');
   }
   /* "+6.975496 s": time since the trace started (mt_format_rel) */
+  // What the trace saw of driver-internal memory live at t (report --json's activity_records):
+  // its bytes, or why they are not known.
+  function driverSeen(T, bytes, t) {
+    if (T.activity_records === 'off' || T.activity_records === 'unavailable')
+      return 'not recorded (activity records ' + T.activity_records + ')';
+    if (T.activity_records === 'stopped' && t >= T.activity_stopped_ns)
+      return fmtBytes(bytes) + ' made before ' + fmtRel(T.activity_stopped_ns) + ' (activity records stopped then)';
+    return fmtBytes(bytes);
+  }
+
   function fmtRel(ns) {
     return '+' + Math.floor(ns / 1e9) + '.' + pad(Math.floor((ns % 1e9) / 1000), 6) + ' s';
   }
@@ -553,7 +563,7 @@
         [
           'without driver-internal memory; at ' + fmtRel(D.api_peak_time_ns),
           el('br'),
-          'driver-internal at the peak: ' + fmtBytes(D.driver_at_peak),
+          'driver-internal at the peak: ' + driverSeen(T, D.driver_at_peak, D.peak_time_ns),
           ...(D.imported_peak
             ? [el('br'), 'mapped from other processes (theirs, not counted): ' + fmtBytes(D.imported_peak) + ' at most']
             : []),
@@ -1910,7 +1920,7 @@
         BD_COLORS.context,
         '= CUDA context & driver',
         b.context_bytes,
-        'remainder; driver-internal seen by the trace: ' + fmtBytes(b.driver_bytes),
+        'remainder; driver-internal seen by the trace: ' + driverSeen(curTrace(), b.driver_bytes, b.time_ns),
       );
     } else {
       row(
@@ -1933,7 +1943,8 @@
         BD_COLORS.context,
         '= CUDA context & driver',
         null,
-        'unknown without the total; driver-internal seen by the trace: ' + fmtBytes(b.driver_bytes),
+        'unknown without the total; driver-internal seen by the trace: ' +
+          driverSeen(curTrace(), b.driver_bytes, b.time_ns),
       );
     }
     row(

@@ -542,6 +542,16 @@ typedef struct mt_recording_cost {
 /* The total of the parts above, in ns (0 without any). */
 double mt_recording_cost_ns(const mt_recording_cost *c);
 
+/* Whether the trace saw driver-internal allocations and CUDA arrays, which only the recorder's
+ * CUPTI activity records report (its notes say: MT_ACTIVITY_NOTE_*, trace.h). Where it did not,
+ * their bytes are not known, not 0: reports say "not recorded". */
+typedef enum mt_activity_state {
+    MT_ACTIVITY_ON = 0,          /* (also a trace whose recorder did not say) */
+    MT_ACTIVITY_OFF = 1,         /* record --activity off, the default with --tensors=async */
+    MT_ACTIVITY_UNAVAILABLE = 2, /* CUPTI refused them */
+    MT_ACTIVITY_STOPPED = 3,     /* from activity_stopped_ns on (another CUPTI client took them) */
+} mt_activity_state;
+
 typedef struct mt_analysis {
     char *path;
     mt_file_header header;
@@ -577,10 +587,23 @@ typedef struct mt_analysis {
     uint64_t *warning_times_ns; /* when each was noted, since trace start (parallel to warnings) */
     size_t n_warnings;
     mt_recording_cost cost;     /* from the recorder's notes at exit */
+    mt_activity_state activity; /* whether driver-internal allocations and arrays were seen */
+    uint64_t activity_stopped_ns; /* MT_ACTIVITY_STOPPED: since trace start, none seen after it */
     struct { uint32_t tid; char *name; } *threads;
     size_t n_threads;
     mt_categorizer *categories; /* names of the categories and the optimizer; NULL without tensors */
 } mt_analysis;
+
+/* "on", "off", "unavailable" or "stopped": report --json's `activity_records`. */
+const char *mt_activity_name(mt_activity_state s);
+
+/* 1 when every driver-internal allocation and CUDA array live at t (since trace start) is in
+ * the trace, 0 when some may not be (mt_analysis.activity). */
+static inline int mt_activity_saw(const mt_analysis *a, uint64_t t)
+{
+    return a->activity == MT_ACTIVITY_ON ||
+           (a->activity == MT_ACTIVITY_STOPPED && t < a->activity_stopped_ns);
+}
 
 typedef struct mt_analyze_options {
     const char *category_rules; /* a rules file for the categories (mt_categorizer_load_rules) */

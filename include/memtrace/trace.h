@@ -206,6 +206,15 @@ typedef struct mt_note {
 #define MT_COST_NOTE_PIECES " pieces"
 #define MT_COST_NOTE_EACH " ns each on average"
 
+/* The recorder's notes on its CUPTI activity records, which alone report driver-internal
+ * allocations and CUDA arrays: an INFO note when they are off (record --activity off, the default
+ * with --tensors=async), a WARNING when CUPTI refused them or they stopped mid-run (another CUPTI
+ * client took the activity API). Each note's text starts with its prefix; the analysis reads them
+ * back (mt_analysis.activity, compact.h), so that a report says "not recorded", not "0 B". */
+#define MT_ACTIVITY_NOTE_OFF "activity records off"
+#define MT_ACTIVITY_NOTE_UNAVAILABLE "activity records unavailable"
+#define MT_ACTIVITY_NOTE_STOPPED "activity enrichment stopped"
+
 /* One part of the recording cost: calls (an estimate, as the recorder counts them), the average
  * ns of a call, and how many timed calls that average stands on (0: not said). */
 typedef struct mt_cost_part {

@@ -33,7 +33,8 @@ static void usage(FILE *out)
 {
     fputs(
         "usage: memtrace record [options] -- CMD [ARGS...]\n\n"
-        "Runs CMD unchanged and writes, for every process of it that initializes CUDA, one trace of\n"
+        "Runs CMD unchanged and writes, for every process of it that initializes CUDA, one trace "
+        "of\n"
         "every GPU memory event with its call stack. Returns CMD's exit status.\n\n"
         "options:\n"
         "  -o, --output PATTERN\n"
@@ -62,8 +63,9 @@ static void usage(FILE *out)
         "                    into PYTORCH_CUDA_ALLOC_CONF), every tensor a driver allocation.\n"
         "                    CUDA graph trees refuse to run under it; see docs/tensor-mode.md\n"
         "  --activity on|off CUPTI activity records: driver-internal allocations nobody asked\n"
-        "                    for (default on; with --tensors=async off: there they cost more\n"
-        "                    than the rest of the recording, measured on cifar.py)\n"
+        "                    for, and CUDA arrays, which only they report (default on; with\n"
+        "                    --tensors=async off: there they cost more than the rest of the\n"
+        "                    recording, measured on cifar.py)\n"
         "  --no-preload      do not preload the recorder (LD_PRELOAD): a CUPTI client the\n"
         "                    program starts (torch.profiler) then cannot get CUPTI while\n"
         "                    memtrace holds it; with the preload (default) both share it\n"

@@ -158,6 +158,16 @@ static inline __attribute__((always_inline)) void pass1_release(void *ctx, const
 /* ---- pass 1 ---------------------------------------------------------------------------------- */
 
 static char *dupstr(const char *s) { return strdup(s ? s : ""); }
+const char *mt_activity_name(mt_activity_state s)
+{
+    static const char *const name[] = {"on", "off", "unavailable", "stopped"};
+    return (unsigned)s < 4 ? name[s] : "on";
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return s && strncmp(s, prefix, strlen(prefix)) == 0;
+}
 
 static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info **devs,
                        size_t *n_devs)
@@ -208,12 +218,21 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
         return 0;
     }
     case MT_REC_NOTE: {
+        const char *text = rec->u.note.text;
+        uint64_t when = mt_rel_time(rec->u.note.time_ns, a->header.start_monotonic_ns);
+        if (starts_with(text, MT_ACTIVITY_NOTE_OFF))
+            a->activity = MT_ACTIVITY_OFF;
+        else if (starts_with(text, MT_ACTIVITY_NOTE_UNAVAILABLE))
+            a->activity = MT_ACTIVITY_UNAVAILABLE;
+        else if (starts_with(text, MT_ACTIVITY_NOTE_STOPPED) && a->activity == MT_ACTIVITY_ON) {
+            a->activity = MT_ACTIVITY_STOPPED; /* the first time they stopped */
+            a->activity_stopped_ns = when;
+        }
         if (rec->u.note.level != MT_NOTE_WARNING) {
-            if (mt_cost_read_running(&p->running_cost, rec->u.note.text))
-                p->running_cost.until_ns =
-                    mt_rel_time(rec->u.note.time_ns, a->header.start_monotonic_ns);
+            if (mt_cost_read_running(&p->running_cost, text))
+                p->running_cost.until_ns = when;
             else
-                mt_cost_read_note(&a->cost, rec->u.note.text);
+                mt_cost_read_note(&a->cost, text);
             return 0;
         }
         size_t cap = p->cap_warnings;
@@ -221,9 +240,8 @@ static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info 
             mt_grow((void **)&a->warning_times_ns, &p->cap_warnings, a->n_warnings + 1,
                     sizeof *a->warning_times_ns) < 0)
             return -1;
-        a->warning_times_ns[a->n_warnings] =
-            mt_rel_time(rec->u.note.time_ns, a->header.start_monotonic_ns);
-        a->warnings[a->n_warnings++] = dupstr(rec->u.note.text);
+        a->warning_times_ns[a->n_warnings] = when;
+        a->warnings[a->n_warnings++] = dupstr(text);
         return 0;
     }
     case MT_REC_DROPPED:

@@ -69,6 +69,8 @@ def check_trace(t, rep):
     assert [d["root"] for d in t["devices"]] == [d["root"] for d in want]
     assert t["events"] == rep["events"] and t["duration_ns"] == rep["duration_ns"]
     assert (t["truncated"] is not None) == rep["truncated"]
+    assert t["activity_records"] == rep["activity_records"], (t["file"], "activity records")
+    assert t["activity_stopped_ns"] == rep.get("activity_stopped_ns", 0), (t["file"], "stopped")
     for d, r in zip(t["devices"], want):
         w = "%s %s" % (t["file"], d["root"])
         for mine, theirs in (("peak", "peak_bytes"), ("api_peak", "api_peak_bytes"),

@@ -137,6 +137,13 @@ static void nvml(tb *b, int device, uint64_t t_us, uint64_t value)
     put(b, &r);
 }
 
+static void warning(tb *b, uint64_t t_us, const char *text)
+{
+    mt_record r = {.type = MT_REC_NOTE};
+    r.u.note = (mt_note){.time_ns = T0 + t_us * 1000, .level = MT_NOTE_WARNING, .text = text};
+    put(b, &r);
+}
+
 static int budget_trace(const char *dir)
 {
     tb b;
@@ -250,6 +257,11 @@ static int moved_trace(const char *dir, int new_run)
     ev(&b, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x3000000,
        new_run ? CI_MOVED_ONLY_NEW : CI_MOVED_ONLY_BASE, t++, n + 6, 0, 0);
     ev(&b, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x4000000, CI_MiB, t++, n + 7, 0, 0);
+    /* the second machine's run had a profiler take CUPTI's activity records at its end */
+    if (new_run)
+        warning(&b, t,
+                MT_ACTIVITY_NOTE_STOPPED ": torch.profiler registered its own CUPTI activity "
+                                         "buffers");
     for (uint64_t k = 0; k < 5; k++) ev(&b, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x1000000 * k, 0, t++, 0, 0, 0);
     return tb_close(&b, 5);
 }

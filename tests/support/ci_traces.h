@@ -42,7 +42,8 @@
 /* moved_base.mtrace, moved_new.mtrace — the same Python program on two machines: different pids,
  * stack ids, code ids, module load biases and unsymbolized library offsets. In NEW, grow()
  * allocates 3 MiB instead of 1 MiB, step() moved from line 20 to line 22 (an edit above it) and
- * allocates 2.5 MiB instead of 2, only_base() is gone and only_new() is new; keep() is the same. */
+ * allocates 2.5 MiB instead of 2, only_base() is gone and only_new() is new; keep() is the same.
+ * NEW's CUPTI activity records stopped (a warning) after its peak, before its frees. */
 #define CI_MOVED_GROW_BASE (1 * CI_MiB)
 #define CI_MOVED_GROW_NEW (3 * CI_MiB)
 #define CI_MOVED_STEP (2 * CI_MiB)
