@@ -213,6 +213,7 @@ static int text_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, 
     if (a->dropped)
         mt_out_printf(o, "  WARNING: the recorder dropped %llu events: numbers may be off by that "
                          "many events\n", (unsigned long long)a->dropped);
+    if (mt_activity_missing(a, note, sizeof note)) mt_out_printf(o, "  NOTE: %s\n", note);
     for (size_t k = 0; k < n && rc == 0; k++) {
         const mt_verdict *v = &vs[k];
         mt_out_printf(o, "  %-7s %-15s %-12s budget %-12s %s %s\n", where(v, root, sizeof root),
@@ -280,6 +281,7 @@ static int json_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, 
     mt_json_str(j, "cmdline", a->cmdline);
     mt_json_bool(j, "truncated", a->truncated);
     mt_json_u64(j, "dropped", a->dropped);
+    mt_json_str(j, "activity_records", mt_activity_name(a->activity)); /* report --json's */
     mt_json_bool(j, "exceeded", any);
     mt_json_end(j, '}');
     j = &s->jb;
@@ -353,6 +355,14 @@ static int md_trace(mt_check_stream *s, mt_analysis *a, const mt_verdict *vs, si
                       mt_md_nbsp(amount(v->kind, v->limit, v->value, v2, sizeof v2), n2, sizeof n2),
                       mt_md_nbsp(amount(v->kind, v->value, v->limit, v1, sizeof v1), n1, sizeof n1),
                       v->exceeded ? "❌ exceeded" : "✅", margin(v, m, sizeof m));
+    }
+    char why[256];
+    if (mt_activity_missing(a, why, sizeof why)) {
+        mt_out_puts(s->oc, "> ⚠️ ");
+        mt_md_code_span(s->oc, label);
+        mt_out_puts(s->oc, ": ");
+        mt_md_text(s->oc, why);
+        mt_out_puts(s->oc, ".\n\n");
     }
     if (a->truncated || a->dropped) {
         mt_out_puts(s->oc, "> ⚠️ ");

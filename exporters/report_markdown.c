@@ -44,7 +44,7 @@ struct mt_md_report {
 
 static void warnings(mt_out *o, const mt_analysis *a, int several)
 {
-    char label[512], dropped[96], stopped[192];
+    char label[512], dropped[96], activity[256];
     const char *what[3] = {NULL, NULL, NULL};
     if (a->truncated) what[0] = "the trace is truncated: numbers cover what was read";
     else if (!a->ended_cleanly)
@@ -55,21 +55,7 @@ static void warnings(mt_out *o, const mt_analysis *a, int several)
                                           "that many", (unsigned long long)a->dropped);
         what[1] = dropped;
     }
-    if (a->activity == MT_ACTIVITY_STOPPED) {
-        char t[48];
-        snprintf(stopped, sizeof stopped,
-                 "driver-internal allocations and CUDA arrays made after "
-                 "%s are not in the trace: CUPTI's activity records stopped then",
-                 mt_format_rel(a->activity_stopped_ns, t, sizeof t));
-        what[2] = stopped;
-    } else if (a->activity != MT_ACTIVITY_ON) {
-        what[2] = a->activity == MT_ACTIVITY_OFF
-                      ? "the peaks leave out driver-internal allocations and CUDA arrays: CUPTI's "
-                        "activity records were off (record --activity off, the default with "
-                        "--tensors=async)"
-                      : "the peaks leave out driver-internal allocations and CUDA arrays: CUPTI's "
-                        "activity records were unavailable";
-    }
+    what[2] = mt_activity_missing(a, activity, sizeof activity);
     for (int i = 0; i < 3; i++) {
         if (!what[i]) continue;
         mt_out_puts(o, "> ⚠️ ");

@@ -287,3 +287,24 @@ const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, si
     }
     return buf;
 }
+
+/* util.h; the sentence names the recorder's option that turns them off */
+const char *mt_activity_missing(const mt_analysis *a, char *buf, size_t len)
+{
+    char t[48];
+    if (a->activity == MT_ACTIVITY_ON) return NULL;
+    if (a->activity == MT_ACTIVITY_STOPPED)
+        snprintf(
+            buf, len,
+            "driver-internal allocations and CUDA arrays made after %s are not in "
+            "the trace (CUPTI's activity records stopped then): a peak after it leaves them out",
+            mt_format_rel(a->activity_stopped_ns, t, sizeof t));
+    else
+        snprintf(buf, len,
+                 "the peaks leave out driver-internal allocations and CUDA arrays: "
+                 "CUPTI's activity records were %s",
+                 a->activity == MT_ACTIVITY_OFF ? "off (record --activity off, the default with "
+                                                  "--tensors=async)"
+                                                : "unavailable");
+    return buf;
+}

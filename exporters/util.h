@@ -62,6 +62,11 @@ const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric 
 
 /* "+1.234567 s" (time since trace start). */
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);
+/* Where the trace lacks driver-internal allocations and CUDA arrays (CUPTI's activity records
+ * were off, refused or stopped: mt_analysis.activity), the sentence that says its peaks leave them
+ * out, into buf (no final stop); NULL when it has them. For the warnings of check, diff and the
+ * Markdown report. */
+const char *mt_activity_missing(const mt_analysis *a, char *buf, size_t len);
 /* "2024-05-01 12:34:56.789012 UTC" for trace-relative ns. */
 const char *mt_format_abs(const mt_analysis *a, uint64_t rel_ns, char *buf, size_t len);
 

@@ -663,18 +663,36 @@ Test(ci_json, every_json_output_starts_with_its_schema)
 }
 
 /* A trace whose CUPTI activity records stopped mid-run (moved_new.mtrace: a profiler took them)
- * says so in Markdown, with when; one whose records came (moved_base) says nothing. */
+ * says so in Markdown and in check's outputs, with when; one whose records came (moved_base) says
+ * nothing. */
 Test(ci, markdown_says_when_activity_records_stopped)
 {
     make_traces();
     char *out;
     cr_expect_eq(run(&out, "%s report --markdown %s/moved_new.mtrace", MEMTRACE, dir), 0, "%s",
                  out);
-    cr_expect(
-        has(out,
-            "> ⚠️ driver\\-internal allocations and CUDA arrays made after \\+0\\.001005 s "
-            "are not in the trace: CUPTI's activity records stopped then"),
-        "%s", out);
+    cr_expect(has(out, "> ⚠️ driver\\-internal allocations and CUDA arrays made after "
+                       "\\+0\\.001005 s are not in the trace \\(CUPTI's activity records stopped "
+                       "then\\): a peak after it leaves them out"),
+              "%s", out);
+    free(out);
+    /* check says it too, in every format */
+    cr_expect_eq(run(&out, "%s check --max-peak 1G %s/moved_new.mtrace", MEMTRACE, dir), 0, "%s",
+                 out);
+    cr_expect(has(out, "  NOTE: driver-internal allocations and CUDA arrays made after +0.001005 s "
+                       "are not in the trace"),
+              "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s check --json --max-peak 1G %s/moved_new.mtrace", MEMTRACE, dir), 0,
+                 "%s", out);
+    cr_expect(has(out, "\"activity_records\":\"stopped\""), "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s check --markdown --max-peak 1G %s/moved_new.mtrace", MEMTRACE, dir),
+                 0, "%s", out);
+    cr_expect(has(out,
+                  "> ⚠️ `python3[2002] on ci-runner`: driver\\-internal allocations and CUDA "
+                  "arrays made after \\+0\\.001005 s"),
+              "%s", out);
     free(out);
     cr_expect_eq(run(&out, "%s report --markdown %s/moved_base.mtrace", MEMTRACE, dir), 0, "%s",
                  out);
