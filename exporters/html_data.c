@@ -808,8 +808,9 @@ int mt_html_data_end(mt_out *o, const mt_rank_summary *ranks, size_t n)
     }
     free(d);
     mt_out_puts(o, "],\"endings\":[");
-    char ends[MT_RANK_ENDING_LINES][MT_RANK_ENDING_LEN];
+    char ends[MT_RANK_ENDING_LINES + 1][MT_RANK_ENDING_LEN];
     size_t ne = mt_rank_ending_lines(ranks, n, ends);
+    ne += mt_rank_activity_line(ranks, n, ends[ne]); /* what some ranks' traces lack */
     for (size_t i = 0; i < ne; i++) {
         if (i) mt_out_write(o, ",", 1);
         mt_out_json_string_html(o, ends[i]);

@@ -245,13 +245,37 @@ long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RA
     return (long)k;
 }
 
-#define NOTE_LINES (MT_RANK_ENDING_LINES + MT_RANK_FOREIGN_LINES)
+size_t mt_rank_activity_line(const mt_rank_summary *s, size_t n, char *line)
+{
+    char who[64], names[400] = "";
+    size_t o = 0, cut = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].activity == MT_ACTIVITY_ON) continue;
+        k++;
+        if (o + 80 < sizeof names)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "",
+                                  rank_name(&s[i], who, sizeof who));
+        else
+            cut++;
+    }
+    if (!k) return 0;
+    if (cut) snprintf(names + o, sizeof names - o, " and %zu more", cut);
+    snprintf(line, MT_RANK_ENDING_LEN,
+             "driver-internal allocations and CUDA arrays not recorded: %s; %s peaks leave them "
+             "out (CUPTI's activity records were off, refused, or taken mid-run by another "
+             "client: each trace's report says which)",
+             names, k > 1 ? "their" : "its");
+    return 1;
+}
 
-/* The sentences under the rank table: how the job ended, then memory on other ranks' GPUs. How
- * many; -1 out of memory. */
+#define NOTE_LINES (MT_RANK_ENDING_LINES + 1 + MT_RANK_FOREIGN_LINES)
+
+/* The sentences under the rank table: how the job ended, what some traces lack, then memory on
+ * other ranks' GPUs. How many; -1 out of memory. */
 static long note_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN])
 {
     size_t ne = mt_rank_ending_lines(s, n, line);
+    ne += mt_rank_activity_line(s, n, line[ne]);
     long nf = mt_rank_foreign_lines(s, n, line + ne);
     return nf < 0 ? -1 : (long)ne + nf;
 }
@@ -374,6 +398,7 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
         jint(o, "top_stack_bytes", (long long)r->top_bytes, 1);
         mt_out_printf(o, "\"ended_cleanly\":%s,", r->ended_cleanly ? "true" : "false");
         jint(o, "end_time_unix_ns", (long long)r->end_unix_ns, 1);
+        jstr(o, "activity_records", mt_activity_name(r->activity), 1);
         mt_out_puts(o, "\"out_of_memory\":");
         if (r->has_oom) {
             mt_out_write(o, "{", 1);

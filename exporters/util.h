@@ -95,6 +95,10 @@ size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_R
 /* Memory that ranks hold on GPUs other than their own (mt_rank_foreign_gpus): a line per rank and
  * GPU, at most 8, then "... and N more", then a line per GPU that several ranks hold memory on
  * (at most one). How many; -1 out of memory. */
+/* The ranks whose traces lack driver-internal allocations and CUDA arrays (CUPTI's activity records
+ * off, refused or stopped: mt_rank_summary.activity), in one sentence into line: 1, or 0 when
+ * every rank's trace has them. */
+size_t mt_rank_activity_line(const mt_rank_summary *s, size_t n, char *line);
 long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
 
 /* ---- Markdown (markdown.c) ---- */

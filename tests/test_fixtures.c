@@ -431,6 +431,34 @@ Test(fixtures, activity_records_off_are_said_not_zero)
                     "Markdown: none, recorded with them");
 }
 
+/* Two traces as a job: cifar.py --tensors and --tensors=async (H200). The rank table's tensor
+ * column is max_memory_allocated for both (the async pools' live bytes for the second, which had
+ * no tensor column before), and the line under it names the trace without activity records. */
+Test(fixtures, rank_table_of_tensors_and_async)
+{
+    char dir[512], cmd[2048];
+    mt_test_tmpname(dir, sizeof dir, "job");
+    snprintf(cmd, sizeof cmd,
+             "mkdir %1$s && cp %2$s/cifar_tensors.mtrace %2$s/cifar_tensors_async.mtrace %1$s/",
+             dir, MT_TEST_DATA_DIR);
+    cr_assert_eq(run(cmd), 0, "%s", cmd);
+    uint64_t want[2] = {printed("cifar_tensors", "max_memory_allocated"),
+                        printed("cifar_tensors_async", "max_memory_allocated")};
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE
+             " report --json %s | python3 -c 'import json,sys; "
+             "r = json.load(sys.stdin)[\"rank_table\"][\"rows\"]; "
+             "print(sorted((x[\"pid\"], x[\"tensors_peak_bytes\"], x[\"activity_records\"]) "
+             "for x in r))' | grep -qx \"\\[(2083, %llu, .off.), (3583, %llu, .on.)\\]\"",
+             dir, (unsigned long long)want[1], (unsigned long long)want[0]);
+    cr_expect_eq(run(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd,
+             MEMTRACE " report %s | grep -q '^  driver-internal allocations and CUDA arrays not "
+                      "recorded: python3.2083. on vm; its peaks leave them out'",
+             dir);
+    cr_expect_eq(run(cmd), 0, "%s", cmd);
+}
+
 /* diff says what makes two runs' peaks count different things: tensors against the allocator's
  * segments, and a run without CUPTI's activity records (no driver-internal memory) against one
  * with them; tensors against cudaMallocAsync's pools (both max_memory_allocated) count alike. */

@@ -11,8 +11,10 @@
 #define LIB 0x10000000ull
 
 /* One rank's trace in dir: a common stack (main > step > common) with `common` bytes, and rank 2
- * alone has an extra 64 MiB from main > step > extra. */
-static void rank_trace(const char *dir, int rank, uint64_t common, int extra, uint64_t start_ms)
+ * alone has an extra 64 MiB from main > step > extra. With a note (INFO) from its recorder when
+ * note is not NULL. */
+static void rank_trace_noted(const char *dir, int rank, uint64_t common, int extra,
+                             uint64_t start_ms, const char *note)
 {
     char path[500];
     snprintf(path, sizeof path, "%.400s/memtrace.python.r%d.mtrace", dir, rank);
@@ -29,6 +31,11 @@ static void rank_trace(const char *dir, int rank, uint64_t common, int extra, ui
     pr.u.process = (mt_process){.pid = h.pid, .comm = "python", .cmdline = "python train.py",
                                 .hostname = "node0"};
     fx_put(&f, &pr);
+    if (note) {
+        mt_record r = {.type = MT_REC_NOTE};
+        r.u.note = (mt_note){.time_ns = FX_T0, .level = MT_NOTE_INFO, .text = note};
+        fx_put(&f, &r);
+    }
     fx_module(&f, 1, "/usr/lib/libtrain.so", LIB, LIB + 0x10000);
     fx_node(&f, 1, 0, LIB + 0x100, MT_FRAME_NATIVE); /* main */
     fx_node(&f, 2, 1, LIB + 0x200, MT_FRAME_NATIVE); /* step */
@@ -43,6 +50,11 @@ static void rank_trace(const char *dir, int rank, uint64_t common, int extra, ui
     fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, rank, A, 0, 3, 0);
     fx_end(&f, 10, extra ? 3 : 2, 0);
     fx_close(&f);
+}
+
+static void rank_trace(const char *dir, int rank, uint64_t common, int extra, uint64_t start_ms)
+{
+    rank_trace_noted(dir, rank, common, extra, start_ms, NULL);
 }
 
 static char *capture(const char *cmd)
@@ -254,4 +266,48 @@ Test(report_ranks, sixty_four_ranks_take_the_memory_of_the_largest_one, .timeout
     }
     snprintf(args, sizeof args, "rm -rf '%s' '%s' '%s'", job, two, tiny); /* 5 MB of traces */
     cr_expect_eq(system(args), 0);
+}
+
+/* Ranks recorded without CUPTI's activity records (record --tensors=async turns them off) have no
+ * driver-internal memory in their peaks: the rank table says which ranks, in every format, and
+ * its JSON rows say it per rank. */
+Test(ranks_report, ranks_without_activity_records_are_named)
+{
+    char dir[512], cmd[1200];
+    mt_test_tmpname(dir, sizeof dir, "job");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    const char *off = MT_ACTIVITY_NOTE_OFF " (MEMTRACE_ACTIVITY=0): test";
+    rank_trace_noted(dir, 0, 100ull << 20, 0, 0, NULL);
+    rank_trace_noted(dir, 1, 90ull << 20, 0, 3, off);
+    rank_trace_noted(dir, 2, 100ull << 20, 1, 5, off);
+    const char *line = "driver-internal allocations and CUDA arrays not recorded: rank 1, "
+                       "rank 2; their peaks leave them out (CUPTI's activity records were "
+                       "off, refused, or taken mid-run by another client: each trace's report says "
+                       "which)";
+    snprintf(cmd, sizeof cmd, MEMTRACE " report %s", dir);
+    char *text = capture(cmd);
+    cr_expect(strstr(text, line), "%s", text);
+    free(text);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --markdown %s", dir);
+    char *md = capture(cmd);
+    cr_expect(strstr(md, "driver\\-internal allocations and CUDA arrays not recorded: rank 1"),
+              "%s", md);
+    free(md);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --json %s", dir);
+    char *json = capture(cmd);
+    const char *r0 = strstr(json, "\"label\":\"rank 0"), *r1 = strstr(json, "\"label\":\"rank 1");
+    cr_assert(r0 && r1, "%s", json);
+    const char *on = strstr(r0, "\"activity_records\":\""),
+               *off1 = strstr(r1, "\"activity_records\":\"");
+    cr_assert(on && off1, "%s", json);
+    cr_expect(strncmp(on, "\"activity_records\":\"on\"", 23) == 0, "%.40s", on);
+    cr_expect(strncmp(off1, "\"activity_records\":\"off\"", 24) == 0, "%.40s", off1);
+    free(json);
+    /* every rank with them: no such line */
+    char dir2[512];
+    make_job(dir2, sizeof dir2);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report %s", dir2);
+    text = capture(cmd);
+    cr_expect(!strstr(text, "not recorded"), "%s", text);
+    free(text);
 }

@@ -871,6 +871,7 @@ typedef struct mt_rank_summary {
      * when one fails); its trace's last event, on the wall clock. */
     int ended_cleanly;
     uint64_t end_unix_ns;
+    mt_activity_state activity; /* its trace's: driver-internal memory and arrays seen or not */
     /* Its first torch.OutOfMemoryError (a failed request of kind TENSOR), when has_oom. */
     int has_oom;
     uint64_t oom_unix_ns, oom_bytes, oom_allocated;

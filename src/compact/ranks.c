@@ -268,6 +268,7 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     }
     s->failed = a->failed_total;
     s->ended_cleanly = a->ended_cleanly;
+    s->activity = a->activity;
     s->end_unix_ns = a->header.start_realtime_ns + a->last_ns;
     for (size_t i = 0; i < a->n_failed && !s->has_oom; i++) {
         const mt_failed_request *f = &a->failed[i];
@@ -286,7 +287,11 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     s->peak_device = d->u.device;
     s->peak = d->u.peak;
     s->peak_unix_ns = a->header.start_realtime_ns + d->peak_time_ns;
-    s->tensor_peak = d->u.by_kind_peak[MT_KIND_TENSOR];
+    /* the tensors: PyTorch's blocks (--tensors), or the live bytes of cudaMallocAsync's pools
+     * (--tensors=async, or that backend's own allocations): max_memory_allocated either way */
+    mt_allocator_peaks ap;
+    mt_allocator_peaks_of(a, d, &ap);
+    s->tensor_peak = ap.allocated_known ? ap.allocated_peak : 0;
     s->segment_peak = d->u.segment_peak;
     /* the peak's stacks, by name (the top MT_RANK_STACKS; the rest summed) */
     mt_named_bytes *v = NULL;
