@@ -184,8 +184,7 @@ static const char *driver_seen(const mt_analysis *a, uint64_t bytes, uint64_t t,
                  mt_format_bytes(bytes, b1, sizeof b1),
                  mt_format_rel(a->activity_stopped_ns, t1, sizeof t1));
     else
-        snprintf(buf, len, "not recorded (activity records %s)",
-                 a->activity == MT_ACTIVITY_OFF ? "off" : "unavailable");
+        snprintf(buf, len, "not recorded (activity records %s)", mt_activity_name(a->activity));
     return buf;
 }
 

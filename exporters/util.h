@@ -92,13 +92,13 @@ const char *mt_chain_text(const char *const *names, const uint8_t *flags, size_t
  * no END: plain sentences, one per line[] (the text, Markdown and HTML rank tables). How many. */
 size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
 #define MT_RANK_FOREIGN_LINES 10
-/* Memory that ranks hold on GPUs other than their own (mt_rank_foreign_gpus): a line per rank and
- * GPU, at most 8, then "... and N more", then a line per GPU that several ranks hold memory on
- * (at most one). How many; -1 out of memory. */
 /* The ranks whose traces lack driver-internal allocations and CUDA arrays (CUPTI's activity records
  * off, refused or stopped: mt_rank_summary.activity), in one sentence into line: 1, or 0 when
  * every rank's trace has them. */
 size_t mt_rank_activity_line(const mt_rank_summary *s, size_t n, char *line);
+/* Memory that ranks hold on GPUs other than their own (mt_rank_foreign_gpus): a line per rank and
+ * GPU, at most 8, then "... and N more", then a line per GPU that several ranks hold memory on
+ * (at most one). How many; -1 out of memory. */
 long mt_rank_foreign_lines(const mt_rank_summary *s, size_t n, char line[][MT_RANK_ENDING_LEN]);
 
 /* ---- Markdown (markdown.c) ---- */

@@ -40,7 +40,6 @@
   function pad(n, w) {
     return String(n).padStart(w, '0');
   }
-  /* "+6.975496 s": time since the trace started (mt_format_rel) */
   // What the trace saw of driver-internal memory live at t (report --json's activity_records):
   // its bytes, or why they are not known.
   function driverSeen(T, bytes, t) {
@@ -50,7 +49,7 @@
       return fmtBytes(bytes) + ' made before ' + fmtRel(T.activity_stopped_ns) + ' (activity records stopped then)';
     return fmtBytes(bytes);
   }
-
+  /* "+6.975496 s": time since the trace started (mt_format_rel) */
   function fmtRel(ns) {
     return '+' + Math.floor(ns / 1e9) + '.' + pad(Math.floor((ns % 1e9) / 1000), 6) + ' s';
   }

@@ -33,8 +33,7 @@ static void usage(FILE *out)
 {
     fputs(
         "usage: memtrace record [options] -- CMD [ARGS...]\n\n"
-        "Runs CMD unchanged and writes, for every process of it that initializes CUDA, one trace "
-        "of\n"
+        "Runs CMD unchanged and writes, for every process of it that initializes CUDA, one trace of\n"
         "every GPU memory event with its call stack. Returns CMD's exit status.\n\n"
         "options:\n"
         "  -o, --output PATTERN\n"

@@ -158,6 +158,7 @@ static inline __attribute__((always_inline)) void pass1_release(void *ctx, const
 /* ---- pass 1 ---------------------------------------------------------------------------------- */
 
 static char *dupstr(const char *s) { return strdup(s ? s : ""); }
+
 const char *mt_activity_name(mt_activity_state s)
 {
     static const char *const name[] = {"on", "off", "unavailable", "stopped"};

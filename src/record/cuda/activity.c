@@ -167,11 +167,10 @@ void mt_activity_taken(mt_recorder *r)
 {
     if (atomic_exchange(&r->activity.stopped, 1)) return;
     mt_trace_note(MT_NOTE_WARNING,
-                  MT_ACTIVITY_NOTE_STOPPED
-                  ": %s registered its own CUPTI "
-                  "activity buffers (the activity API is one per process); driver-internal "
-                  "allocations from here to the end are not in the trace, everything the API "
-                  "callbacks and hooks see still is",
+                  "%s: %s registered its own CUPTI activity buffers (the activity API is one per "
+                  "process); driver-internal allocations from here to the end are not in the "
+                  "trace, everything the API callbacks and hooks see still is",
+                  MT_ACTIVITY_NOTE_STOPPED,
                   r->mux.guest_name[0] ? r->mux.guest_name : "another CUPTI client");
 }
 
@@ -208,10 +207,9 @@ void mt_activity_tick(mt_recorder *r)
     if (now - r->activity.quiet_since_ns < ACTIVITY_SILENCE_NS) return;
     atomic_store(&r->activity.stopped, 1);
     mt_trace_note(MT_NOTE_WARNING,
-                  MT_ACTIVITY_NOTE_STOPPED
-                  ": no CUPTI activity records for %.1f s while memory API "
-                  "calls continued (another tool, e.g. torch.profiler, took the activity API). "
-                  "Driver-internal allocations after this point are not in the trace; "
-                  "everything the API callbacks see still is.",
-                  (double)(now - r->activity.quiet_since_ns) / 1e9);
+                  "%s: no CUPTI activity records for %.1f s while memory API calls continued "
+                  "(another tool, e.g. torch.profiler, took the activity API). Driver-internal "
+                  "allocations after this point are not in the trace; everything the API "
+                  "callbacks see still is.",
+                  MT_ACTIVITY_NOTE_STOPPED, (double)(now - r->activity.quiet_since_ns) / 1e9);
 }

@@ -19,12 +19,15 @@
  *   MEMTRACE_STACKS    none | native | python | both | full (default both: the native frames
  *                      below the innermost Python frame, then the Python frames, when the process
  *                      runs Python; full: also the native frames between Python frames)
- *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations, arrays, pool
- * sizes) MEMTRACE_FLUSH_MS  how often the writer flushes (default 200) MEMTRACE_CALLBACKS 0:
- * subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost); count: count every
- * driver/runtime API call by name, record no event (diagnostic, api_census.c) MEMTRACE_TENSORS   1:
- * record every block PyTorch's caching allocator hands to a tensor (record --tensors;
- * tensor_hooks.c; without it, only the allocator's out-of-memory reports are taken)
+ *   MEMTRACE_ACTIVITY  0: no CUPTI activity records (no driver-internal allocations, CUDA
+ *                      arrays or pool sizes)
+ *   MEMTRACE_FLUSH_MS  how often the writer flushes (default 200)
+ *   MEMTRACE_CALLBACKS 0: subscribe to CUPTI but enable no callback (diagnostic: CUPTI's own cost);
+ *                      count: count every driver/runtime API call by name, record no event
+ *                      (diagnostic, api_census.c)
+ *   MEMTRACE_TENSORS   1: record every block PyTorch's caching allocator hands to a tensor
+ *                      (record --tensors; tensor_hooks.c; without it, only the allocator's
+ *                      out-of-memory reports are taken)
  *   MEMTRACE_ASYNC_HOOKS 1: take cudaMallocAsync/cudaFreeAsync calls from the callers' import
  *                      slots instead of CUPTI (async_hooks.c says what it costs)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
@@ -377,14 +380,15 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
         r->cupti.ActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS)
         mt_trace_note(MT_NOTE_WARNING, "activity timestamps are not on CLOCK_MONOTONIC");
     if (!r->cfg.activity)
-        mt_trace_note(MT_NOTE_INFO, MT_ACTIVITY_NOTE_OFF
-                      " (MEMTRACE_ACTIVITY=0): no "
-                      "driver-internal allocations, CUDA arrays or pool sizes in "
-                      "this trace");
+        mt_trace_note(MT_NOTE_INFO,
+                      "%s (MEMTRACE_ACTIVITY=0): no driver-internal allocations, "
+                      "CUDA arrays or pool sizes in this trace",
+                      MT_ACTIVITY_NOTE_OFF);
     else if (mt_activity_start(r) != 0)
-        mt_trace_note(MT_NOTE_WARNING, MT_ACTIVITY_NOTE_UNAVAILABLE
-                      ": driver-internal allocations, "
-                      "CUDA arrays and pool sizes are not in this trace");
+        mt_trace_note(MT_NOTE_WARNING,
+                      "%s: driver-internal allocations, CUDA arrays and pool "
+                      "sizes are not in this trace",
+                      MT_ACTIVITY_NOTE_UNAVAILABLE);
 
     mt_sink_set_tick(r->sink, writer_tick, r);
     if (!env_is("MEMTRACE_NVML", "0")) r->sampler = mt_gpu_sampler_start(r);
