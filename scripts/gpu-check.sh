@@ -10,8 +10,9 @@
 # Sections (all by default; "multigpu" needs two GPUs and says so when there is one):
 #   basics    exit status, a killed process and a torn-down torchrun rank (their running cost totals),
 #             every allocation kind of alloc_patterns, processes, memory another process maps
-#             through CUDA IPC (samples/ipc.py, torch and CuPy), CUDA arrays (samples/
-#             cuda_arrays.py), other CUPTI clients
+#             through CUDA IPC (samples/ipc.py, torch and CuPy; samples/ipc_v1.c), CUDA arrays
+#             (samples/cuda_arrays.py; samples/array_kinds.c: every way, 3000 in a row),
+#             cudaDeviceReset with memory live (samples/device_reset.c), other CUPTI clients
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
@@ -323,6 +324,142 @@ if $PY -c 'import cupy' 2> /dev/null; then
   check "cuda arrays, recorded with activity records: the JSON says on" on "$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["activity_records"])' "$d/a.json")"
 else
   say "SKIP cuda arrays: no cupy"
+fi
+# CUDA arrays made every way the driver has (samples/array_kinds.c): 3000 in a row (more than the
+# recorder once kept stacks for before their activity records came), the first versions of the
+# calls, a mipmapped array, a refused one; then the primary context is released. Every array keeps
+# its creating function's stack, and no record of the context lands after its destruction.
+# samples/device_reset.c: cudaDeviceReset with a cudaMalloc and a CUDA array live, then a second
+# context. samples/ipc_v1.c: another process's memory opened by the first cuIpcOpenMemHandle.
+# order_check TRACE.dump: events of a context written after its CTX_DESTROY but stamped before it.
+order_check() {
+  $PY - "$1" <<'PYEOF'
+import sys
+seen, bad = {}, 0
+for line in open(sys.argv[1]):
+    if not line.startswith("event "):
+        continue
+    f = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+    t, ctx = float(f["t"]), f.get("ctx")
+    if f["op"] == "ctx_destroy":
+        seen[ctx] = t
+    elif ctx in seen and t < seen[ctx]:
+        bad += 1
+print(bad)
+PYEOF
+}
+AK=$PWD/$BUILD/samples/array_kinds DR=$PWD/$BUILD/samples/device_reset IV=$PWD/$BUILD/samples/ipc_v1
+if [ -x "$AK" ]; then
+  say "== array kinds, cudaDeviceReset, IPC (first version)"
+  d=$W/array_kinds; mkdir -p "$d"
+  (cd "$d" && timeout 300 "$MT" record -q -o "$d/a.mtrace" -- "$AK") > "$d.out" 2>> "$LOG"
+  rc_=$?; settle_trace "$d/a.mtrace"; cat "$d.out" >> "$LOG"
+  check "array_kinds ran" "0 1" "$rc_ $(grep -c '^array_kinds ok' "$d.out")"
+  "$MT" dump "$d/a.mtrace" > "$d/a.dump" 2>> "$LOG"
+  "$MT" report --json "$d/a.mtrace" > "$d/a.json" 2>> "$LOG"
+  "$MT" report "$d/a.mtrace" >> "$LOG" 2>&1
+  "$MT" export --format folded --metric alloc --frames all "$d/a.mtrace" > "$d/a.folded" 2>> "$LOG"
+  cp "$d/a.mtrace" "$OUT/array_kinds.mtrace"; cp "$d.out" "$OUT/array_kinds.out" # tests/data
+  check "array_kinds: every array made is in the trace with its creating function's stack, freed, the first versions' failures and the refusal are failed requests, the peak is the 3000 arrays, nothing unmatched" ok "$($PY - "$d.out" "$d/a.dump" "$d/a.folded" "$d/a.json" <<'PYEOF'
+import json, re, sys
+exp = {k: int(v) for line in open(sys.argv[1]) if line.startswith("expect ")
+       for k, v in re.findall(r"(\w+)=(\d+)", line)}
+allocs, frees, failed, nostack = [], 0, [], 0
+for line in open(sys.argv[2]):
+    if not line.startswith("event ") or " kind=array " not in line:
+        continue
+    f = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+    if f["op"] == "alloc":
+        allocs.append(int(f["bytes"])); nostack += f["stack"] == "0"
+    elif f["op"] == "free":
+        frees += 1
+    elif f["op"] == "failed":
+        failed.append((f["api"], int(f["bytes"])))
+folded = {}
+for line in open(sys.argv[3]):
+    stack, n = line.rsplit(" ", 1)
+    for fn in ("many_arrays", "v1_arrays", "mipmapped"):
+        if ";" + fn + " (" in stack:
+            folded[fn] = folded.get(fn, 0) + int(n)
+rep = json.load(open(sys.argv[4]))
+d0, an = rep["devices"][0], rep["anomalies"]
+many = exp["many"] * 16384
+problems = []
+if allocs.count(16384) < exp["many"] or folded.get("many_arrays") != many:
+    problems.append("many: %d of 16 KiB, %s B under many_arrays" % (allocs.count(16384), folded.get("many_arrays")))
+mip = sum(allocs) - many - exp["v1_bytes"]
+if mip <= 4 << 20 or folded.get("mipmapped") != mip:
+    problems.append("mipmapped: %d B of records, %s B under mipmapped" % (mip, folded.get("mipmapped")))
+if folded.get("v1_arrays", 0) != exp["v1_bytes"]:
+    problems.append("v1: %s B under v1_arrays, expected %d" % (folded.get("v1_arrays"), exp["v1_bytes"]))
+want_failed = exp["v1_failed"] + exp["refused"]
+if len(failed) != want_failed or (exp["refused"] and ("cuArray3DCreate", exp["refused_bytes"]) not in failed):
+    problems.append("failed %s, expected %d" % (failed, want_failed))
+if nostack or frees != len(allocs):
+    problems.append("%d arrays without a stack, %d frees of %d" % (nostack, frees, len(allocs)))
+if d0["peak_bytes"] != many or d0["end_bytes"] != 0:
+    problems.append("peak %d (expected %d), end %d" % (d0["peak_bytes"], many, d0["end_bytes"]))
+if an["unmatched_frees"] or an["ctx_destroy_released"]:
+    problems.append("anomalies %s" % an)
+print("ok" if not problems else "; ".join(problems))
+PYEOF
+)"
+  check "array_kinds: no event of the context written after its destruction, no warning about stacks" "0 0" \
+    "$(order_check "$d/a.dump") $(grep -c 'without the stack' "$d/a.dump")"
+  say "info: array_kinds: $(grep -c '^event .*op=alloc kind=array' "$d/a.dump") arrays, $(grep '^v1:' "$d.out")"
+
+  d=$W/device_reset; mkdir -p "$d"
+  (cd "$d" && timeout 300 "$MT" record -q -o "$d/r.mtrace" -- "$DR") > "$d.out" 2>> "$LOG"
+  rc_=$?; settle_trace "$d/r.mtrace"; cat "$d.out" >> "$LOG"
+  check "device_reset ran" "0 1" "$rc_ $(grep -c '^device_reset ok' "$d.out")"
+  "$MT" dump "$d/r.mtrace" > "$d/r.dump" 2>> "$LOG"
+  "$MT" report --json "$d/r.mtrace" > "$d/r.json" 2>> "$LOG"
+  "$MT" report "$d/r.mtrace" >> "$LOG" 2>&1
+  cp "$d/r.mtrace" "$OUT/device_reset.mtrace"; cp "$d.out" "$OUT/device_reset.out" # tests/data
+  check "device_reset: the reset ends the 64 MiB and the 16 MiB array, nothing unmatched, none of the first context's records after its destruction, the second context's 32 MiB freed" ok "$($PY - "$d.out" "$d/r.dump" "$d/r.json" <<'PYEOF'
+import json, re, sys
+exp = {k: int(v) for k, v in re.findall(r"expect (\w+)=(\d+)", open(sys.argv[1]).read())}
+ev = []
+for line in open(sys.argv[2]):
+    if line.startswith("event "):
+        ev.append(dict(x.split("=", 1) for x in line.split()[1:] if "=" in x))
+destroys = [i for i, e in enumerate(ev) if e["op"] == "ctx_destroy"]
+problems = []
+if not destroys:
+    problems.append("no ctx_destroy")
+else:
+    first = destroys[0]
+    c1 = ev[first]["ctx"]
+    big = [i for i, e in enumerate(ev) if e["op"] == "alloc" and e["kind"] in ("device", "array") and e["ctx"] == c1 and int(e["bytes"]) >= 16 << 20]
+    kinds = sorted(ev[i]["kind"] for i in big)
+    if kinds != ["array", "device"] or any(i > first for i in big) or \
+            sum(int(ev[i]["bytes"]) for i in big) < exp["ended_by_reset"]:
+        problems.append("first context's big allocations %s (destroy at #%d)" % ([(ev[i]["kind"], ev[i]["bytes"], i) for i in big], first))
+    late = [e for e in ev[first + 1:] if e["ctx"] == c1 and float(e["t"]) < float(ev[first]["t"])]
+    if late:
+        problems.append("%d events of context %s after its destruction, stamped before it" % (len(late), c1))
+    second = [e for e in ev[first + 1:] if e["op"] in ("alloc", "free") and e["kind"] == "device"]
+    if [(e["op"], e.get("bytes")) for e in second][:1] != [("alloc", str(exp["second"]))] or len(second) != 2:
+        problems.append("second context: %s" % [(e["op"], e["bytes"], e["ctx"]) for e in second])
+an = json.load(open(sys.argv[3]))["anomalies"]
+if an["unmatched_frees"] or an["double_frees"] or an["ctx_destroy_released"] < 2:
+    problems.append("anomalies %s" % an)
+print("ok" if not problems else "; ".join(problems))
+PYEOF
+)"
+  say "info: device_reset: $(grep -c '^event .*kind=driver' "$d/r.dump") driver-internal events, ctx_destroy_released $($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["anomalies"]["ctx_destroy_released"])' "$d/r.json")"
+
+  d=$W/ipc_v1; mkdir -p "$d"
+  (cd "$d" && timeout 300 "$MT" record -q -o "$d/i.%p.mtrace" -- "$IV") > "$d.out" 2>> "$LOG"
+  rc_=$?; cat "$d.out" >> "$LOG"
+  check "ipc_v1: parent and child ran" "0 child_rc=0" "$rc_ $(grep -o 'child_rc=[0-9-]*' "$d.out")"
+  child=""
+  for f in "$d"/*.mtrace; do
+    "$MT" dump "$f" > "$f.dump" 2>> "$LOG"
+    grep -q 'api=cuIpcOpenMemHandle ' "$f.dump" && child=$f
+  done
+  check "ipc_v1 child: the 64 MiB opened by the first cuIpcOpenMemHandle, imported, closed, nothing unmatched, API peak 0" "1 1 0 0" \
+    "$(grep -c '^event .*op=alloc kind=device .*bytes=67108864 .*api=cuIpcOpenMemHandle .* imported' "$child.dump" 2>/dev/null) $(grep -c '^event .*op=free kind=device .*api=cuIpcCloseMemHandle.* imported' "$child.dump" 2>/dev/null) $("$MT" report --json "$child" 2>> "$LOG" | $PY -c 'import json,sys; a = json.load(sys.stdin); print(a["anomalies"]["unmatched_frees"], a["devices"][0]["api_peak_bytes"])')"
 fi
 mkdir -p "$W/conflict"
 CUPTI_DIRS=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib

@@ -170,6 +170,36 @@ Test(compact, context_destroy_releases)
     mt_analysis_free(a);
 }
 
+/* The driver's own release of what a context's destruction ended (CUPTI reports a CUDA array's or a
+ * driver-internal allocation's as the context is torn down, after CTX_DESTROY) is expected: not
+ * an unmatched free. A release the program calls (not an activity record) after it still is one;
+ * so is a second activity release of the same, and a new allocation at that key is tracked anew. */
+Test(compact, teardown_release_after_context_destroy)
+{
+    fx f;
+    fx_open(&f, "teardown.mtrace");
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_ARRAY, 0, A, 100, 1, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_ALLOC, DEV, 0, A + 0x100, 200, 2, 0, 1, 0);
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_DRIVER, 0, A + 0x200, 400, 3, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_CTX_DESTROY, MT_KIND_UNKNOWN, 0, 0, 0, 4, 0, 1, 0);
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_ARRAY, 0, A, 100, 5, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_DRIVER, 0, A + 0x200, 400, 5, 0, 1, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_FREE, DEV, 0, A + 0x100, 0, 6, 0, 1, 0); /* the program's: unmatched */
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_ARRAY, 0, A, 100, 7, 0, 1, MT_EF_ACTIVITY); /* again */
+    fx_ev_full(&f, MT_OP_ALLOC, MT_KIND_ARRAY, 0, A, 50, 8, 0, 2, MT_EF_ACTIVITY);
+    fx_ev_full(&f, MT_OP_FREE, MT_KIND_ARRAY, 0, A, 50, 9, 0, 2, MT_EF_ACTIVITY);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 700);
+    cr_expect_eq(d->u.in_use, 0);
+    cr_expect_eq(a->anomalies.ctx_destroy_released, 3);
+    cr_expect_eq(a->anomalies.unmatched_frees, 1, "the program's own free after the destruction");
+    cr_expect_eq(a->anomalies.double_frees, 1, "the second release of the array");
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 Test(compact, failed_request_forensics)
 {
     fx f;

@@ -516,6 +516,58 @@ Test(fixtures, cuda_arrays_are_the_programs)
     mt_analysis_free(a);
 }
 
+/* samples/array_kinds.c on an H200: 3000 arrays of 16 KiB made in a row (the recorder before this
+ * one kept the stacks of 256 until their activity records came: 2745 of 3011 arrays had none), a
+ * mipmapped array (a record per level), the first versions of cuArrayCreate and cuArray3DCreate
+ * (refused on CUDA 13: CUDA_ERROR_INVALID_CONTEXT), then the primary context released. */
+Test(fixtures, array_kinds_keep_their_stacks)
+{
+    mt_analysis *a = analyze("array_kinds.mtrace");
+    const mt_device_report *d = device0(a);
+    cr_expect_eq(d->u.peak, 3000u * 16384, "the 3000 arrays live together");
+    cr_expect_eq(d->u.in_use, 0);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->anomalies.ctx_destroy_released, 0, "every array freed before the context");
+    cr_assert_eq(d->at_peak.n_owners, 1);
+    cr_expect_eq(strncmp(d->at_peak.owners[0].owner, "many_arrays (array_kinds.c:", 27), 0, "%s",
+                 d->at_peak.owners[0].owner);
+    cr_expect_eq(d->at_peak.owners[0].count, 3000);
+    cr_expect_eq(a->failed_total, 3);
+    cr_assert_geq(a->n_failed, 3);
+    for (size_t i = 0; i < 3; i++) {
+        cr_expect_eq(a->failed[i].kind, MT_KIND_ARRAY);
+        cr_expect_eq(a->failed[i].result, 201, "CUDA_ERROR_INVALID_CONTEXT");
+    }
+    cr_expect_eq(a->failed[0].bytes, 512u * 512 * 4, "cuArrayCreate's 32-bit descriptor, read");
+    cr_expect_eq(a->failed[1].bytes, 64u * 64 * 32 * 4, "cuArray3DCreate's");
+    cr_expect_eq(a->failed[2].bytes, 16384ull * 16384 * 2048 * 4);
+    cr_expect(stack_has(a, a->failed[0].stack, "v1_arrays (array_kinds.c:"));
+    mt_analysis_free(a);
+    /* every array allocation has its creating function's stack: the folded bytes ever allocated
+     * under each function add up to all of them (52.21 MiB) */
+    expect_pipeline("export --format folded --metric alloc --frames all", "array_kinds.mtrace",
+                    "awk '/;many_arrays \\(/ {m += $NF} /;mipmapped \\(/ {p += $NF} {s += $NF} "
+                    "END {exit !(m == 49152000 && p == 5592404 && s == m + p)}'",
+                    "arrays ever made, by function");
+}
+
+/* samples/device_reset.c on an H200: cudaDeviceReset while a 64 MiB cudaMalloc and a 16 MiB CUDA
+ * array are live, then 32 MiB in a new context. The array's activity record is written before the
+ * context's destruction (the recorder flushes CUPTI's buffers before it writes CTX_DESTROY), and
+ * the driver's release of it, reported as the context is torn down, is no unmatched free. */
+Test(fixtures, device_reset_ends_what_was_live)
+{
+    mt_analysis *a = analyze("device_reset.mtrace");
+    const mt_device_report *d = device0(a);
+    cr_expect_eq(d->u.peak, printed("device_reset", "ended_by_reset"));
+    cr_expect_eq(d->u.by_kind_peak[MT_KIND_ARRAY], 16 * MiB);
+    cr_expect_eq(d->u.in_use, 0);
+    cr_expect_eq(a->anomalies.ctx_destroy_released, 2);
+    cr_expect_eq(a->anomalies.unmatched_frees, 0);
+    cr_expect_eq(a->anomalies.double_frees, 0);
+    mt_analysis_free(a);
+}
+
 /* samples/cuda_ctypes.py: every allocation is made by one Python line, `alloc`, reached from
  * several callers. The breakdown lists that owner once (it listed it four times, one per frame
  * of that name). */

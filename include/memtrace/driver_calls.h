@@ -20,9 +20,11 @@
  *   CALL_POOL            makes or names a memory pool: where it is (device or host) is noted
  *   CALL_MEMORY2_SOMETIMES  makes a MEMORY2 record (a duplicate of ours) in some cases only
  *   CALL_ARRAY           makes a CUDA array, whose MEMORY2 record is the event (its stack noted)
+ *   CALL_CTX_END         may destroy a context, whose CTX_DESTROY is written when the call
+ *                        returns, after the activity records CUPTI still holds
  *
  * MT_NAMED_DRIVER_CALLS(X) calls X(name, cbid) for ids that are named but not traced (the first
- * versions of the memory calls, context and pool calls): mt_api_name has always answered them. */
+ * versions of the memory calls): mt_api_name has always answered them. */
 #ifndef MEMTRACE_DRIVER_CALLS_H
 #define MEMTRACE_DRIVER_CALLS_H
 
@@ -67,7 +69,9 @@
     X(cuMemGetMemPool,                     802, CALL_POOL)                                         \
     /* CUDA arrays (textures, surfaces); their releases come as activity records too */          \
     X(cuArrayCreate_v2,                    272, CALL_ARRAY)                                        \
+    X(cuArrayCreate,                        87, CALL_ARRAY)                                        \
     X(cuArray3DCreate_v2,                  274, CALL_ARRAY)                                        \
+    X(cuArray3DCreate,                      90, CALL_ARRAY)                                        \
     X(cuMipmappedArrayCreate,              347, CALL_ARRAY)                                        \
     X(cuGraphAddMemAllocNode,              638, 0)                                                 \
     X(cuGraphAddMemFreeNode,               639, 0)                                                 \
@@ -81,19 +85,20 @@
     X(cuStreamBeginCaptureToGraph,         720, CALL_CAPTURE)                                      \
     X(cuStreamBeginCaptureToGraph_ptsz,    721, CALL_CAPTURE)                                      \
     X(cuStreamEndCapture,                  497, CALL_CAPTURE)                                      \
-    X(cuStreamEndCapture_ptsz,             498, CALL_CAPTURE)
+    X(cuStreamEndCapture_ptsz,             498, CALL_CAPTURE)                                      \
+    /* may destroy a context (cudaDeviceReset is cuDevicePrimaryCtxReset_v2) */                   \
+    X(cuCtxDestroy,                         11, CALL_CTX_END)                                      \
+    X(cuCtxDestroy_v2,                     322, CALL_CTX_END)                                      \
+    X(cuDevicePrimaryCtxRelease,           387, CALL_CTX_END)                                      \
+    X(cuDevicePrimaryCtxReset,             389, CALL_CTX_END)                                      \
+    X(cuDevicePrimaryCtxRelease_v2,        544, CALL_CTX_END)                                      \
+    X(cuDevicePrimaryCtxReset_v2,          545, CALL_CTX_END)
 
 #define MT_NAMED_DRIVER_CALLS(X)                                                                   \
-    X(cuCtxDestroy,                         11)                                                    \
     X(cuMemAlloc,                           29)                                                    \
     X(cuMemAllocPitch,                      31)                                                    \
     X(cuMemFree,                            33)                                                    \
-    X(cuMemAllocHost,                       37)                                                    \
-    X(cuCtxDestroy_v2,                     322)                                                    \
-    X(cuDevicePrimaryCtxRelease,           387)                                                    \
-    X(cuDevicePrimaryCtxReset,             389)                                                    \
-    X(cuDevicePrimaryCtxRelease_v2,        544)                                                    \
-    X(cuDevicePrimaryCtxReset_v2,          545)
+    X(cuMemAllocHost,                       37)
 /* clang-format on */
 
 #endif

@@ -24,7 +24,9 @@
  *    key was freed recently (a 64 Ki-entry direct-mapped cache of freed keys, so memory stays
  *    bounded), else an unmatched free; an ALLOC at a live key closes the old lifetime as
  *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
- *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id.
+ *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id. The driver's own
+ *    release of one of them, which CUPTI reports in an activity record as the context is torn
+ *    down (after the destruction), is expected: neither a double nor an unmatched free.
  *  - VMM handles are reference-counted: a VMM_PHYSICAL ALLOC flagged RETAIN adds a reference to
  *    the live handle (NCCL takes handles back from mapped addresses), and a FREE (cuMemRelease)
  *    drops one; the last one ends the lifetime. A handle flagged IMPORTED is a peer process's
@@ -382,7 +384,9 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
     for (size_t i = 0; i < n; i++) {
         mt_lifetime *p = member_lifetime(t, v[i]);
         if (p) {
+            uint64_t h = freed_hash(p->device, p->family, p->address);
             mt_tracker_release_(t, p, now, MT_END_CTX_DESTROY);
+            t->freed[h & ((1u << FREED_CACHE_BITS) - 1)] = h ^ FREED_BY_CTX_END;
             released++;
         }
     }

@@ -167,6 +167,12 @@ static inline void account(mt_usage *u, unsigned kind, unsigned flags, uint64_t 
     }
 }
 
+/* A freed-key cache entry of a lifetime that its context's destruction ended: its hash with this
+ * bit flipped (in the same slot no other key's hash can be that value). The driver reports its own
+ * release of such an allocation (a CUDA array's, a driver-internal one's) as the context is torn
+ * down, after the destruction: expected, not an unmatched free. */
+#define FREED_BY_CTX_END 2u
+
 /* The freed-key cache's hash of a key: the live table's (one hash serves both lookups). */
 static inline uint64_t freed_hash(int32_t device, unsigned fam, uint64_t addr)
 {
@@ -243,7 +249,7 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
     }
     uint64_t h = lh | 1; /* freed_hash */
     uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
-    if (*fc == h) *fc = 0;
+    if ((*fc | FREED_BY_CTX_END) == (h | FREED_BY_CTX_END)) *fc = 0;
     mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
                      .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
                      .start_seq = t->seq,
@@ -316,6 +322,8 @@ static inline __attribute__((always_inline)) void do_free(mt_tracker *t, const m
     uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
     if (!p) {
         if (*fc == h) t->an.double_frees++;
+        else if (*fc == (h ^ FREED_BY_CTX_END) && (e->flags & MT_EF_ACTIVITY))
+            *fc = h;
         else t->an.unmatched_frees++;
         return;
     }

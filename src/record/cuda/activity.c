@@ -120,7 +120,11 @@ static void on_memory(mt_recorder *r, const CUpti_ActivityMemory4 *m)
      * record has the driver's size, its creating call's callback left the stack */
     if (m->memoryKind == CUPTI_ACTIVITY_MEMORY_KIND_ARRAY) {
         ev.kind = MT_KIND_ARRAY, ev.stack = 0;
-        if (is_alloc) array_creator(r, m->correlationId, &ev);
+        if (is_alloc && !array_creator(r, m->correlationId, &ev)) {
+            atomic_fetch_add_explicit(&r->activity.arrays.unnamed, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&r->activity.arrays.unnamed_bytes, m->bytes,
+                                      memory_order_relaxed);
+        }
     }
     mt_sink_event(r->sink, &ev);
 }

@@ -37,8 +37,9 @@ enum {
     /* makes a MEMORY2 record in some cases only (a duplicate of ours too): no sign that records
      * should come (activity.c: the silence that says another tool took the activity API) */
     CALL_MEMORY2_SOMETIMES = 1 << 5,
-    CALL_ARRAY = 1 << 6, /* makes a CUDA array: its MEMORY2 record is the event (the driver's
-                            size), given the stack noted here (activity.c) */
+    CALL_ARRAY = 1 << 6,   /* makes a CUDA array: its MEMORY2 record is the event (the driver's
+                              size), given the stack noted here (activity.c) */
+    CALL_CTX_END = 1 << 7, /* may destroy a context: see ctx_end below */
 };
 
 /* The table's ids are written out for the trace library, which builds without CUDA: each must be
@@ -151,6 +152,35 @@ static void name_thread(mt_recorder *r, uint32_t tid)
     mt_rare_end(rare, MT_RARE_THREAD);
 }
 
+/* A context destroyed inside a call that the recorder traces (cuCtxDestroy,
+ * cuDevicePrimaryCtxRelease and Reset: CALL_CTX_END) is written when that call returns, with the
+ * time it began to be destroyed, after a forced flush of CUPTI's activity buffers. Why: CUPTI
+ * delivers the records of that context's CUDA arrays and driver-internal allocations (and their
+ * releases) up to a flush period late, some of them only once the context is gone; written after
+ * its CTX_DESTROY, the analysis, which reads the trace in file order, ended those lifetimes at the
+ * destruction, then found their releases unmatched and the later ones' allocations live after it
+ * (seen on an H200: 1455 of 3000 arrays; the peak was half the real one). Meanwhile the thread
+ * holds the writer back from what was stamped after that time (mt_sink_hold), as a release does.
+ * A context destroyed anywhere else (by the driver at exit) is written at once. */
+static __thread int tls_in_ctx_end;   /* inside a CALL_CTX_END call */
+static __thread int tls_ctx_end_held; /* its CTX_DESTROY waits in tls_ctx_end_event */
+static __thread mt_event tls_ctx_end_event;
+
+static int activity_ours(const mt_recorder *r)
+{
+    return r->activity.on && !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed);
+}
+
+static void ctx_end_exit(mt_recorder *r)
+{
+    tls_in_ctx_end = 0;
+    if (!tls_ctx_end_held) return;
+    tls_ctx_end_held = 0;
+    if (activity_ours(r)) mt_activity_flush(r);
+    mt_sink_event(r->sink, &tls_ctx_end_event);
+    mt_sink_hold(r->sink, 0);
+}
+
 static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
 {
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
@@ -177,6 +207,12 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
         /* CUPTI gives no context uid in resource data; cuCtxGetId names the same id. */
         unsigned long long id = 0;
         if (r->cuda.CtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
+        if (tls_in_ctx_end && !tls_ctx_end_held && activity_ours(r)) {
+            tls_ctx_end_event = ev; /* written by ctx_end_exit */
+            tls_ctx_end_held = 1;
+            mt_sink_hold(r->sink, ev.time_ns);
+            return;
+        }
         mt_sink_event(r->sink, &ev);
     }
 }
@@ -246,12 +282,37 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, unsigned channels, CUa
     return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * channels * elem;
 }
 
+/* CUDA_ARRAY_DESCRIPTOR_v1 and CUDA_ARRAY3D_DESCRIPTOR_v1, whose members cuda.h declares only
+ * for the driver's own build (__CUDA_API_VERSION_INTERNAL): the first versions' fixed layout. */
+typedef struct array_desc_v1 {
+    unsigned width, height;
+    CUarray_format format;
+    unsigned channels;
+} array_desc_v1;
+
+typedef struct array3d_desc_v1 {
+    unsigned width, height, depth;
+    CUarray_format format;
+    unsigned channels, flags;
+} array3d_desc_v1;
+
 static uint64_t array_bytes_asked(CUpti_CallbackId cbid, const void *params)
 {
     const CUDA_ARRAY3D_DESCRIPTOR *d3 = NULL;
     if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2) {
         const CUDA_ARRAY_DESCRIPTOR *d = ((const cuArrayCreate_v2_params *)params)->pAllocateArray;
         return d ? array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    }
+    /* the first versions (32-bit sizes), still exported for programs built before CUDA 3.2 */
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArrayCreate) {
+        const array_desc_v1 *d =
+            (const void *)((const cuArrayCreate_params *)params)->pAllocateArray;
+        return d ? array_bytes(d->width, d->height, 1, d->channels, d->format) : 0;
+    }
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate) {
+        const array3d_desc_v1 *d =
+            (const void *)((const cuArray3DCreate_params *)params)->pAllocateArray;
+        return d ? array_bytes(d->width, d->height, d->depth, d->channels, d->format) : 0;
     }
     if (cbid == CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2)
         d3 = ((const cuArray3DCreate_v2_params *)params)->pAllocateArray;
@@ -388,6 +449,8 @@ static int describe(CUpti_CallbackId cbid, const void *params, int ok, mt_event 
     }
     case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate:
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate:
     case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate:
         /* only a refused one (note_array has the others): the bytes it asked for */
         ev->op = MT_OP_ALLOC, ev->kind = MT_KIND_ARRAY, ev->bytes = array_bytes_asked(cbid, params);
@@ -536,6 +599,7 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
         /* A release is written with its entry stamp: until its event commits, later events wait
          * in the writer (the trace stays in time order while the call runs). */
         if (what & CALL_RELEASE) mt_sink_hold(r->sink, tls_entry_ns);
+        if (what & CALL_CTX_END) tls_in_ctx_end = 1;
         if ((what & (CALL_MEMORY2 | CALL_MEMORY2_SOMETIMES)) && r->activity.on &&
             !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed)) {
             mt_corr_insert(&r->activity.corr, cb->correlationId);
@@ -549,6 +613,10 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
     CUresult res = cb->functionReturnValue ? *(const CUresult *)cb->functionReturnValue
                                            : CUDA_SUCCESS;
     int ok = res == CUDA_SUCCESS;
+    if (what & CALL_CTX_END) {
+        ctx_end_exit(r);
+        return;
+    }
     if (what & CALL_CAPTURE) {
         if (cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture ||
             cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz)

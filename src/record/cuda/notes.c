@@ -285,6 +285,13 @@ void mt_write_cost_notes(mt_recorder *r)
                       "unmapped physical pages, such as a graph memory pool's (its reservation "
                       "counts them)",
                       unaddressed, atomic_load(&r->activity.unaddressed_bytes));
+    uint64_t unnamed = atomic_load(&r->activity.arrays.unnamed);
+    if (unnamed) /* the arrays are in the trace, their bytes right; only who made them is lost */
+        mt_trace_note(MT_NOTE_WARNING,
+                      "activity: %" PRIu64 " CUDA arrays (%" PRIu64 " bytes in "
+                      "all) are recorded without the stack of the call that made them: more "
+                      "than %u were made before CUPTI delivered their records",
+                      unnamed, atomic_load(&r->activity.arrays.unnamed_bytes), MT_ARRAY_SLOTS);
     uint64_t skipped = atomic_load(&r->capture.skipped_polls);
     if (skipped)
         mt_trace_note(MT_NOTE_INFO, "graph capture: %" PRIu64 " pool polls waited for a CUDA "

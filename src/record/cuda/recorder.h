@@ -82,7 +82,7 @@ typedef struct mt_cupti {
  * so the last MT_CORR_SLOTS API calls never collide, and a stale id is simply overwritten — no
  * locks, no expiry, 4 MiB. 0 marks an empty slot (CUPTI never uses 0). */
 #define MT_CORR_SLOTS (1u << 20)
-#define MT_ARRAY_SLOTS 256u /* CUDA arrays' stacks waiting for their activity records */
+#define MT_ARRAY_SLOTS 4096u /* CUDA arrays' stacks waiting for their activity records */
 typedef struct mt_corr_set {
     _Atomic uint32_t ids[MT_CORR_SLOTS];
 } mt_corr_set;
@@ -230,11 +230,12 @@ typedef struct mt_recorder {
          * callback, which runs first; the record finds it by its correlation id. The slot is
          * published by its id (release); a slot taken by a later call before the record came
          * (more than MT_ARRAY_SLOTS arrays made within a flush period) leaves that array with
-         * no stack */
+         * no stack, counted in `unnamed` and said in a note at the end */
         struct {
             _Atomic uint32_t corr[MT_ARRAY_SLOTS]; /* 0 while the slot is written */
             _Atomic uint64_t who[MT_ARRAY_SLOTS];  /* stack | tid << 32 */
             _Atomic uint16_t flags[MT_ARRAY_SLOTS];
+            _Atomic uint64_t unnamed, unnamed_bytes; /* records that found no stack */
         } arrays;
     } activity;
 
