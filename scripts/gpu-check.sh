@@ -360,7 +360,7 @@ if [ -x "$AK" ]; then
   "$MT" report "$d/a.mtrace" >> "$LOG" 2>&1
   "$MT" export --format folded --metric alloc --frames all "$d/a.mtrace" > "$d/a.folded" 2>> "$LOG"
   cp "$d/a.mtrace" "$OUT/array_kinds.mtrace"; cp "$d.out" "$OUT/array_kinds.out" # tests/data
-  check "array_kinds: every array made is in the trace with its creating function's stack, freed, the first versions' failures and the refusal are failed requests, the peak is the 3000 arrays, nothing unmatched" ok "$($PY - "$d.out" "$d/a.dump" "$d/a.folded" "$d/a.json" <<'PYEOF'
+  check "array_kinds: every array made is in the trace with its creating function's stack, freed, the first versions' failures and the refusal are failed requests with nothing in use, the peak is the 3000 arrays, nothing unmatched" ok "$($PY - "$d.out" "$d/a.dump" "$d/a.folded" "$d/a.json" <<'PYEOF'
 import json, re, sys
 exp = {k: int(v) for line in open(sys.argv[1]) if line.startswith("expect ")
        for k, v in re.findall(r"(\w+)=(\d+)", line)}
@@ -401,6 +401,11 @@ if d0["peak_bytes"] != many or d0["end_bytes"] != 0:
     problems.append("peak %d (expected %d), end %d" % (d0["peak_bytes"], many, d0["end_bytes"]))
 if an["unmatched_frees"] or an["ctx_destroy_released"]:
     problems.append("anomalies %s" % an)
+# every array was released before the refused requests: nothing in use at them (the releases'
+# activity records are flushed before a failed request is written)
+busy = [f["in_use_bytes"] for f in rep["failed_requests"] if f["in_use_bytes"]]
+if busy:
+    problems.append("in use at the failed requests: %s" % busy)
 print("ok" if not problems else "; ".join(problems))
 PYEOF
 )"

@@ -680,6 +680,7 @@ MT_HOT_PATH void mt_record_call(mt_recorder *r, mt_event *ev, CUresult res,
             return;
         }
         if (ev->kind == MT_KIND_ASYNC) mt_pool_poll_rare(r); /* the reservation at that moment */
+        mt_activity_flush_before_failure(r); /* what was in use then, activity records included */
         ev->op = MT_OP_FAILED;
         ev->result = (uint16_t)res;
         ev->address = 0;

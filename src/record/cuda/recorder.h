@@ -225,6 +225,7 @@ typedef struct mt_recorder {
         _Atomic uint64_t unaddressed, unaddressed_bytes; /* allocation records at address 0 */
         uint64_t last_records, last_memory_api_calls; /* writer tick's view */
         uint64_t quiet_since_ns;  /* memory API calls but no activity records since then; 0 = not */
+        _Atomic uint64_t failure_flush_ns; /* the latest flush before a failed request */
         mt_corr_set corr;         /* correlation ids of our memory API calls (duplicates) */
         /* CUDA arrays: the driver's size comes in the activity record, the stack from the call's
          * callback, which runs first; the record finds it by its correlation id. The slot is
@@ -486,6 +487,8 @@ void mt_census_note(mt_recorder *r);
 /* activity.c */
 int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks still record) */
 void mt_activity_flush(mt_recorder *r);
+/* a failed request is about to be written: what CUPTI holds first (rate-limited) */
+__attribute__((cold)) void mt_activity_flush_before_failure(mt_recorder *r);
 void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activity API */
 void mt_activity_yield(mt_recorder *r);  /* a guest is about to register its own buffers */
 void mt_activity_taken(mt_recorder *r);  /* ... it did (cupti_mux.c) */
