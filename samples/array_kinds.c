@@ -12,7 +12,8 @@
  *     show as failed requests of the bytes asked for);
  *   - mipmapped: a mipmapped array (cuMipmappedArrayCreate, 1024 x 1024 floats, 11 levels; CUPTI
  *     reports one record per level);
- *   - refused_v1: a 3D array of 16384 x 16384 x 2048 floats (2 TiB) through cuArray3DCreate.
+ *   - refused_v1: a 3D array of 16384 x 16384 x 2048 floats (2 TiB) through cuArray3DCreate;
+ *   - beside_vmm: a 64 MiB array live beside 128 MiB made by cuMemCreate: the run's peak.
  * Everything is destroyed, then the primary context is released (destroyed) while CUPTI may still
  * hold the arrays' records. Prints "expect NAME=VALUE" lines for the checks.
  *
@@ -104,6 +105,26 @@ static __attribute__((noinline)) void mipmapped(void)
     printf("expect mipmapped=1\n");
 }
 
+/* A 64 MiB array live while 128 MiB of physical memory is made by cuMemCreate (a call without
+ * an activity record of its own), then both released: the peak is the two together, 192 MiB,
+ * only if the array's records are applied in their place among the callbacks' events. */
+static __attribute__((noinline)) void beside_vmm(void)
+{
+    CUdevice dev;
+    check(cuCtxGetDevice(&dev), "cuCtxGetDevice");
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+    CUarray a;
+    CUmemGenericAllocationHandle h;
+    CUDA_ARRAY_DESCRIPTOR d = {
+        .Width = 4096, .Height = 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    check(cuArrayCreate_v2(&a, &d), "cuArrayCreate_v2");
+    check(cuMemCreate(&h, 128ull << 20, &prop, 0), "cuMemCreate");
+    check(cuArrayDestroy(a), "cuArrayDestroy");
+    check(cuMemRelease(h), "cuMemRelease");
+    printf("expect beside_peak=%llu\n", (64ull << 20) + (128ull << 20));
+}
+
 static __attribute__((noinline)) void refused_v1(void)
 {
     CUarray a;
@@ -132,6 +153,7 @@ int main(void)
     v1_arrays(ctx);
     mipmapped();
     refused_v1();
+    beside_vmm();
     check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
     printf("array_kinds ok\n");
     return 0;

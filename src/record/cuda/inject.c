@@ -101,7 +101,6 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_clock_tick(); /* first: what follows stamps with it */
     mt_modules_refresh(r->modules, on_new_module, r);
     mt_pool_poll(r);
-    mt_activity_tick(r);
     mt_async_hooks_tick(r);
     mt_tensor_hooks_tick(r);
     mt_find_c10(r);
@@ -109,6 +108,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     if (mt_trie_full(r->trie))
         mt_warn_once("trie", "the stack table is full (%u frames, %u MiB): new stacks end at the "
                      "deepest frame already known", MT_TRIE_MAX_NODES, (MT_TRIE_MAX_NODES * 32u) >> 20);
+    mt_activity_tick(r); /* last: its flush right before the drain (activity.c) */
 }
 
 MT_HOT_PATH int mt_trace_open(mt_recorder *r)
