@@ -386,7 +386,7 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
         if (p) {
             uint64_t h = freed_hash(p->device, p->family, p->address);
             mt_tracker_release_(t, p, now, MT_END_CTX_DESTROY);
-            t->freed[h & ((1u << FREED_CACHE_BITS) - 1)] = h ^ FREED_BY_CTX_END;
+            *freed_slot(t, h) = h ^ FREED_BY_CTX_END;
             released++;
         }
     }

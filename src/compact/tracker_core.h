@@ -179,6 +179,12 @@ static inline uint64_t freed_hash(int32_t device, unsigned fam, uint64_t addr)
     return mt_live_hash(device, (uint8_t)fam, addr) | 1;
 }
 
+/* The freed-key cache's entry for hash h. */
+static inline uint64_t *freed_slot(mt_tracker *t, uint64_t h)
+{
+    return &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
+}
+
 /* Members of a context: a lifetime is (address, serial, device << 8 | family); a mapping is
  * (range id, serial). The serial tells a member from a later one at the same place. */
 static inline mt_ctx_member lifetime_member(const mt_lifetime *l)
@@ -248,7 +254,7 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
         mt_tracker_release_(t, old, now, MT_END_REPLACED);
     }
     uint64_t h = lh | 1; /* freed_hash */
-    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
+    uint64_t *fc = freed_slot(t, h);
     if ((*fc | FREED_BY_CTX_END) == (h | FREED_BY_CTX_END)) *fc = 0;
     mt_lifetime l = {.address = e->address, .bytes = e->bytes, .start_ns = now,
                      .stream = e->stream, .aux = e->aux, .serial = ++t->serial,
@@ -319,7 +325,7 @@ static inline __attribute__((always_inline)) void do_free(mt_tracker *t, const m
         !(p->flags & MT_EF_HOST_MEMORY))
         p = NULL;
     uint64_t h = !p || p->device == dev ? lh | 1 : freed_hash(p->device, fam, e->address);
-    uint64_t *fc = &t->freed[h & ((1u << FREED_CACHE_BITS) - 1)];
+    uint64_t *fc = freed_slot(t, h);
     if (!p) {
         if (*fc == h) t->an.double_frees++;
         else if (*fc == (h ^ FREED_BY_CTX_END) && (e->flags & MT_EF_ACTIVITY))

@@ -192,7 +192,7 @@ void mt_activity_flush(mt_recorder *r)
 #define FAILURE_FLUSH_GAP_NS 10000000ull /* 10 ms */
 void mt_activity_flush_before_failure(mt_recorder *r)
 {
-    if (!r->activity.on || atomic_load_explicit(&r->activity.stopped, memory_order_relaxed)) return;
+    if (!mt_activity_ours(r)) return;
     uint64_t now = mt_now_ns();
     uint64_t last = atomic_load_explicit(&r->activity.failure_flush_ns, memory_order_relaxed);
     if (now - last < FAILURE_FLUSH_GAP_NS ||
@@ -210,25 +210,19 @@ void mt_activity_flush_before_failure(mt_recorder *r)
  * samples/array_kinds.c were written after the failed requests the program made after them). */
 void mt_activity_tick(mt_recorder *r)
 {
-    if (!r->activity.on || atomic_load(&r->activity.stopped)) return;
+    if (!mt_activity_ours(r)) return;
     uint64_t calls = atomic_load(&r->activity.memory_api_calls);
-    uint64_t recs = atomic_load(&r->activity.records);
     uint64_t now = mt_now_ns();
     r->cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    uint64_t recs = atomic_load(&r->activity.records); /* those the flush delivered included */
     if (recs != r->activity.last_records || calls == r->activity.last_memory_api_calls) {
         r->activity.quiet_since_ns = 0; /* records flow, or nothing to wait for */
-        r->activity.last_records = atomic_load(&r->activity.records);
+        r->activity.last_records = recs;
         r->activity.last_memory_api_calls = calls;
         return;
     }
     /* Memory calls happened but no record came, even after the flush: another client may have
      * taken the activity API. */
-    if (atomic_load(&r->activity.records) != r->activity.last_records) {
-        r->activity.quiet_since_ns = 0;
-        r->activity.last_records = atomic_load(&r->activity.records);
-        r->activity.last_memory_api_calls = calls;
-        return;
-    }
     if (!r->activity.quiet_since_ns) {
         r->activity.quiet_since_ns = now;
         return;

@@ -166,17 +166,12 @@ static __thread int tls_in_ctx_end;   /* inside a CALL_CTX_END call */
 static __thread int tls_ctx_end_held; /* its CTX_DESTROY waits in tls_ctx_end_event */
 static __thread mt_event tls_ctx_end_event;
 
-static int activity_ours(const mt_recorder *r)
-{
-    return r->activity.on && !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed);
-}
-
 static void ctx_end_exit(mt_recorder *r)
 {
     tls_in_ctx_end = 0;
     if (!tls_ctx_end_held) return;
     tls_ctx_end_held = 0;
-    if (activity_ours(r)) mt_activity_flush(r);
+    if (mt_activity_ours(r)) mt_activity_flush(r);
     mt_sink_event(r->sink, &tls_ctx_end_event);
     mt_sink_hold(r->sink, 0);
 }
@@ -207,7 +202,7 @@ static void on_resource(mt_recorder *r, CUpti_CallbackId cbid, const CUpti_Resou
         /* CUPTI gives no context uid in resource data; cuCtxGetId names the same id. */
         unsigned long long id = 0;
         if (r->cuda.CtxGetId(rd->context, &id) == CUDA_SUCCESS) ev.context = (uint32_t)id;
-        if (tls_in_ctx_end && !tls_ctx_end_held && activity_ours(r)) {
+        if (tls_in_ctx_end && !tls_ctx_end_held && mt_activity_ours(r)) {
             tls_ctx_end_event = ev; /* written by ctx_end_exit */
             tls_ctx_end_held = 1;
             mt_sink_hold(r->sink, ev.time_ns);
@@ -600,8 +595,7 @@ void CUPTIAPI mt_on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_
          * in the writer (the trace stays in time order while the call runs). */
         if (what & CALL_RELEASE) mt_sink_hold(r->sink, tls_entry_ns);
         if (what & CALL_CTX_END) tls_in_ctx_end = 1;
-        if ((what & (CALL_MEMORY2 | CALL_MEMORY2_SOMETIMES)) && r->activity.on &&
-            !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed)) {
+        if ((what & (CALL_MEMORY2 | CALL_MEMORY2_SOMETIMES)) && mt_activity_ours(r)) {
             mt_corr_insert(&r->activity.corr, cb->correlationId);
             if (what & CALL_MEMORY2)
                 atomic_fetch_add_explicit(&r->activity.memory_api_calls, 1, memory_order_relaxed);

@@ -336,8 +336,7 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
     CUptiResult (*f)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) =
         REAL(cuptiActivityRegisterCallbacks);
     if (!f) return CUPTI_ERROR_NOT_INITIALIZED;
-    int ours = atomic_load(&mt_rec.enabled) && mt_rec.activity.on &&
-               !atomic_load(&mt_rec.activity.stopped);
+    int ours = atomic_load(&mt_rec.enabled) && mt_activity_ours(&mt_rec);
     if (ours) mt_activity_yield(&mt_rec);
     CUptiResult rc = f(request, complete);
     if (ours) {

@@ -162,7 +162,7 @@ static void at_exit(void)
 {
     if (getpid() != mt_rec.pid || !mt_rec.sink) return;
     /* Activity records still buffered inside CUPTI are delivered now, while CUDA is alive. */
-    if (mt_rec.activity.on && !atomic_load(&mt_rec.activity.stopped)) mt_activity_flush(&mt_rec);
+    if (mt_activity_ours(&mt_rec)) mt_activity_flush(&mt_rec);
     atomic_store(&mt_rec.enabled, 0);
     mt_gpu_sampler_stop(mt_rec.sampler);
     mt_rec.sampler = NULL;

@@ -485,11 +485,17 @@ void mt_census_count(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const v
 void mt_census_note(mt_recorder *r);
 
 /* activity.c */
+/* Activity records on, and still ours (no other CUPTI client took the activity API). */
+static inline int mt_activity_ours(mt_recorder *r)
+{
+    return r->activity.on && !atomic_load_explicit(&r->activity.stopped, memory_order_relaxed);
+}
 int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks still record) */
 void mt_activity_flush(mt_recorder *r);
 /* a failed request is about to be written: what CUPTI holds first (rate-limited) */
 __attribute__((cold)) void mt_activity_flush_before_failure(mt_recorder *r);
-void mt_activity_tick(mt_recorder *r); /* writer thread: detect a stolen activity API */
+void mt_activity_tick(
+    mt_recorder *r); /* writer thread, before a drain: flush, detect a stolen API */
 void mt_activity_yield(mt_recorder *r);  /* a guest is about to register its own buffers */
 void mt_activity_taken(mt_recorder *r);  /* ... it did (cupti_mux.c) */
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
