@@ -494,8 +494,8 @@ int mt_activity_start(mt_recorder *r); /* 0 ok; failure is not fatal (callbacks 
 void mt_activity_flush(mt_recorder *r);
 /* a failed request is about to be written: what CUPTI holds first (rate-limited) */
 __attribute__((cold)) void mt_activity_flush_before_failure(mt_recorder *r);
-void mt_activity_tick(
-    mt_recorder *r); /* writer thread, before a drain: flush, detect a stolen API */
+/* writer thread, before each drain: a forced flush; notes a stolen activity API */
+void mt_activity_tick(mt_recorder *r);
 void mt_activity_yield(mt_recorder *r);  /* a guest is about to register its own buffers */
 void mt_activity_taken(mt_recorder *r);  /* ... it did (cupti_mux.c) */
 void mt_corr_insert(mt_corr_set *s, uint32_t id);
