@@ -122,10 +122,15 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                     n = appendf(r->why, sizeof r->why, n, ", W %s%s", g > w2 ? "+" : "-",
                                 mt_format_bytes(g > w2 ? g - w2 : w2 - g, b2, sizeof b2));
                 if (g != w2) {
+                    size_t open = n < sizeof r->why ? n : sizeof r->why - 1;
                     n = appendf(r->why, sizeof r->why, n, " (");
+                    size_t inside = n;
                     n = explain_fit(r->why, sizeof r->why, n, &d->fit_after_backward[0],
                                     "parameters or buffers without a gradient", GRAD_HINT);
-                    n = appendf(r->why, sizeof r->why, n, ")");
+                    if (n == inside) /* nothing to explain it by (no gradient paired): no "()" */
+                        r->why[n = open] = 0;
+                    else
+                        n = appendf(r->why, sizeof r->why, n, ")");
                 }
             }
             break;

@@ -594,6 +594,15 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         if (ix < 0) return -1;
         key(o, "s");
         mt_out_printf(o, "%ld,", ix);
+        key(o, "backward"); /* a worker of autograd's: the backward() call (backward_calls.c) */
+        if (f->backward_stack) {
+            mt_stack_stat call = {.stack = f->backward_stack};
+            if ((ix = stack_index(t, &call)) < 0) return -1;
+            mt_out_printf(o, "%ld,", ix);
+            u64k(o, "backward_t", f->backward_time_ns);
+        } else {
+            mt_out_puts(o, "null,");
+        }
         if (stack_list(o, t, "live", f->live.v, f->live.n, MAX_FAILED_STACKS, "live_rest", 0, 0,
                        0) < 0)
             return -1;

@@ -109,11 +109,13 @@ size_t mt_rank_ending_lines(const mt_rank_summary *s, size_t n, char line[][MT_R
     for (size_t x = 0; x < shown; x++) {
         const mt_rank_summary *r = &s[order[x]];
         snprintf(line[k++], MT_RANK_ENDING_LEN,
-                 "%s %s at %s%s, %s on cuda:%d with %s allocated, in %s",
+                 "%s %s at %s%s, %s on cuda:%d with %s allocated, in %s%s%s",
                  x ? "then" : "torch.OutOfMemoryError:", rank_name(r, who, sizeof who),
                  clock_of(r->oom_unix_ns, t, sizeof t), x ? "" : " (the first)",
                  mt_format_bytes(r->oom_bytes, b1, sizeof b1), (int)r->oom_device,
-                 mt_format_bytes(r->oom_allocated, b2, sizeof b2), r->oom_frame);
+                 mt_format_bytes(r->oom_allocated, b2, sizeof b2), r->oom_frame,
+                 r->oom_backward_call ? " in the backward pass of " : "",
+                 r->oom_backward_call ? r->oom_backward_call : "");
     }
     if (more) snprintf(line[k++], MT_RANK_ENDING_LEN, "... and %zu more ranks raised it", more);
     size_t cut = 0, o = 0;
@@ -406,7 +408,12 @@ int mt_rank_table_json(mt_out *o, const mt_rank_summary *s, size_t n, const mt_r
             jint(o, "device", r->oom_device, 1);
             jint(o, "bytes", (long long)r->oom_bytes, 1);
             jint(o, "torch_allocated_bytes", (long long)r->oom_allocated, 1);
-            jstr(o, "own_code_frame", r->oom_frame, 0);
+            jstr(o, "own_code_frame", r->oom_frame, 1);
+            mt_out_puts(o, "\"backward_call\":");
+            if (r->oom_backward_call)
+                mt_out_json_string(o, r->oom_backward_call);
+            else
+                mt_out_puts(o, "null");
             mt_out_write(o, "}", 1);
         } else {
             mt_out_puts(o, "null");

@@ -555,6 +555,27 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         key(o, "then");
         mt_out_json_string(o, mt_failed_outcome_text(a, i, then, sizeof then));
         mt_out_write(o, ",", 1);
+        /* a request of autograd's workers: the backward() call (backward_calls.c) */
+        key(o, "backward_call");
+        if (f->backward_stack) {
+            mt_stack_stat call = {.stack = f->backward_stack};
+            if ((rc = mt_stat_frames(a->frames, &call, ro->names,
+                                     mt_frames_resolve(a->frames, ro->frames), ro->full_stacks,
+                                     &nb)) < 0)
+                break;
+            mt_out_write(o, "{", 1);
+            u64f(o, "time_ns", f->backward_time_ns, 1);
+            key(o, "frame");
+            mt_out_json_string(o, mt_frames_first_user(a->frames, f->backward_stack, ro->names));
+            mt_out_puts(o, ",\"frames\":[");
+            for (size_t k = 0; k < nb.n; k++) {
+                if (k) mt_out_write(o, ",", 1);
+                mt_out_json_string(o, nb.v[k]);
+            }
+            mt_out_puts(o, "]},");
+        } else {
+            mt_out_puts(o, "null,");
+        }
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");

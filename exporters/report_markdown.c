@@ -209,6 +209,9 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
         mt_out_printf(o, "%s | ",
                       mt_md_nbsp(mt_format_bytes(f->in_use, b2, sizeof b2), n2, sizeof n2));
         mt_md_chain(o, nb->v, nb->flags, nb->n);
+        if (f->backward_stack) /* a worker of autograd's: the backward() call (backward_calls.c) */
+            mt_out_printf(o, ", in the backward pass of `%s`",
+                          mt_frames_first_user(a->frames, f->backward_stack, MT_NAME_SHORT));
         mt_out_puts(o, " |\n");
     }
     mt_out_puts(o, "\n");

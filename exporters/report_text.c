@@ -490,12 +490,14 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     for (size_t i = 0; i < a->n_failed; i++) { /* what most likely ended the run, up front */
         const mt_failed_request *f = &a->failed[i];
         if (f->kind != MT_KIND_TENSOR || f->device != u->device || u->is_host) continue;
-        mt_out_printf(o,
-                      "  out of memory    torch.OutOfMemoryError at %s: %s, with %s allocated "
-                      "(failed request #%zu below)\n",
+        mt_out_printf(o, "  out of memory    torch.OutOfMemoryError at %s: %s, with %s allocated",
                       mt_format_rel(f->time_ns, t1, sizeof t1),
                       mt_format_bytes(f->bytes, b1, sizeof b1),
-                      mt_format_bytes(f->torch_allocated, b2, sizeof b2), i + 1);
+                      mt_format_bytes(f->torch_allocated, b2, sizeof b2));
+        if (f->backward_stack) /* backward_calls.c */
+            mt_out_printf(o, ", in the backward pass of %s",
+                          mt_frames_first_user(a->frames, f->backward_stack, v->names));
+        mt_out_printf(o, " (failed request #%zu below)\n", i + 1);
     }
     if (u->by_kind_peak[MT_KIND_ASYNC])
         mt_out_printf(o, "  stream-ordered   peak %s live (%llu bytes; under backend:cudaMallocAsync "
@@ -607,6 +609,18 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
         if (mt_stat_frames(a->frames, &self, v->names, v->frames, v->full, &nb) < 0) return -1;
         mt_out_puts(o, "     requested by (innermost first):\n");
         for (size_t k = nb.n; k-- > 0;) mt_out_printf(o, "       %s\n", nb.v[k]);
+        /* a request of autograd's workers: the backward() call (backward_calls.c) */
+        if (f->backward_stack) {
+            mt_stack_stat call = {.stack = f->backward_stack};
+            if (mt_stat_frames(a->frames, &call, v->names, v->frames, v->full, &nb) < 0) return -1;
+            mt_out_printf(o, "     in the backward pass started at %s by (innermost first):\n",
+                          mt_format_rel(f->backward_time_ns, t1, sizeof t1));
+            for (size_t k = nb.n; k-- > 0;)
+                mt_out_printf(o, "       %s\n", nb.v[k]);
+        } else if (!a->categories && mt_frames_autograd_worker(a->frames, f->stack)) {
+            mt_out_puts(o, "     in autograd's backward pass (record --tensors names the "
+                           "backward() call that started it)\n");
+        }
         if (f->live.n) {
             mt_out_puts(o, "     live on the device at that moment, by stack:\n");
             if (print_stack_tree(o, a, &f->live, root, f->in_use, v) < 0) return -1;

@@ -566,7 +566,9 @@ PYEOF
 fi
 # Runs that die of torch.OutOfMemoryError (samples/oom.py), in every mode: under a memory fraction
 # (the driver is never asked) and on a full GPU (the driver refuses; also with expandable segments,
-# whose refusals are cuMemCreate's), and one that catches it and goes on. The error is in the trace with PyTorch's own counters at that moment and its stack, and
+# whose refusals are cuMemCreate's), and one that catches it and goes on; and in the backward pass
+# of a CUDA graph's capture. The error is in the trace with PyTorch's own counters at that moment
+# and its stack (in the backward pass, with --tensors, the backward() call that started it), and
 # every refusal before it says what came of it (scripts/oom_check.py).
 EXPANDABLE=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 for m in "oom_frac|||--fraction 0.05|" "oom_frac_t||--tensors|--fraction 0.05|" \

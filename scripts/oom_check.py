@@ -11,7 +11,9 @@ failed "tensor" request, recorded in every mode) and it must say:
     exactly, as the observer read them;
   - its stack: the sample's line in the traceback (oom_line), with the Python frames; or, when
     the error was raised in autograd's engine (oom_in_backward), autograd's worker, whose stack
-    is "[autograd backward]" and the node (the worker runs no Python for a C++ node);
+    is "[autograd backward]" and the node (the worker runs no Python for a C++ node), and then,
+    with --tensors, backward_call names the traceback's line (the backward() call); no
+    backward_call otherwise;
   - driver_refusals: 0 under a memory fraction (the driver was never asked); with
     --driver-refused at least 1, and every refused request of the allocator (a failed "device"
     or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index),
@@ -45,11 +47,27 @@ def main():
             problems.append("%s %s, PyTorch's %s %s" % (field, f.get(field), want, st[want]))
     line = "oom.py:%d)" % st["oom_line"]
     fr = frames_of(f)
+    bc = f.get("backward_call")
+    tensors = any(d.get("tensors_peak_bytes") for d in rep["devices"])
+    steps = ("step", "graph_step")
     if st.get("oom_in_backward"):
-        if not fr or fr[0] != "[autograd backward]" or len(fr) < 2 or "Backward" not in fr[1]:
+        # a C++ node: "[autograd backward]", the node; a segment recomputed by activation
+        # checkpointing: Python on the worker, torch.utils.checkpoint's frames
+        recompute = any("torch/utils/checkpoint.py" in x for x in fr)
+        if not recompute and (not fr or fr[0] != "[autograd backward]" or len(fr) < 2
+                              or "Backward" not in fr[1]):
             problems.append("raised in backward, but the stack is %s" % fr[:6])
-    elif not any(x.endswith(line) and x.split(" (")[0] in ("step", "graph_step") for x in fr):
-        problems.append("the stack has no step (...%s: %s" % (line, fr[:6]))
+        if tensors and (not bc or not bc["frame"].endswith(line)
+                        or bc["frame"].split(" (")[0] not in steps):
+            problems.append("raised in backward, but backward_call is %s (the traceback: ...%s)"
+                            % (bc and bc["frame"], line))
+        if not tensors and bc:
+            problems.append("backward_call %s without --tensors" % bc["frame"])
+    else:
+        if not any(x.endswith(line) and x.split(" (")[0] in steps for x in fr):
+            problems.append("the stack has no step (...%s: %s" % (line, fr[:6]))
+        if bc:
+            problems.append("raised outside backward, but backward_call is %s" % bc["frame"])
     if f["outcome"] != "raised":
         problems.append("outcome %r" % f["outcome"])
     if driver_refused:

@@ -312,6 +312,23 @@ Test(cli_record, the_summary_names_the_out_of_memory_error)
     free(out);
 }
 
+/* An error raised in the backward pass (tests/data/oom_graph_t.mtrace, --tensors: PyTorch's
+ * traceback puts it at line 85, the backward() call): the summary names the node that asked and
+ * the program's line that started the pass, and so does the job's line of how it ended. */
+Test(cli_record, the_summary_names_the_backward_call_of_an_error_in_backward)
+{
+    need_recorder();
+    const char *cupy_at;
+    char *out = summary_of("oom_graph_t.mtrace", &cupy_at);
+    cr_expect(strstr(out, " 512.00 MiB from PowBackward0 in the backward pass of graph_step "
+                          "(samples/oom.py:85); PyTorch had 6.47 GiB allocated"),
+              "%s", out);
+    cr_expect(strstr(out, " with 6.47 GiB allocated, in PowBackward0 in the backward pass of "
+                          "graph_step (samples/oom.py:85)\n"),
+              "%s", out);
+    free(out);
+}
+
 /* Several traces and none ran out of memory or was killed: the way to read them together, and
  * nothing about how they ended. One trace: neither. */
 Test(cli_record, several_traces_are_suggested_side_by_side)

@@ -1265,6 +1265,18 @@
     return '';
   }
 
+  /* a request of autograd's backward pass: the backward() call that started it (known with
+   * record --tensors) */
+  function backwardText(T, f) {
+    return f.backward != null
+      ? ' in the backward pass of ' +
+          T.firstUser(f.backward) +
+          ' (started ' +
+          fmtRel(f.backward_t) +
+          ')'
+      : '';
+  }
+
   function failedTip(f) {
     const T = curTrace();
     return el(
@@ -1274,7 +1286,7 @@
       el('div', {
         text: 'at ' + fmtRel(f.t) + ', ' + resultText(f) + ', ' + fmtBytes(f.in_use) + ' in use',
       }),
-      el('div', { text: 'by ' + T.firstUser(f.s) }),
+      el('div', { text: 'by ' + T.firstUser(f.s) + backwardText(T, f) }),
       f.then ? el('div', { text: 'then: ' + f.then }) : null,
       el('div', { class: 'sub', text: 'click: what was live then' }),
     );
@@ -1465,6 +1477,7 @@
         resultText(f) +
         '; requested by ' +
         T.firstUser(f.s) +
+        backwardText(T, f) +
         (f.pool_free != null ? '; reserved but free in pools: ' + fmtBytes(f.pool_free) : '') +
         (f.then ? '; then: ' + f.then : '');
       flat = f.live;
@@ -2153,7 +2166,7 @@
         el('td', { text: outcomeText(f), title: f.then || null }),
         el('td', { class: 'num', text: fmtBytes(f.in_use) }),
         el('td', { class: 'num', text: f.pool_free == null ? 'unknown' : fmtBytes(f.pool_free) }),
-        el('td', { class: 'frame', text: T.firstUser(f.s) }),
+        el('td', { class: 'frame', text: T.firstUser(f.s) + backwardText(T, f) }),
       );
     });
     const more =

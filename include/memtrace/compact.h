@@ -132,6 +132,14 @@ const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style styl
 /* Where the program's own code asked: the innermost Python frame outside installed packages and
  * the standard library (mt_ff_own_python); else mt_frames_first_user. Short names, owned by f. */
 const char *mt_frames_own_code(mt_frames *f, uint32_t leaf);
+/* Autograd's backward pass. 1 when stack leaf is a worker thread's of autograd's engine that runs
+ * no Python: its outermost frame is the pseudo frame "[autograd backward]". */
+int mt_frames_autograd_worker(mt_frames *f, uint32_t leaf);
+/* When stack leaf passes through the places where Python enters autograd's engine (Tensor.backward
+ * in torch/_tensor.py; backward or grad in torch/autograd/__init__.py): the stack, a prefix of
+ * leaf, whose innermost frame is the Python frame that called the outermost of them (the entry
+ * itself when no Python frame called it). 0 when it does not pass through them. */
+uint32_t mt_frames_backward_caller(mt_frames *f, uint32_t leaf);
 
 /* ---- Tracker ----------------------------------------------------------------------------------- */
 
@@ -510,6 +518,13 @@ typedef struct mt_failed_request {
      * (-1 when it is past the ones kept). */
     uint8_t outcome;
     int32_t raised_as;
+    uint64_t event_index; /* its place among the trace's events (1: the first) */
+    /* A request made in autograd's backward pass, on one of the engine's worker threads: the
+     * backward() call that started that pass (backward_calls.c). backward_stack is the stack of
+     * the Python frame that called it (mt_frames_backward_caller), 0 when not known: a trace
+     * without --tensors, or no such call before it. backward_time_ns: when, since trace start. */
+    uint32_t backward_stack;
+    uint64_t backward_time_ns;
 } mt_failed_request;
 
 enum {
@@ -877,6 +892,8 @@ typedef struct mt_rank_summary {
     uint64_t oom_unix_ns, oom_bytes, oom_allocated;
     int32_t oom_device;
     char *oom_frame; /* the first user frame of its stack */
+    char *oom_backward_call;        /* in the backward pass: the frame that called backward()
+                                       (mt_failed_request.backward_stack), else NULL */
     mt_rank_gpu gpus[MT_RANK_GPUS]; /* its GPUs, ordinals ascending (the first MT_RANK_GPUS) */
     size_t n_gpus;
 } mt_rank_summary;

@@ -68,11 +68,13 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
         const mt_failed_request *f = &a->failed[i];
         if (f->kind != MT_KIND_TENSOR) continue;
         char root[32], h3[32];
-        fprintf(stderr,
-                "  torch.OutOfMemoryError at %.3f s on %s: %s from %s; PyTorch had %s "
-                "allocated, %s reserved\n",
+        fprintf(stderr, "  torch.OutOfMemoryError at %.3f s on %s: %s from %s",
                 (double)f->time_ns / 1e9, mt_failed_root_name(f, root, sizeof root),
-                mt_format_bytes(f->bytes, h1, sizeof h1), mt_frames_own_code(a->frames, f->stack),
+                mt_format_bytes(f->bytes, h1, sizeof h1), mt_frames_own_code(a->frames, f->stack));
+        if (f->backward_stack) /* a worker of autograd's: the backward() call */
+            fprintf(stderr, " in the backward pass of %s",
+                    mt_frames_own_code(a->frames, f->backward_stack));
+        fprintf(stderr, "; PyTorch had %s allocated, %s reserved\n",
                 mt_format_bytes(f->torch_allocated, h2, sizeof h2),
                 mt_format_bytes(f->torch_reserved, h3, sizeof h3));
         shown++;

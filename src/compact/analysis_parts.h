@@ -4,6 +4,7 @@
  *   live_sets.c     the live set by stack: at a failed request, and at the end (with holders)
  *   peak_replay.c   what was live at each device's peak: pass 2, or pass 1's kept lists
  *   failed_ties.c   what came of a failed request of PyTorch's allocator (recovered, or raised)
+ *   backward_calls.c  which backward() call a failed request of autograd's workers belongs to
  */
 #ifndef MT_COMPACT_ANALYSIS_PARTS_H
 #define MT_COMPACT_ANALYSIS_PARTS_H
@@ -105,5 +106,13 @@ void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
  * made with another handle type after one refused for its handle type; a segment closes its
  * thread's open ones as recovered. */
 void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e);
+
+/* ---- the backward() call of a failed request (backward_calls.c) ------------------------------ */
+
+/* Sets backward_stack and backward_time_ns of the kept failed requests made by autograd's worker
+ * threads, reading the trace (a->fd) again up to the last of them; reads nothing when there is
+ * none, or no --tensors. -1 with err set when the trace cannot be read again or memory runs
+ * out. */
+int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen);
 
 #endif

@@ -553,3 +553,46 @@ const char *mt_frames_short_path(const mt_frames *f, const char *path)
 {
     return short_path(f, path);
 }
+
+/* ---- autograd's backward pass ------------------------------------------------------------------
+ */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Where Python enters autograd's engine: Tensor.backward calls torch.autograd.backward, which (as
+ * torch.autograd.grad does) makes the initial gradient on the calling thread and then waits for
+ * the engine. */
+static int is_autograd_entry(mt_frames *f, const node *n)
+{
+    const char *file = NULL, *qual = NULL;
+    if (n->kind != MT_FRAME_PYTHON || !mt_frames_pycode(f, MT_PY_IP_CODE(n->ip), &file, &qual))
+        return 0;
+    if (ends_with(file, "torch/_tensor.py")) return strcmp(qual, "Tensor.backward") == 0;
+    return ends_with(file, "torch/autograd/__init__.py") &&
+           (strcmp(qual, "backward") == 0 || strcmp(qual, "grad") == 0);
+}
+
+int mt_frames_autograd_worker(mt_frames *f, uint32_t leaf)
+{
+    uint32_t leaf_ix = index_of(f, leaf);
+    size_t depth = leaf_ix == NO_NODE ? 0 : collect(f, leaf_ix);
+    const node *root = depth ? &f->nodes[f->scratch[depth - 1]] : NULL;
+    return root && root->kind == MT_FRAME_PSEUDO && root->ip == MT_PSEUDO_AUTOGRAD;
+}
+
+uint32_t mt_frames_backward_caller(mt_frames *f, uint32_t leaf)
+{
+    uint32_t leaf_ix = index_of(f, leaf);
+    if (leaf_ix == NO_NODE) return 0;
+    size_t depth = collect(f, leaf_ix), entry = depth;
+    for (size_t k = 0; k < depth; k++) /* innermost first: the last one found is the outermost */
+        if (is_autograd_entry(f, &f->nodes[f->scratch[k]])) entry = k;
+    if (entry == depth) return 0;
+    for (size_t k = entry + 1; k < depth; k++)
+        if (f->nodes[f->scratch[k]].kind == MT_FRAME_PYTHON) return f->nodes[f->scratch[k]].id;
+    return f->nodes[f->scratch[entry]].id;
+}

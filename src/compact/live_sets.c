@@ -46,7 +46,8 @@ int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
                              .stack = e->stack,
                              .tid = e->tid,
                              .bytes = e->bytes,
-                             .stream = e->stream};
+                             .stream = e->stream,
+                             .event_index = a->events};
     f->raised_as = -1; /* failed_ties.c says what came of it */
     const mt_usage *u = mt_tracker_usage(t, f->device, host);
     if (e->kind == MT_KIND_TENSOR) f->torch_allocated = e->aux;

@@ -280,6 +280,9 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
         s->oom_device = f->device;
         const char *who = f->stack ? mt_frames_own_code(a->frames, f->stack) : NULL;
         if (!(s->oom_frame = strdup(who ? who : "[no stack]"))) return -1;
+        if (f->backward_stack &&
+            !(s->oom_backward_call = strdup(mt_frames_own_code(a->frames, f->backward_stack))))
+            return -1;
     }
     if (summarize_gpus(a, s) < 0) return -1;
     const mt_device_report *d = peak_device(a);
@@ -317,6 +320,7 @@ void mt_rank_summary_free(mt_rank_summary *s)
     free(s->label);
     free(s->top_frame);
     free(s->oom_frame);
+    free(s->oom_backward_call);
     for (size_t i = 0; i < s->n_gpus; i++)
         free(s->gpus[i].top_frame);
     memset(s, 0, sizeof *s);

@@ -136,6 +136,12 @@ def check_trace(t, rep):
     assert len(t["failed"]) == len(fails)
     for f, r in zip(t["failed"], fails):
         assert f["bytes"] == r["bytes"] and f["in_use"] == r["in_use_bytes"]
+        # the backward() call of a request of autograd's workers: the same frame and time
+        bc = r["backward_call"]
+        assert (f["backward"] is None) == (bc is None), (f["backward"], bc)
+        if bc:
+            assert f["backward_t"] == bc["time_ns"], (f["backward_t"], bc)
+            assert t["names"][t["stacks"][f["backward"]][2]] == bc["frame"], (f["backward"], bc)
         check_stacks(t, f["live"], f["live_rest"], f["in_use"], "failed")
 
 

@@ -1,0 +1,88 @@
+/* Which backward() call a failed request of autograd's worker threads belongs to.
+ *
+ * Why: PyTorch runs a CUDA backward pass on a worker thread of autograd's engine, which runs no
+ * Python for the built-in nodes (the recorder roots those stacks at "[autograd backward]"). So a
+ * torch.OutOfMemoryError of the backward pass, the most common kind, names the node that asked
+ * (PowBackward0), never the program's line that called backward(). That line is on another
+ * thread: Tensor.backward and torch.autograd.backward/grad make the initial gradient (a
+ * torch.ones_like of a scalar loss) on the calling thread and then wait for the engine. Under
+ * record --tensors that block is an event whose stack has the program's frames, so the latest
+ * such event before the failure names the call. It is exact when every backward() call makes its
+ * initial gradient, as loss.backward() does; a call given its gradients makes none, and then an
+ * earlier call is named (docs/analysis.md says so). Without --tensors the gradient comes from the
+ * allocator's cache unseen, and nothing is named.
+ *
+ * What it costs: one more read of the trace, up to the last such failure, only for a trace that
+ * has one (they end most runs that have them, so that is most of the trace); nothing otherwise.
+ * Memory: a map of the stacks of tensor allocations seen, bounded by the trace's stack nodes.
+ */
+#include <string.h>
+
+#include "analysis_parts.h"
+#include "err_text.h" /* src/util: mt_err_text */
+
+/* A failed request made by one of autograd's workers: a stack rooted at "[autograd backward]", or
+ * a worker running a Python backward (autograd.Function): its thread is named pt_autograd_N. */
+static int by_autograd_worker(mt_analysis *a, const mt_failed_request *f)
+{
+    if (mt_frames_autograd_worker(a->frames, f->stack)) return 1;
+    for (size_t i = 0; i < a->n_threads; i++)
+        if (a->threads[i].tid == f->tid)
+            return a->threads[i].name && strncmp(a->threads[i].name, "pt_autograd_", 12) == 0;
+    return 0;
+}
+
+/* The caller of backward() on stack s, 0 for none: memo maps stack -> a: caller, b: 1 (known). */
+static int caller_of(mt_analysis *a, mt_u64map *memo, uint32_t s, uint32_t *caller)
+{
+    mt_u64map_slot *m = mt_u64map_find(memo, s);
+    if (!m) {
+        if (!(m = mt_u64map_upsert(memo, s))) return -1;
+        m->a = mt_frames_backward_caller(a->frames, s);
+        m->b = 1;
+    }
+    *caller = (uint32_t)m->a;
+    return 0;
+}
+
+int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen)
+{
+    if (!a->categories) return 0; /* no tensor events: the calls are not in the trace */
+    uint64_t last = 0;
+    for (size_t i = 0; i < a->n_failed; i++)
+        if (by_autograd_worker(a, &a->failed[i]) && a->failed[i].event_index > last)
+            last = a->failed[i].event_index;
+    if (!last) return 0;
+    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
+    if (!r) return -1;
+    mt_u64map memo = {0};
+    uint64_t events = 0, call_time = 0;
+    uint32_t call = 0;
+    size_t next = 0; /* failed[] is in the order of the events */
+    int rc = 0;
+    mt_record rec;
+    while (rc == 0 && events < last && mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type != MT_REC_EVENT) continue;
+        const mt_event *e = &rec.u.event;
+        events++;
+        uint32_t c = 0;
+        if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && e->stack) {
+            if (caller_of(a, &memo, e->stack, &c) < 0) rc = -1;
+            if (c) {
+                call = c;
+                call_time = mt_rel_time(e->time_ns, a->header.start_monotonic_ns);
+            }
+        }
+        for (; next < a->n_failed && a->failed[next].event_index <= events; next++) {
+            mt_failed_request *f = &a->failed[next];
+            if (f->event_index == events && call && by_autograd_worker(a, f)) {
+                f->backward_stack = call;
+                f->backward_time_ns = call_time;
+            }
+        }
+    }
+    if (rc < 0) mt_err_text(err, errlen, "%s: out of memory", a->path);
+    mt_u64map_destroy(&memo);
+    mt_reader_close(r);
+    return rc;
+}
