@@ -1,6 +1,6 @@
 """A training run that dies with "CUDA out of memory", the moment memtrace exists for.
 
-    python oom.py [--fraction F] [--catch] [--graph] [--width W] [--layers L]
+    python oom.py [--fraction F | --in-backward] [--catch] [--graph] [--width W] [--layers L]
     torchrun --nproc_per_node=N oom.py [...]
 
 An MLP (L layers of W, ReLU, AdamW) trained on random data with a batch that doubles every step,
@@ -16,6 +16,10 @@ first). The process then dies of it, as a training run does, with Python's trace
 --graph       each step's forward and backward are captured into a CUDA graph (a new one for each
               batch size, warmed up on a batch of one) and replayed: the allocations of the
               capture come from the graph's private pool, and so does the one that fails.
+--in-backward eager steps that run out of memory in the backward pass: one step is measured
+              first (the memory PyTorch reserves by the end of its forward and of its backward,
+              max_memory_reserved), then the fraction is set halfway between the two, so the
+              next step's forward fits and its backward (PowBackward0's temporaries) does not.
 Under torchrun the net is wrapped in DistributedDataParallel (NCCL, a GPU per rank) and rank r
 trains on (1 + r) times the batch: the last rank runs out first and dies; the others wait for it
 in an all-reduce until torchrun kills them (SIGTERM), as in a real job. Each line of stdout then
@@ -88,11 +92,26 @@ def graph_step(net, opt, batch, width):
     opt.zero_grad(set_to_none=True)
 
 
+def reserved_by_phase(net, batch, width):
+    # what one step at this batch makes PyTorch reserve by the end of its forward, and of its
+    # backward; then everything it made is given back
+    torch.cuda.reset_peak_memory_stats()
+    loss = net(torch.randn(batch, width, device="cuda")).square().mean()
+    forward = torch.cuda.max_memory_reserved()
+    loss.backward()
+    backward = torch.cuda.max_memory_reserved()
+    del loss
+    net.zero_grad(set_to_none=True)
+    torch.cuda.empty_cache()
+    return forward, backward
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fraction", type=float)
     ap.add_argument("--catch", action="store_true")
     ap.add_argument("--graph", action="store_true")
+    ap.add_argument("--in-backward", action="store_true")
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
     a = ap.parse_args()
@@ -120,6 +139,11 @@ def main():
     per_sample = a.layers * a.width * 4 * 2
     batch = 1 << max(int(usable / 8 / per_sample).bit_length() - 1, 0)
     batch *= 1 + max(rank, 0)
+    if a.in_backward:  # a batch of ~1 GiB of activations, and a limit between forward and backward
+        batch = 1 << max(int(2**30 / per_sample).bit_length() - 1, 0)
+        forward, backward = reserved_by_phase(net, batch, a.width)
+        torch.cuda.set_per_process_memory_fraction((forward + backward) / 2 / total)
+        say("oom.py: limit halfway between the forward's and the backward's reservations", flush=True)
     say(f"oom.py: {a.layers} layers of {a.width}, batch from {batch}, doubling", flush=True)
     stats = {}
     run = graph_step if a.graph else step

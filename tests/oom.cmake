@@ -5,7 +5,7 @@ find_program(MT_PYTHON3 python3)
 if(MT_PYTHON3)
   foreach(mt_oom IN ITEMS "oom_frac|" "oom_dev|--driver-refused" "oom_dev_t|--driver-refused"
                           "oom_exp|--driver-refused"
-                          "oom_graph_t|" "ddp_oom_rank1|")
+                          "oom_graph_t|" "oom_bwd_t|" "ddp_oom_rank1|")
     string(REPLACE "|" ";" mt_oom "${mt_oom}")
     list(GET mt_oom 0 mt_oom_name)
     list(LENGTH mt_oom mt_oom_len)

@@ -208,3 +208,19 @@ Test(backward, gpu_fixture_names_the_line_of_pytorchs_traceback)
     cr_expect(r->backward_time_ns < r->time_ns);
     mt_analysis_free(a);
 }
+
+/* Recorded on an H200 (samples/oom.py --in-backward --layers 2, --tensors): an eager step whose
+ * forward fits and whose backward does not; the traceback's line of oom.py is loss.backward(). */
+Test(backward, gpu_fixture_of_an_eager_backward_names_its_line)
+{
+    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/oom_bwd_t.mtrace");
+    long line = stats_int(MT_TEST_DATA_DIR "/oom_bwd_t.stats.json", "oom_line");
+    cr_assert_eq(a->n_failed, 1);
+    const mt_failed_request *r = &a->failed[0];
+    cr_expect(mt_frames_autograd_worker(a->frames, r->stack));
+    char want[64];
+    snprintf(want, sizeof want, "step (samples/oom.py:%ld)", line);
+    cr_expect_str_eq(caller_name(a, r), want);
+    cr_expect(r->backward_time_ns < r->time_ns);
+    mt_analysis_free(a);
+}
