@@ -43,6 +43,18 @@ static void recording_cost(mt_out *o, const mt_analysis *a)
                       (unsigned long long)parts[i]->timed, i < 3 ? "," : "},");
 }
 
+/* "frames":[names of nb, root first] */
+static void frames_array(mt_out *o, const mt_namebuf *nb)
+{
+    key(o, "frames");
+    mt_out_write(o, "[", 1);
+    for (size_t k = 0; k < nb->n; k++) {
+        if (k) mt_out_write(o, ",", 1);
+        mt_out_json_string(o, nb->v[k]);
+    }
+    mt_out_write(o, "]", 1);
+}
+
 static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64_t whole,
                        size_t top, const mt_report_options *ro, mt_namebuf *nb)
 {
@@ -65,13 +77,8 @@ static int stack_array(mt_out *o, mt_analysis *a, const mt_stack_list *l, uint64
         mt_out_json_string(o, s->driver ? nb->v[0]
                                         : mt_frames_first_user(a->frames, s->stack, ro->names));
         mt_out_write(o, ",", 1);
-        key(o, "frames");
-        mt_out_write(o, "[", 1);
-        for (size_t k = 0; k < nb->n; k++) {
-            if (k) mt_out_write(o, ",", 1);
-            mt_out_json_string(o, nb->v[k]);
-        }
-        mt_out_puts(o, "]}");
+        frames_array(o, nb);
+        mt_out_write(o, "}", 1);
     }
     mt_out_write(o, "]", 1);
     return 0;
@@ -567,12 +574,9 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
             u64f(o, "time_ns", f->backward_time_ns, 1);
             key(o, "frame");
             mt_out_json_string(o, mt_frames_first_user(a->frames, f->backward_stack, ro->names));
-            mt_out_puts(o, ",\"frames\":[");
-            for (size_t k = 0; k < nb.n; k++) {
-                if (k) mt_out_write(o, ",", 1);
-                mt_out_json_string(o, nb.v[k]);
-            }
-            mt_out_puts(o, "]},");
+            mt_out_write(o, ",", 1);
+            frames_array(o, &nb);
+            mt_out_puts(o, "},");
         } else {
             mt_out_puts(o, "null,");
         }

@@ -566,6 +566,17 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
     return 0;
 }
 
+/* The frames of stack, one a line under a heading, innermost first. */
+static int print_frames(mt_out *o, mt_analysis *a, uint32_t stack, int driver, const view *v,
+                        mt_namebuf *nb)
+{
+    mt_stack_stat self = {.stack = stack, .driver = driver};
+    if (mt_stat_frames(a->frames, &self, v->names, v->frames, v->full, nb) < 0) return -1;
+    for (size_t k = nb->n; k-- > 0;)
+        mt_out_printf(o, "       %s\n", nb->v[k]);
+    return 0;
+}
+
 static int print_failed(mt_out *o, mt_analysis *a, const view *v)
 {
     char b1[32], b2[32], t1[48], root[32], then[512];
@@ -605,18 +616,13 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
             mt_out_puts(o, "reserved but free in pools: unknown\n");
         if (*mt_failed_outcome_text(a, i, then, sizeof then))
             mt_out_printf(o, "     then: %s\n", then);
-        mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
-        if (mt_stat_frames(a->frames, &self, v->names, v->frames, v->full, &nb) < 0) return -1;
         mt_out_puts(o, "     requested by (innermost first):\n");
-        for (size_t k = nb.n; k-- > 0;) mt_out_printf(o, "       %s\n", nb.v[k]);
+        if (print_frames(o, a, f->stack, f->kind == MT_KIND_DRIVER, v, &nb) < 0) return -1;
         /* a request of autograd's workers: the backward() call (backward_calls.c) */
         if (f->backward_stack) {
-            mt_stack_stat call = {.stack = f->backward_stack};
-            if (mt_stat_frames(a->frames, &call, v->names, v->frames, v->full, &nb) < 0) return -1;
             mt_out_printf(o, "     in the backward pass started at %s by (innermost first):\n",
                           mt_format_rel(f->backward_time_ns, t1, sizeof t1));
-            for (size_t k = nb.n; k-- > 0;)
-                mt_out_printf(o, "       %s\n", nb.v[k]);
+            if (print_frames(o, a, f->backward_stack, 0, v, &nb) < 0) return -1;
         } else if (!a->categories && mt_frames_autograd_worker(a->frames, f->stack)) {
             mt_out_puts(o, "     in autograd's backward pass (record --tensors names the "
                            "backward() call that started it)\n");

@@ -193,34 +193,36 @@ static long stats_int(const char *path, const char *key)
     return strtol(p + strlen(want), NULL, 10);
 }
 
-/* Recorded on an H200 (samples/oom.py --fraction 0.05 --graph, --tensors): PyTorch raised in
- * autograd's engine, and its traceback's innermost line of oom.py is the backward() call. */
-Test(backward, gpu_fixture_names_the_line_of_pytorchs_traceback)
+/* A fixture recorded on the GPU (tests/data/NAME.mtrace, --tensors): its one failed request is
+ * autograd's worker's, and the backward() call named is FUNCTION at the line of samples/oom.py
+ * that PyTorch's traceback gave (NAME.stats.json: oom_line). */
+static void expect_fixture_call(const char *name, const char *function)
 {
-    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/oom_graph_t.mtrace");
-    long line = stats_int(MT_TEST_DATA_DIR "/oom_graph_t.stats.json", "oom_line");
-    cr_assert_eq(a->n_failed, 1);
+    char path[512], stats[512], want[64];
+    snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, name);
+    snprintf(stats, sizeof stats, "%s/%s.stats.json", MT_TEST_DATA_DIR, name);
+    mt_analysis *a = fx_analyze(path);
+    long line = stats_int(stats, "oom_line");
+    cr_assert_eq(a->n_failed, 1, "%s", name);
     const mt_failed_request *r = &a->failed[0];
-    cr_expect(mt_frames_autograd_worker(a->frames, r->stack));
-    char want[64];
-    snprintf(want, sizeof want, "graph_step (samples/oom.py:%ld)", line);
+    cr_expect(mt_frames_autograd_worker(a->frames, r->stack), "%s", name);
+    snprintf(want, sizeof want, "%s (samples/oom.py:%ld)", function, line);
     cr_expect_str_eq(caller_name(a, r), want);
-    cr_expect(r->backward_time_ns < r->time_ns);
+    cr_expect(r->backward_time_ns < r->time_ns, "%s", name);
     mt_analysis_free(a);
 }
 
-/* Recorded on an H200 (samples/oom.py --in-backward --layers 2, --tensors): an eager step whose
- * forward fits and whose backward does not; the traceback's line of oom.py is loss.backward(). */
+/* Recorded on an H200 (samples/oom.py --fraction 0.05 --graph): PyTorch raised in autograd's
+ * engine during a CUDA graph's capture; the traceback's innermost line of oom.py is the
+ * backward() call. */
+Test(backward, gpu_fixture_names_the_line_of_pytorchs_traceback)
+{
+    expect_fixture_call("oom_graph_t", "graph_step");
+}
+
+/* Recorded on an H200 (samples/oom.py --in-backward --layers 2): an eager step whose forward fits
+ * and whose backward does not; the traceback's line of oom.py is loss.backward(). */
 Test(backward, gpu_fixture_of_an_eager_backward_names_its_line)
 {
-    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/oom_bwd_t.mtrace");
-    long line = stats_int(MT_TEST_DATA_DIR "/oom_bwd_t.stats.json", "oom_line");
-    cr_assert_eq(a->n_failed, 1);
-    const mt_failed_request *r = &a->failed[0];
-    cr_expect(mt_frames_autograd_worker(a->frames, r->stack));
-    char want[64];
-    snprintf(want, sizeof want, "step (samples/oom.py:%ld)", line);
-    cr_expect_str_eq(caller_name(a, r), want);
-    cr_expect(r->backward_time_ns < r->time_ns);
-    mt_analysis_free(a);
+    expect_fixture_call("oom_bwd_t", "step");
 }
