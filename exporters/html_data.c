@@ -18,8 +18,10 @@
  *      "stacks": [[view node, all node, first user frame name], ...]
  *                                                one per stack the report names: its path in the
  *                                                chosen view (--frames) and with every frame
- *      "failed": [{"root", "t", "bytes", "kind", "result", "in_use", "pool_free" (or null), "s",
- *                  "live": STACKS, "live_rest": REST}],
+ *      "failed": [{"root", "t", "bytes", "kind", "result", "result_name", "in_use", "then",
+ *                  "outcome", "refusals", "torch_async", "pool_free" (or null), "s",
+ *                  "backward" (a stack, or null), "backward_t", "live": STACKS,
+ *                  "live_rest": REST}],
  *      "devices": [{
  *        "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event",
  *        "api_peak", "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes},
@@ -585,6 +587,7 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         char then[512];
         strk(o, "then", mt_failed_outcome_text(a, i, then, sizeof then));
         strk(o, "outcome", mt_failed_outcome_name(f));
+        u64k(o, "torch_async", f->torch_async); /* backend:cudaMallocAsync raised on it */
         u64k(o, "refusals", f->driver_refusals);
         key(o, "pool_free");
         if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);

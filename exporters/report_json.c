@@ -554,6 +554,8 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
             u64f(o, "torch_allocated_bytes", f->torch_allocated, 1);
             u64f(o, "torch_reserved_bytes", f->torch_reserved, 1);
             u64f(o, "driver_refusals", f->driver_refusals, 1);
+        } else if (f->torch_async) { /* backend:cudaMallocAsync raised it on this refusal */
+            u64f(o, "torch_allocated_bytes", f->torch_allocated, 1);
         }
         key(o, "outcome");
         mt_out_json_string(o, mt_failed_outcome_name(f));

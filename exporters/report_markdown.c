@@ -203,6 +203,7 @@ static int failed_table(mt_out *o, mt_analysis *a, size_t top, mt_namebuf *nb)
         else
             mt_out_printf(o, "CUresult %u", f->result);
         if (f->outcome == MT_FAILED_RECOVERED) mt_out_puts(o, ", recovered");
+        if (f->torch_async) mt_out_puts(o, ", then torch.OutOfMemoryError");
         if (f->outcome == MT_FAILED_RAISED && f->raised_as >= 0)
             mt_out_printf(o, ", then #%d", f->raised_as + 1);
         mt_out_puts(o, " | ");

@@ -489,7 +489,7 @@ static int print_device(mt_out *o, mt_analysis *a, mt_device_report *d,
                   (unsigned long long)u->failed_count, (unsigned long long)u->zero_byte_allocs);
     for (size_t i = 0; i < a->n_failed; i++) { /* what most likely ended the run, up front */
         const mt_failed_request *f = &a->failed[i];
-        if (f->kind != MT_KIND_TENSOR || f->device != u->device || u->is_host) continue;
+        if (!mt_failed_is_torch_oom(f) || f->device != u->device || u->is_host) continue;
         mt_out_printf(o, "  out of memory    torch.OutOfMemoryError at %s: %s, with %s allocated",
                       mt_format_rel(f->time_ns, t1, sizeof t1),
                       mt_format_bytes(f->bytes, b1, sizeof b1),
@@ -623,7 +623,8 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
             mt_out_printf(o, "     in the backward pass started at %s by (innermost first):\n",
                           mt_format_rel(f->backward_time_ns, t1, sizeof t1));
             if (print_frames(o, a, f->backward_stack, 0, v, &nb) < 0) return -1;
-        } else if (!a->categories && mt_frames_autograd_worker(a->frames, f->stack)) {
+        } else if (!mt_backward_calls_recorded(a) &&
+                   mt_frames_autograd_worker(a->frames, f->stack)) {
             mt_out_puts(o, "     in autograd's backward pass (record --tensors names the "
                            "backward() call that started it)\n");
         }

@@ -237,7 +237,7 @@ int mt_copy_file(mt_out *o, FILE *f)
 
 const char *mt_failed_outcome_name(const mt_failed_request *f)
 {
-    if (f->kind == MT_KIND_TENSOR) return "raised";
+    if (mt_failed_is_torch_oom(f)) return "raised";
     return f->outcome == MT_FAILED_RECOVERED ? "recovered"
            : f->outcome == MT_FAILED_RAISED  ? "raised"
                                              : "";
@@ -273,6 +273,11 @@ const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, si
                      "torch.cuda.set_per_process_memory_fraction); PyTorch had %s allocated, %s "
                      "reserved",
                      b1, b2);
+    } else if (f->torch_async) {
+        snprintf(buf, len,
+                 "PyTorch's backend:cudaMallocAsync raised torch.OutOfMemoryError at once (it "
+                 "has no cache of its own to free, nor asks again); PyTorch had %s allocated",
+                 mt_format_bytes(f->torch_allocated, b1, sizeof b1));
     } else if (f->outcome == MT_FAILED_RECOVERED) {
         snprintf(buf, len,
                  "PyTorch's caching allocator, with %s reserved, went on: its next "

@@ -1,6 +1,7 @@
 """A training run that dies with "CUDA out of memory", the moment memtrace exists for.
 
-    python oom.py [--fraction F | --in-backward] [--catch] [--graph] [--width W] [--layers L]
+    python oom.py [--fraction F | --in-backward [--ballast]] [--catch] [--graph] [--checkpoint K]
+                  [--width W] [--layers L]
     torchrun --nproc_per_node=N oom.py [...]
 
 An MLP (L layers of W, ReLU, AdamW) trained on random data with a batch that doubles every step,
@@ -20,6 +21,15 @@ first). The process then dies of it, as a training run does, with Python's trace
               first (the memory PyTorch reserves by the end of its forward and of its backward,
               max_memory_reserved), then the fraction is set halfway between the two, so the
               next step's forward fits and its backward (PowBackward0's temporaries) does not.
+--ballast     with --in-backward: the same limit made by filling the GPU instead (a cudaMalloc
+              holds what lies beyond it), so the driver itself refuses the backward's request. Under
+              backend:cudaMallocAsync, which checks a memory fraction itself and asks the driver
+              nothing beyond it, that is the only way the driver sees the failure.
+--checkpoint K activation checkpointing (torch.utils.checkpoint, use_reentrant=False) of every K
+              layers: the forward keeps only each block's input, and the backward pass computes
+              each block again on autograd's worker thread, in Python, keeping what that block's
+              own backward needs. With --in-backward and blocks of many layers, that recomputation
+              is what runs out (e.g. --layers 16 --checkpoint 8).
 Under torchrun the net is wrapped in DistributedDataParallel (NCCL, a GPU per rank) and rank r
 trains on (1 + r) times the batch: the last rank runs out first and dies; the others wait for it
 in an all-reduce until torchrun kills them (SIGTERM), as in a real job. Each line of stdout then
@@ -35,11 +45,15 @@ total, or the fraction's limit); "oom_batch", "oom_num_ooms" (memory_stats' coun
 and "oom_message" (the error's first line).
 """
 import argparse
+import ctypes
 import os
 import sys
 import traceback
 
+import re
+
 import torch
+import torch.utils.checkpoint
 
 import mt_stats
 
@@ -64,6 +78,20 @@ def build(width, layers):
     for _ in range(layers):
         mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     return torch.nn.Sequential(*mods).cuda()
+
+
+class Checkpointed(torch.nn.Module):
+    # blocks of K layers whose activations are computed again in the backward pass
+    def __init__(self, seq, per_block):
+        super().__init__()
+        mods, n = list(seq), 2 * per_block
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(*mods[i:i + n]) for i in range(0, len(mods), n))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+        return x
 
 
 def step(net, opt, batch, width):
@@ -92,6 +120,17 @@ def graph_step(net, opt, batch, width):
     opt.zero_grad(set_to_none=True)
 
 
+def hold_device_memory(nbytes):
+    # a cudaMalloc of the CUDA runtime PyTorch loaded, never freed: outside PyTorch's allocator,
+    # so that its error message counts only the program's tensors (the same traced or not, where
+    # this size is not: the recorder's CUPTI takes a few MiB of the GPU)
+    runtime = next(line.split()[-1] for line in open("/proc/self/maps") if "/libcudart.so" in line)
+    p = ctypes.c_void_p()
+    err = ctypes.CDLL(runtime).cudaMalloc(ctypes.byref(p), ctypes.c_size_t(nbytes))
+    if err:
+        raise RuntimeError(f"cudaMalloc({nbytes}) of the ballast: error {err}")
+
+
 def reserved_by_phase(net, batch, width):
     # what one step at this batch makes PyTorch reserve by the end of its forward, and of its
     # backward; then everything it made is given back
@@ -112,6 +151,8 @@ def main():
     ap.add_argument("--catch", action="store_true")
     ap.add_argument("--graph", action="store_true")
     ap.add_argument("--in-backward", action="store_true")
+    ap.add_argument("--ballast", action="store_true")
+    ap.add_argument("--checkpoint", type=int, default=0)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
     a = ap.parse_args()
@@ -132,6 +173,8 @@ def main():
     except RuntimeError:  # backend:cudaMallocAsync has no observers
         pass
     net = build(a.width, a.layers)
+    if a.checkpoint:
+        net = Checkpointed(net, a.checkpoint)
     if rank >= 0:
         net = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.AdamW(net.parameters())
@@ -142,7 +185,12 @@ def main():
     if a.in_backward:  # a batch of ~1 GiB of activations, and a limit between forward and backward
         batch = 1 << max(int(2**30 / per_sample).bit_length() - 1, 0)
         forward, backward = reserved_by_phase(net, batch, a.width)
-        torch.cuda.set_per_process_memory_fraction((forward + backward) / 2 / total)
+        if a.ballast:  # the driver's free memory: what the program may still reserve
+            free = torch.cuda.mem_get_info()[0]
+            room = (forward + backward) // 2 - torch.cuda.memory_reserved()
+            hold_device_memory((free - room) & ~((2 << 20) - 1))
+        else:
+            torch.cuda.set_per_process_memory_fraction((forward + backward) / 2 / total)
         say("oom.py: limit halfway between the forward's and the backward's reservations", flush=True)
     say(f"oom.py: {a.layers} layers of {a.width}, batch from {batch}, doubling", flush=True)
     stats = {}
@@ -158,6 +206,15 @@ def main():
         tb = [f for f in every if f.filename == __file__]
         # raised in autograd's engine: a backward pass (its allocations are its worker's)
         backward = any("torch/autograd/" in f.filename for f in every)
+        # backend:cudaMallocAsync's message (no observer is called): "Requested : 512.00 MiB"
+        # and its memory_allocated() then, "Currently allocated : 1.32 GiB", as it printed it
+        asked = re.search(r"\nRequested\s*: ([0-9.]+) (bytes|KiB|MiB|GiB)", str(e))
+        if asked:
+            SEEN["oom_requested"] = round(float(asked.group(1)) * 1024 ** [
+                "bytes", "KiB", "MiB", "GiB"].index(asked.group(2)))
+        held = re.search(r"\nCurrently allocated\s*: (.*)", str(e))
+        if held:
+            SEEN["oom_allocated_text"] = held.group(1).strip()
         stats = dict(SEEN, oom_batch=batch, oom_line=tb[-1].lineno if tb else 0,
                      oom_in_backward=backward,
                      oom_num_ooms=torch.cuda.memory_stats()["num_ooms"],

@@ -567,16 +567,23 @@ fi
 # Runs that die of torch.OutOfMemoryError (samples/oom.py), in every mode: under a memory fraction
 # (the driver is never asked) and on a full GPU (the driver refuses; also with expandable segments,
 # whose refusals are cuMemCreate's), and one that catches it and goes on; and in the backward pass
-# (eager, and in a CUDA graph's capture). The error is in the trace with PyTorch's own counters at that moment
-# and its stack (in the backward pass, with --tensors, the backward() call that started it), and
-# every refusal before it says what came of it (scripts/oom_check.py).
+# (eager, in a CUDA graph's capture, and in activation checkpointing's recomputation on autograd's
+# worker). The error is in the trace with PyTorch's own counters at that moment and its stack (in
+# the backward pass, with --tensors, the backward() call that started it), and every refusal before
+# it says what came of it (scripts/oom_check.py). Under backend:cudaMallocAsync (a full GPU: that
+# backend checks a memory fraction itself) the error is the driver's refusal of a cudaMallocAsync
+# of autograd's worker, which names its backward() call in any mode.
 EXPANDABLE=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 for m in "oom_frac|||--fraction 0.05|" "oom_frac_t||--tensors|--fraction 0.05|" \
          "oom_caught_t||--tensors|--fraction 0.05 --catch|--caught" \
          "oom_dev||||--driver-refused" "oom_dev_t||--tensors||--driver-refused" \
          "oom_exp|$EXPANDABLE|||--driver-refused" "oom_exp_t|$EXPANDABLE|--tensors||--driver-refused" \
          "oom_graph|||--fraction 0.05 --graph|" "oom_graph_t||--tensors|--fraction 0.05 --graph|" \
-         "oom_bwd|||--in-backward --layers 2|" "oom_bwd_t||--tensors|--in-backward --layers 2|"; do
+         "oom_bwd|||--in-backward --layers 2|" "oom_bwd_t||--tensors|--in-backward --layers 2|" \
+         "oom_ckpt|||--in-backward --layers 16 --checkpoint 8|--recompute" \
+         "oom_ckpt_t||--tensors|--in-backward --layers 16 --checkpoint 8|--recompute" \
+         "oom_bwd_async|$ASYNC||--in-backward --layers 2 --ballast|--async" \
+         "oom_bwd_ta|$ASYNC|--tensors=async|--in-backward --layers 2 --ballast|--async"; do
   IFS='|' read -r n e o args flags <<< "$m"
   same_run "$n" "$e" "$o" $PY "$S/oom.py" $args
   [ -f "$W/$n/t.json" ] && check "$n: one torch.OutOfMemoryError, = PyTorch's counters, its line" ok \

@@ -1,6 +1,6 @@
 """The report of samples/oom.py against what PyTorch said at its OutOfMemoryError (gpu-check.sh).
 
-    oom_check.py REPORT_JSON STATS_JSON [--driver-refused] [--caught]
+    oom_check.py REPORT_JSON STATS_JSON [--driver-refused] [--caught] [--recompute] [--async]
 
 Prints "ok", or what differs on one line. The stats are what the sample's OOM observer read when
 the allocator gave up (samples/oom.py). The trace must hold exactly one torch.OutOfMemoryError (a
@@ -20,6 +20,16 @@ failed "tensor" request, recorded in every mode) and it must say:
     and was refused for memory (CUDA_ERROR_OUT_OF_MEMORY: a cuMemCreate refused for its handle
     type is no failed request).
 --caught: the sample went on after it (a batch-size finder): exactly one error, all the same.
+--recompute: raised in the backward pass while activation checkpointing computed a block again
+  (oom.py --checkpoint): the stack is the worker's Python (torch/utils/checkpoint.py's frames, no
+  "[autograd backward]"), and with --tensors backward_call names the traceback's line all the same.
+--async: PyTorch's backend:cudaMallocAsync (oom.py --in-backward --ballast), which makes no
+  torch.OutOfMemoryError event and calls no observer: the error is the last failed "async"
+  request (a cudaMallocAsync the driver refused), of the size the error's message gives
+  (oom_requested), said to be the error (outcome "raised", torch_allocated_bytes: its live async
+  bytes, printed as the message printed memory_allocated(): oom_allocated_text), made by
+  autograd's worker ("[autograd backward]", the node), and backward_call names the traceback's
+  line, in any mode (every tensor is a cudaMallocAsync with its stack).
 """
 import json
 import sys
@@ -29,8 +39,58 @@ def frames_of(f):
     return [x for s in f["stack"] for x in s["frames"]]
 
 
+def by_worker(fr):
+    # a C++ node on autograd's worker: "[autograd backward]", then the node
+    return len(fr) >= 2 and fr[0] == "[autograd backward]" and "Backward" in fr[1]
+
+
+def names_step(bc, line):
+    return bc and bc["frame"].endswith(line) and bc["frame"].split(" (")[0] in ("step", "graph_step")
+
+
+def format_size(n):
+    # c10's format_size, which PyTorch's messages print sizes with
+    if n <= 1024:
+        return "%d bytes" % n
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if n <= scale << 10 or unit == "GiB":
+            return "%.2f %s" % (n / scale, unit)
+
+
+def check_async(rep, st):
+    failed = rep["failed_requests"]
+    refused = [f for f in failed if f["kind"] == "async"]
+    if not refused or rep["failed_total"] != len(failed):
+        return "%d failed async requests in %d (%d kept), expected at least 1" % (
+            len(refused), rep["failed_total"], len(failed))
+    f, line = refused[-1], "oom.py:%d)" % st["oom_line"]
+    problems = []
+    if not st.get("oom_in_backward"):
+        problems.append("the sample's error was not raised in backward")
+    if f["bytes"] != st.get("oom_requested"):
+        problems.append("bytes %s, the error's message asked for %s" % (f["bytes"],
+                                                                       st.get("oom_requested")))
+    if f.get("outcome") != "raised" or "torch_allocated_bytes" not in f:
+        problems.append("not said to be the error: outcome %r" % f.get("outcome"))
+    elif format_size(f["torch_allocated_bytes"]) != st.get("oom_allocated_text"):
+        problems.append("torch_allocated_bytes %d (%s), the error's message: %s" % (
+            f["torch_allocated_bytes"], format_size(f["torch_allocated_bytes"]),
+            st.get("oom_allocated_text")))
+    if f["result_name"] != "CUDA_ERROR_OUT_OF_MEMORY":
+        problems.append("refused with %s" % f["result_name"])
+    if not by_worker(frames_of(f)):
+        problems.append("not autograd's worker: %s" % frames_of(f)[:6])
+    if not names_step(f.get("backward_call"), line):
+        bc = f.get("backward_call")
+        problems.append("backward_call is %s (the traceback: ...%s)" % (bc and bc["frame"], line))
+    return "ok" if not problems else "; ".join(problems)
+
+
 def main():
     rep, st = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+    if "--async" in sys.argv:
+        print(check_async(rep, st))
+        return
     driver_refused = "--driver-refused" in sys.argv
     problems = []
     failed = rep["failed_requests"]
@@ -53,12 +113,13 @@ def main():
     if st.get("oom_in_backward"):
         # a C++ node: "[autograd backward]", the node; a segment recomputed by activation
         # checkpointing: Python on the worker, torch.utils.checkpoint's frames
-        recompute = any("torch/utils/checkpoint.py" in x for x in fr)
-        if not recompute and (not fr or fr[0] != "[autograd backward]" or len(fr) < 2
-                              or "Backward" not in fr[1]):
+        recompute = (any("torch/utils/checkpoint.py" in x for x in fr)
+                     and fr[0] != "[autograd backward]")
+        if "--recompute" in sys.argv and not recompute:
+            problems.append("not raised in a recomputation: %s" % fr[:6])
+        if not recompute and not by_worker(fr):
             problems.append("raised in backward, but the stack is %s" % fr[:6])
-        if tensors and (not bc or not bc["frame"].endswith(line)
-                        or bc["frame"].split(" (")[0] not in steps):
+        if tensors and not names_step(bc, line):
             problems.append("raised in backward, but backward_call is %s (the traceback: ...%s)"
                             % (bc and bc["frame"], line))
         if not tensors and bc:

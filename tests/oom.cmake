@@ -1,11 +1,13 @@
 # Runs that died of torch.OutOfMemoryError, recorded on the GPU (tests/data/oom_*.mtrace, by
 # samples/oom.py): the report's failed requests against what PyTorch's OOM observer said then
-# (tests/data/oom_*.stats.json), by scripts/oom_check.py, as gpu-check.sh checks them there.
+# (tests/data/oom_*.stats.json), by scripts/oom_check.py, as gpu-check.sh checks them there
+# (under backend:cudaMallocAsync, which has no observer: what its error's message said).
 find_program(MT_PYTHON3 python3)
 if(MT_PYTHON3)
   foreach(mt_oom IN ITEMS "oom_frac|" "oom_dev|--driver-refused" "oom_dev_t|--driver-refused"
                           "oom_exp|--driver-refused"
-                          "oom_graph_t|" "oom_bwd_t|" "ddp_oom_rank1|")
+                          "oom_graph_t|" "oom_bwd_t|" "ddp_oom_rank1|" "oom_ckpt_t|--recompute"
+                          "oom_bwd_ta|--async" "oom_bwd_async|--async")
     string(REPLACE "|" ";" mt_oom "${mt_oom}")
     list(GET mt_oom 0 mt_oom_name)
     list(LENGTH mt_oom mt_oom_len)

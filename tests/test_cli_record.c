@@ -329,6 +329,25 @@ Test(cli_record, the_summary_names_the_backward_call_of_an_error_in_backward)
     free(out);
 }
 
+/* Under backend:cudaMallocAsync PyTorch makes no report: the driver's refusal of its
+ * cudaMallocAsync is the error (tests/data/oom_bwd_ta.mtrace, --tensors=async, on an H200: its
+ * message said "Currently allocated : 1.32 GiB", oom_bwd_ta.stats.json), in the backward pass
+ * of line 100 of that day's samples/oom.py, and the job's line says so too. */
+Test(cli_record, the_summary_names_an_error_of_the_async_backend)
+{
+    need_recorder();
+    const char *cupy_at;
+    char *out = summary_of("oom_bwd_ta.mtrace", &cupy_at);
+    cr_expect(strstr(out, " 256.00 MiB from PowBackward0 in the backward pass of step "
+                          "(samples/oom.py:100); PyTorch had 1.32 GiB allocated "
+                          "(backend:cudaMallocAsync)\n"),
+              "%s", out);
+    cr_expect(strstr(out, " with 1.32 GiB allocated, in PowBackward0 in the backward pass of "
+                          "step (samples/oom.py:100)\n"),
+              "%s", out);
+    free(out);
+}
+
 /* Several traces and none ran out of memory or was killed: the way to read them together, and
  * nothing about how they ended. One trace: neither. */
 Test(cli_record, several_traces_are_suggested_side_by_side)

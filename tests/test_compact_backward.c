@@ -170,11 +170,62 @@ Test(backward, without_tensors_the_report_says_what_names_it)
     mt_analysis *a = fx_analyze(f.path);
     cr_assert_eq(a->n_failed, 1);
     cr_expect_eq(a->failed[0].backward_stack, 0);
+    cr_expect(!mt_backward_calls_recorded(a));
     char *text = fx_capture(a, fx_report_text_fn, NULL, "bw_default.txt");
     cr_expect(strstr(text, "in autograd's backward pass (record --tensors names the backward() "
                            "call that started it)"),
               "%s", text);
     free(text);
+    mt_analysis_free(a);
+}
+
+/* PyTorch's backend:cudaMallocAsync: every tensor is a cudaMallocAsync (an `async` event), the
+ * initial gradient's too, in any mode; a segment (a DEVICE allocation) made in another backward()
+ * call is not read: the caching allocator grows one only now and then. Its refusal for memory
+ * under the backend's own code is the torch.OutOfMemoryError (torch_async), with the device's
+ * live async bytes for memory_allocated(); another library's cudaMallocAsync refused, or one
+ * refused for another reason, is not. */
+Test(backward, under_the_async_backend_its_allocations_name_the_call)
+{
+    fx f;
+    fx_open(&f, "bw_async.mtrace");
+    stacks(&f);
+    fx_module(&f, 1, "/opt/torch/lib/libc10_cuda.so", 0x500000, 0x510000);
+    fx_symbol(&f, 0x500200, 0,
+              "c10::cuda::CUDACachingAllocator::CudaMallocAsync::(anonymous namespace)::"
+              "mallocAsync(void**, signed char, unsigned long, CUstream_st*)",
+              "", 0);
+    fx_node(&f, 22, 21, 0x500200, MT_FRAME_NATIVE);           /* the backend's, under the node */
+    ev(&f, MT_OP_ALLOC, MT_KIND_ASYNC, A, 4096, 1, 11, MAIN); /* forward */
+    ev(&f, MT_OP_ALLOC, MT_KIND_ASYNC, A + 0x1000, 512, 2, 5, MAIN);        /* backward() */
+    ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, A + 0x100000, 2 << 20, 3, 8, MAIN); /* a segment */
+    ev(&f, MT_OP_FAILED, MT_KIND_ASYNC, 0, 1 << 20, 4, 21, WORKER);         /* not its code */
+    ev(&f, MT_OP_FAILED, MT_KIND_ASYNC, 0, 3 << 20, 5, 22, WORKER);         /* the error */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_failed, 2);
+    cr_expect(mt_backward_calls_recorded(a));
+    cr_expect_str_eq(caller_name(a, &a->failed[0]), "step (u/train.py:20)");
+    cr_expect_eq(a->failed[0].backward_time_ns, 2 * MS);
+    cr_expect(!a->failed[0].torch_async, "another library's cudaMallocAsync");
+    cr_expect_eq(a->failed[0].torch_allocated, 0);
+    cr_expect(a->failed[1].torch_async);
+    cr_expect_eq(a->failed[1].torch_allocated, 4096 + 512, "the live async bytes");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, "bw_async.txt");
+    cr_expect(strstr(text, "     in the backward pass started at +0.002000 s by (innermost "
+                           "first):\n       step (u/train.py:20)\n"),
+              "%s", text);
+    cr_expect(!strstr(text, "record --tensors names"), "%s", text);
+    cr_expect(strstr(text, "  out of memory    torch.OutOfMemoryError at +0.005000 s: 3.00 MiB, "
+                           "with 4.50 KiB allocated, in the backward pass of step "
+                           "(u/train.py:20) (failed request #2 below)\n"),
+              "%s", text);
+    cr_expect(strstr(text, "     then: PyTorch's backend:cudaMallocAsync raised "
+                           "torch.OutOfMemoryError at once"),
+              "%s", text);
+    cr_expect(!strstr(text, "failed request #1 below"), "%s", text);
+    free(text);
+    fx_check_invariants(a);
     mt_analysis_free(a);
 }
 
@@ -193,10 +244,11 @@ static long stats_int(const char *path, const char *key)
     return strtol(p + strlen(want), NULL, 10);
 }
 
-/* A fixture recorded on the GPU (tests/data/NAME.mtrace, --tensors): its one failed request is
- * autograd's worker's, and the backward() call named is FUNCTION at the line of samples/oom.py
- * that PyTorch's traceback gave (NAME.stats.json: oom_line). */
-static void expect_fixture_call(const char *name, const char *function)
+/* A fixture recorded on the GPU (tests/data/NAME.mtrace): its one failed request is autograd's
+ * worker's (a C++ node's, under "[autograd backward]", or with python_on_worker Python run on the
+ * worker, which its thread's name tells), and the backward() call named is FUNCTION at the line
+ * of samples/oom.py that PyTorch's traceback gave (NAME.stats.json: oom_line). */
+static void expect_worker_call(const char *name, const char *function, int python_on_worker)
 {
     char path[512], stats[512], want[64];
     snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, name);
@@ -205,11 +257,16 @@ static void expect_fixture_call(const char *name, const char *function)
     long line = stats_int(stats, "oom_line");
     cr_assert_eq(a->n_failed, 1, "%s", name);
     const mt_failed_request *r = &a->failed[0];
-    cr_expect(mt_frames_autograd_worker(a->frames, r->stack), "%s", name);
+    cr_expect_eq(mt_frames_autograd_worker(a->frames, r->stack), !python_on_worker, "%s", name);
     snprintf(want, sizeof want, "%s (samples/oom.py:%ld)", function, line);
     cr_expect_str_eq(caller_name(a, r), want);
     cr_expect(r->backward_time_ns < r->time_ns, "%s", name);
     mt_analysis_free(a);
+}
+
+static void expect_fixture_call(const char *name, const char *function)
+{
+    expect_worker_call(name, function, 0);
 }
 
 /* Recorded on an H200 (samples/oom.py --fraction 0.05 --graph): PyTorch raised in autograd's
@@ -225,4 +282,21 @@ Test(backward, gpu_fixture_names_the_line_of_pytorchs_traceback)
 Test(backward, gpu_fixture_of_an_eager_backward_names_its_line)
 {
     expect_fixture_call("oom_bwd_t", "step");
+}
+
+/* Recorded on an H200 (samples/oom.py --in-backward --layers 16 --checkpoint 8, --tensors):
+ * activation checkpointing computes a block again in the backward pass, in Python on autograd's
+ * worker (no "[autograd backward]": its thread's name says whose it is), and that runs out. */
+Test(backward, gpu_fixture_of_a_recomputation_names_its_line)
+{
+    expect_worker_call("oom_ckpt_t", "step", 1);
+}
+
+/* Recorded on an H200 under backend:cudaMallocAsync (samples/oom.py --in-backward --ballast), with
+ * --tensors=async and in default mode: the driver refuses the worker's cudaMallocAsync, which is
+ * the torch.OutOfMemoryError; the initial gradient's cudaMallocAsync names loss.backward(). */
+Test(backward, gpu_fixtures_of_the_async_backend_name_the_line)
+{
+    expect_fixture_call("oom_bwd_ta", "step");
+    expect_fixture_call("oom_bwd_async", "step");
 }

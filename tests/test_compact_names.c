@@ -118,6 +118,13 @@ Test(names, roles)
                                   "namespace)::AllocParams&, bool)", user, sizeof user),
                  MT_ROLE_ALLOCATOR);
     cr_expect_str_eq(user, MT_OWNER_CACHING_ALLOCATOR);
+    /* the other backend lives in the same namespace: not the caching allocator */
+    cr_expect_eq(mt_frame_role_of("c10::cuda::CUDACachingAllocator::CudaMallocAsync::(anonymous "
+                                  "namespace)::mallocAsync(void**, signed char, unsigned long, "
+                                  "CUstream_st*)",
+                                  user, sizeof user),
+                 MT_ROLE_ALLOCATOR);
+    cr_expect_str_eq(user, MT_OWNER_ASYNC_ALLOCATOR);
     cr_expect_eq(mt_frame_role_of("libcublas.so.13+0x21815a", user, sizeof user), MT_ROLE_LIBRARY);
     cr_expect_str_eq(user, "cuBLAS");
     cr_expect_eq(mt_frame_role_of("void* at::cuda::getCUDABlasLtWorkspace<float>()", user, sizeof user),

@@ -175,7 +175,7 @@
     if (/\.py:\d+\)$/.test(name) || /^<module>|\(<frozen /.test(name)) return 'python';
     if (name.startsWith('aten::') || /Backward\d*$/.test(name)) return 'op';
     if (
-      /^(cuBLAS|cuDNN|NCCL|cuFFT|cuSPARSE|cuRAND|cuSOLVER|PyTorch caching allocator|XLA BFC allocator|CuPy memory pool)$/.test(
+      /^(cuBLAS|cuDNN|NCCL|cuFFT|cuSPARSE|cuRAND|cuSOLVER|PyTorch caching allocator|PyTorch cudaMallocAsync backend|XLA BFC allocator|CuPy memory pool)$/.test(
         name,
       )
     )
@@ -1261,6 +1261,7 @@
         ? 'after ' + f.refusals + ' refused by the driver'
         : "no driver call: PyTorch's own limit";
     if (f.outcome === 'recovered') return 'recovered';
+    if (f.torch_async) return 'torch.OutOfMemoryError at once';
     if (f.outcome === 'raised') return 'then OutOfMemoryError';
     return '';
   }

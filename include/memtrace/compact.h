@@ -76,6 +76,8 @@ static inline int mt_ff_own_python(uint8_t flags)
 
 /* Owner names mt_frames_owner gives to stacks of allocators that keep memory cached. */
 #define MT_OWNER_CACHING_ALLOCATOR "PyTorch caching allocator"
+/* PyTorch's other backend (backend:cudaMallocAsync): the driver's pool caches, not PyTorch */
+#define MT_OWNER_ASYNC_ALLOCATOR "PyTorch cudaMallocAsync backend"
 #define MT_OWNER_XLA_ALLOCATOR "XLA BFC allocator"
 #define MT_OWNER_CUPY_POOL "CuPy memory pool"
 
@@ -118,8 +120,9 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
 /* A recorded Python filename matches what a user typed: equal, one a '/'-suffix of the other
  * ("cifar.py", "examples/cifar.py" ~ "/home/u/examples/cifar.py"), or the same basename. */
 int mt_python_file_matches(const char *recorded, const char *wanted);
-/* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_CACHING_ALLOCATOR
- * ("CUDACachingAllocator" in a name; *is_allocator = 1), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
+/* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_ASYNC_ALLOCATOR
+ * ("CudaMallocAsync" in a name; *is_allocator = 1), MT_OWNER_CACHING_ALLOCATOR
+ * ("CUDACachingAllocator" in a name; allocator), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
  * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
  * PyTorch's cuBLAS handle and workspace functions), "cuDNN" (cudnn*, libcudnn*), "NCCL" (nccl*,
  * libnccl*), else the first user frame. Cached per stack. Short names. */
@@ -507,7 +510,8 @@ typedef struct mt_failed_request {
     mt_stack_list live; /* what was live on that device, by stack */
     /* PyTorch's caching allocator. Kind TENSOR is its out-of-memory report, made as it raises
      * torch.OutOfMemoryError (recorded in every mode): */
-    uint64_t torch_allocated; /* its memory_allocated() then (the report's own counter) */
+    uint64_t torch_allocated; /* its memory_allocated() then (the report's own counter); for
+                                 torch_async, the device's live async bytes then */
     uint64_t torch_reserved;  /* its memory_reserved() then: its segments live in the trace
                                  (also for a refused request of its own, a segment) */
     uint32_t driver_refusals; /* its device requests the driver refused on that thread, since its
@@ -522,10 +526,22 @@ typedef struct mt_failed_request {
     /* A request made in autograd's backward pass, on one of the engine's worker threads: the
      * backward() call that started that pass (backward_calls.c). backward_stack is the stack of
      * the Python frame that called it (mt_frames_backward_caller), 0 when not known: a trace
-     * without --tensors, or no such call before it. backward_time_ns: when, since trace start. */
+     * that cannot tell (mt_backward_calls_recorded), or no such call before it. backward_time_ns:
+     * when, since trace start. */
     uint32_t backward_stack;
     uint64_t backward_time_ns;
+    /* PyTorch's other backend (backend:cudaMallocAsync, --tensors=async) makes no out-of-memory
+     * report: a cudaMallocAsync of its own (MT_OWNER_ASYNC_ALLOCATOR on the stack) that the
+     * driver refused for memory is the torch.OutOfMemoryError itself, raised at once (it has no
+     * cache to free and does not ask again). Set by mt_analyze (failed_ties.c). */
+    uint8_t torch_async;
 } mt_failed_request;
+
+/* The request is a torch.OutOfMemoryError: the caching allocator's report, or torch_async. */
+static inline int mt_failed_is_torch_oom(const mt_failed_request *f)
+{
+    return f->kind == MT_KIND_TENSOR || f->torch_async;
+}
 
 enum {
     MT_FAILED_UNTOLD = 0, /* not the caching allocator's, or the trace ends first */
@@ -639,6 +655,10 @@ typedef struct mt_analyze_options {
 int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,
                size_t errlen);
 void mt_analysis_free(mt_analysis *a);
+/* 1 when the trace can name the backward() call of a failed request of autograd's workers: its
+ * tensors are events (record --tensors, or PyTorch's backend:cudaMallocAsync, whose every tensor is
+ * a cudaMallocAsync), so backward()'s initial gradient is one (backward_calls.c). */
+int mt_backward_calls_recorded(const mt_analysis *a);
 /* The root frame of a device report: "cuda:N", "cuda:?" or "host". */
 const char *mt_device_root_name(const mt_device_report *d, char *buf, size_t len);
 /* The same for where a failed request was made (a pinned or registered host request: "host"). */

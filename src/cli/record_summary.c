@@ -66,7 +66,7 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
     /* the error that most likely ended the run, where the user looks first (report: the rest) */
     for (size_t i = 0, shown = 0; i < a->n_failed && shown < 3; i++) {
         const mt_failed_request *f = &a->failed[i];
-        if (f->kind != MT_KIND_TENSOR) continue;
+        if (!mt_failed_is_torch_oom(f)) continue;
         char root[32], h3[32];
         fprintf(stderr, "  torch.OutOfMemoryError at %.3f s on %s: %s from %s",
                 (double)f->time_ns / 1e9, mt_failed_root_name(f, root, sizeof root),
@@ -74,9 +74,12 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
         if (f->backward_stack) /* a worker of autograd's: the backward() call */
             fprintf(stderr, " in the backward pass of %s",
                     mt_frames_own_code(a->frames, f->backward_stack));
-        fprintf(stderr, "; PyTorch had %s allocated, %s reserved\n",
-                mt_format_bytes(f->torch_allocated, h2, sizeof h2),
-                mt_format_bytes(f->torch_reserved, h3, sizeof h3));
+        fprintf(stderr, "; PyTorch had %s allocated",
+                mt_format_bytes(f->torch_allocated, h2, sizeof h2));
+        if (f->torch_async) /* its pool's reservation is the driver's (the report's "pool") */
+            fprintf(stderr, " (backend:cudaMallocAsync)\n");
+        else
+            fprintf(stderr, ", %s reserved\n", mt_format_bytes(f->torch_reserved, h3, sizeof h3));
         shown++;
     }
     /* What the recording itself cost, so that a slow run is not blamed on memtrace in the dark

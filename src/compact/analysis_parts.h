@@ -106,13 +106,16 @@ void mt_failed_ties_failed(mt_analysis *a, mt_failed_ties *t, const mt_event *e,
  * made with another handle type after one refused for its handle type; a segment closes its
  * thread's open ones as recovered. */
 void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr, const mt_event *e);
+/* After pass 1 (the stacks' names known): marks torch_async the kept failed requests that were
+ * torch.OutOfMemoryErrors of PyTorch's backend:cudaMallocAsync. */
+void mt_failed_async_raised(mt_analysis *a);
 
 /* ---- the backward() call of a failed request (backward_calls.c) ------------------------------ */
 
 /* Sets backward_stack and backward_time_ns of the kept failed requests made by autograd's worker
  * threads, reading the trace (a->fd) again up to the last of them; reads nothing when there is
- * none, or no --tensors. -1 with err set when the trace cannot be read again or memory runs
- * out. */
+ * none, or when the trace cannot tell (mt_backward_calls_recorded). -1 with err set when the trace
+ * cannot be read again or memory runs out. */
 int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen);
 
 #endif

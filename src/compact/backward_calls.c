@@ -7,14 +7,17 @@
  * thread: Tensor.backward and torch.autograd.backward/grad make the initial gradient (a
  * torch.ones_like of a scalar loss) on the calling thread and then wait for the engine. Under
  * record --tensors that block is an event whose stack has the program's frames, so the latest
- * such event before the failure names the call. It is exact when every backward() call makes its
- * initial gradient, as loss.backward() does; a call given its gradients makes none, and then an
- * earlier call is named (docs/analysis.md says so). Without --tensors the gradient comes from the
- * allocator's cache unseen, and nothing is named.
+ * such event before the failure names the call. So it is under PyTorch's other allocator backend
+ * (backend:cudaMallocAsync, --tensors=async), in any mode: every tensor is then a cudaMallocAsync
+ * of its own, recorded with its stack (an `async` event). It is exact when every backward() call
+ * makes its initial gradient, as loss.backward() does; a call given its gradients makes none, and
+ * then an earlier call is named (docs/analysis.md says so). Without either, the gradient comes
+ * from the caching allocator's cache unseen, and nothing is named: the segments it grows now and
+ * then would name a call that may be long past, so they are not read.
  *
  * What it costs: one more read of the trace, up to the last such failure, only for a trace that
  * has one (they end most runs that have them, so that is most of the trace); nothing otherwise.
- * Memory: a map of the stacks of tensor allocations seen, bounded by the trace's stack nodes.
+ * Memory: a map of the stacks of those allocations seen, bounded by the trace's stack nodes.
  */
 #include <string.h>
 
@@ -45,9 +48,23 @@ static int caller_of(mt_analysis *a, mt_u64map *memo, uint32_t s, uint32_t *call
     return 0;
 }
 
+/* An allocation that every tensor makes: a TENSOR event, or the async backend's cudaMallocAsync. */
+static int per_tensor(const mt_event *e)
+{
+    return e->op == MT_OP_ALLOC && (e->kind == MT_KIND_TENSOR || e->kind == MT_KIND_ASYNC);
+}
+
+int mt_backward_calls_recorded(const mt_analysis *a)
+{
+    if (a->categories) return 1; /* tensor events */
+    for (size_t i = 0; i < a->n_devices; i++)
+        if (a->devices[i].u.by_kind_peak[MT_KIND_ASYNC]) return 1;
+    return 0;
+}
+
 int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen)
 {
-    if (!a->categories) return 0; /* no tensor events: the calls are not in the trace */
+    if (!mt_backward_calls_recorded(a)) return 0; /* the calls are not in the trace */
     uint64_t last = 0;
     for (size_t i = 0; i < a->n_failed; i++)
         if (by_autograd_worker(a, &a->failed[i]) && a->failed[i].event_index > last)
@@ -66,7 +83,7 @@ int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen)
         const mt_event *e = &rec.u.event;
         events++;
         uint32_t c = 0;
-        if (e->kind == MT_KIND_TENSOR && e->op == MT_OP_ALLOC && e->stack) {
+        if (per_tensor(e) && e->stack) {
             if (caller_of(a, &memo, e->stack, &c) < 0) rc = -1;
             if (c) {
                 call = c;

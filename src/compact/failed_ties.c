@@ -31,6 +31,12 @@
  * the same size that succeeded with other handle types (aux, from 2026-11-27: older traces have
  * 0 on both, and then the size and the thread decide), is taken back too (failed_probes). A
  * refusal of memory is CUDA_ERROR_OUT_OF_MEMORY and is never taken back this way.
+ *
+ * PyTorch's other backend, backend:cudaMallocAsync, reports nothing when it runs out: its
+ * mallocAsync raises torch.OutOfMemoryError at once when the driver refuses its cudaMallocAsync
+ * (no cache of its own to free, no second try; CUDAMallocAsyncAllocator.cpp), so that refusal,
+ * made from its code, is the error (torch_async). Its memory fraction it checks itself and asks
+ * the driver nothing beyond it: such an error leaves no trace at all.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,7 @@
  * handle type the machine cannot give */
 #define CU_NOT_PERMITTED 800
 #define CU_NOT_SUPPORTED 801
+#define CU_OUT_OF_MEMORY 2
 
 static int refused_handle_type(const mt_event *e)
 {
@@ -164,4 +171,16 @@ void mt_failed_ties_allocated(mt_analysis *a, mt_failed_ties *t, mt_tracker *tr,
         if ((retried || probed) && k >= 0) drop_kept(a, t, k);
     }
     if (t->n && (e->flags & MT_EF_SEGMENT)) close_open(a, t, e, MT_FAILED_RECOVERED, -1);
+}
+
+void mt_failed_async_raised(mt_analysis *a)
+{
+    for (size_t i = 0; i < a->n_failed; i++) {
+        mt_failed_request *f = &a->failed[i];
+        if (f->kind != MT_KIND_ASYNC) continue;
+        const char *owner = f->stack ? mt_frames_owner(a->frames, f->stack, NULL) : NULL;
+        f->torch_async =
+            f->result == CU_OUT_OF_MEMORY && owner && strcmp(owner, MT_OWNER_ASYNC_ALLOCATOR) == 0;
+        if (!f->torch_async) f->torch_allocated = 0; /* no counter of PyTorch's */
+    }
 }

@@ -179,10 +179,13 @@ static const struct {
     const char *owner;
     int is_allocator;
 } owner_rules[] = {
+    /* c10::cuda::CUDACachingAllocator::CudaMallocAsync::...: the other backend, in the same
+     * namespace */
+    {"CudaMallocAsync", 0, MT_OWNER_ASYNC_ALLOCATOR, 1},
     {"CUDACachingAllocator", 0, MT_OWNER_CACHING_ALLOCATOR, 1},
-    {"BFCAllocator", 0, MT_OWNER_XLA_ALLOCATOR, 1}, /* XLA/TensorFlow (tsl::BFCAllocator) */
-    {"cublas", 1, "cuBLAS", 0},                   /* cublasCreate_v2, cublasLtMatmul */
-    {"libcublas", 1, "cuBLAS", 0},                /* libcublas.so.13+0x21815a, libcublasLt */
+    {"BFCAllocator", 0, MT_OWNER_XLA_ALLOCATOR, 1},   /* XLA/TensorFlow (tsl::BFCAllocator) */
+    {"cublas", 1, "cuBLAS", 0},                       /* cublasCreate_v2, cublasLtMatmul */
+    {"libcublas", 1, "cuBLAS", 0},                    /* libcublas.so.13+0x21815a, libcublasLt */
     {"at::cuda::getCurrentCUDABlas", 1, "cuBLAS", 0}, /* handles */
     {"at::cuda::getCUDABlasLtWorkspace", 1, "cuBLAS", 0},
     {"at::cuda::setWorkspaceForHandle", 1, "cuBLAS", 0},

@@ -51,6 +51,9 @@ int mt_snapshot_failed(mt_analysis *a, const mt_tracker *t, const mt_event *e)
     f->raised_as = -1; /* failed_ties.c says what came of it */
     const mt_usage *u = mt_tracker_usage(t, f->device, host);
     if (e->kind == MT_KIND_TENSOR) f->torch_allocated = e->aux;
+    /* backend:cudaMallocAsync's memory_allocated(): its live cudaMallocAsync bytes (torch_async,
+     * known once the stacks' names are: failed_ties.c) */
+    if (e->kind == MT_KIND_ASYNC && u) f->torch_allocated = u->by_kind[MT_KIND_ASYNC];
     if (u) {
         f->in_use = u->in_use;
         if (e->kind == MT_KIND_TENSOR || (e->flags & MT_EF_SEGMENT))

@@ -272,7 +272,7 @@ int mt_rank_summarize(mt_analysis *a, mt_rank_summary *s)
     s->end_unix_ns = a->header.start_realtime_ns + a->last_ns;
     for (size_t i = 0; i < a->n_failed && !s->has_oom; i++) {
         const mt_failed_request *f = &a->failed[i];
-        if (f->kind != MT_KIND_TENSOR) continue;
+        if (!mt_failed_is_torch_oom(f)) continue;
         s->has_oom = 1;
         s->oom_unix_ns = a->header.start_realtime_ns + f->time_ns;
         s->oom_bytes = f->bytes;
