@@ -421,13 +421,11 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         uint64_t t = mt_rel_time(e->time_ns, start);
         if (t < first_ns) first_ns = t;
         if (t > last_ns) last_ns = t;
-        if (e->op == MT_OP_FAILED) {
-            a->failed_total++;
-            int32_t kept = a->n_failed < MT_MAX_FAILED_KEPT ? (int32_t)a->n_failed : -1;
-            if (kept >= 0 && mt_snapshot_failed(a, p.t, e) < 0)
-                rc = -1;
-            else
-                mt_failed_ties_failed(a, &p.ties, e, kept);
+        /* the tracker's path of each op compiled in apart (mt_tracker_event_op, the op known):
+         * the op is tested here once, not again inside */
+        int tracked = 0;
+        if (e->op == MT_OP_FREE) {
+            tracked = mt_tracker_event_op(p.t, e, MT_OP_FREE, pass1_usage, pass1_release);
         } else if (e->op == MT_OP_ALLOC) {
             if (__builtin_expect((p.ties.n | p.ties.n_calls) != 0, 0))
                 mt_failed_ties_allocated(a, &p.ties, p.t, e);
@@ -439,10 +437,20 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
                     .device = e->device, .kind = e->kind, .stack = e->stack, .flags = e->flags};
                 if (alloc_sum_add(allocs, mt_agg_key(&l), e->bytes) < 0) rc = -1;
             }
+            if (rc == 0)
+                tracked = mt_tracker_event_op(p.t, e, MT_OP_ALLOC, pass1_usage, pass1_release);
+        } else {
+            if (e->op == MT_OP_FAILED) {
+                a->failed_total++;
+                int32_t kept = a->n_failed < MT_MAX_FAILED_KEPT ? (int32_t)a->n_failed : -1;
+                if (kept >= 0 && mt_snapshot_failed(a, p.t, e) < 0)
+                    rc = -1;
+                else
+                    mt_failed_ties_failed(a, &p.ties, e, kept);
+            }
+            if (rc == 0) tracked = mt_tracker_event_with(p.t, e, pass1_usage, pass1_release);
         }
-        /* mt_tracker_event, with the hooks p.t was made with known here */
-        if (rc == 0 && mt_tracker_event_with(p.t, e, pass1_usage, pass1_release) < 0) rc = -1;
-        if (p.oom) rc = -1;
+        if (tracked < 0 || p.oom) rc = -1;
     }
     if (a->events) { /* else both stay 0 */
         a->first_ns = first_ns;

@@ -467,6 +467,11 @@ int mt_tracker_event_rest_(mt_tracker *t, const mt_event *e, unsigned kind, unsi
 
 int mt_tracker_event(mt_tracker *t, const mt_event *e)
 {
+    /* the path of the two common ops compiled in apart: the op is tested once */
+    if (e->op == MT_OP_FREE)
+        return mt_tracker_event_op(t, e, MT_OP_FREE, t->hooks.on_usage, t->hooks.on_release);
+    if (e->op == MT_OP_ALLOC)
+        return mt_tracker_event_op(t, e, MT_OP_ALLOC, t->hooks.on_usage, t->hooks.on_release);
     return mt_tracker_event_with(t, e, t->hooks.on_usage, t->hooks.on_release);
 }
 

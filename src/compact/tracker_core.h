@@ -342,9 +342,11 @@ static inline __attribute__((always_inline)) void do_free(mt_tracker *t, const m
 
 /* mt_tracker_event, with the tracker's own hooks passed as on_usage and on_release (NULL where it
  * has none): an ALLOC or FREE of a lifetime takes the path above, everything else
- * mt_tracker_event_rest_. */
-static inline __attribute__((always_inline)) int mt_tracker_event_with(mt_tracker *t,
-                                                                     const mt_event *e,
+ * mt_tracker_event_rest_. op is e->op: a caller that has tested it passes the constant, and the
+ * tests here fold away (the op of a stream of allocations and frees is what the processor
+ * predicts worst: testing it once made `report` ~5% faster on the synthetic trace, 2026-11-28). */
+static inline __attribute__((always_inline)) int mt_tracker_event_op(mt_tracker *t,
+                                                                     const mt_event *e, unsigned op,
                                                                      mt_usage_hook on_usage,
                                                                      mt_release_hook on_release)
 {
@@ -353,13 +355,13 @@ static inline __attribute__((always_inline)) int mt_tracker_event_with(mt_tracke
     unsigned kind = e->kind < MT_KIND_MAX_ ? e->kind : MT_KIND_UNKNOWN;
     unsigned fam = family_of_kind[kind];
     /* the flag only where a lifetime or a pool starts: a release names no location */
-    int host = is_host_family(fam) || ((e->flags & MT_EF_HOST_MEMORY) && e->op != MT_OP_FREE);
+    int host = is_host_family(fam) || ((e->flags & MT_EF_HOST_MEMORY) && op != MT_OP_FREE);
     int32_t dev = host ? -1 : e->device;
-    if (!device_ok(dev) || (e->op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
+    if (!device_ok(dev) || (op == MT_OP_POOL_RESERVED && !device_ok(e->device))) {
         t->an.bad_devices++;
         return 0;
     }
-    if (e->op == MT_OP_ALLOC && kind != MT_KIND_VMM_MAP &&
+    if (op == MT_OP_ALLOC && kind != MT_KIND_VMM_MAP &&
         !(kind == MT_KIND_VMM_PHYSICAL && (e->flags & MT_EF_RETAIN))) {
         /* The recorder names every device allocation's device; one it could not (an older
          * recorder, a thread with no context) is tracked but put on no device. */
@@ -376,11 +378,20 @@ static inline __attribute__((always_inline)) int mt_tracker_event_with(mt_tracke
         if (on_usage) on_usage(t->hooks.ctx, u, now);
         return 0;
     }
-    if (e->op == MT_OP_FREE && kind != MT_KIND_VMM_MAP) {
+    if (op == MT_OP_FREE && kind != MT_KIND_VMM_MAP) {
         do_free(t, e, fam, dev, now, on_usage, on_release);
         return 0;
     }
     return mt_tracker_event_rest_(t, e, kind, fam, host, dev, now);
+}
+
+/* The same, the op read from the event. */
+static inline __attribute__((always_inline)) int mt_tracker_event_with(mt_tracker *t,
+                                                                       const mt_event *e,
+                                                                       mt_usage_hook on_usage,
+                                                                       mt_release_hook on_release)
+{
+    return mt_tracker_event_op(t, e, e->op, on_usage, on_release);
 }
 
 #endif
