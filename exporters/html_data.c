@@ -19,32 +19,26 @@
  *                                                one per stack the report names: its path in the
  *                                                chosen view (--frames) and with every frame
  *      "failed": [{"root", "t", "bytes", "kind", "result", "result_name", "in_use", "then",
- *                  "outcome", "refusals", "torch_async", "pool_free" (or null), "s",
- *                  "backward" (a stack, or null), "backward_t", "live": STACKS,
- *                  "live_rest": REST}],
- *      "devices": [{
- *        "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event",
- *        "api_peak", "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes},
- *        "alloc_bytes", "alloc_count", "free_count", "failed_count", "end_bytes", "end_count",
- *        "segments_peak", "tensors_peak", "torch_allocated_peak",
- *        "series": [name, ...],                  the labels with bytes on this device
- *        "timeline": {"t": [...], "e": [...], "total": [...], "v": [[...] per series],
- *                     "downsampled", "bucket_ns", "changes"},
- *        "nvml": {"t": [...], "v": [...]},
- *        "moments": [{"t", "e", "total", "from", "to", "peak", "s": STACKS, "rest": REST}],
- *        "peak_stacks": STACKS, "peak_rest": REST, "end_stacks": STACKS, "end_rest": REST,
- *        "end_holders": [{"holder", "kind", "bytes", "count"}],
- *        "breakdown": {"at_peak": B, "at_end": B} (GPUs),
- *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
- *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
- *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak), "endings"
- *             (how the job ended: mt_rank_ending_lines), "other_gpus" (memory of ranks on GPUs
- *             other than their own: mt_rank_foreign_lines),
- *              "stacks": [{"delta", "max_bytes", "median_bytes", "frames": [...]}]}}
- *   STACKS = [stack index, bytes, count, stack index, bytes, count, ...] (largest first)
- *   REST   = [bytes, count, stacks] of what the list leaves out (so lists add up exactly)
- * Times are ns since the trace's start; bytes and counts are exact integers (below 2^53).
- * Sizes stay bounded: the timeline by mt_moments' buckets, moments by their top, the peak's
+ *                  "outcome", "refusals", "torch_async", "cats": [[category, bytes], ...] (the
+ *                  tensors live then, largest first; [] without --tensors), "pool_free" (or null),
+ * "s", "backward" (a stack, or null), "backward_t", "live": STACKS, "live_rest": REST}], "devices":
+ * [{ "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event", "api_peak",
+ * "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes}, "alloc_bytes",
+ * "alloc_count", "free_count", "failed_count", "end_bytes", "end_count", "segments_peak",
+ * "tensors_peak", "torch_allocated_peak", "series": [name, ...],                  the labels with
+ * bytes on this device "timeline": {"t": [...], "e": [...], "total": [...], "v": [[...] per
+ * series], "downsampled", "bucket_ns", "changes"}, "nvml": {"t": [...], "v": [...]}, "moments":
+ * [{"t", "e", "total", "from", "to", "peak", "s": STACKS, "rest": REST}], "peak_stacks": STACKS,
+ * "peak_rest": REST, "end_stacks": STACKS, "end_rest": REST, "end_holders": [{"holder", "kind",
+ * "bytes", "count"}], "breakdown": {"at_peak": B, "at_end": B} (GPUs), "by_line": [{"file", "line",
+ * "function", "peak_bytes", "peak_count", "alloc_bytes", "alloc_count", "source" (when found)}]
+ * (GPUs with Python frames)}]}], "ranks": null (one trace) or {"max", "median", "min" (indexes of
+ * traces by peak), "endings" (how the job ended: mt_rank_ending_lines), "other_gpus" (memory of
+ * ranks on GPUs other than their own: mt_rank_foreign_lines), "stacks": [{"delta", "max_bytes",
+ * "median_bytes", "frames": [...]}]}} STACKS = [stack index, bytes, count, stack index, bytes,
+ * count, ...] (largest first) REST   = [bytes, count, stacks] of what the list leaves out (so lists
+ * add up exactly) Times are ns since the trace's start; bytes and counts are exact integers (below
+ * 2^53). Sizes stay bounded: the timeline by mt_moments' buckets, moments by their top, the peak's
  * flame graph by MAX_PEAK_STACKS, the by-line table by MAX_LINES.
  */
 #include <stdlib.h>
@@ -588,6 +582,18 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         strk(o, "then", mt_failed_outcome_text(a, i, then, sizeof then));
         strk(o, "outcome", mt_failed_outcome_name(f));
         u64k(o, "torch_async", f->torch_async); /* backend:cudaMallocAsync raised on it */
+        /* record --tensors: the tensors live then by category, [[name, bytes], ...] */
+        unsigned cats[MT_CAT_MAX];
+        uint64_t tensors;
+        size_t n_cats = mt_failed_categories(a, f, cats, &tensors);
+        key(o, "cats");
+        mt_out_write(o, "[", 1);
+        for (size_t k = 0; k < n_cats; k++) {
+            mt_out_puts(o, k ? ",[" : "[");
+            mt_out_json_string(o, mt_category_name(a->categories, cats[k]));
+            mt_out_printf(o, ",%llu]", (unsigned long long)f->by_category[cats[k]]);
+        }
+        mt_out_puts(o, "],");
         u64k(o, "refusals", f->driver_refusals);
         key(o, "pool_free");
         if (f->pool_free_known) mt_out_printf(o, "%llu,", (unsigned long long)f->pool_free);

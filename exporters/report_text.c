@@ -628,6 +628,18 @@ static int print_failed(mt_out *o, mt_analysis *a, const view *v)
             mt_out_puts(o, "     in autograd's backward pass (record --tensors names the "
                            "backward() call that started it)\n");
         }
+        unsigned cats[MT_CAT_MAX];
+        uint64_t tensors;
+        size_t n_cats = mt_failed_categories(a, f, cats, &tensors);
+        if (n_cats) { /* record --tensors: what filled the GPU, in the words of the peak's table */
+            mt_out_printf(o, "     tensors live at that moment, %s, by what they were for then:\n",
+                          mt_format_bytes(tensors, b1, sizeof b1));
+            for (size_t k = 0; k < n_cats; k++)
+                mt_out_printf(o, "       %5.1f%%  %10s  %s\n",
+                              100.0 * (double)f->by_category[cats[k]] / (double)tensors,
+                              mt_format_bytes(f->by_category[cats[k]], b1, sizeof b1),
+                              mt_category_name(a->categories, cats[k]));
+        }
         if (f->live.n) {
             mt_out_puts(o, "     live on the device at that moment, by stack:\n");
             if (print_stack_tree(o, a, &f->live, root, f->in_use, v) < 0) return -1;

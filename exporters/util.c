@@ -313,3 +313,21 @@ const char *mt_activity_missing(const mt_analysis *a, char *buf, size_t len)
                                                 : "unavailable");
     return buf;
 }
+
+size_t mt_failed_categories(const mt_analysis *a, const mt_failed_request *f, unsigned *cats,
+                            uint64_t *total)
+{
+    size_t n = 0;
+    *total = 0;
+    if (!f->categories_known || !a->categories) return 0;
+    size_t count = mt_category_count(a->categories);
+    for (unsigned c = MT_CAT_PARAMETERS; c < count && c < MT_CAT_MAX; c++) {
+        if (!f->by_category[c]) continue;
+        *total += f->by_category[c];
+        size_t k = n++;
+        for (; k > 0 && f->by_category[cats[k - 1]] < f->by_category[c]; k--)
+            cats[k] = cats[k - 1];
+        cats[k] = c;
+    }
+    return n;
+}

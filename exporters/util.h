@@ -29,6 +29,11 @@ const char *mt_failed_outcome_text(const mt_analysis *a, size_t i, char *buf, si
 /* The same as a word (JSON's and the HTML report's `outcome`): "raised" for a
  * torch.OutOfMemoryError and for a refusal it followed, "recovered", or "" when nothing tells. */
 const char *mt_failed_outcome_name(const mt_failed_request *f);
+/* The categories of the tensors live at failed request f (by_category), those with bytes, largest
+ * first (ties by number): written to cats[MT_CAT_MAX], their count returned (0: not known); *total:
+ * their sum. */
+size_t mt_failed_categories(const mt_analysis *a, const mt_failed_request *f, unsigned *cats,
+                            uint64_t *total);
 /* The line `line` (1-based) of a text file without its newline and leading blanks, in buf; NULL
  * when the file or the line cannot be read. Keeps the last file open between calls (src_cache).
  * The path comes from the trace: only a regular file is read (never a FIFO or a device), at most

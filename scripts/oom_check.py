@@ -14,6 +14,8 @@ failed "tensor" request, recorded in every mode) and it must say:
     is "[autograd backward]" and the node (the worker runs no Python for a C++ node), and then,
     with --tensors, backward_call names the traceback's line (the backward() call); no
     backward_call otherwise;
+  - with --tensors, by_category (the tensors live then, by category) sums to memory_allocated();
+    none without;
   - driver_refusals: 0 under a memory fraction (the driver was never asked); with
     --driver-refused at least 1, and every refused request of the allocator (a failed "device"
     or, with expandable segments, "vmm_physical" request) says what came of it: recovered, or raised as this error (raised_as: its index),
@@ -131,6 +133,13 @@ def main():
             problems.append("raised outside backward, but backward_call is %s" % bc["frame"])
     if f["outcome"] != "raised":
         problems.append("outcome %r" % f["outcome"])
+    # --tensors: the tensors live then by category add up to memory_allocated() then
+    cats = f.get("by_category")
+    if tensors and (cats is None or sum(c["bytes"] for c in cats) != st["oom_allocated"]):
+        problems.append("by_category %s, PyTorch's oom_allocated %s" % (
+            cats and sum(c["bytes"] for c in cats), st["oom_allocated"]))
+    if not tensors and cats is not None:
+        problems.append("by_category without --tensors")
     if driver_refused:
         # segments: cudaMalloc's, or expandable segments' cuMemCreate (vmm_physical)
         refused = [g for g in failed if g["kind"] in ("device", "vmm_physical")]

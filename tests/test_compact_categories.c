@@ -302,6 +302,55 @@ Test(categories, user_rules)
     cr_expect(strstr(err, ":2: want 'CATEGORY <- PATTERN'"), "%s", err);
 }
 
+/* A failed request says what its GPU's live tensors were for at that moment (by_category, the
+ * categories then: the backward pass has not ended, so its gradient is a backward temporary),
+ * each failure its own moment, their sum PyTorch's memory_allocated() then; a host request none. */
+Test(categories, failed_requests_say_what_the_tensors_were_for)
+{
+    fx f;
+    fx_open(&f, "failed_categories.mtrace");
+    stacks(&f);
+    tensor(&f, MT_OP_ALLOC, A + 0x000, 5 * MiB, 1, 2, MAIN_TID);  /* parameters */
+    tensor(&f, MT_OP_ALLOC, A + 0x100, 1 * MiB, 2, 41, MAIN_TID); /* input */
+    tensor(&f, MT_OP_ALLOC, A + 0x200, 3 * MiB, 3, 4, MAIN_TID);  /* activations */
+    tensor(&f, MT_OP_ALLOC, A + 0x300, 512, 4, 6, MAIN_TID);      /* backward's seed */
+    tensor(&f, MT_OP_ALLOC, A + 0x400, 4 * MiB, 5, 10, AUTOGRAD_TID);
+    tensor(&f, MT_OP_FAILED, 0, 8 * MiB, 6, 10, AUTOGRAD_TID);          /* #1 */
+    tensor(&f, MT_OP_FREE, A + 0x200, 0, 7, 0, AUTOGRAD_TID);           /* the activations go */
+    tensor(&f, MT_OP_FAILED, 0, 8 * MiB, 8, 10, AUTOGRAD_TID);          /* #2 */
+    fx_ev(&f, MT_OP_FAILED, MT_KIND_HOST_PINNED, -1, 0, 2 * MiB, 9, 1); /* #3: host memory */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_assert_eq(a->n_failed, 3);
+    const mt_failed_request *r = a->failed;
+    cr_assert(r[0].categories_known && r[1].categories_known);
+    cr_expect_eq(r[0].by_category[MT_CAT_PARAMETERS], 5 * MiB);
+    cr_expect_eq(r[0].by_category[MT_CAT_INPUTS], 1 * MiB);
+    cr_expect_eq(r[0].by_category[MT_CAT_ACTIVATIONS], 3 * MiB);
+    cr_expect_eq(r[0].by_category[MT_CAT_BACKWARD_TEMP], 4 * MiB + 512);
+    cr_expect_eq(r[0].by_category[MT_CAT_GRADIENTS], 0, "the pass has not ended");
+    cr_expect_eq(r[1].by_category[MT_CAT_ACTIVATIONS], 0, "freed between the two");
+    cr_expect_eq(r[1].by_category[MT_CAT_PARAMETERS], 5 * MiB);
+    cr_expect(!r[2].categories_known, "host memory");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "     tensors live at that moment, 13.00 MiB, by what they were for "
+                           "then:\n"
+                           "        38.5%    5.00 MiB  parameters\n"
+                           "        30.8%    4.00 MiB  backward temporaries\n"
+                           "        23.1%    3.00 MiB  activations\n"
+                           "         7.7%    1.00 MiB  inputs\n"),
+              "%s", text);
+    free(text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"by_category\":[{\"name\":\"parameters\",\"bytes\":5242880},"
+                           "{\"name\":\"backward temporaries\",\"bytes\":4194816},"
+                           "{\"name\":\"inputs\",\"bytes\":1048576}],"),
+              "the second, without activations: %s", json);
+    cr_expect(strstr(json, "\"by_category\":null,"), "the host request: %s", json);
+    free(json);
+    mt_analysis_free(a);
+}
+
 /* mt_category_fit_compute: exact sizes first, then larger blocks within 2 MiB, copies. */
 Test(categories, fit)
 {

@@ -1278,6 +1278,18 @@
       : '';
   }
 
+  /* record --tensors: what the tensors live at a failed request were for then, largest first */
+  function categoriesText(f) {
+    if (!f.cats || !f.cats.length) return '';
+    const sum = f.cats.reduce((s, c) => s + c[1], 0);
+    return (
+      'Tensors live then, ' +
+      fmtBytes(sum) +
+      ', by what they were for: ' +
+      f.cats.map((c) => c[0] + ' ' + fmtBytes(c[1]) + ' (' + fmtPct(c[1] / sum) + ')').join(', ')
+    );
+  }
+
   function failedTip(f) {
     const T = curTrace();
     return el(
@@ -1467,7 +1479,7 @@
       D = curDevice(),
       sec = ui.live.sec;
     const p = state.pick;
-    let title, sub, flat, rest, total;
+    let title, sub, flat, rest, total, cats = '';
     if (p && p.type === 'failed' && T.failed[p.i]) {
       const f = T.failed[p.i];
       title =
@@ -1484,6 +1496,7 @@
       flat = f.live;
       rest = f.live_rest;
       total = f.in_use;
+      cats = categoriesText(f);
     } else if (p && p.type === 'moment' && D.moments[p.i]) {
       const m = D.moments[p.i];
       title = 'What was live on ' + D.root + ' at ' + fmtRel(m.t) + ': ' + fmtBytes(m.total);
@@ -1521,6 +1534,7 @@
     const { table, sum } = stackTable(T, flat, rest, total, 'live-table');
     sec.replaceChildren(
       el('h2', null, title, ' ', el('span', { class: 'sub', text: '— ' + sub })),
+      cats ? el('p', { class: 'cats', text: cats }) : null,
       /* a span with nothing live (a process between two uses of a GPU): no empty table */
       flat.length || (rest && rest[0])
         ? el('div', { class: 'scroll' }, table)

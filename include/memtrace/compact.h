@@ -535,6 +535,12 @@ typedef struct mt_failed_request {
      * driver refused for memory is the torch.OutOfMemoryError itself, raised at once (it has no
      * cache to free and does not ask again). Set by mt_analyze (failed_ties.c). */
     uint8_t torch_async;
+    /* record --tensors, a GPU's request: the tensors live on its device at that moment by what
+     * they were for then (mt_category; until a backward pass ends, a gradient it handed to .grad
+     * without a copy counts among its backward temporaries). Their sum is the live tensor bytes
+     * then: PyTorch's memory_allocated(). Set by mt_analyze (failure_replay.c). */
+    int categories_known;
+    uint64_t by_category[MT_CAT_MAX];
 } mt_failed_request;
 
 /* The request is a torch.OutOfMemoryError: the caching allocator's report, or torch_async. */

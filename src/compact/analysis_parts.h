@@ -112,10 +112,30 @@ void mt_failed_async_raised(mt_analysis *a);
 
 /* ---- the backward() call of a failed request (backward_calls.c) ------------------------------ */
 
-/* Sets backward_stack and backward_time_ns of the kept failed requests made by autograd's worker
- * threads, reading the trace (a->fd) again up to the last of them; reads nothing when there is
- * none, or when the trace cannot tell (mt_backward_calls_recorded). -1 with err set when the trace
- * cannot be read again or memory runs out. */
-int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen);
+/* The latest allocation seen whose stack passes through backward(): its caller and time. */
+typedef struct mt_backward_seen {
+    mt_u64map memo; /* stack -> a: its caller (0: none), b: 1 */
+    uint32_t call;
+    uint64_t call_time;
+} mt_backward_seen;
+
+/* 1 when f is a request of autograd's workers in a trace that can name its backward() call. */
+int mt_backward_wanted(mt_analysis *a, const mt_failed_request *f);
+/* Feeds one event read in the order of the trace; -1 when memory runs out. */
+int mt_backward_see(mt_analysis *a, mt_backward_seen *s, const mt_event *e);
+/* At f's event: sets its backward_stack and backward_time_ns when it wants them and a call was
+ * seen. */
+void mt_backward_name(mt_analysis *a, const mt_backward_seen *s, mt_failed_request *f);
+void mt_backward_seen_free(mt_backward_seen *s);
+
+/* ---- the failure replay (failure_replay.c) ------------------------------------------------------
+ */
+
+/* Reads the trace (a->fd) again up to the last kept failed request that wants what pass 1 cannot
+ * know at its moment: the backward() call of autograd's workers' (backward_calls.c), and with
+ * tensors the categories of the tensors live on its GPU then (by_category). Reads nothing when no
+ * failure wants either. -1 with err set when the trace cannot be read again or memory runs
+ * out. */
+int mt_failure_replay(mt_analysis *a, char *err, size_t errlen);
 
 #endif

@@ -526,7 +526,7 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
     if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
         run_pass1(a, opt, err, errlen, &peaks_done) < 0 ||
         (!peaks_done && mt_peaks_replay(a, opt, err, errlen) < 0) ||
-        (mt_failed_async_raised(a), mt_failed_backward_calls(a, err, errlen) < 0)) {
+        (mt_failed_async_raised(a), mt_failure_replay(a, err, errlen) < 0)) {
         if (err && errlen && !err[0]) mt_err_text(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;

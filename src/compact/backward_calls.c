@@ -15,14 +15,13 @@
  * from the caching allocator's cache unseen, and nothing is named: the segments it grows now and
  * then would name a call that may be long past, so they are not read.
  *
- * What it costs: one more read of the trace, up to the last such failure, only for a trace that
- * has one (they end most runs that have them, so that is most of the trace); nothing otherwise.
- * Memory: a map of the stacks of those allocations seen, bounded by the trace's stack nodes.
+ * What it costs: a map lookup per such allocation during the failure replay (failure_replay.c:
+ * one more read of the trace, up to the last failure that wants it). Memory: a map of the stacks
+ * of those allocations seen, bounded by the trace's stack nodes.
  */
 #include <string.h>
 
 #include "analysis_parts.h"
-#include "err_text.h" /* src/util: mt_err_text */
 
 /* A failed request made by one of autograd's workers: a stack rooted at "[autograd backward]", or
  * a worker running a Python backward (autograd.Function): its thread is named pt_autograd_N. */
@@ -62,44 +61,31 @@ int mt_backward_calls_recorded(const mt_analysis *a)
     return 0;
 }
 
-int mt_failed_backward_calls(mt_analysis *a, char *err, size_t errlen)
+int mt_backward_wanted(mt_analysis *a, const mt_failed_request *f)
 {
-    if (!mt_backward_calls_recorded(a)) return 0; /* the calls are not in the trace */
-    uint64_t last = 0;
-    for (size_t i = 0; i < a->n_failed; i++)
-        if (by_autograd_worker(a, &a->failed[i]) && a->failed[i].event_index > last)
-            last = a->failed[i].event_index;
-    if (!last) return 0;
-    mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
-    if (!r) return -1;
-    mt_u64map memo = {0};
-    uint64_t events = 0, call_time = 0;
-    uint32_t call = 0;
-    size_t next = 0; /* failed[] is in the order of the events */
-    int rc = 0;
-    mt_record rec;
-    while (rc == 0 && events < last && mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type != MT_REC_EVENT) continue;
-        const mt_event *e = &rec.u.event;
-        events++;
-        uint32_t c = 0;
-        if (per_tensor(e) && e->stack) {
-            if (caller_of(a, &memo, e->stack, &c) < 0) rc = -1;
-            if (c) {
-                call = c;
-                call_time = mt_rel_time(e->time_ns, a->header.start_monotonic_ns);
-            }
-        }
-        for (; next < a->n_failed && a->failed[next].event_index <= events; next++) {
-            mt_failed_request *f = &a->failed[next];
-            if (f->event_index == events && call && by_autograd_worker(a, f)) {
-                f->backward_stack = call;
-                f->backward_time_ns = call_time;
-            }
-        }
+    return mt_backward_calls_recorded(a) && by_autograd_worker(a, f);
+}
+
+int mt_backward_see(mt_analysis *a, mt_backward_seen *s, const mt_event *e)
+{
+    if (!per_tensor(e) || !e->stack) return 0;
+    uint32_t c = 0;
+    if (caller_of(a, &s->memo, e->stack, &c) < 0) return -1;
+    if (c) {
+        s->call = c;
+        s->call_time = mt_rel_time(e->time_ns, a->header.start_monotonic_ns);
     }
-    if (rc < 0) mt_err_text(err, errlen, "%s: out of memory", a->path);
-    mt_u64map_destroy(&memo);
-    mt_reader_close(r);
-    return rc;
+    return 0;
+}
+
+void mt_backward_name(mt_analysis *a, const mt_backward_seen *s, mt_failed_request *f)
+{
+    if (!s->call || !mt_backward_wanted(a, f)) return;
+    f->backward_stack = s->call;
+    f->backward_time_ns = s->call_time;
+}
+
+void mt_backward_seen_free(mt_backward_seen *s)
+{
+    mt_u64map_destroy(&s->memo);
 }
