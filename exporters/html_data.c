@@ -19,9 +19,9 @@
  *                                                one per stack the report names: its path in the
  *                                                chosen view (--frames) and with every frame
  *      "failed": [{"root", "t", "bytes", "kind", "result", "result_name", "in_use", "then",
- *                  "outcome", "refusals", "torch_async", "cats": [[category, bytes], ...] (the
- *                  tensors live then, largest first; [] without --tensors), "pool_free" (or null),
- * "s", "backward" (a stack, or null), "backward_t", "live": STACKS, "live_rest": REST}], "devices":
+ *                  "outcome", "refusals", "torch_async", "allocated", "cats": [[category, bytes],
+ * ...] (the tensors live then, largest first; [] without --tensors), "pool_free" (or null), "s",
+ * "backward" (a stack, or null), "backward_t", "live": STACKS, "live_rest": REST}], "devices":
  * [{ "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event", "api_peak",
  * "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes}, "alloc_bytes",
  * "alloc_count", "free_count", "failed_count", "end_bytes", "end_count", "segments_peak",
@@ -582,6 +582,8 @@ static int failed(mt_out *o, mt_analysis *a, tables *t)
         strk(o, "then", mt_failed_outcome_text(a, i, then, sizeof then));
         strk(o, "outcome", mt_failed_outcome_name(f));
         u64k(o, "torch_async", f->torch_async); /* backend:cudaMallocAsync raised on it */
+        /* a torch.OutOfMemoryError: PyTorch's memory_allocated() then; 0 for any other */
+        u64k(o, "allocated", mt_failed_is_torch_oom(f) ? f->torch_allocated : 0);
         /* record --tensors: the tensors live then by category, [[name, bytes], ...] */
         unsigned cats[MT_CAT_MAX];
         uint64_t tensors;

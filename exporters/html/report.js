@@ -526,6 +526,41 @@
     );
   }
 
+  /* what most likely ended the run, first: the device's first torch.OutOfMemoryError (the caching
+   * allocator's, or a refusal backend:cudaMallocAsync raised on); a click shows what was live */
+  function oomCard(T, D) {
+    const all = T.failed.filter((f) => f.root === D.root && (f.kind === 'tensor' || f.torch_async));
+    if (!all.length) return null;
+    const f = all[0],
+      i = T.failed.indexOf(f);
+    return el(
+      'div',
+      {
+        class: 'oom clickable',
+        dataset: { field: 'oom', failed: i },
+        title: 'click: what was live then',
+        onclick: () => {
+          pick({ type: 'failed', i });
+          ui.live.sec.scrollIntoView({ block: 'nearest' });
+        },
+      },
+      el('div', { class: 'k', text: 'out of memory' }),
+      el('div', { class: 'v peak', text: fmtBytes(f.bytes) }),
+      el('div', {
+        class: 'd',
+        text:
+          'torch.OutOfMemoryError at ' +
+          fmtRel(f.t) +
+          ', with ' +
+          fmtBytes(f.allocated) +
+          ' allocated; by ' +
+          T.firstUser(f.s) +
+          backwardText(T, f) +
+          (all.length > 1 ? '; ' + all.length + ' in all' : ''),
+      }),
+    );
+  }
+
   function summary() {
     const T = curTrace(),
       D = curDevice();
@@ -540,6 +575,7 @@
       text: fmtBytes(D.peak),
     });
     const cards = [
+      oomCard(T, D),
       card(
         'peak',
         peakV,

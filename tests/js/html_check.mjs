@@ -355,6 +355,28 @@ async function interact(page, name, d, trace) {
       `${name}: live at the failed request ${live.total}/${live.sum} != ${fails[0].in_use_bytes}`,
     );
   }
+  // a torch.OutOfMemoryError (the caching allocator's, or backend:cudaMallocAsync's refusal): a
+  // card first, which shows what was live at the first one, with its tensors' categories
+  const ooms = fails.filter((f) => f.kind === 'tensor' || (f.kind === 'async' && f.outcome === 'raised'));
+  const card = await page.eval(
+    '(() => { const c = document.querySelector("#summary [data-field=oom]"); return c ? {...c.dataset} : null; })()',
+  );
+  check(!!card === ooms.length > 0, `${name}: an out-of-memory card: ${!!card}, errors: ${ooms.length}`);
+  if (card && ooms.length) {
+    await clickOn(page, '#summary [data-field=oom]');
+    const live = await page.eval('({...document.querySelector("#live").dataset})');
+    const at = trace.failed_requests.indexOf(ooms[0]);
+    check(
+      live.pick === 'failed:' + at && Number(card.failed) === at && Number(live.total) === ooms[0].in_use_bytes,
+      `${name}: the out-of-memory card showed ${live.pick} (${live.total}), not failed:${at}`,
+    );
+    const cats = await page.eval('(document.querySelector("#live p.cats") || {}).textContent || ""');
+    const want = (ooms[0].by_category || []).map((c) => c.name);
+    check(
+      want.every((n) => cats.includes(n + ' ')) && !cats === !want.length,
+      `${name}: the categories at the error read "${cats}", want ${want}`,
+    );
+  }
 }
 
 async function fixtures(browser) {
