@@ -235,13 +235,16 @@ Test(record_clock, a_stamp_taken_after_another_threads_is_not_earlier)
 
 static _Atomic int handler_bad, handler_runs;
 
-/* The thread's copy is one function (read as mt_clock_now reads it: again if a handler
- * refreshed it meanwhile). */
+/* The thread's copy is one function (read as mt_clock_now reads it: tsc first, again if a
+ * handler refreshed it meanwhile). */
 static int copy_consistent(void)
 {
     mt_clock_copy c;
     do {
-        c = mt_clock_tls;
+        c.tsc = mt_clock_tls.tsc;
+        atomic_signal_fence(memory_order_seq_cst);
+        c.span = mt_clock_tls.span;
+        c.ns = mt_clock_tls.ns;
         atomic_signal_fence(memory_order_seq_cst);
     } while (c.tsc != mt_clock_tls.tsc);
     if (!c.span) return 1; /* between refreshes: the next stamp takes the slow path */
@@ -275,6 +278,26 @@ Test(record_clock, a_signal_handler_stamping_during_a_refresh_leaves_a_whole_cop
     cr_assert_gt(atomic_load(&handler_runs), 100, "the handler ran %d times", atomic_load(&handler_runs));
     cr_assert_eq(bad + atomic_load(&handler_bad), 0, "%d + %d copies were not one function", bad,
                  atomic_load(&handler_bad));
+}
+
+/* What a signal handler does when it interrupts this thread's refresh: its stamp is the
+ * function's, and the copy being written is left alone (it would otherwise be half the
+ * handler's, half the interrupted refresh's: the stress test above caught that under load). */
+Test(record_clock, a_stamp_during_a_refresh_leaves_the_copy_to_it)
+{
+    start_on_tsc();
+    mt_clock_now();
+    mt_clock_tls.span = 0; /* as the refresh leaves it before its fields */
+    mt_clock_tls.tsc = 1;
+    mt_clock_tls.writing = 1;
+    uint64_t a = mono(), s = mt_clock_now(), b = mono();
+    cr_expect(s + 1000 >= a && s <= b + 1000, "the function's stamp: %llu in [%llu, %llu]",
+              (unsigned long long)s, (unsigned long long)a, (unsigned long long)b);
+    cr_expect_eq(mt_clock_tls.tsc, 1, "the copy was written");
+    cr_expect_eq(mt_clock_tls.span, 0);
+    mt_clock_tls.writing = 0;
+    mt_clock_now();
+    cr_expect(mt_clock_tls.span && mt_clock_tls.tsc != 1, "refreshed once the refresh is done");
 }
 
 Test(record_clock, memtrace_clock_monotonic_keeps_clock_gettime_and_still_measures_the_rate)

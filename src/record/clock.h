@@ -53,6 +53,7 @@ typedef struct mt_clock_copy {
     uint64_t tsc, ns, mult, span, recheck;
     uint64_t rare_ns;    /* rare_work.h: this thread's rare work so far, ns */
     uint32_t rare_depth; /* rare_work.h: sections open */
+    uint32_t writing;    /* a refresh of this copy is under way on this thread (mt_clock_slow) */
 } __attribute__((aligned(64))) mt_clock_copy;
 
 extern __thread mt_clock_copy mt_clock_tls;
@@ -61,8 +62,9 @@ uint64_t mt_clock_monotonic(void);   /* clock_gettime(CLOCK_MONOTONIC), ns */
 uint64_t mt_clock_slow(void);        /* the stamp when this thread's copy is stale or unusable */
 
 /* Now, in CLOCK_MONOTONIC ns. Safe in signal handlers: a handler that interrupts the copy's
- * refresh refreshes it itself, and the interrupted refresh then writes a whole, older copy; one
- * that refreshes it while this thread reads it sends the reader to the slow path. */
+ * refresh finds it unusable (span 0) and takes the slow path's value without touching the copy
+ * (writing); one that refreshes it while this thread reads it changes its tsc, which the reader
+ * loaded first and checks again, and sends the reader to the slow path. */
 static inline uint64_t mt_clock_now(void)
 {
 #if defined(__x86_64__)
@@ -72,7 +74,9 @@ static inline uint64_t mt_clock_now(void)
      * here, tests/test_record_clock.c). rdtscp reads the counter once every load before it is
      * done, as the vDSO's lfence + rdtsc does, but unlike lfence it lets the instructions after
      * it start meanwhile: the stack capture's first misses overlap with the wait. */
-    uint64_t tsc = c->tsc, span = c->span, ns = c->ns, mult = c->mult;
+    uint64_t tsc = c->tsc;
+    atomic_signal_fence(memory_order_seq_cst); /* tsc first: the check below covers the rest */
+    uint64_t span = c->span, ns = c->ns, mult = c->mult;
     unsigned aux;
     uint64_t d = __rdtscp(&aux) - tsc;
     /* A signal handler that stamped between these loads may have refreshed the copy: then its
