@@ -36,12 +36,13 @@ static void keep_categories(mt_tracker *t, mt_failed_request *f)
 int mt_failure_replay(mt_analysis *a, char *err, size_t errlen)
 {
     uint64_t last = 0;
-    int categorize = 0;
+    int categorize = 0, calls = 0;
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
-        int cats = wants_categories(a, f);
+        int cats = wants_categories(a, f), call = mt_backward_wanted(a, f);
         categorize |= cats;
-        if ((cats || mt_backward_wanted(a, f)) && f->event_index > last) last = f->event_index;
+        calls |= call;
+        if ((cats || call) && f->event_index > last) last = f->event_index;
     }
     if (!last) return 0;
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
@@ -58,12 +59,12 @@ int mt_failure_replay(mt_analysis *a, char *err, size_t errlen)
         if (rec.type != MT_REC_EVENT) continue;
         const mt_event *e = &rec.u.event;
         events++;
-        if (mt_backward_see(a, &seen, e) < 0) rc = -1;
+        if (calls && mt_backward_see(a, &seen, e) < 0) rc = -1;
         /* before its own event: a failed request changes no category */
         for (; next < a->n_failed && a->failed[next].event_index <= events; next++) {
             mt_failed_request *f = &a->failed[next];
             if (f->event_index != events) continue;
-            mt_backward_name(a, &seen, f);
+            if (calls) mt_backward_name(a, &seen, f);
             if (t && wants_categories(a, f)) keep_categories(t, f);
         }
         if (t && mt_tracker_event(t, e) < 0) rc = -1;
