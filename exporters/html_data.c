@@ -19,26 +19,34 @@
  *                                                one per stack the report names: its path in the
  *                                                chosen view (--frames) and with every frame
  *      "failed": [{"root", "t", "bytes", "kind", "result", "result_name", "in_use", "then",
- *                  "outcome", "refusals", "torch_async", "allocated", "cats": [[category, bytes],
- * ...] (the tensors live then, largest first; [] without --tensors), "pool_free" (or null), "s",
- * "backward" (a stack, or null), "backward_t", "live": STACKS, "live_rest": REST}], "devices":
- * [{ "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event", "api_peak",
- * "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes}, "alloc_bytes",
- * "alloc_count", "free_count", "failed_count", "end_bytes", "end_count", "segments_peak",
- * "tensors_peak", "torch_allocated_peak", "series": [name, ...],                  the labels with
- * bytes on this device "timeline": {"t": [...], "e": [...], "total": [...], "v": [[...] per
- * series], "downsampled", "bucket_ns", "changes"}, "nvml": {"t": [...], "v": [...]}, "moments":
- * [{"t", "e", "total", "from", "to", "peak", "s": STACKS, "rest": REST}], "peak_stacks": STACKS,
- * "peak_rest": REST, "end_stacks": STACKS, "end_rest": REST, "end_holders": [{"holder", "kind",
- * "bytes", "count"}], "breakdown": {"at_peak": B, "at_end": B} (GPUs), "by_line": [{"file", "line",
- * "function", "peak_bytes", "peak_count", "alloc_bytes", "alloc_count", "source" (when found)}]
- * (GPUs with Python frames)}]}], "ranks": null (one trace) or {"max", "median", "min" (indexes of
- * traces by peak), "endings" (how the job ended: mt_rank_ending_lines), "other_gpus" (memory of
- * ranks on GPUs other than their own: mt_rank_foreign_lines), "stacks": [{"delta", "max_bytes",
- * "median_bytes", "frames": [...]}]}} STACKS = [stack index, bytes, count, stack index, bytes,
- * count, ...] (largest first) REST   = [bytes, count, stacks] of what the list leaves out (so lists
- * add up exactly) Times are ns since the trace's start; bytes and counts are exact integers (below
- * 2^53). Sizes stay bounded: the timeline by mt_moments' buckets, moments by their top, the peak's
+ *                  "outcome", "refusals", "torch_async", "allocated" (a torch.OutOfMemoryError:
+ *                  memory_allocated() then, else 0), "cats": [[category, bytes], ...] (the
+ *                  tensors live then, largest first; [] without --tensors), "pool_free" (or
+ *                  null), "s", "backward" (a stack, or null), "backward_t",
+ *                  "live": STACKS, "live_rest": REST}],
+ *      "devices": [{
+ *        "root", "name", "capacity", "is_host", "peak", "peak_time_ns", "peak_event",
+ *        "api_peak", "api_peak_time_ns", "driver_at_peak", "by_kind_at_peak": {kind: bytes},
+ *        "alloc_bytes", "alloc_count", "free_count", "failed_count", "end_bytes", "end_count",
+ *        "segments_peak", "tensors_peak", "torch_allocated_peak",
+ *        "series": [name, ...],                  the labels with bytes on this device
+ *        "timeline": {"t": [...], "e": [...], "total": [...], "v": [[...] per series],
+ *                     "downsampled", "bucket_ns", "changes"},
+ *        "nvml": {"t": [...], "v": [...]},
+ *        "moments": [{"t", "e", "total", "from", "to", "peak", "s": STACKS, "rest": REST}],
+ *        "peak_stacks": STACKS, "peak_rest": REST, "end_stacks": STACKS, "end_rest": REST,
+ *        "end_holders": [{"holder", "kind", "bytes", "count"}],
+ *        "breakdown": {"at_peak": B, "at_end": B} (GPUs),
+ *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
+ *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
+ *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak), "endings"
+ *             (how the job ended: mt_rank_ending_lines), "other_gpus" (memory of ranks on GPUs
+ *             other than their own: mt_rank_foreign_lines),
+ *              "stacks": [{"delta", "max_bytes", "median_bytes", "frames": [...]}]}}
+ *   STACKS = [stack index, bytes, count, stack index, bytes, count, ...] (largest first)
+ *   REST   = [bytes, count, stacks] of what the list leaves out (so lists add up exactly)
+ * Times are ns since the trace's start; bytes and counts are exact integers (below 2^53).
+ * Sizes stay bounded: the timeline by mt_moments' buckets, moments by their top, the peak's
  * flame graph by MAX_PEAK_STACKS, the by-line table by MAX_LINES.
  */
 #include <stdlib.h>

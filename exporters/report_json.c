@@ -587,19 +587,20 @@ static int trace_object(mt_out *o, mt_analysis *a, const mt_report_options *ro)
         uint64_t tensors;
         size_t n_cats = mt_failed_categories(a, f, cats, &tensors);
         key(o, "by_category");
-        if (!f->categories_known)
-            mt_out_puts(o, "null,");
-        else
+        if (f->categories_known) {
             mt_out_write(o, "[", 1);
-        for (size_t k = 0; k < n_cats; k++) {
-            mt_out_puts(o, k ? ",{" : "{");
-            key(o, "name");
-            mt_out_json_string(o, mt_category_name(a->categories, cats[k]));
-            mt_out_write(o, ",", 1);
-            u64f(o, "bytes", f->by_category[cats[k]], 0);
-            mt_out_write(o, "}", 1);
+            for (size_t k = 0; k < n_cats; k++) {
+                mt_out_puts(o, k ? ",{" : "{");
+                key(o, "name");
+                mt_out_json_string(o, mt_category_name(a->categories, cats[k]));
+                mt_out_write(o, ",", 1);
+                u64f(o, "bytes", f->by_category[cats[k]], 0);
+                mt_out_write(o, "}", 1);
+            }
+            mt_out_puts(o, "],");
+        } else {
+            mt_out_puts(o, "null,");
         }
-        if (f->categories_known) mt_out_puts(o, "],");
         mt_stack_stat self = {.stack = f->stack, .driver = f->kind == MT_KIND_DRIVER};
         mt_stack_list one = {&self, 1};
         key(o, "stack");

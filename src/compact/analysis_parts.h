@@ -5,6 +5,7 @@
  *   peak_replay.c   what was live at each device's peak: pass 2, or pass 1's kept lists
  *   failed_ties.c   what came of a failed request of PyTorch's allocator (recovered, or raised)
  *   backward_calls.c  which backward() call a failed request of autograd's workers belongs to
+ *   failure_replay.c  what a failed request needs pass 1 cannot know then, read again up to it
  */
 #ifndef MT_COMPACT_ANALYSIS_PARTS_H
 #define MT_COMPACT_ANALYSIS_PARTS_H
@@ -128,8 +129,7 @@ int mt_backward_see(mt_analysis *a, mt_backward_seen *s, const mt_event *e);
 void mt_backward_name(mt_analysis *a, const mt_backward_seen *s, mt_failed_request *f);
 void mt_backward_seen_free(mt_backward_seen *s);
 
-/* ---- the failure replay (failure_replay.c) ------------------------------------------------------
- */
+/* ---- the failure replay (failure_replay.c) --------------------------------------------------- */
 
 /* Reads the trace (a->fd) again up to the last kept failed request that wants what pass 1 cannot
  * know at its moment: the backward() call of autograd's workers' (backward_calls.c), and with

@@ -554,8 +554,7 @@ const char *mt_frames_short_path(const mt_frames *f, const char *path)
     return short_path(f, path);
 }
 
-/* ---- autograd's backward pass ------------------------------------------------------------------
- */
+/* ---- autograd's backward pass ---------------------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suffix)
 {
