@@ -351,6 +351,64 @@ Test(categories, failed_requests_say_what_the_tensors_were_for)
     mt_analysis_free(a);
 }
 
+/* The SGD trace above; `tail`: then a fourth step's forward that frees the momentum buffer (live at
+ * the peak) and fails. */
+static void sgd_trace(fx *f, const char *name, int tail)
+{
+    fx_open(f, name);
+    stacks(f);
+    uint64_t t = 1;
+    tensor(f, MT_OP_ALLOC, A, 4 * MiB, t++, 2, MAIN_TID);
+    for (int step = 0; step < 3; step++) {
+        uint64_t o = (uint64_t)(step + 1) << 32;
+        tensor(f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
+        tensor(f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
+        if (step == 0) tensor(f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID);
+    }
+    if (tail) {
+        tensor(f, MT_OP_ALLOC, A + 0x400, 2 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + 0x300, 0, t++, 0, MAIN_TID);
+        tensor(f, MT_OP_FAILED, 0, 64 * MiB, t++, 4, MAIN_TID);
+    }
+    fx_close(f);
+}
+
+/* Pass 2 is done with the peak's categories two steps before the failure, and reads on for it
+ * alone (failure_replay.c): the peak's figures are those of the trace without the failure (the
+ * momentum buffer, live at the peak and freed after pass 2 was done, counted once), and the
+ * failure has the categories of its own moment. */
+Test(categories, a_failure_after_the_peak_is_settled)
+{
+    fx plain, failing;
+    sgd_trace(&plain, "sgd_plain.mtrace", 0);
+    sgd_trace(&failing, "sgd_failing.mtrace", 1);
+    mt_analysis *p = fx_analyze(plain.path), *a = fx_analyze(failing.path);
+    const mt_device_report *dp = fx_dev(p, 0), *d = fx_dev(a, 0);
+    cr_expect_eq(d->u.peak, 16 * MiB);
+    cr_expect_eq(d->u.peak_seq, dp->u.peak_seq);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OPTIMIZER_STATE], 4 * MiB, "counted once");
+    cr_expect_arr_eq(d->by_category_at_peak, dp->by_category_at_peak,
+                     sizeof d->by_category_at_peak);
+    cr_expect_arr_eq(d->by_category_after_backward, dp->by_category_after_backward,
+                     sizeof d->by_category_after_backward);
+    cr_assert_eq(d->peak_stacks.n, dp->peak_stacks.n);
+    for (size_t i = 0; i < d->peak_stacks.n; i++) {
+        cr_expect_eq(d->peak_stacks.v[i].stack, dp->peak_stacks.v[i].stack);
+        cr_expect_eq(d->peak_stacks.v[i].bytes, dp->peak_stacks.v[i].bytes);
+        cr_expect_eq(d->peak_stacks.v[i].category, dp->peak_stacks.v[i].category);
+    }
+    cr_assert_eq(a->n_failed, 1);
+    const mt_failed_request *r = &a->failed[0];
+    cr_assert(r->categories_known);
+    cr_expect_eq(r->by_category[MT_CAT_PARAMETERS], 4 * MiB);
+    cr_expect_eq(r->by_category[MT_CAT_ACTIVATIONS], 2 * MiB);
+    cr_expect_eq(r->by_category[MT_CAT_OPTIMIZER_STATE], 0, "freed before the failure");
+    mt_analysis_free(a);
+    mt_analysis_free(p);
+}
+
 /* mt_category_fit_compute: exact sizes first, then larger blocks within 2 MiB, copies. */
 Test(categories, fit)
 {

@@ -5,7 +5,7 @@
  *   peak_replay.c   what was live at each device's peak: pass 2, or pass 1's kept lists
  *   failed_ties.c   what came of a failed request of PyTorch's allocator (recovered, or raised)
  *   backward_calls.c  which backward() call a failed request of autograd's workers belongs to
- *   failure_replay.c  what a failed request needs pass 1 cannot know then, read again up to it
+ *   failure_replay.c  what a failed request needs pass 1 cannot know then, taken in a replay
  */
 #ifndef MT_COMPACT_ANALYSIS_PARTS_H
 #define MT_COMPACT_ANALYSIS_PARTS_H
@@ -57,7 +57,8 @@ typedef struct mt_peak_keep {
 } mt_peak_keep;
 
 /* Pass 2: replays the trace (a->fd) up to the last device's peak, or with tensors until their
- * categories are known, and fills each device's peak_stacks, at_peak breakdown and category sums.
+ * categories are known, and fills each device's peak_stacks, at_peak breakdown and category sums;
+ * it feeds the failure watch (failure_replay.c) on the way, and reads on for it if it has to.
  * -1 with err set when the trace cannot be read again or memory runs out. */
 int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen);
 /* The same from pass 1's kept lists (keep: by slot key) and its tracker's live set. -1: out of
@@ -131,11 +132,32 @@ void mt_backward_seen_free(mt_backward_seen *s);
 
 /* ---- the failure replay (failure_replay.c) --------------------------------------------------- */
 
-/* Reads the trace (a->fd) again up to the last kept failed request that wants what pass 1 cannot
- * know at its moment: the backward() call of autograd's workers' (backward_calls.c), and with
- * tensors the categories of the tensors live on its GPU then (by_category). Reads nothing when no
- * failure wants either. -1 with err set when the trace cannot be read again or memory runs
- * out. */
+/* What the kept failed requests want from a replay: the backward() call of autograd's workers'
+ * (backward_calls.c), and with tensors the categories of the tensors live on their GPU then
+ * (by_category). A replay feeds it every event, in the order of the trace, until it wants no
+ * more: up to the last failure that wants either. */
+typedef struct mt_failure_watch {
+    uint64_t last;   /* the event index of the last failure that wants anything; 0: none does */
+    uint64_t events; /* events fed so far */
+    size_t next;     /* the next of a->failed[] (in the order of the events) */
+    int categorize;  /* a failure wants categories: the replay's tracker must have them */
+    int calls;       /* a failure wants its backward() call */
+    mt_backward_seen seen;
+} mt_failure_watch;
+
+void mt_failure_watch_begin(mt_analysis *a, mt_failure_watch *w);
+static inline int mt_failure_watch_wants(const mt_failure_watch *w)
+{
+    return w->events < w->last;
+}
+/* e, before t (the replay's tracker, with a->categories when w->categorize) applies it. -1 when
+ * memory runs out. */
+int mt_failure_watch_event(mt_analysis *a, mt_failure_watch *w, const mt_event *e, mt_tracker *t);
+void mt_failure_watch_end(mt_failure_watch *w);
+
+/* The watch fed by a read of its own, for a trace that has no pass 2 (mt_peaks_replay feeds it
+ * otherwise): up to the last failure that wants anything; nothing is read when none does. -1
+ * with err set when the trace cannot be read again or memory runs out. */
 int mt_failure_replay(mt_analysis *a, char *err, size_t errlen);
 
 #endif

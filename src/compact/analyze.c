@@ -9,7 +9,10 @@
  *   pass 2  with tensors only: events, through a fresh tracker, until the last device's peak
  *           event: what was live at each device's peak is aggregated by stack (peak_replay.c),
  *           the tracker gives each tensor its category (categories.c), and the replay goes on
- *           past the peak until the phase of the peak has ended.
+ *           past the peak until the phase of the peak has ended; on the way it takes what the
+ *           kept failed requests need (failure_replay.c), and reads on up to the last of them
+ *           if it has to. Without tensors a failure that needs it (its backward() call) has a
+ *           read of its own.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  *
  * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,
@@ -24,7 +27,8 @@
  *
  * This file is pass 1 and the analysis as a whole; the parts with a job of their own are
  * nvml_pairing.c (NVML's samples against the live bytes), live_sets.c (the live set at a failed
- * request and at the end) and peak_replay.c (what was live at each peak: pass 2).
+ * request and at the end), peak_replay.c (what was live at each peak: pass 2) and
+ * failure_replay.c (what a failed request needs that pass 1 cannot know at its moment).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -523,10 +527,14 @@ int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **ou
         mt_analysis_free(a);
         return -1;
     }
-    if (!a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ||
-        run_pass1(a, opt, err, errlen, &peaks_done) < 0 ||
-        (!peaks_done && mt_peaks_replay(a, opt, err, errlen) < 0) ||
-        (mt_failed_async_raised(a), mt_failure_replay(a, err, errlen) < 0)) {
+    int rc = !a->path || !a->comm || !a->cmdline || !a->hostname || !a->frames ? -1 : 0;
+    if (rc == 0) rc = run_pass1(a, opt, err, errlen, &peaks_done);
+    if (rc == 0) {
+        mt_failed_async_raised(a); /* by the stacks' names, known once pass 1 is done */
+        /* pass 2 feeds the failure watch on the way; without it, the watch reads on its own */
+        rc = peaks_done ? mt_failure_replay(a, err, errlen) : mt_peaks_replay(a, opt, err, errlen);
+    }
+    if (rc < 0) {
         if (err && errlen && !err[0]) mt_err_text(err, errlen, "%s: out of memory", path);
         mt_analysis_free(a);
         return -1;

@@ -15,9 +15,9 @@
  * from the caching allocator's cache unseen, and nothing is named: the segments it grows now and
  * then would name a call that may be long past, so they are not read.
  *
- * What it costs: a map lookup per such allocation during the failure replay (failure_replay.c:
- * one more read of the trace, up to the last failure that wants it). Memory: a map of the stacks
- * of those allocations seen, bounded by the trace's stack nodes.
+ * What it costs: a map lookup per such allocation up to the last failure that wants it, in pass 2
+ * or, without tensors, in a read of its own (failure_replay.c). Memory: a map of the stacks of
+ * those allocations seen, bounded by the trace's stack nodes.
  */
 #include <string.h>
 

@@ -1,19 +1,21 @@
-/* The trace read once more, up to its last kept failed request, for what pass 1 cannot know at
- * that moment.
+/* What a kept failed request needs that pass 1 cannot know at its moment, taken in a replay of the
+ * trace: pass 2's when there is one (peak_replay.c), else a read of its own up to the failure.
  *
  * Why: pass 1 reads the trace once, in order, and some of what a failure needs is only known
  * later. The backward() call that started a backward pass is found among allocations of another
  * thread by their stacks' Python frames (backward_calls.c). And what the tensors live at the
  * failure were for (parameters, activations, gradients of activations...) takes their stacks'
  * names, which `record` writes after the run (SYMBOL records at the end of the trace), so pass 1
- * cannot categorize them: this replay runs the tracker with the categorizer, as pass 2 does up to
+ * cannot categorize them: a replay runs the tracker with the categorizer, as pass 2 does up to
  * the peak, and keeps each GPU's live tensor bytes by category at each failure (by_category). Those
  * are the categories of that moment: until a backward pass ends, a gradient it handed to .grad
  * without a copy counts among its backward temporaries (categories.c).
  *
- * What it costs: only a trace with a kept failure that wants either (an OOM run, mostly under
- * --tensors) is read again, up to that failure, which ends most such runs: about what `report`
- * spends reading the trace once more.
+ * What it costs: nothing unless a kept failure wants either (an OOM run, mostly under --tensors).
+ * A trace with tensors has pass 2, which goes on reading, if it has to, up to the last such
+ * failure: most OOM runs end at theirs, after their peak, so that is a few more events than pass 2
+ * reads anyway. Without tensors (a backward pass's failure under backend:cudaMallocAsync) the
+ * trace is read once more up to that failure, without a tracker.
  */
 #include <string.h>
 
@@ -33,45 +35,58 @@ static void keep_categories(mt_tracker *t, mt_failed_request *f)
     if (u) memcpy(f->by_category, u->by_category, sizeof f->by_category);
 }
 
-int mt_failure_replay(mt_analysis *a, char *err, size_t errlen)
+void mt_failure_watch_begin(mt_analysis *a, mt_failure_watch *w)
 {
-    uint64_t last = 0;
-    int categorize = 0, calls = 0;
+    memset(w, 0, sizeof *w);
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
         int cats = wants_categories(a, f), call = mt_backward_wanted(a, f);
-        categorize |= cats;
-        calls |= call;
-        if ((cats || call) && f->event_index > last) last = f->event_index;
+        w->categorize |= cats;
+        w->calls |= call;
+        if ((cats || call) && f->event_index > w->last) w->last = f->event_index;
     }
-    if (!last) return 0;
+}
+
+int mt_failure_watch_event(mt_analysis *a, mt_failure_watch *w, const mt_event *e, mt_tracker *t)
+{
+    if (w->events >= w->last) return 0;
+    w->events++;
+    int rc = w->calls ? mt_backward_see(a, &w->seen, e) : 0;
+    /* before its own event is applied: a failed request changes no category */
+    for (; w->next < a->n_failed && a->failed[w->next].event_index <= w->events; w->next++) {
+        mt_failed_request *f = &a->failed[w->next];
+        if (f->event_index != w->events) continue;
+        if (w->calls) mt_backward_name(a, &w->seen, f);
+        if (t && wants_categories(a, f)) keep_categories(t, f);
+    }
+    return rc;
+}
+
+void mt_failure_watch_end(mt_failure_watch *w)
+{
+    mt_backward_seen_free(&w->seen);
+}
+
+int mt_failure_replay(mt_analysis *a, char *err, size_t errlen)
+{
+    mt_failure_watch w;
+    mt_failure_watch_begin(a, &w);
+    if (!mt_failure_watch_wants(&w)) return 0;
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
-    mt_backward_seen seen = {0};
     mt_tracker_hooks none = {0};
-    mt_tracker *t = categorize ? mt_tracker_new(&none) : NULL;
+    mt_tracker *t = w.categorize ? mt_tracker_new(&none) : NULL;
     if (t) mt_tracker_set_categorizer(t, a->categories);
-    uint64_t events = 0;
-    size_t next = 0; /* failed[] is in the order of the events */
-    int rc = categorize && !t ? -1 : 0;
+    int rc = w.categorize && !t ? -1 : 0;
     mt_record rec;
-    while (rc == 0 && events < last && mt_reader_next(r, &rec) == MT_READ_RECORD) {
+    while (rc == 0 && mt_failure_watch_wants(&w) && mt_reader_next(r, &rec) == MT_READ_RECORD) {
         if (rec.type != MT_REC_EVENT) continue;
-        const mt_event *e = &rec.u.event;
-        events++;
-        if (calls && mt_backward_see(a, &seen, e) < 0) rc = -1;
-        /* before its own event: a failed request changes no category */
-        for (; next < a->n_failed && a->failed[next].event_index <= events; next++) {
-            mt_failed_request *f = &a->failed[next];
-            if (f->event_index != events) continue;
-            if (calls) mt_backward_name(a, &seen, f);
-            if (t && wants_categories(a, f)) keep_categories(t, f);
-        }
-        if (t && mt_tracker_event(t, e) < 0) rc = -1;
+        if (mt_failure_watch_event(a, &w, &rec.u.event, t) < 0) rc = -1;
+        if (t && mt_tracker_event(t, &rec.u.event) < 0) rc = -1;
     }
     if (rc < 0) mt_err_text(err, errlen, "%s: out of memory", a->path);
     mt_tracker_free(t);
-    mt_backward_seen_free(&seen);
+    mt_failure_watch_end(&w);
     mt_reader_close(r);
     return rc;
 }

@@ -51,6 +51,7 @@ typedef struct pass2 {
     mt_u64map peak_map; /* agg_key (| category << CAT_SHIFT) -> bytes, count, for every device */
     size_t pending;     /* devices whose peak is not reached yet, or whose categories wait */
     int oom;
+    int done; /* its own counts are final; the replay goes on for the failure watch alone */
 } pass2;
 
 #define CAT_SHIFT 33
@@ -118,6 +119,7 @@ static void pass2_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
 {
     (void)time_ns;
     pass2 *p = ctx;
+    if (p->done) return;
     size_t k = (size_t)mt_slot_key(u->device, u->is_host);
     slot2 *x = k < MT_N_SLOTS ? &p->s[k] : NULL;
     mt_device_report *d = x ? x->d : NULL;
@@ -171,6 +173,7 @@ static void pass2_release(void *ctx, const mt_lifetime *l, uint64_t end_ns, mt_e
 {
     (void)end_ns;
     (void)why;
+    if (((pass2 *)ctx)->done) return;
     /* it ends after its device's peak: reached is set only once the peak event was applied */
     count_at_peak(ctx, l, 1);
     count_after_backward(ctx, l);
@@ -187,6 +190,7 @@ static void pass2_phase_end(void *ctx, int phase, uint64_t now)
 {
     (void)phase;
     pass2 *p = ctx;
+    if (p->done) return;
     uint64_t bwd, opt;
     mt_categorizer_phases(p->a->categories, &bwd, &opt);
     for (size_t k = 1; k < MT_N_SLOTS; k++) {
@@ -268,6 +272,13 @@ static void pass2_free(pass2 *p)
     free(p);
 }
 
+/* Pass 2's own work is not done: a device's peak or categories wait for more of the trace. */
+static int pass2_wants(const pass2 *p, uint64_t last_seq)
+{
+    /* without categories the replay ends at the last peak; with them, when nothing waits */
+    return p->pending && (p->a->categories || mt_tracker_seq(p->t) < last_seq);
+}
+
 int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen)
 {
     uint64_t last_seq;
@@ -276,9 +287,11 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
         mt_err_text(err, errlen, "%s: out of memory in pass 2", a->path);
         return -1;
     }
+    mt_failure_watch w;
+    mt_failure_watch_begin(a, &w);
     mt_reader *r = NULL;
     int rc = 0;
-    if (!p->pending) goto out;
+    if (!p->pending && !mt_failure_watch_wants(&w)) goto out;
     if (!(r = mt_reader_open_fd(a->fd, a->path, err, errlen))) {
         rc = -1;
         goto out;
@@ -290,19 +303,28 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
     if (p->t && a->categories) mt_tracker_set_categorizer(p->t, a->categories);
     mt_record rec;
     uint64_t n = 0;
-    /* without categories the replay ends at the last peak; with them, when nothing waits */
-    while (rc == 0 && p->pending && !p->oom && (a->categories || mt_tracker_seq(p->t) < last_seq) &&
-           mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type == MT_REC_EVENT && mt_tracker_event(p->t, &rec.u.event) < 0) rc = -1;
+    while (rc == 0 && !p->oom) {
+        if (!p->done && !pass2_wants(p, last_seq)) {
+            /* what is live now was live at the peaks it was live at: counted as it is, as if the
+             * replay ended here, and the hooks count nothing more */
+            mt_tracker_foreach_live(p->t, pass2_still_live, p);
+            p->done = 1;
+        }
+        if ((p->done && !mt_failure_watch_wants(&w)) || mt_reader_next(r, &rec) != MT_READ_RECORD)
+            break;
+        if (rec.type == MT_REC_EVENT && (mt_failure_watch_event(a, &w, &rec.u.event, p->t) < 0 ||
+                                         mt_tracker_event(p->t, &rec.u.event) < 0))
+            rc = -1;
         if (opt && opt->progress && ++n % MT_PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 2,
                           (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
     }
-    if (rc == 0) mt_tracker_foreach_live(p->t, pass2_still_live, p);
+    if (rc == 0 && !p->done) mt_tracker_foreach_live(p->t, pass2_still_live, p);
     if (rc == 0) pass2_finish(p, a);
     if (p->oom) rc = -1;
     if (rc < 0) mt_err_text(err, errlen, "%s: out of memory in pass 2", a->path);
 out:
+    mt_failure_watch_end(&w);
     mt_reader_close(r);
     pass2_free(p);
     return rc;
