@@ -57,6 +57,8 @@ CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace --
 CMD[ab_tensors_monoclock]="env MEMTRACE_CLOCK=monotonic $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_default]="$MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_default_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+# NVML sampled ten times less often (every 500 ms; MEMTRACE_NVML_MS): does its cost scale with it?
+CMD[ab_default_nvml500]="env MEMTRACE_NVML_MS=500 $MT record -q -f -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_tensors_nonvml]="env MEMTRACE_NVML=0 $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 for nb in ${BASE:+base=$BASE} ${BUILDS:-}; do
   name=${nb%%=*}; MB=$PWD/${nb#*=}/src/cli/memtrace

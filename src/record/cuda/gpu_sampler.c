@@ -1,4 +1,5 @@
-/* The fourth number: GPU memory of this process as nvidia-smi sees it, sampled every 50 ms.
+/* The fourth number: GPU memory of this process as nvidia-smi sees it, sampled every 50 ms
+ * (MEMTRACE_NVML_MS sets another period).
  *
  * nvidia-smi reads NVML; so do we, loaded at run time (libnvidia-ml.so.1 comes with the driver; no
  * header or link dependency: the few types used are declared below, they are NVML's stable ABI).
@@ -107,6 +108,7 @@ static void *sampler_main(void *arg)
 {
     mt_gpu_sampler *g = arg;
     int rounds = 0, mapped = 0;
+    uint32_t ms = g->r->cfg.nvml_ms; /* between rounds */
     while (!atomic_load(&g->stop)) {
         if (!mapped && map_devices(g) == 0) {
             mapped = 1;
@@ -128,11 +130,11 @@ static void *sampler_main(void *arg)
             if (ns > atomic_load_explicit(&g->r->costs.nvml_max_ns, memory_order_relaxed))
                 atomic_store_explicit(&g->r->costs.nvml_max_ns, ns, memory_order_relaxed);
             /* counted in rounds taken, so that a pause does not look like NVML not listing us */
-            if (++rounds == PROC_LISTED_WITHIN_MS / MT_NVML_SAMPLE_MS && !g->proc_seen)
+            if (++rounds == (int)((PROC_LISTED_WITHIN_MS + ms - 1) / ms) && !g->proc_seen)
                 mt_trace_note(MT_NOTE_WARNING, "NVML does not list this process (pid namespace?): "
                                                "only device-wide used memory is sampled");
         }
-        struct timespec ts = {0, MT_NVML_SAMPLE_MS * 1000000L};
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     return NULL;

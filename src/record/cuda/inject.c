@@ -31,6 +31,7 @@
  *   MEMTRACE_ASYNC_HOOKS 1: take cudaMallocAsync/cudaFreeAsync calls from the callers' import
  *                      slots instead of CUPTI (async_hooks.c says what it costs)
  *   MEMTRACE_NVML      0: do not sample the process's GPU memory through NVML every 50 ms
+ *   MEMTRACE_NVML_MS   how often to sample it instead, in ms (10-60000; a diagnostic of its cost)
  *   MEMTRACE_MANIFEST  file to which one line per process is appended (output.c)
  */
 #include <errno.h>
@@ -280,6 +281,9 @@ static void read_config(mt_recorder_config *c)
     c->activity = !env_is("MEMTRACE_ACTIVITY", "0");
     const char *flush = getenv("MEMTRACE_FLUSH_MS");
     c->flush_ms = flush ? (uint32_t)atoi(flush) : 0;
+    const char *nvml_ms = getenv("MEMTRACE_NVML_MS");
+    long ms = nvml_ms ? strtol(nvml_ms, NULL, 10) : 0;
+    c->nvml_ms = ms >= 10 && ms <= 60000 ? (uint32_t)ms : MT_NVML_SAMPLE_MS;
     c->census = env_is("MEMTRACE_CALLBACKS", "count");
     int callbacks = !env_is("MEMTRACE_CALLBACKS", "0");
     c->async_hooks = env_is("MEMTRACE_ASYNC_HOOKS", "1") && callbacks && !c->census;

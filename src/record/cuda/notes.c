@@ -235,8 +235,8 @@ void mt_write_cost_notes(mt_recorder *r)
                       "NVML sampler: %" PRIu64 " rounds on its own thread, %.0f us each on "
                       "average, the longest %.0f us (every %d ms: %.2f%% of one core)",
                       samples, round_ns / 1000.0,
-                      (double)atomic_load(&r->costs.nvml_max_ns) / 1000.0, MT_NVML_SAMPLE_MS,
-                      100.0 * round_ns / (MT_NVML_SAMPLE_MS * 1e6));
+                      (double)atomic_load(&r->costs.nvml_max_ns) / 1000.0, (int)r->cfg.nvml_ms,
+                      100.0 * round_ns / (r->cfg.nvml_ms * 1e6));
     mt_unwind_totals u;
     mt_unwind_stats(&u);
     if (u.walks) {

@@ -119,6 +119,7 @@ typedef struct mt_recorder_config {
     int tensors;       /* MEMTRACE_TENSORS=1 (record --tensors): see tensor_hooks.c */
     int torch_oom;     /* PyTorch's out-of-memory reports, in every mode: see tensor_hooks.c */
     uint32_t flush_ms;
+    uint32_t nvml_ms;    /* how often the NVML sampler asks (MEMTRACE_NVML_MS; MT_NVML_SAMPLE_MS) */
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
 } mt_recorder_config;
 
