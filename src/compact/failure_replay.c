@@ -49,7 +49,7 @@ void mt_failure_watch_begin(mt_analysis *a, mt_failure_watch *w)
 
 int mt_failure_watch_event(mt_analysis *a, mt_failure_watch *w, const mt_event *e, mt_tracker *t)
 {
-    if (w->events >= w->last) return 0;
+    if (!mt_failure_watch_wants(w)) return 0;
     w->events++;
     int rc = w->calls ? mt_backward_see(a, &w->seen, e) : 0;
     /* before its own event is applied: a failed request changes no category */

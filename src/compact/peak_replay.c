@@ -1,6 +1,7 @@
 /* What was live at each device's peak, by stack (with tensors, by category too): pass 2, which
  * replays the trace up to the last peak, or, without tensors, pass 1's kept lists (mt_peak_keep,
- * analysis_parts.h) counted the same way. */
+ * analysis_parts.h) counted the same way. Pass 2 also feeds the failure watch (failure_replay.c)
+ * on its way, and reads on for it alone, counting nothing more, when a failure comes later. */
 #include <stdlib.h>
 #include <string.h>
 
