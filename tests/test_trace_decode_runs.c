@@ -22,7 +22,9 @@ typedef enum stream { SYNTHETIC, MIX, TENSORS } stream;
 
 /* The next record of a stream: the synthetic program's events (tid switches make rare fields), the
  * mix of every record type and edge values, or tensor events on three devices (version 2 predicts
- * their aux) with an escaped op now and then. */
+ * their aux) with an escaped op now and then. Tensor events are as the recorder writes them: no
+ * correlation id, API or context, a free without a stack; so their chunk's correlation lane is
+ * empty, which must not keep them out of runs. */
 static void next_record(stream s, mt_synth *sy, mt_mix *mx, uint64_t i, mt_record *r)
 {
     memset(r, 0, sizeof *r);
@@ -39,6 +41,10 @@ static void next_record(stream s, mt_synth *sy, mt_mix *mx, uint64_t i, mt_recor
         e->device = (int32_t)(i / 100 % 3);
         counter[e->device] += e->op == MT_OP_ALLOC ? e->bytes : -e->bytes;
         e->aux = counter[e->device];
+        e->correlation = 0;
+        e->api = 0;
+        e->context = 0;
+        if (e->op == MT_OP_FREE) e->stack = 0;
         if (i % 997 == 0) e->op = 9; /* an op the head cannot hold */
         if (i % 1499 == 0) e->time_ns += 1ull << 60; /* a time delta longer than 8 bytes */
     }

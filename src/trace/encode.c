@@ -285,12 +285,30 @@ static int decode_event_v2(mt_codec *c, mt_cursor *lane, mt_event *e)
 /* A run of events without a bound check per field (mt_decode_events). An event here reads at most
  * RUN_MAIN..RUN_CORR bytes of each lane, all within that many of where its field starts (a varint
  * is read as 8 bytes and may be up to 8 long), so `room` events fit in lanes that have room * that
- * many bytes left. */
+ * many bytes left.
+ *
+ * The lanes of fields an event may leave out (address, bytes, stack, correlation: each only with
+ * its head bit) can be empty for a whole chunk: a `record --tensors` trace's tensor events carry
+ * no correlation id, so its correlation lane holds a few bytes or none. Such a lane, with room for
+ * no event, does not bound the run: it is marked short, and an event that needs it ends the run
+ * (mt_decode_record reads that one, checked). Bounding by it instead had every tensor event of a
+ * trace decoded one by one: the reader took 1.45x as long (docs/performance.md, "Ninth round"). */
 enum { RUN_MAIN = 2, RUN_TIME = 8, RUN_LO = 1, RUN_ADDR = 9, RUN_BYTES = 8, RUN_STACK = 8, RUN_CORR = 8 };
 
 static inline size_t run_room(const mt_cursor *c, const uint8_t *p, size_t per_event)
 {
     return (size_t)(c->end - p) / per_event;
+}
+
+/* A lane an event reads only with its head bit `bit`: it bounds the run, or is short. */
+static inline void optional_lane(const mt_cursor *c, const uint8_t *p, size_t per_event,
+                                 unsigned bit, size_t *room, unsigned *short_lanes)
+{
+    size_t r = run_room(c, p, per_event);
+    if (!r)
+        *short_lanes |= bit;
+    else if (r < *room)
+        *room = r;
 }
 
 static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c, mt_cursor *lane,
@@ -317,18 +335,20 @@ static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c,
         if ((r = run_room(&lane[MT_LANE_MAIN], pm, RUN_MAIN)) < room) room = r;
         if ((r = run_room(&lane[MT_LANE_TIME], pt, RUN_TIME)) < room) room = r;
         if (v2 && (r = run_room(&lane[MT_LANE_TIME_LO], pl, RUN_LO)) < room) room = r;
-        if ((r = run_room(&lane[MT_LANE_ADDR], pa, RUN_ADDR)) < room) room = r;
-        if ((r = run_room(&lane[MT_LANE_BYTES], pb, RUN_BYTES)) < room) room = r;
-        if ((r = run_room(&lane[MT_LANE_STACK], ps, RUN_STACK)) < room) room = r;
-        if ((r = run_room(&lane[MT_LANE_CORR], pc, RUN_CORR)) < room) room = r;
         if (!room) break;
+        /* the optional lanes: bound the run, or, with room for no event, are short (above) */
+        unsigned short_lanes = 0;
+        optional_lane(&lane[MT_LANE_ADDR], pa, RUN_ADDR, EV_ADDR, &room, &short_lanes);
+        optional_lane(&lane[MT_LANE_BYTES], pb, RUN_BYTES, EV_BYTES, &room, &short_lanes);
+        optional_lane(&lane[MT_LANE_STACK], ps, RUN_STACK, EV_STACK, &room, &short_lanes);
+        optional_lane(&lane[MT_LANE_CORR], pc, RUN_CORR, EV_CORR, &room, &short_lanes);
         for (size_t end = n + room; n < end; n++) {
             /* Everything is read and checked before anything is kept: an event this loop does not
              * take (another record, a rare field, an escaped op, a long or bad value) is left to
              * mt_decode_record, which reads it from the same place and state. */
             if (pm[0] != MT_REC_EVENT) goto done;
             unsigned head = pm[1];
-            if (head & EV_RARE || (head & EV_OP_MASK) == EV_OP_ESCAPE) goto done;
+            if (head & (EV_RARE | short_lanes) || (head & EV_OP_MASK) == EV_OP_ESCAPE) goto done;
             unsigned op = head & EV_OP_MASK, len;
             uint64_t dt = mt_varint8(pt, &len);
             if (!len) goto done;

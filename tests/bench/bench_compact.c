@@ -2,12 +2,15 @@
  * takes, end to end (README, "Speed of the analysis"). Not a test: it prints numbers.
  *
  *   bench_compact [--events N] [--seed S] [--repeat R] [--memtrace BIN] [--trace FILE] [--stages]
- *   bench_compact --write FILE [--events N] [--seed S]
+ *                 [--tensors]
+ *   bench_compact --write FILE [--events N] [--seed S] [--tensors]
  *
  * The trace is tests/support/synth_file.h's (N events, default 10 M: cudaMalloc/cudaFree from
  * four threads with 12-frame Python and native stacks, NVML samples), written to a temporary file,
  * or FILE with --trace (any trace: its events are counted by reading it). --write only writes it,
- * so every command can be timed by hand on the same file.
+ * so every command can be timed by hand on the same file. --tensors makes it the same stream as a
+ * `record --tensors` trace (mt_synth_file_write_tensors: tensors with categories and phases, so
+ * the analysis runs its pass 2).
  *
  * Each command runs as its own process, `BIN COMMAND TRACE > /dev/null` (BIN: --memtrace, default
  * the memtrace built next to this program), R times (default 1, the fastest is shown); its wall
@@ -188,20 +191,22 @@ static uint64_t count_events(const char *path)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_compact [--events N] [--seed S] [--repeat R] [--memtrace BIN] "
-                    "[--trace FILE] [--stages]\n"
-                    "       bench_compact --write FILE [--events N] [--seed S]\n");
+                    "[--trace FILE] [--stages] [--tensors]\n"
+                    "       bench_compact --write FILE [--events N] [--seed S] [--tensors]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     uint64_t n = 10000000ull, seed = 1;
-    int repeat = 1, stages = 0;
+    int repeat = 1, stages = 0, tensors = 0;
     const char *write_to = NULL, *trace = NULL, *bin = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--stages")) stages = 1;
+        else if (!strcmp(a, "--tensors"))
+            tensors = 1;
         else if (!v) usage();
         else if (!strcmp(a, "--events")) n = strtoull(v, NULL, 10), i++;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10), i++;
@@ -214,7 +219,7 @@ int main(int argc, char **argv)
     if (repeat < 1) repeat = 1;
     if (write_to) {
         double t0 = now_s();
-        if (mt_synth_file_write(write_to, n, seed) < 0) {
+        if ((tensors ? mt_synth_file_write_tensors : mt_synth_file_write)(write_to, n, seed) < 0) {
             perror(write_to);
             return 1;
         }
@@ -236,7 +241,7 @@ int main(int argc, char **argv)
         if (fd < 0) return 1;
         close(fd);
         double t0 = now_s();
-        if (mt_synth_file_write(tmp, n, seed) < 0) {
+        if ((tensors ? mt_synth_file_write_tensors : mt_synth_file_write)(tmp, n, seed) < 0) {
             perror(tmp);
             return 1;
         }

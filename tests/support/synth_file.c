@@ -19,6 +19,7 @@ typedef struct synth_out {
     mt_writer *w;
     int failed; /* errno of the first failed write, 0 while none */
     uint32_t next_node;
+    int tensors; /* mt_synth_file_write_tensors: the events are PyTorch's tensor reports */
 } synth_out;
 
 static void put(synth_out *o, const mt_record *r)
@@ -75,6 +76,8 @@ static void stacks(synth_out *o, uint32_t leaf[257])
     pycode(o, 2, "/home/user/proj/train.py", "main");
     pycode(o, 3, "/home/user/proj/train.py", "train_step");
     pycode(o, 4, "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", "Module._call_impl");
+    if (o->tensors) /* the optimizer's step, for its thread's stacks (below) */
+        pycode(o, 5, "/opt/venv/lib/python3.12/site-packages/torch/optim/adamw.py", "AdamW.step");
     char qual[64];
     for (unsigned b = 0; b < BLOCKS; b++) {
         snprintf(qual, sizeof qual, "Block%u.forward", b);
@@ -85,12 +88,21 @@ static void stacks(synth_out *o, uint32_t leaf[257])
     symbol(o, 0x10009000 + 8, 1, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)");
     symbol(o, 0x30001000 + 8, 3, "cublasLtMatmul");
     symbol(o, 0x20001000 + 8, 2, "cudaMalloc");
+    if (o->tensors)
+        symbol(o, 0x10002000 + 8, 1,
+               "torch::autograd::Engine::evaluate_function("
+               "std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*)");
     uint32_t top = node(o, 0, PY(1, 120), MT_FRAME_PYTHON);
     uint32_t mainf = node(o, top, PY(2, 80), MT_FRAME_PYTHON);
     uint32_t id = 1;
     for (unsigned s = 0; s < STEPS; s++) {
         /* train.py:60 forward, :63 loss, :66 backward, :69 optimizer step */
         uint32_t step = node(o, mainf, PY(3, 60 + 3 * s), MT_FRAME_PYTHON);
+        /* With tensors, the stacks of the third thread (synthetic.h: thread t allocates with
+         * stack ids t*64+1..) are a backward pass's and the fourth's an optimizer step's, so
+         * the analysis finds every category's phase and their ends, as in a training run. */
+        if (o->tensors && s == 2) step = node(o, step, 0x10002000 + 8, MT_FRAME_NATIVE);
+        if (o->tensors && s == 3) step = node(o, step, PY(5, 210), MT_FRAME_PYTHON);
         for (unsigned b = 0; b < BLOCKS; b++) {
             uint32_t call = node(o, step, PY(4, 1790), MT_FRAME_PYTHON);
             uint32_t blk = node(o, call, PY(10 + b, 30 + 4 * (b % 4)), MT_FRAME_PYTHON);
@@ -104,14 +116,28 @@ static void stacks(synth_out *o, uint32_t leaf[257])
     }
 }
 
-int mt_synth_file_write(const char *path, uint64_t n, uint64_t seed)
+/* As PyTorch's caching allocator reports them under record --tensors: kind tensor, no context,
+ * API or correlation, a free without a stack, and aux its `allocated` counter after the event. */
+static void as_tensor(mt_event *e, uint64_t *allocated)
+{
+    *allocated = e->op == MT_OP_ALLOC ? *allocated + e->bytes : *allocated - e->bytes;
+    e->kind = MT_KIND_TENSOR;
+    e->context = 0;
+    e->api = 0;
+    e->correlation = 0;
+    e->aux = *allocated;
+    if (e->op == MT_OP_FREE) e->stack = 0;
+}
+
+static int write_file(const char *path, uint64_t n, uint64_t seed, int tensors)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
     const uint64_t t0 = 3600ull * 1000000000ull; /* synthetic.h's clocks start here */
     mt_file_header h = {.version = MT_TRACE_VERSION, .pid = 4242, .start_monotonic_ns = t0,
                         .start_realtime_ns = 1767225600ull * 1000000000ull /* 2026-01-01 */};
-    synth_out out = {.w = mt_writer_open_fd(fd, &h, 0), .next_node = 1}, *o = &out;
+    synth_out out = {.w = mt_writer_open_fd(fd, &h, 0), .next_node = 1, .tensors = tensors};
+    synth_out *o = &out;
     if (!o->w) {
         close(fd);
         return -1;
@@ -127,12 +153,13 @@ int mt_synth_file_write(const char *path, uint64_t n, uint64_t seed)
     stacks(o, leaf);
     mt_synth s;
     mt_synth_init(&s, seed);
-    uint64_t live = 0, next_sample = t0, last = t0;
+    uint64_t live = 0, next_sample = t0, last = t0, allocated = 0;
     for (uint64_t i = 0; i < n; i++) {
         r = (mt_record){.type = MT_REC_EVENT};
         mt_synth_next(&s, &r.u.event);
         mt_event *e = &r.u.event;
         if (e->stack >= 1 && e->stack <= 256) e->stack = leaf[e->stack];
+        if (tensors) as_tensor(e, &allocated);
         live = e->op == MT_OP_ALLOC ? live + e->bytes : live - e->bytes;
         put(o, &r);
         if (e->time_ns > last) last = e->time_ns;
@@ -152,4 +179,14 @@ int mt_synth_file_write(const char *path, uint64_t n, uint64_t seed)
     if (mt_writer_close(o->w, 1) < 0) return -1;
     errno = failed;
     return failed ? -1 : 0;
+}
+
+int mt_synth_file_write(const char *path, uint64_t n, uint64_t seed)
+{
+    return write_file(path, n, seed, 0);
+}
+
+int mt_synth_file_write_tensors(const char *path, uint64_t n, uint64_t seed)
+{
+    return write_file(path, n, seed, 1);
 }

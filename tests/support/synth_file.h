@@ -17,5 +17,12 @@
 
 /* Writes `events` memory events to path (created or truncated). 0, or -1 with errno set. */
 int mt_synth_file_write(const char *path, uint64_t events, uint64_t seed);
+/* The same stream as a `record --tensors` trace: every event a tensor that PyTorch's caching
+ * allocator reported (its `allocated` counter in aux, predicted by the format as in a real trace,
+ * so the reader decodes them as fast), and the third and fourth threads' stacks a backward pass's
+ * (torch::autograd::Engine) and an optimizer step's (torch/optim/adamw.py), so that the
+ * analysis's categories and phases, and its pass 2, have work to do. No segments: the
+ * reservation around the tensors is not modelled. */
+int mt_synth_file_write_tensors(const char *path, uint64_t events, uint64_t seed);
 
 #endif
