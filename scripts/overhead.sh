@@ -52,6 +52,8 @@ AB=${AB:-50}
 ABO=${AB_ORDER:+ --ab-order $AB_ORDER}
 CMD[ab_tensors]="$MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_tensors_python]="$MT record -q -f --tensors --stacks python -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
+# Events alone: every tensor report without its stack (what the stack adds is the rest)
+CMD[ab_tensors_nostacks]="$MT record -q -f --tensors --stacks none -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 CMD[ab_tensors_full]="$MT record -q -f --tensors --stacks full -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
 # The same with time stamps from clock_gettime instead of the TSC (src/record/clock.h)
 CMD[ab_tensors_monoclock]="env MEMTRACE_CLOCK=monotonic $MT record -q -f --tensors -o $W/t.mtrace -- $PY $CIFAR --ab $AB$ABO"
