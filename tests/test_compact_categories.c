@@ -6,6 +6,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "synth_file.h"
 #include "test_compact_fixture.h"
 
 #define A ((uint64_t)0x7f0000000000)
@@ -558,4 +559,47 @@ Test(categories, ddp_buckets_are_gradients)
     cr_expect_geq(d->fit_at_peak[0].unpaired, w, "buckets: at least W beside the .grad tensors");
     cr_expect_eq(d->fit_at_peak[0].paired, w, "a .grad for every parameter");
     mt_analysis_free(a);
+}
+
+/* bench_compact --tensors' trace (synth_file.c), which the README's tensor figures are timed on:
+ * the analysis must find in it what it finds in a training run's, or the benchmark times the wrong
+ * work. Its tensor peak is the allocator's counter's maximum, read back from the events, and every
+ * byte of it has a category, among them the forward's, the backward's and the optimizer's. */
+Test(categories, the_benchmarks_tensor_trace_has_a_training_runs_categories)
+{
+    char path[512];
+    mt_test_tmpname(path, sizeof path, "synth_tensors.mtrace");
+    cr_assert_eq(mt_synth_file_write_tensors(path, 200000, 9), 0);
+    char err[256];
+    mt_reader *r = mt_reader_open(path, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    mt_record rec;
+    uint64_t counter_max = 0, tensors = 0;
+    while (mt_reader_next(r, &rec) == MT_READ_RECORD) {
+        if (rec.type != MT_REC_EVENT || rec.u.event.kind != MT_KIND_TENSOR) continue;
+        tensors++;
+        if (rec.u.event.aux > counter_max) counter_max = rec.u.event.aux;
+    }
+    mt_reader_close(r);
+    cr_assert_eq(tensors, 200000);
+    mt_analysis *a = fx_analyze(path);
+    cr_assert_eq(a->n_devices, 1);
+    const mt_device_report *d = &a->devices[0];
+    cr_assert_eq(d->u.peak, counter_max, "peak %llu, the counter's maximum %llu",
+                 (unsigned long long)d->u.peak, (unsigned long long)counter_max);
+    cr_assert_eq(d->by_kind_at_peak[MT_KIND_TENSOR], counter_max);
+    cr_assert(d->categories_known);
+    uint64_t sum = 0;
+    for (int c = 0; c < MT_CAT_MAX; c++)
+        sum += d->by_category_at_peak[c];
+    cr_assert_eq(sum, counter_max, "every tensor byte at the peak has a category");
+    cr_assert_gt(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
+    cr_assert_gt(
+        d->by_category_at_peak[MT_CAT_BACKWARD_TEMP] + d->by_category_at_peak[MT_CAT_GRADIENTS], 0);
+    cr_assert_gt(d->by_category_at_peak[MT_CAT_OPTIMIZER_TEMP] +
+                     d->by_category_at_peak[MT_CAT_OPTIMIZER_STATE],
+                 0);
+    cr_assert(d->after_backward_known, "a backward pass ended after the peak");
+    mt_analysis_free(a);
+    unlink(path);
 }
