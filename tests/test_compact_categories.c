@@ -235,24 +235,39 @@ Test(categories, table_and_exports)
     mt_analysis_free(a);
 }
 
+/* Three SGD steps with momentum: parameters, then per step a forward's activation, the backward
+ * pass's gradient (autograd's thread), the momentum buffer in the first step, zero_grad's free.
+ * `tail`: then a fourth step's forward that frees the momentum buffer (live at the peak) and
+ * fails. */
+static void sgd_trace(fx *f, const char *name, int tail)
+{
+    fx_open(f, name);
+    stacks(f);
+    uint64_t t = 1;
+    tensor(f, MT_OP_ALLOC, A, 4 * MiB, t++, 2, MAIN_TID);
+    for (int step = 0; step < 3; step++) {
+        uint64_t o = (uint64_t)(step + 1) << 32;
+        tensor(f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
+        tensor(f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
+        if (step == 0) tensor(f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID); /* zero_grad */
+    }
+    if (tail) {
+        tensor(f, MT_OP_ALLOC, A + 0x400, 2 * MiB, t++, 4, MAIN_TID);
+        tensor(f, MT_OP_FREE, A + 0x300, 0, t++, 0, MAIN_TID);
+        tensor(f, MT_OP_FAILED, 0, 64 * MiB, t++, 4, MAIN_TID);
+    }
+    fx_close(f);
+}
+
 /* SGD with momentum makes its buffers in the first step, not in _init_group: what outlives the
- * step is state. The backward pass ends at zero_grad's first free (SGD's step allocates nothing). */
+ * step is state. The backward pass ends at zero_grad's first free (SGD's step allocates nothing).
+ */
 Test(categories, sgd_momentum_made_in_the_step)
 {
     fx f;
-    fx_open(&f, "sgd.mtrace");
-    stacks(&f);
-    uint64_t t = 1;
-    tensor(&f, MT_OP_ALLOC, A, 4 * MiB, t++, 2, MAIN_TID);
-    for (int step = 0; step < 3; step++) {
-        uint64_t o = (uint64_t)(step + 1) << 32;
-        tensor(&f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
-        tensor(&f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
-        tensor(&f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
-        if (step == 0) tensor(&f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
-        tensor(&f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID); /* zero_grad */
-    }
-    fx_close(&f);
+    sgd_trace(&f, "sgd.mtrace", 0);
     mt_analysis *a = fx_analyze(f.path);
     const mt_device_report *d = fx_dev(a, 0);
     uint64_t k = 0;
@@ -350,30 +365,6 @@ Test(categories, failed_requests_say_what_the_tensors_were_for)
     cr_expect(strstr(json, "\"by_category\":null,"), "the host request: %s", json);
     free(json);
     mt_analysis_free(a);
-}
-
-/* The SGD trace above; `tail`: then a fourth step's forward that frees the momentum buffer (live at
- * the peak) and fails. */
-static void sgd_trace(fx *f, const char *name, int tail)
-{
-    fx_open(f, name);
-    stacks(f);
-    uint64_t t = 1;
-    tensor(f, MT_OP_ALLOC, A, 4 * MiB, t++, 2, MAIN_TID);
-    for (int step = 0; step < 3; step++) {
-        uint64_t o = (uint64_t)(step + 1) << 32;
-        tensor(f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
-        tensor(f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
-        tensor(f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
-        if (step == 0) tensor(f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
-        tensor(f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID);
-    }
-    if (tail) {
-        tensor(f, MT_OP_ALLOC, A + 0x400, 2 * MiB, t++, 4, MAIN_TID);
-        tensor(f, MT_OP_FREE, A + 0x300, 0, t++, 0, MAIN_TID);
-        tensor(f, MT_OP_FAILED, 0, 64 * MiB, t++, 4, MAIN_TID);
-    }
-    fx_close(f);
 }
 
 /* Pass 2 is done with the peak's categories two steps before the failure, and reads on for it
