@@ -612,6 +612,8 @@ typedef struct mt_analysis {
     uint64_t dropped;          /* max(sum of DROPPED records, END.dropped) */
     int ended_cleanly;         /* an END record was read */
     int truncated;             /* the file ends inside a chunk */
+    int passes;                /* reads of the trace the analysis took: 2 when its tensors were
+                                  categorized by a second (the names they need came too late) */
     char *truncated_msg;
     uint64_t damaged_chunks;   /* damaged chunks stepped over (mt_read_damage): their records */
     uint64_t damaged_bytes;    /* are missing from every number; bytes = file bytes in them */
@@ -653,9 +655,13 @@ typedef struct mt_analyze_options {
      * trace, made without a read of its own: mt_chrome_survey_event). */
     void (*on_event)(void *ctx, const mt_event *e);
     void *event_ctx;
+    /* Tensors are categorized by a second read even when the first could (the way every trace
+     * was analysed before 2026-11-28; tests compare the two). */
+    int two_passes;
 } mt_analyze_options;
 
-/* Reads the trace twice and fills *out. A truncated file is analysed up to where it ends, and
+/* Reads the trace (twice when pass 1 cannot categorize its tensors, mt_analysis.passes) and
+ * fills *out. A truncated file is analysed up to where it ends, and
  * damaged chunks are stepped over (both said in the analysis) unless opt->strict; an unreadable
  * file, or a damaged one in strict mode, fails: returns -1 with a one-line reason in err. */
 int mt_analyze(const char *path, const mt_analyze_options *opt, mt_analysis **out, char *err,

@@ -391,6 +391,15 @@ uint64_t mt_reader_error_offset(const mt_reader *r);
 uint64_t mt_reader_offset(const mt_reader *r); /* file offset of the chunk being read */
 uint64_t mt_reader_file_size(const mt_reader *r);
 
+/* The SYMBOL records the trace ends with (`record` and `symbolize` append them after the recording,
+ * in chunks that hold nothing else), found from the end of the file backwards without reading the
+ * rest (src/trace/tail.c): fn gets each, in file order, and *start is the offset of their first
+ * chunk (the file's size when the trace ends otherwise). Every record at or after *start that
+ * mt_reader_next gives is one of them (mt_reader_offset says where a record is). Independent of
+ * where r is reading. 0, or -1 when a read fails or fn does (*start is then UINT64_MAX). */
+int mt_reader_tail_symbols(const mt_reader *r, uint64_t *start,
+                           int (*fn)(void *ctx, const mt_record *rec), void *ctx);
+
 /* Damage stepped over so far (lenient mode). */
 typedef struct mt_read_damage {
     uint64_t chunks;       /* damaged regions skipped: one per chunk that failed (a run of garbage

@@ -40,20 +40,46 @@ static inline size_t mt_slot_of_lifetime(const mt_lifetime *l)
 
 /* ---- what was live at each peak (peak_replay.c) ---------------------------------------------- */
 
-/* Without tensors, pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its
- * device's peak when it started at or before the peak event and ended after it, or never. For each
- * device pass 1 keeps its counters right after its latest peak so far and a copy of every lifetime
- * that started at or before that peak and has ended since; a new peak empties the list (what ended
- * before it was not live at it). At the end those, and the lifetimes still live that started at or
- * before the peak, are counted exactly as pass 2 counts them (count_at_peak). The list holds at
- * most the lifetimes live at the peak, so memory stays bounded by the live set; the trace is read
- * once instead of up to its last peak a second time. With tensors the categories of what was live
- * at the peak are only known after it (phase ends), so pass 2 replays as before. */
+/* Pass 1 itself gathers what pass 2 would replay for: a lifetime was live at its device's peak
+ * when it started at or before the peak event and ended after it, or never. For each device pass 1
+ * keeps its counters right after its latest peak so far and a copy of every lifetime that started
+ * at or before that peak and has ended since; a new peak empties the list (what ended before it
+ * was not live at it). At the end those, and the lifetimes still live that started at or before
+ * the peak, are counted exactly as pass 2 counts them (count_at_peak). The list holds at most the
+ * lifetimes live at the peak, so memory stays bounded by the live set; the trace is read once
+ * instead of up to its last peak a second time.
+ *
+ * With tensors a tensor's category at the peak is only known after it (the phase end after the
+ * peak, categories.c), and its category comes from its stack's names. Pass 1 categorizes only when
+ * it has those names as it reads (the trace's symbols read first from its end, analyze.c); then
+ * it also notes what pass 2 would wait for after the peak (after_peak), and keeps the tensors
+ * live when the backward pass after the peak ended that have ended since (after_backward). A
+ * category at the peak is then mt_category_at the phase end after it, as in pass 2. */
+typedef struct mt_after_peak {
+    uint64_t bwd_at_peak, opt_at_peak; /* phases ended when the peak was reached */
+    int waiting;                       /* the first phase end after the peak is still to come */
+    int waiting_backward;              /* ... the first backward end after it */
+    uint32_t end_phase;                /* phase ends counted once the one after the peak came */
+    uint32_t backward_phase;           /* ... once the backward end after the peak came */
+    uint64_t backward_seq;             /* the event at which it came */
+    uint64_t backward_time_ns;         /* and when (since the start) */
+} mt_after_peak;
+
+/* The peak was reached (c: the categorizer, NULL before the first tensor): x waits for both. */
+void mt_after_peak_begin(mt_after_peak *x, const mt_categorizer *c);
+/* A phase has ended (t: the tracker, before it applies the event that ended it; now_rel: since
+ * the start): x takes note. 1 when the backward pass after the peak ended now. */
+int mt_after_peak_note(mt_after_peak *x, const mt_categorizer *c, const mt_tracker *t,
+                       uint64_t now_rel);
+
 typedef struct mt_peak_keep {
     uint64_t peak_seq; /* the device's latest peak so far */
     mt_usage at_peak;  /* its counters right after that event */
     mt_lifetime *ended; /* lifetimes live at that peak that have ended since */
     size_t n, cap;
+    mt_after_peak after;         /* with categories in pass 1 */
+    mt_lifetime *after_backward; /* tensors live at after.backward_seq that have ended since */
+    size_t n_after, cap_after;
 } mt_peak_keep;
 
 /* Pass 2: replays the trace (a->fd) up to the last device's peak, or with tensors until their
@@ -61,9 +87,11 @@ typedef struct mt_peak_keep {
  * it feeds the failure watch (failure_replay.c) on the way, and reads on for it if it has to.
  * -1 with err set when the trace cannot be read again or memory runs out. */
 int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen);
-/* The same from pass 1's kept lists (keep: by slot key) and its tracker's live set. -1: out of
+/* The same from pass 1's kept lists (keep: by slot key) and its tracker's live set; with
+ * `categorized`, pass 1's tracker categorized the tensors (keep's after_peak is valid). -1: out of
  * memory. */
-int mt_peaks_from_kept(mt_analysis *a, mt_peak_keep *const *keep, const mt_tracker *t);
+int mt_peaks_from_kept(mt_analysis *a, mt_peak_keep *const *keep, const mt_tracker *t,
+                       int categorized);
 
 /* ---- the live set by stack (live_sets.c) ----------------------------------------------------- */
 
@@ -146,6 +174,12 @@ typedef struct mt_failure_watch {
 } mt_failure_watch;
 
 void mt_failure_watch_begin(mt_analysis *a, mt_failure_watch *w);
+/* Pass 1 with categories: failed request f (just kept, its event not yet applied) takes the
+ * categories of t's live tensors now, as the watch would. */
+void mt_failure_categories_now(mt_analysis *a, mt_failed_request *f, const mt_tracker *t);
+/* After such a pass 1: the failures before its first tensor had no tensor live (their categories
+ * are all 0), with `ok`; without, none keeps what pass 1 took (a replay takes them). */
+void mt_failure_categories_settle(mt_analysis *a, int ok);
 static inline int mt_failure_watch_wants(const mt_failure_watch *w)
 {
     return w->events < w->last;

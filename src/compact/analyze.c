@@ -64,6 +64,10 @@ typedef struct pass1 {
     timeline *tl[MT_N_SLOTS]; /* by slot key, made at a slot's first usage change (~28 KiB each) */
     size_t cap_threads, cap_warnings, cap_devs; /* of a->threads, a->warnings, the dev_info list */
     mt_peak_keep *keep[MT_N_SLOTS]; /* by slot key, made at a device's first peak */
+    uint16_t kept[MT_N_SLOTS];      /* the slot keys that have one, in the order made */
+    size_t n_kept;
+    mt_categorizer *cats;  /* a->categories once the tracker categorizes (tensors, names at hand) */
+    uint64_t symbols_from; /* the trace's trailing symbols, read before it: from this offset on */
     int oom;
     mt_recording_cost running_cost; /* the last running totals (MT_COST_NOTE_RUNNING): the
                                        cost when the notes at exit are missing */
@@ -125,13 +129,18 @@ static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const m
     timeline_note(tl, u, t);
     if (u->peak && (!p->keep[k] || p->keep[k]->peak_seq != u->peak_seq)) {
         /* a new peak: what ended before it was not live at it */
-        if (!p->keep[k] && !(p->keep[k] = calloc(1, sizeof *p->keep[k]))) {
-            p->oom = 1;
-            return;
+        if (!p->keep[k]) {
+            if (!(p->keep[k] = calloc(1, sizeof *p->keep[k]))) {
+                p->oom = 1;
+                return;
+            }
+            p->kept[p->n_kept++] = (uint16_t)k;
         }
-        p->keep[k]->peak_seq = u->peak_seq;
-        p->keep[k]->at_peak = *u;
-        p->keep[k]->n = 0;
+        mt_peak_keep *pk = p->keep[k];
+        pk->peak_seq = u->peak_seq;
+        pk->at_peak = *u;
+        pk->n = pk->n_after = 0;
+        mt_after_peak_begin(&pk->after, p->cats); /* what pass 2 would wait for after it */
     }
     mt_pairing_event(&p->nvml);
     if (u->is_host) return;
@@ -141,7 +150,17 @@ static inline __attribute__((always_inline)) void pass1_usage(void *ctx, const m
     if (delta && mt_pairing_change(&p->nvml, k, t, u->device, delta) < 0) p->oom = 1;
 }
 
-/* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far. */
+/* Appends l to a kept list; 0, or -1 when out of memory. */
+static __attribute__((noinline)) int keep_lifetime(mt_lifetime **v, size_t *n, size_t *cap,
+                                                   const mt_lifetime *l)
+{
+    if (*n == *cap && mt_grow((void **)v, cap, *n + 1, sizeof **v) < 0) return -1;
+    (*v)[(*n)++] = *l;
+    return 0;
+}
+
+/* A lifetime ends in pass 1: kept if it was live at its device's latest peak so far, and with
+ * categories, if it was live when the backward pass after that peak ended. */
 static inline __attribute__((always_inline)) void pass1_release(void *ctx, const mt_lifetime *l,
                                                                  uint64_t end_ns, mt_end_reason why)
 {
@@ -150,13 +169,25 @@ static inline __attribute__((always_inline)) void pass1_release(void *ctx, const
     pass1 *p = ctx;
     size_t k = mt_slot_of_lifetime(l);
     mt_peak_keep *pk = k < MT_N_SLOTS ? p->keep[k] : NULL;
-    if (!pk || l->start_seq > pk->peak_seq) return;
-    if (pk->n == pk->cap &&
-        mt_grow((void **)&pk->ended, &pk->cap, pk->n + 1, sizeof *pk->ended) < 0) {
+    if (!pk) return;
+    if (l->start_seq <= pk->peak_seq && keep_lifetime(&pk->ended, &pk->n, &pk->cap, l) < 0)
         p->oom = 1;
-        return;
-    }
-    pk->ended[pk->n++] = *l;
+    if (__builtin_expect(p->cats != NULL, 0) && !pk->after.waiting_backward &&
+        l->kind == MT_KIND_TENSOR && l->start_seq < pk->after.backward_seq &&
+        keep_lifetime(&pk->after_backward, &pk->n_after, &pk->cap_after, l) < 0)
+        p->oom = 1;
+}
+
+/* A backward pass or optimizer step has ended (pass 1 with categories): each device's latest peak
+ * takes note, as pass 2's replay does (peak_replay.c). */
+static void pass1_phase_end(void *ctx, int phase, uint64_t now)
+{
+    (void)phase;
+    pass1 *p = ctx;
+    uint64_t now_rel = mt_rel_time(now, p->start);
+    for (size_t i = 0; i < p->n_kept; i++)
+        if (p->kept[i]) /* not the host's (pass 2 looks at GPUs only) */
+            mt_after_peak_note(&p->keep[p->kept[i]]->after, p->cats, p->t, now_rel);
 }
 
 /* ---- pass 1 ---------------------------------------------------------------------------------- */
@@ -175,9 +206,13 @@ static int starts_with(const char *s, const char *prefix)
 }
 
 static int keep_record(mt_analysis *a, pass1 *p, const mt_record *rec, dev_info **devs,
-                       size_t *n_devs)
+                       size_t *n_devs, const mt_reader *r)
 {
     switch (rec->type) {
+    case MT_REC_SYMBOL:
+        /* the symbols the trace ends with were read first (run_pass1) */
+        if (mt_reader_offset(r) >= p->symbols_from) return 0;
+        return mt_frames_add(a->frames, rec) < 0 ? -1 : 0;
     case MT_REC_SAMPLE: {
         if (rec->u.sample.counter != MT_COUNTER_NVML_PROCESS_BYTES) return 0;
         uint64_t t = mt_rel_time(rec->u.sample.time_ns, a->header.start_monotonic_ns);
@@ -374,7 +409,17 @@ static int alloc_sums_end(alloc_sums *s)
     return 0;
 }
 
-/* *peaks_done: what was live at each peak is counted too (no tensors: pass 2 is not needed). */
+/* Bounds on the naming work of pass 1 (mt_frames_work): per record read, and free. */
+#define NAMING_WORK_PER_RECORD 16
+#define NAMING_WORK_FREE (1u << 22)
+
+static int add_symbol(void *frames, const mt_record *rec)
+{
+    return mt_frames_add(frames, rec) < 0 ? -1 : 0;
+}
+
+/* *peaks_done: what was live at each peak is counted too (without tensors, or with them when
+ * pass 1 could categorize them as it read: pass 2 is not needed). */
 static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, size_t errlen,
                      int *peaks_done)
 {
@@ -384,9 +429,22 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     mt_reader_set_strict(r, strict);
     a->header = *mt_reader_header(r);
     a->pid = a->header.pid;
-    pass1 p = {.start = a->header.start_monotonic_ns};
+    uint64_t symbols_from = UINT64_MAX;
+    /* The names a tensor's category comes from: the symbols `record` appended after the
+     * recording, read first so that pass 1 can categorize as it reads (else pass 2 replays). */
+    int names_first = !(opt && opt->two_passes);
+    if (names_first && mt_reader_tail_symbols(r, &symbols_from, add_symbol, a->frames) < 0) {
+        /* a read error or no memory: some may be in the frames already, so no read goes on */
+        mt_err_text(err, errlen, "%s: cannot read the symbols at the end of the trace", a->path);
+        mt_reader_close(r);
+        return -1;
+    }
+    pass1 p = {.start = a->header.start_monotonic_ns, .symbols_from = symbols_from};
     mt_pairing_init(&p.nvml);
-    mt_tracker_hooks hooks = {.ctx = &p, .on_usage = pass1_usage, .on_release = pass1_release};
+    mt_tracker_hooks hooks = {.ctx = &p,
+                              .on_usage = pass1_usage,
+                              .on_release = pass1_release,
+                              .on_phase_end = pass1_phase_end};
     p.t = mt_tracker_new(&hooks);
     alloc_sums *allocs = calloc(1, sizeof *allocs); /* 12 KiB */
     dev_info *devs = NULL;
@@ -403,6 +461,12 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             g = 0;
             if (!(n_group = mt_reader_next_group(r, &group, &st))) break;
             st = MT_READ_RECORD;
+            /* naming while reading redoes work when records that name frames keep coming
+             * between new stacks (modules: every name is rebuilt); past a bound proportional to
+             * the trace, pass 1 stops naming and pass 2 categorizes, so any trace stays linear */
+            if (__builtin_expect(p.cats != NULL, 0) &&
+                mt_frames_work(a->frames) > NAMING_WORK_PER_RECORD * a->records + NAMING_WORK_FREE)
+                mt_categorizer_blind(p.cats);
         }
         const mt_record *rec = &group[g++];
         a->records++;
@@ -410,7 +474,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             progress(opt->progress_ctx, 1,
                      (double)mt_reader_offset(r) / (double)(mt_reader_file_size(r) + 1));
         if (rec->type != MT_REC_EVENT) {
-            rc = keep_record(a, &p, rec, &devs, &n_devs);
+            rc = keep_record(a, &p, rec, &devs, &n_devs, r);
             continue;
         }
         const mt_event *e = &rec->u.event;
@@ -421,6 +485,11 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             else if (opt && opt->category_rules &&
                      mt_categorizer_load_rules(a->categories, opt->category_rules, err, errlen) < 0)
                 rc = -2;
+            else if (names_first) { /* from here on, as pass 2 would (mt_categorizer_check) */
+                p.cats = a->categories;
+                mt_categorizer_watch(p.cats);
+                mt_tracker_set_categorizer(p.t, p.cats);
+            }
         }
         uint64_t t = mt_rel_time(e->time_ns, start);
         if (t < first_ns) first_ns = t;
@@ -451,6 +520,8 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
                     rc = -1;
                 else
                     mt_failed_ties_failed(a, &p.ties, e, kept);
+                if (rc == 0 && kept >= 0 && p.cats)
+                    mt_failure_categories_now(a, &a->failed[kept], p.t);
             }
             if (rc == 0) tracked = mt_tracker_event_with(p.t, e, pass1_usage, pass1_release);
         }
@@ -485,9 +556,16 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
         p.running_cost.until_ns)
         a->cost = p.running_cost;
     if (rc == 0) rc = alloc_sums_end(allocs);
+    int categorized = 0;
+    if (p.cats) {
+        categorized = mt_categorizer_check(p.cats) > 0;
+        if (!categorized) mt_categorizer_forget(p.cats); /* pass 2 categorizes from scratch */
+        mt_failure_categories_settle(a, categorized);
+    }
     if (rc == 0) rc = finish_pass1(a, &p, &allocs->map, devs, n_devs);
-    if (rc == 0 && !a->categories) {
-        rc = mt_peaks_from_kept(a, p.keep, p.t);
+    a->passes = a->categories && !categorized ? 2 : 1;
+    if (rc == 0 && (!a->categories || categorized)) {
+        rc = mt_peaks_from_kept(a, p.keep, p.t, categorized);
         *peaks_done = 1;
     }
     if (rc < 0 && err && !err[0]) mt_err_text(err, errlen, "%s: out of memory", a->path);
@@ -499,7 +577,7 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
     mt_pairing_free(&p.nvml);
     for (size_t k = 0; k < MT_N_SLOTS; k++) {
         free(p.tl[k]);
-        if (p.keep[k]) free(p.keep[k]->ended);
+        if (p.keep[k]) free(p.keep[k]->ended), free(p.keep[k]->after_backward);
         free(p.keep[k]);
     }
     if (allocs) mt_u64map_destroy(&allocs->map);

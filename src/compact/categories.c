@@ -63,7 +63,11 @@ typedef struct user_rule {
 
 struct mt_categorizer {
     mt_frames *f;
-    mt_u64map cache; /* stack -> category + 1 */
+    mt_u64map cache; /* stack -> a: category + 1, b: backward()'s seed (never promoted) */
+    /* the same for stacks below BY_ID_MAX, found without a hash (once per tensor allocation):
+     * category + 1 | seed << 7; 0 = not yet. Grown to the largest id seen (node ids are dense) */
+    uint8_t *by_id;
+    size_t n_by_id;
     user_rule *rules;
     size_t n_rules;
     char *names[MT_CAT_MAX];   /* user categories' names, from MT_CAT_BUILTIN_ on */
@@ -73,6 +77,9 @@ struct mt_categorizer {
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
     char optimizer[32];
+    /* mt_categorizer_watch: stack -> a: hash of the names and flags its category was made from */
+    mt_u64map watched;
+    int watching, blind, watch_failed;
 };
 
 const char *mt_category_name(const mt_categorizer *c, unsigned cat)
@@ -98,6 +105,8 @@ void mt_categorizer_free(mt_categorizer *c)
 {
     if (!c) return;
     mt_u64map_destroy(&c->cache);
+    free(c->by_id);
+    mt_u64map_destroy(&c->watched);
     for (size_t i = 0; i < c->n_rules; i++) free(c->rules[i].pattern);
     free(c->rules);
     for (size_t i = 0; i < c->n_names; i++) free(c->names[i]);
@@ -163,6 +172,7 @@ int mt_categorizer_load_rules(mt_categorizer *c, const char *path, char *err, si
     }
     fclose(fp);
     mt_u64map_clear(&c->cache);
+    if (c->by_id) memset(c->by_id, 0, c->n_by_id);
     return rc;
 }
 
@@ -207,13 +217,41 @@ static void note_optimizer(mt_categorizer *c, const char *path)
         }
 }
 
+/* What a category is made from: the names and flags of the stack's frames (FNV-1a, 64 bits). */
+static uint64_t names_hash(const char *const *names, const uint8_t *flags, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        for (const char *s = names[i];; s++) {
+            h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+            if (!*s) break;
+        }
+        h = (h ^ flags[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+#define PATH_CAP 512
+static mt_path_opts path_opts(uint8_t *flags)
+{
+    return (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags};
+}
+
 static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
 {
-    const char *names[512];
-    uint8_t flags[512];
-    mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags};
-    size_t n = mt_frames_path(c->f, stack, opts, names, 512);
-    if (n > 512) n = 512;
+    const char *names[PATH_CAP];
+    uint8_t flags[PATH_CAP];
+    if (c->blind) return MT_CAT_OTHER;
+    mt_path_opts opts = path_opts(flags);
+    size_t n = mt_frames_path(c->f, stack, opts, names, PATH_CAP);
+    if (n > PATH_CAP) n = PATH_CAP;
+    if (c->watching) {
+        mt_u64map_slot *w = mt_u64map_upsert(&c->watched, stack);
+        if (w)
+            w->a = names_hash(names, flags, n);
+        else
+            c->watch_failed = 1;
+    }
     for (size_t r = 0; r < c->n_rules; r++)
         for (size_t i = 0; i < n; i++)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
@@ -278,9 +316,28 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     return MT_CAT_OTHER;
 }
 
+#define BY_ID_MAX (1u << 22) /* 4 MiB at most */
+
+/* The by_id entry of stack, the array grown to hold it; NULL above BY_ID_MAX or out of memory. */
+static uint8_t *by_id_entry(mt_categorizer *c, uint32_t stack)
+{
+    if (stack < c->n_by_id) return &c->by_id[stack];
+    if (stack >= BY_ID_MAX) return NULL;
+    size_t n = c->n_by_id ? c->n_by_id : 4096;
+    while (n <= stack)
+        n *= 2;
+    uint8_t *v = realloc(c->by_id, n);
+    if (!v) return NULL;
+    memset(v + c->n_by_id, 0, n - c->n_by_id);
+    c->by_id = v;
+    c->n_by_id = n;
+    return &v[stack];
+}
+
 unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
 {
     if (l->kind != MT_KIND_TENSOR) return MT_CAT_NONE;
+    if (l->stack < c->n_by_id && c->by_id[l->stack]) return (c->by_id[l->stack] & 0x7f) - 1u;
     mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
     unsigned cat;
     if (s) {
@@ -292,6 +349,8 @@ unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
             s->a = cat + 1;
             s->b = (uint64_t)seed; /* never promoted */
         }
+        uint8_t *e = by_id_entry(c, l->stack);
+        if (e && s) *e = (uint8_t)((cat + 1) | (unsigned)seed << 7);
     }
     return cat;
 }
@@ -314,6 +373,8 @@ static int phase_of(unsigned cat)
 unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l)
 {
     if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP) {
+        if (l->stack < c->n_by_id && c->by_id[l->stack])
+            return c->by_id[l->stack] >> 7 ? l->category : MT_CAT_GRADIENTS;
         const mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
         return !s || !s->b ? MT_CAT_GRADIENTS : l->category;
     }
@@ -358,6 +419,47 @@ void mt_categorizer_restart(mt_categorizer *c)
     c->phase = MT_PHASE_NONE;
     c->backward_tid = 0;
     c->backward_ends = c->optimizer_ends = 0;
+}
+
+void mt_categorizer_watch(mt_categorizer *c)
+{
+    c->watching = 1;
+}
+
+void mt_categorizer_blind(mt_categorizer *c)
+{
+    c->blind = 1;
+}
+
+int mt_categorizer_check(mt_categorizer *c)
+{
+    int same = c->watching && !c->blind && !c->watch_failed;
+    for (size_t i = 0; same && i < c->watched.cap; i++) {
+        const mt_u64map_slot *w = &c->watched.slots[i];
+        if (!w->used) continue;
+        const char *names[PATH_CAP];
+        uint8_t flags[PATH_CAP];
+        mt_path_opts opts = path_opts(flags);
+        size_t n = mt_frames_path(c->f, (uint32_t)w->key, opts, names, PATH_CAP);
+        if (n > PATH_CAP) n = PATH_CAP;
+        same = names_hash(names, flags, n) == w->a;
+    }
+    c->watching = 0;
+    mt_u64map_destroy(&c->watched);
+    return same;
+}
+
+void mt_categorizer_forget(mt_categorizer *c)
+{
+    mt_u64map_destroy(&c->cache);
+    free(c->by_id);
+    c->by_id = NULL;
+    c->n_by_id = 0;
+    mt_u64map_destroy(&c->watched);
+    c->watching = c->blind = c->watch_failed = 0;
+    c->optimizer[0] = 0;
+    c->optimizer_kind_w = 0;
+    mt_categorizer_restart(c);
 }
 
 void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,

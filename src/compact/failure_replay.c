@@ -28,7 +28,7 @@ static int wants_categories(const mt_analysis *a, const mt_failed_request *f)
     return a->categories && !f->is_host && f->device >= 0;
 }
 
-static void keep_categories(mt_tracker *t, mt_failed_request *f)
+static void keep_categories(const mt_tracker *t, mt_failed_request *f)
 {
     const mt_usage *u = mt_tracker_usage(t, f->device, 0);
     f->categories_known = 1;
@@ -40,7 +40,7 @@ void mt_failure_watch_begin(mt_analysis *a, mt_failure_watch *w)
     memset(w, 0, sizeof *w);
     for (size_t i = 0; i < a->n_failed; i++) {
         const mt_failed_request *f = &a->failed[i];
-        int cats = wants_categories(a, f), call = mt_backward_wanted(a, f);
+        int cats = wants_categories(a, f) && !f->categories_known, call = mt_backward_wanted(a, f);
         w->categorize |= cats;
         w->calls |= call;
         if ((cats || call) && f->event_index > w->last) w->last = f->event_index;
@@ -57,9 +57,27 @@ int mt_failure_watch_event(mt_analysis *a, mt_failure_watch *w, const mt_event *
         mt_failed_request *f = &a->failed[w->next];
         if (f->event_index != w->events) continue;
         if (w->calls) mt_backward_name(a, &w->seen, f);
-        if (t && wants_categories(a, f)) keep_categories(t, f);
+        if (t && wants_categories(a, f) && !f->categories_known) keep_categories(t, f);
     }
     return rc;
+}
+
+void mt_failure_categories_now(mt_analysis *a, mt_failed_request *f, const mt_tracker *t)
+{
+    if (wants_categories(a, f)) keep_categories(t, f);
+}
+
+void mt_failure_categories_settle(mt_analysis *a, int ok)
+{
+    for (size_t i = 0; i < a->n_failed; i++) {
+        mt_failed_request *f = &a->failed[i];
+        if (!ok) {
+            f->categories_known = 0;
+            memset(f->by_category, 0, sizeof f->by_category);
+        } else if (wants_categories(a, f) && !f->categories_known) {
+            f->categories_known = 1; /* before the first tensor: nothing live had a category */
+        }
+    }
 }
 
 void mt_failure_watch_end(mt_failure_watch *w)

@@ -41,7 +41,7 @@
 typedef struct node {
     uint32_t id, parent; /* as written */
     uint32_t parent_ix;  /* index of the parent; NO_NODE = none (root, unknown, or not below id);
-                            resolved by link_nodes */
+                            resolved by link_nodes or parent_of */
     uint8_t kind;
     uint64_t ip;
     uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
@@ -71,7 +71,9 @@ struct mt_frames {
     node *nodes; /* in the order first seen */
     size_t n_nodes, cap_nodes;
     mt_u64map node_index; /* id -> a: index in nodes */
-    int nodes_linked;     /* parent_ix is valid for every node */
+    size_t linked;        /* nodes[0, linked) had their parent looked up (link_nodes) */
+    uint64_t work;        /* nodes, modules and symbols visited again after new records
+                             (mt_frames_work) */
     uint64_t bad_nodes;   /* nodes whose parent id was not below their own */
     module *mods;
     size_t n_mods, cap_mods;
@@ -83,6 +85,9 @@ struct mt_frames {
     pycode *codes;
     size_t n_codes, cap_codes;
     mt_u64map code_index; /* code id -> a: index in codes */
+    uint32_t *py_unnamed; /* nodes whose name was built before their code object came: named
+                             again once one comes (Python code objects may come late) */
+    size_t n_py_unnamed, cap_py_unnamed;
     char **names;         /* every name built, owned */
     size_t n_names, cap_names;
     uint32_t *scratch; /* node ids of one path */
@@ -119,6 +124,7 @@ void mt_frames_free(mt_frames *f)
     free(f->codes);
     free(f->names);
     free(f->scratch);
+    free(f->py_unnamed);
     free(f);
 }
 
@@ -164,7 +170,6 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         f->nodes[s->a] = (node){.id = n->id, .parent = n->parent, .parent_ix = NO_NODE,
                                 .kind = n->frame_kind, .ip = n->ip};
         if (n->parent >= n->id) f->bad_nodes++;
-        f->nodes_linked = 0;
         return 1;
     }
     case MT_REC_MODULE: {
@@ -201,6 +206,12 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         mt_u64map_slot *s = mt_u64map_upsert(&f->code_index, r->u.pycode.id);
         if (!c->filename || !c->qualname || !s) return -1;
         s->a = f->n_codes++;
+        /* names built without a code object are named again (a few: codes come first as a rule) */
+        f->work += f->n_py_unnamed;
+        for (size_t i = 0; i < f->n_py_unnamed; i++)
+            memset(f->nodes[f->py_unnamed[i]].name_count, 0, sizeof f->nodes[0].name_count);
+        if (f->n_py_unnamed) mt_view_cache_forget(f->view);
+        f->n_py_unnamed = 0;
         return 1;
     }
     default:
@@ -225,6 +236,8 @@ static int cmp_sym(const void *pa, const void *pb)
 
 static void forget_names(mt_frames *f)
 {
+    f->work += f->n_nodes;
+    f->n_py_unnamed = 0; /* each is named anew anyway */
     for (size_t i = 0; i < f->n_nodes; i++)
         memset(f->nodes[i].name_count, 0, sizeof f->nodes[i].name_count);
     mt_view_cache_forget(f->view); /* owners are named from frame names: redo them too */
@@ -237,26 +250,38 @@ static uint32_t index_of(const mt_frames *f, uint32_t id)
     return s ? (uint32_t)s->a : NO_NODE;
 }
 
-/* Resolves every node's parent to an index once, so walks need no hashing. */
+/* Resolves each new node's parent to an index once, so walks need no hashing. A parent that comes
+ * after its child, and a node written again (its slot starts over unlinked), are resolved by the
+ * walk itself (parent_of): nodes are only looked at once here, however often records and names
+ * alternate (the analysis names stacks while it reads, categories.c). */
 static void link_nodes(mt_frames *f)
 {
-    if (f->nodes_linked) return;
-    for (size_t i = 0; i < f->n_nodes; i++) {
-        node *n = &f->nodes[i];
+    for (; f->linked < f->n_nodes; f->linked++) {
+        node *n = &f->nodes[f->linked];
         n->parent_ix = n->parent < n->id ? index_of(f, n->parent) : NO_NODE;
     }
-    f->nodes_linked = 1;
+}
+
+/* The index of node ix's parent, NO_NODE for none (root, unknown, or not below its id). */
+static uint32_t parent_of(mt_frames *f, uint32_t ix)
+{
+    node *n = &f->nodes[ix];
+    if (n->parent_ix == NO_NODE && n->parent && n->parent < n->id)
+        n->parent_ix = index_of(f, n->parent); /* it may have come since */
+    return n->parent_ix;
 }
 
 static int prepare(mt_frames *f)
 {
     link_nodes(f);
     if (!f->mods_sorted) {
+        f->work += f->n_mods;
         if (f->n_mods) qsort(f->mods, f->n_mods, sizeof *f->mods, cmp_mod);
         f->mods_sorted = 1;
         forget_names(f);
     }
     if (!f->syms_sorted) {
+        f->work += f->n_syms;
         if (f->n_syms) qsort(f->syms, f->n_syms, sizeof *f->syms, cmp_sym);
         mt_u64map_clear(&f->sym_index);
         for (size_t i = 0; i < f->n_syms;) {
@@ -380,6 +405,10 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
                                   line));
         } else {
             rc = push_name(f, fmt("[python code %u]:%u", code, line));
+            if (rc == 0 && MT_GROW(f->py_unnamed, f->cap_py_unnamed, f->n_py_unnamed + 1) == 0)
+                f->py_unnamed[f->n_py_unnamed++] = id;
+            else
+                rc = -1;
         }
     } else {
         const mt_u64map_slot *s = mt_u64map_find(&f->sym_index, n->ip);
@@ -410,7 +439,7 @@ static size_t collect(mt_frames *f, uint32_t leaf)
 {
     link_nodes(f);
     size_t n = 0;
-    for (uint32_t ix = leaf; ix != NO_NODE && n < MAX_DEPTH; ix = f->nodes[ix].parent_ix) {
+    for (uint32_t ix = leaf; ix != NO_NODE && n < MAX_DEPTH; ix = parent_of(f, ix)) {
         if (MT_GROW(f->scratch, f->cap_scratch, n + 1) < 0) break;
         f->scratch[n++] = ix;
     }
@@ -542,6 +571,11 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
         return 1;
     }
     return 0;
+}
+
+uint64_t mt_frames_work(const mt_frames *f)
+{
+    return f->work;
 }
 
 uint64_t mt_frames_bad_nodes(const mt_frames *f)

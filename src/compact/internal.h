@@ -159,6 +159,9 @@ mt_view_cache **mt_frames_view_cache(mt_frames *f);
 /* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
  * string or owned by f. */
 mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char **holder);
+/* Nodes, modules and symbols visited again because records came after names were built: what
+ * naming while reading costs on top of naming once at the end (bounded by the analysis). */
+uint64_t mt_frames_work(const mt_frames *f);
 /* mt_frames_path for MT_FRAMES_USER. */
 size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
                            uint8_t *flags, size_t cap);
@@ -175,6 +178,21 @@ int mt_categorizer_phase(mt_categorizer *c, unsigned category, uint32_t tid, int
 unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l);
 /* Forgets the phase a replay was in (a new replay starts). */
 void mt_categorizer_restart(mt_categorizer *c);
+/* Categorizing while the trace is still being read (pass 1, analyze.c), when a stack's names may
+ * still change (a record that names one of its frames comes later): from now on each stack's
+ * names are remembered (a hash of the names and flags the category was made from) until
+ * mt_categorizer_check. */
+void mt_categorizer_watch(mt_categorizer *c);
+/* Stops naming: every stack not yet categorized is MT_CAT_OTHER and the check fails (naming while
+ * reading has cost too much; the categories come from a replay instead). */
+void mt_categorizer_blind(mt_categorizer *c);
+/* 1 when every stack categorized since mt_categorizer_watch has the names now that its category
+ * was made from, so each category and the optimizer
+ * found are what a categorizer made now would give; 0 when not (or blind, or memory ran out).
+ * Stops watching. */
+int mt_categorizer_check(mt_categorizer *c);
+/* Forgets every stack's category, the optimizer found and the phase: as new, rules kept. */
+void mt_categorizer_forget(mt_categorizer *c);
 /* Phase ends (backward passes and optimizer steps) the tracker has applied so far. */
 uint32_t mt_tracker_phase_ends(const mt_tracker *t);
 /* The category lifetime l had right after the phase end numbered phase_ends (it may have been

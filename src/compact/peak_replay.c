@@ -27,12 +27,7 @@ typedef struct slot2 {
     mt_device_report *d;
     int reached;              /* the peak event was replayed */
     int categorize;           /* tensors by category (a GPU device of a tensor trace) */
-    int waiting;              /* the first phase end after the peak is still to come */
-    int waiting_backward;     /* the first backward end after the peak is still to come */
-    uint32_t end_phase;       /* phase ends counted once the one after the peak happened */
-    uint32_t backward_phase;  /* ... once the backward end after the peak happened */
-    uint64_t backward_seq;    /* the event at which it happened */
-    uint64_t bwd_at_peak, opt_at_peak; /* phases ended when the peak was reached */
+    mt_after_peak ap;         /* what the categories wait for after the peak */
     uint64_t visible, driver; /* at the peak, for the NVML pairing */
     mt_breakdown_acc at_peak; /* GPU devices */
 } slot2;
@@ -94,7 +89,14 @@ static int sizes_fit(size_lists *s, const mt_categorizer *c, mt_category_fit fit
 /* A device is done when its peak was replayed and nothing about it waits any more. */
 static void maybe_done(pass2 *p, slot2 *x)
 {
-    if (x->reached && !x->waiting && !x->waiting_backward && p->pending) p->pending--;
+    if (x->reached && !x->ap.waiting && !x->ap.waiting_backward && p->pending) p->pending--;
+}
+
+/* The backward pass after the peak of x's device has ended (at x->ap.backward_seq). */
+static void backward_known(slot2 *x)
+{
+    x->d->after_backward_known = 1;
+    x->d->after_backward_time_ns = x->ap.backward_time_ns;
 }
 
 /* The device of x has reached its peak; u: its counters right after the peak event. */
@@ -110,8 +112,8 @@ static void reach_peak(pass2 *p, slot2 *x, const mt_usage *u)
         x->driver = u->by_kind[MT_KIND_DRIVER];
     }
     if (p->a->categories && !u->is_host) {
-        x->categorize = x->waiting = x->waiting_backward = 1;
-        mt_categorizer_phases(p->a->categories, &x->bwd_at_peak, &x->opt_at_peak);
+        x->categorize = 1;
+        mt_after_peak_begin(&x->ap, p->a->categories);
     }
     maybe_done(p, x);
 }
@@ -140,7 +142,7 @@ static void count_at_peak(pass2 *p, const mt_lifetime *l, int ended)
     uint64_t key = mt_agg_key(l);
     if (x->categorize && l->kind == MT_KIND_TENSOR) {
         /* its category when it ended, if before the phase end after the peak; else then */
-        unsigned cat = x->waiting ? l->category : mt_category_at(l, x->end_phase);
+        unsigned cat = x->ap.waiting ? l->category : mt_category_at(l, x->ap.end_phase);
         if (cat >= MT_CAT_MAX) cat = MT_CAT_OTHER;
         (void)ended;
         x->d->by_category_at_peak[cat] += l->bytes;
@@ -161,10 +163,10 @@ static void count_after_backward(pass2 *p, const mt_lifetime *l)
 {
     size_t k = mt_slot_of_lifetime(l);
     if (k >= MT_N_SLOTS || l->kind != MT_KIND_TENSOR || !p->s[k].categorize ||
-        p->s[k].waiting_backward || l->start_seq >= p->s[k].backward_seq ||
+        p->s[k].ap.waiting_backward || l->start_seq >= p->s[k].ap.backward_seq ||
         mt_counting(l->kind, l->flags) != MT_COUNT_IN_USE)
         return;
-    unsigned cat = mt_category_at(l, p->s[k].backward_phase);
+    unsigned cat = mt_category_at(l, p->s[k].ap.backward_phase);
     if (cat >= MT_CAT_MAX) return;
     p->s[k].d->by_category_after_backward[cat] += l->bytes;
     sizes_add(&p->after_bwd_sizes[k], cat, l->bytes);
@@ -186,28 +188,44 @@ static void pass2_still_live(void *ctx, const mt_lifetime *l)
     count_after_backward(ctx, l);
 }
 
+void mt_after_peak_begin(mt_after_peak *x, const mt_categorizer *c)
+{
+    *x = (mt_after_peak){.waiting = 1, .waiting_backward = 1};
+    if (c) mt_categorizer_phases(c, &x->bwd_at_peak, &x->opt_at_peak);
+}
+
+int mt_after_peak_note(mt_after_peak *x, const mt_categorizer *c, const mt_tracker *t,
+                       uint64_t now_rel)
+{
+    if (!x->waiting && !x->waiting_backward) return 0;
+    uint64_t bwd, opt;
+    mt_categorizer_phases(c, &bwd, &opt);
+    int backward_now = 0;
+    if (x->waiting_backward && bwd > x->bwd_at_peak) {
+        x->waiting_backward = 0;
+        x->backward_phase = mt_tracker_phase_ends(t);
+        x->backward_seq = mt_tracker_seq(t);
+        x->backward_time_ns = now_rel;
+        backward_now = 1;
+    }
+    if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) {
+        x->waiting = 0;
+        x->end_phase = mt_tracker_phase_ends(t);
+    }
+    return backward_now;
+}
+
 /* A phase has ended (before the event that told is applied): devices waiting for it take note. */
 static void pass2_phase_end(void *ctx, int phase, uint64_t now)
 {
     (void)phase;
     pass2 *p = ctx;
     if (p->done) return;
-    uint64_t bwd, opt;
-    mt_categorizer_phases(p->a->categories, &bwd, &opt);
+    uint64_t now_rel = mt_rel_time(now, p->a->header.start_monotonic_ns);
     for (size_t k = 1; k < MT_N_SLOTS; k++) {
         slot2 *x = &p->s[k];
-        if (!x->waiting && !x->waiting_backward) continue;
-        if (x->waiting_backward && bwd > x->bwd_at_peak) {
-            x->waiting_backward = 0;
-            x->backward_phase = mt_tracker_phase_ends(p->t);
-            x->backward_seq = mt_tracker_seq(p->t);
-            x->d->after_backward_known = 1;
-            x->d->after_backward_time_ns = mt_rel_time(now, p->a->header.start_monotonic_ns);
-        }
-        if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) {
-            x->waiting = 0;
-            x->end_phase = mt_tracker_phase_ends(p->t);
-        }
+        if (!x->ap.waiting && !x->ap.waiting_backward) continue;
+        if (mt_after_peak_note(&x->ap, p->a->categories, p->t, now_rel)) backward_known(x);
         maybe_done(p, x);
     }
 }
@@ -333,18 +351,27 @@ out:
 
 /* ---- what was live at each peak, from pass 1 ------------------------------------------------- */
 
-/* Counts what was live at each device's peak from pass 1's lists and its tracker's live set. */
-int mt_peaks_from_kept(mt_analysis *a, mt_peak_keep *const *keep, const mt_tracker *t)
+/* Counts what was live at each device's peak from pass 1's lists and its tracker's live set; with
+ * `categorized`, with what pass 1 noted after each peak in place of what pass 2 would have. */
+int mt_peaks_from_kept(mt_analysis *a, mt_peak_keep *const *keep, const mt_tracker *t,
+                       int categorized)
 {
     uint64_t last_seq;
     pass2 *p = pass2_new(a, &last_seq);
     if (!p) return -1;
     for (size_t k = 0; k < MT_N_SLOTS; k++) {
         slot2 *x = &p->s[k];
-        if (!x->d || !keep[k] || x->d->u.peak == 0 || keep[k]->peak_seq != x->d->u.peak_seq)
-            continue;
-        reach_peak(p, x, &keep[k]->at_peak);
-        for (size_t i = 0; i < keep[k]->n; i++) count_at_peak(p, &keep[k]->ended[i], 1);
+        const mt_peak_keep *pk = keep[k];
+        if (!x->d || !pk || x->d->u.peak == 0 || pk->peak_seq != x->d->u.peak_seq) continue;
+        reach_peak(p, x, &pk->at_peak);
+        if (x->categorize && categorized) {
+            x->ap = pk->after; /* what pass 1 noted after the peak, in place of the replay's */
+            if (!x->ap.waiting_backward) backward_known(x);
+        }
+        for (size_t i = 0; i < pk->n; i++)
+            count_at_peak(p, &pk->ended[i], 1);
+        for (size_t i = 0; categorized && i < pk->n_after; i++)
+            count_after_backward(p, &pk->after_backward[i]);
     }
     mt_tracker_foreach_live(t, pass2_still_live, p);
     pass2_finish(p, a);

@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h" /* src/util: MT_GROW */
 #include "tracker_core.h"
 
 mt_tracker *mt_tracker_new(const mt_tracker_hooks *hooks)
@@ -70,7 +71,8 @@ void mt_tracker_free(mt_tracker *t)
     mt_u64map_destroy(&t->pool_index);
     mt_ctx_registry_destroy(&t->ctx_lifetimes);
     mt_ctx_registry_destroy(&t->ctx_maps);
-    mt_ctx_registry_destroy(&t->temps);
+    free(t->temps[0].v);
+    free(t->temps[1].v);
     free(t);
 }
 
@@ -109,8 +111,10 @@ static void promote(mt_tracker *t, int phase)
                                                   : MT_CAT_MAX;
     if (temp == MT_CAT_MAX) return;
     t->phase_ends++;
-    size_t n;
-    mt_ctx_member *v = mt_ctx_take(&t->temps, temp, &n);
+    mt_ctx_list *q = temps_of(t, temp);
+    size_t n = q->n;
+    mt_ctx_member *v = q->v;
+    *q = (mt_ctx_list){0};
     for (size_t i = 0; i < n; i++) {
         mt_lifetime *l = member_lifetime(t, v[i]);
         if (!l || l->category != temp) continue;
@@ -188,9 +192,15 @@ static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m)
     return member_lifetime(arg, m) != NULL;
 }
 
-int mt_tracker_lifetime_still_(void *arg, uint32_t ctx, mt_ctx_member m)
+int mt_tracker_temps_room_(mt_tracker *t, mt_ctx_list *q)
 {
-    return lifetime_still(arg, ctx, m);
+    if (q->n > TEMPS_SLACK * q->live + TEMPS_FREE) {
+        size_t n = 0;
+        for (size_t i = 0; i < q->n; i++)
+            if (member_lifetime(t, q->v[i])) q->v[n++] = q->v[i];
+        q->n = n;
+    }
+    return q->n < q->cap || MT_GROW(q->v, q->cap, q->n + 1) == 0 ? 0 : -1;
 }
 
 static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)

@@ -42,8 +42,15 @@ struct mt_tracker {
                                       CTX_MANY (ctx_lifetimes says whose each is) */
     uint32_t ctx_one;
     mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
-    mt_ctx_registry temps;         /* with a categorizer: the live tensors of each temporary
-                                      category (keyed by category), promoted at a phase end */
+    /* with a categorizer: the live tensors of each temporary category (backward [0], optimizer
+     * [1]), taken and promoted at the phase end (tracker.c, promote). Members only leave when
+     * taken: a freed tensor stays in its list, counted out of `live`. A list is compacted (each
+     * member looked up in the live set) only when it holds more than TEMPS_SLACK times what is
+     * live plus TEMPS_FREE: the promotion looks every member up anyway, so a list taken at the
+     * next phase end is cheapest never compacted, and the bound keeps memory proportional to the
+     * live set in a phase that never ends. (A context registry, with a hash per join and a
+     * compaction at twice the live count, was half of what categorizing cost pass 1.) */
+    mt_ctx_list temps[2];
     uint32_t phase_ends;           /* backward passes and optimizer steps ended so far */
     uint64_t seq, serial;
     mt_anomalies an;
@@ -76,7 +83,6 @@ static inline int is_host_family(unsigned fam)
 /* tracker.c's, for the rarer turns of the path */
 long mt_tracker_new_slot_(mt_tracker *t, int32_t device, int is_host, uint64_t now, int32_t *ref);
 void mt_tracker_promote_(mt_tracker *t, int phase);
-int mt_tracker_lifetime_still_(void *arg, uint32_t ctx, mt_ctx_member m);
 int mt_tracker_ctx_join_more_(mt_tracker *t, const mt_lifetime *l);
 void mt_tracker_release_(mt_tracker *t, mt_lifetime *p, uint64_t now, mt_end_reason why);
 mt_lifetime *mt_tracker_find_handle_(mt_tracker *t, int32_t dev, uint64_t handle);
@@ -96,6 +102,14 @@ static inline int counts_by_category(const mt_tracker *t, const mt_lifetime *l)
 static inline int is_temp_category(unsigned cat)
 {
     return cat == MT_CAT_BACKWARD_TEMP || cat == MT_CAT_OPTIMIZER_TEMP;
+}
+
+#define TEMPS_SLACK 8
+#define TEMPS_FREE 4096
+
+static inline mt_ctx_list *temps_of(mt_tracker *t, unsigned cat)
+{
+    return &t->temps[cat == MT_CAT_OPTIMIZER_TEMP];
 }
 
 static inline int device_ok(int32_t device)
@@ -192,6 +206,19 @@ static inline mt_ctx_member lifetime_member(const mt_lifetime *l)
     return (mt_ctx_member){l->address, l->serial, (uint64_t)(uint32_t)l->device << 8 | l->family};
 }
 
+/* tracker.c: room for one more member in list q (compacting it first if it is long). -1 when out
+ * of memory. */
+int mt_tracker_temps_room_(mt_tracker *t, mt_ctx_list *q);
+
+static inline int temps_join(mt_tracker *t, const mt_lifetime *l)
+{
+    mt_ctx_list *q = temps_of(t, l->category);
+    if (q->n == q->cap && mt_tracker_temps_room_(t, q) < 0) return -1;
+    q->v[q->n++] = lifetime_member(l);
+    q->live++;
+    return 0;
+}
+
 /* Which context each live lifetime belongs to. A trace has one context or two, so while every
  * lifetime so far came from one context (CTX_ONE) no list is kept: MT_OP_CTX_DESTROY of that
  * context ends every live lifetime, and the live set itself, ordered by serial, is the list.
@@ -230,7 +257,8 @@ static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_l
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
     if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
-    if (t->categorizer && is_temp_category(p->category)) mt_ctx_leave(&t->temps, p->category);
+    if (t->categorizer && is_temp_category(p->category) && temps_of(t, p->category)->live)
+        temps_of(t, p->category)->live--;
     mt_live_remove(&t->live, p);
 }
 
@@ -270,8 +298,7 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     if (mt_live_insert_h(&t->live, lh, &l) < 0) return -1;
-    if ((t->categorizer && is_temp_category(l.category) &&
-         mt_ctx_join(&t->temps, l.category, lifetime_member(&l), mt_tracker_lifetime_still_, t) < 0) ||
+    if ((t->categorizer && is_temp_category(l.category) && temps_join(t, &l) < 0) ||
         ctx_join_lifetime(t, &l) < 0) { /* out of memory: not live after all */
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
         if (p) mt_live_remove(&t->live, p);

@@ -70,4 +70,10 @@ ssize_t mt_pread_full(int fd, uint8_t *p, size_t n, uint64_t off);
 /* Ends reading with st (sticky) and a reason at offset off. Returns st. */
 mt_read_status mt_feed_fail(mt_feed *f, mt_read_status st, uint64_t off, const char *what);
 
+/* tail.c: the SYMBOL records in the chunks that end the file (of format `version`, its first chunk
+ * at `first`) and hold nothing else, through fn in file order; *start is where they begin
+ * (file_size when there are none). 0, or -1 when a read fails or fn does. */
+int mt_tail_symbols(int fd, const char *path, unsigned version, uint64_t first, uint64_t file_size,
+                    uint64_t *start, int (*fn)(void *, const mt_record *), void *ctx);
+
 #endif

@@ -54,6 +54,7 @@ struct mt_reader {
     int fd; /* our own descriptor (a dup when opened from one) */
     char *path;
     mt_file_header header;
+    uint64_t first_chunk; /* the header's size: where the chunks begin */
     mt_feed feed; /* the second thread's while it runs */
     int feed_ready;
     /* the second thread: started at the first mt_reader_next, stopped by mt_reader_close */
@@ -302,6 +303,7 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
         return NULL;
     }
     r->header.version = version;
+    r->first_chunk = hsize;
     r->header.pid = mt_get_le32(h + MT_HDR_OFF_PID);
     r->header.start_monotonic_ns = mt_get_le64(h + MT_HDR_OFF_MONO);
     r->header.start_realtime_ns = mt_get_le64(h + MT_HDR_OFF_REAL);
@@ -411,6 +413,18 @@ const char *mt_reader_error(const mt_reader *r)
 {
     return r->feed.failed ? r->feed.err : "";
 }
+int mt_reader_tail_symbols(const mt_reader *r, uint64_t *start,
+                           int (*fn)(void *ctx, const mt_record *rec), void *ctx)
+{
+    struct stat st;
+    *start = UINT64_MAX;
+    if (fstat(r->fd, &st) != 0) return -1;
+    int rc = mt_tail_symbols(r->fd, r->path, r->header.version, r->first_chunk,
+                             (uint64_t)st.st_size, start, fn, ctx);
+    if (rc < 0) *start = UINT64_MAX;
+    return rc;
+}
+
 uint64_t mt_reader_error_offset(const mt_reader *r)
 {
     return r->feed.err_off;
