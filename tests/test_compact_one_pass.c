@@ -238,3 +238,46 @@ Test(one_pass, names_rebuilt_over_and_over_stop_in_time, .timeout = 120)
     mt_analysis_free(a);
     unlink(f.path);
 }
+
+/* A tensor made inside cuBLAS (a library workspace), with the module that says so written `late`
+ * (after the event: its native frame was named by its address while reading) or first. */
+static void write_workspace(fx *f, int late)
+{
+    fx_open(f, "one-pass-module.mtrace");
+    mt_record pc = {.type = MT_REC_PYCODE};
+    pc.u.pycode = (mt_pycode){.id = 1, .filename = "/home/u/train.py", .qualname = "<module>"};
+    fx_put(f, &pc);
+    if (!late) fx_module(f, 1, "/usr/lib/libcublas.so.13", 0x7f0000000000, 0x7f0000100000);
+    fx_node(f, 1, 0, PY(1, 10), MT_FRAME_PYTHON);
+    fx_node(f, 2, 1, 0x7f0000000100, MT_FRAME_NATIVE);
+    mt_record r = {.type = MT_REC_EVENT};
+    r.u.event = (mt_event){.time_ns = FX_T0 + MS,
+                           .address = 0x10000000,
+                           .bytes = 32 * MiB,
+                           .tid = 1,
+                           .context = 1,
+                           .stack = 2,
+                           .device = 0,
+                           .op = MT_OP_ALLOC,
+                           .kind = MT_KIND_TENSOR};
+    fx_put(f, &r);
+    if (late) fx_module(f, 1, "/usr/lib/libcublas.so.13", 0x7f0000000000, 0x7f0000100000);
+    fx_end(f, 2, 0, 0);
+    fx_close(f);
+}
+
+Test(one_pass, a_module_that_comes_late_takes_a_second_pass)
+{
+    fx f, g;
+    write_workspace(&f, 1);
+    write_workspace(&g, 0);
+    cr_assert_eq(same_both_ways(f.path), 2, "the frame's name changed after its category");
+    cr_assert_eq(same_both_ways(g.path), 1);
+    mt_analysis *late = analyze(f.path, 0), *first = analyze(g.path, 0);
+    cr_assert_eq(fx_dev(late, 0)->by_category_at_peak[MT_CAT_WORKSPACE], 32 * MiB);
+    cr_assert_eq(fx_dev(first, 0)->by_category_at_peak[MT_CAT_WORKSPACE], 32 * MiB);
+    mt_analysis_free(late);
+    mt_analysis_free(first);
+    unlink(f.path);
+    unlink(g.path);
+}

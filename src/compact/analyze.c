@@ -462,8 +462,9 @@ static int run_pass1(mt_analysis *a, const mt_analyze_options *opt, char *err, s
             if (!(n_group = mt_reader_next_group(r, &group, &st))) break;
             st = MT_READ_RECORD;
             /* naming while reading redoes work when records that name frames keep coming
-             * between new stacks (modules: every name is rebuilt); past a bound proportional to
-             * the trace, pass 1 stops naming and pass 2 categorizes, so any trace stays linear */
+             * between new stacks (a module: every native frame named so far is looked at again,
+             * frames.c); past a bound proportional to the trace, pass 1 stops naming and pass 2
+             * categorizes, so any trace stays linear */
             if (__builtin_expect(p.cats != NULL, 0) &&
                 mt_frames_work(a->frames) > NAMING_WORK_PER_RECORD * a->records + NAMING_WORK_FREE)
                 mt_categorizer_blind(p.cats);

@@ -68,6 +68,7 @@ struct mt_categorizer {
      * category + 1 | seed << 7; 0 = not yet. Grown to the largest id seen (node ids are dense) */
     uint8_t *by_id;
     size_t n_by_id;
+    mt_u64map said; /* a native frame's name (its pointer) -> what it says (native_says) */
     user_rule *rules;
     size_t n_rules;
     char *names[MT_CAT_MAX];   /* user categories' names, from MT_CAT_BUILTIN_ on */
@@ -106,6 +107,7 @@ void mt_categorizer_free(mt_categorizer *c)
     if (!c) return;
     mt_u64map_destroy(&c->cache);
     free(c->by_id);
+    mt_u64map_destroy(&c->said);
     mt_u64map_destroy(&c->watched);
     for (size_t i = 0; i < c->n_rules; i++) free(c->rules[i].pattern);
     free(c->rules);
@@ -217,24 +219,31 @@ static void note_optimizer(mt_categorizer *c, const char *path)
         }
 }
 
-/* What a category is made from: the names and flags of the stack's frames (FNV-1a, 64 bits). */
-static uint64_t names_hash(const char *const *names, const uint8_t *flags, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        for (const char *s = names[i];; s++) {
-            h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-            if (!*s) break;
-        }
-        h = (h ^ flags[i]) * 0x100000001b3ull;
-    }
-    return h;
-}
-
 #define PATH_CAP 512
-static mt_path_opts path_opts(uint8_t *flags)
+
+/* What a native frame's name says, once per name: stacks share most of their frames, and the
+ * owner's match and the searches below were most of what categorizing a new stack cost. Keyed
+ * by the name's pointer: the frames own their names and never free or reuse one while they live
+ * (a name built again is a new string). */
+enum { SAYS_WORKSPACE = 1, SAYS_GRADS = 2, SAYS_BACKWARD = 4, SAYS_FACTORY = 8, SAYS_KNOWN = 16 };
+
+static unsigned native_says(mt_categorizer *c, const char *s)
 {
-    return (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags};
+    mt_u64map_slot *m = mt_u64map_find(&c->said, (uint64_t)(uintptr_t)s);
+    if (m) return (unsigned)m->a;
+    unsigned b = SAYS_KNOWN;
+    int is_allocator = 0;
+    if (mt_owner_of_name(s, &is_allocator) && !is_allocator) b |= SAYS_WORKSPACE;
+    if (has(s, "AccumulateGrad") || has(s, "c10d::Reducer")) b |= SAYS_GRADS;
+    if (has(s, "torch::autograd::Engine") || has(s, "torch::autograd::generated::"))
+        b |= SAYS_BACKWARD;
+    if (has(s, "at::_ops::_to_copy") || has(s, "at::_ops::copy_") || has(s, "at::_ops::randn") ||
+        has(s, "at::_ops::rand") || has(s, "at::_ops::empty") || has(s, "at::_ops::zeros") ||
+        has(s, "at::_ops::ones") || has(s, "at::_ops::full") || has(s, "at::_ops::randint") ||
+        has(s, "at::_ops::arange") || has(s, "at::_ops::tensor"))
+        b |= SAYS_FACTORY;
+    if ((m = mt_u64map_upsert(&c->said, (uint64_t)(uintptr_t)s))) m->a = b; /* else: not kept */
+    return b;
 }
 
 static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
@@ -242,13 +251,14 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     const char *names[PATH_CAP];
     uint8_t flags[PATH_CAP];
     if (c->blind) return MT_CAT_OTHER;
-    mt_path_opts opts = path_opts(flags);
+    mt_path_opts opts = {.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL, .flags = flags};
     size_t n = mt_frames_path(c->f, stack, opts, names, PATH_CAP);
     if (n > PATH_CAP) n = PATH_CAP;
-    if (c->watching) {
+    if (c->watching) { /* what the category is made from: the names of the stack's frames */
         mt_u64map_slot *w = mt_u64map_upsert(&c->watched, stack);
-        if (w)
-            w->a = names_hash(names, flags, n);
+        uint64_t h = mt_frames_path_hash(c->f, stack, MT_NAME_SHORT);
+        if (w && h)
+            w->a = h;
         else
             c->watch_failed = 1;
     }
@@ -291,19 +301,11 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         } else if (flags[i] & MT_FF_PSEUDO) {
             if (has(s, "[autograd backward]")) backward = 1;
         } else {
-            int is_allocator = 0;
-            if (mt_owner_of_name(s, &is_allocator) && !is_allocator) workspace = 1;
-            if (has(s, "AccumulateGrad")) grads = 1;
-            if (has(s, "c10d::Reducer")) grads = 1;
-            if (has(s, "torch::autograd::Engine") || has(s, "torch::autograd::generated::"))
-                backward = 1;
-            if (has(s, "at::_ops::_to_copy") || has(s, "at::_ops::copy_") ||
-                has(s, "at::_ops::randn") || has(s, "at::_ops::rand") ||
-                has(s, "at::_ops::empty") || has(s, "at::_ops::zeros") ||
-                has(s, "at::_ops::ones") || has(s, "at::_ops::full") ||
-                has(s, "at::_ops::randint") || has(s, "at::_ops::arange") ||
-                has(s, "at::_ops::tensor"))
-                factory = 1;
+            unsigned b = native_says(c, s);
+            workspace |= (b & SAYS_WORKSPACE) != 0;
+            grads |= (b & SAYS_GRADS) != 0;
+            backward |= (b & SAYS_BACKWARD) != 0;
+            factory |= (b & SAYS_FACTORY) != 0;
         }
     }
     if (workspace) return MT_CAT_WORKSPACE;
@@ -436,13 +438,7 @@ int mt_categorizer_check(mt_categorizer *c)
     int same = c->watching && !c->blind && !c->watch_failed;
     for (size_t i = 0; same && i < c->watched.cap; i++) {
         const mt_u64map_slot *w = &c->watched.slots[i];
-        if (!w->used) continue;
-        const char *names[PATH_CAP];
-        uint8_t flags[PATH_CAP];
-        mt_path_opts opts = path_opts(flags);
-        size_t n = mt_frames_path(c->f, (uint32_t)w->key, opts, names, PATH_CAP);
-        if (n > PATH_CAP) n = PATH_CAP;
-        same = names_hash(names, flags, n) == w->a;
+        if (w->used) same = mt_frames_path_hash(c->f, (uint32_t)w->key, MT_NAME_SHORT) == w->a;
     }
     c->watching = 0;
     mt_u64map_destroy(&c->watched);

@@ -6,15 +6,22 @@
  * by one: a member that left (freed) stays in its context's list until the list is compacted or
  * taken, and whoever takes the list checks each member. A member names one thing for good (the
  * owner puts a serial number in it), so a list holds no member twice. When a full list holds more
- * than twice its live count plus 64, it is compacted to the members that still belong, so its
- * length stays proportional to what is live and every join costs O(1) amortized. The last context
- * used is remembered: a trace has one or two contexts, and most joins and leaves skip the hash.
+ * than SLACK times its live count plus FREE, it is compacted to the members that still belong, so
+ * its length stays proportional to what is live and every join costs O(1) amortized: a
+ * compaction looks each member up, and leaves about the live ones, so it comes once per
+ * (SLACK - 1) x live + FREE joins and costs about SLACK / (SLACK - 1) lookups a join (at twice
+ * plus 64 it cost two, and in a --tensors trace, whose tensors name no context beside the
+ * segments' one, those lookups were a twentieth of the analysis). The last context used is
+ * remembered: a trace has one or two contexts, and most joins and leaves skip the hash.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "grow.h"
 #include "internal.h"
+
+#define SLACK 4
+#define FREE 256
 
 static mt_ctx_list *list_of(mt_ctx_registry *r, uint32_t ctx, int create)
 {
@@ -48,7 +55,7 @@ int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_
     mt_ctx_list *l = list_of(r, ctx, 1);
     if (!l) return -1;
     if (l->n == l->cap) {
-        if (l->n > 2 * l->live + 64) compact(l, ctx, still, arg);
+        if (l->n > SLACK * l->live + FREE) compact(l, ctx, still, arg);
         if (MT_GROW(l->v, l->cap, l->n + 1) < 0) return -1;
     }
     l->v[l->n++] = m;

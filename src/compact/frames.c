@@ -46,6 +46,9 @@ typedef struct node {
     uint64_t ip;
     uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
     uint8_t is_vendor;                   /* native frame inside an NVIDIA library (cuBLAS...) */
+    uint64_t name_hash[MT_NAME_STYLES_]; /* of its kind and names per style, 0 until asked */
+    const char *mod_base; /* a native frame's names were built with this module (its base name, */
+    uint64_t mod_bias;    /* owned by the module: never moves), or none (NULL) */
     uint32_t name_first[MT_NAME_STYLES_], name_count[MT_NAME_STYLES_]; /* cached names in f->names,
                                                                   per style; count 0 = not yet */
 } node;
@@ -151,6 +154,8 @@ static int is_vendor_module(const char *base)
     return has_prefix(base, prefixes, sizeof prefixes / sizeof *prefixes);
 }
 
+static void forget_names(mt_frames *f);
+
 int mt_frames_add(mt_frames *f, const mt_record *r)
 {
     switch (r->type) {
@@ -203,6 +208,8 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
             return -1;
         pycode *c = &f->codes[f->n_codes];
         *c = (pycode){.filename = dup(r->u.pycode.filename), .qualname = dup(r->u.pycode.qualname)};
+        /* an id written again (not by the recorder): the names built with the old one go */
+        if (mt_u64map_find(&f->code_index, r->u.pycode.id) && f->n_names) forget_names(f);
         mt_u64map_slot *s = mt_u64map_upsert(&f->code_index, r->u.pycode.id);
         if (!c->filename || !c->qualname || !s) return -1;
         s->a = f->n_codes++;
@@ -271,6 +278,44 @@ static uint32_t parent_of(mt_frames *f, uint32_t ix)
     return n->parent_ix;
 }
 
+static const module *module_of(const mt_frames *f, uint64_t ip)
+{
+    size_t lo = 0, hi = f->n_mods;
+    while (lo < hi) { /* last module with start <= ip */
+        size_t mid = (lo + hi) / 2;
+        if (f->mods[mid].start <= ip)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* Modules can be reloaded at other addresses; scan back a little for one containing ip. */
+    for (size_t i = lo; i-- > 0 && lo - i <= 8;)
+        if (ip >= f->mods[i].start && ip < f->mods[i].end) return &f->mods[i];
+    return NULL;
+}
+
+/* Modules came: the native frames whose names were built with another module than the one they
+ * are in now (module_of) are named again. Only those: a module loaded while the trace is read
+ * (analyze.c names stacks as it reads) would otherwise have every name built again. */
+static void renamed_by_modules(mt_frames *f)
+{
+    int any = 0;
+    f->work += f->n_nodes;
+    for (size_t i = 0; i < f->n_nodes; i++) {
+        node *n = &f->nodes[i];
+        if (n->kind != MT_FRAME_NATIVE) continue;
+        int named = 0;
+        for (int s = 0; s < MT_NAME_STYLES_; s++)
+            named |= n->name_count[s] != 0;
+        if (!named) continue;
+        const module *m = module_of(f, n->ip);
+        if ((m ? m->base : NULL) == n->mod_base && (m ? m->bias : 0) == n->mod_bias) continue;
+        memset(n->name_count, 0, sizeof n->name_count);
+        any = 1;
+    }
+    if (any) mt_view_cache_forget(f->view); /* owners are named from frame names: redo them too */
+}
+
 static int prepare(mt_frames *f)
 {
     link_nodes(f);
@@ -278,7 +323,7 @@ static int prepare(mt_frames *f)
         f->work += f->n_mods;
         if (f->n_mods) qsort(f->mods, f->n_mods, sizeof *f->mods, cmp_mod);
         f->mods_sorted = 1;
-        forget_names(f);
+        renamed_by_modules(f);
     }
     if (!f->syms_sorted) {
         f->work += f->n_syms;
@@ -297,20 +342,6 @@ static int prepare(mt_frames *f)
         forget_names(f);
     }
     return 0;
-}
-
-static const module *module_of(const mt_frames *f, uint64_t ip)
-{
-    size_t lo = 0, hi = f->n_mods;
-    while (lo < hi) { /* last module with start <= ip */
-        size_t mid = (lo + hi) / 2;
-        if (f->mods[mid].start <= ip) lo = mid + 1;
-        else hi = mid;
-    }
-    /* Modules can be reloaded at other addresses; scan back a little for one containing ip. */
-    for (size_t i = lo; i-- > 0 && lo - i <= 8;)
-        if (ip >= f->mods[i].start && ip < f->mods[i].end) return &f->mods[i];
-    return NULL;
 }
 
 /* ---- names ------------------------------------------------------------------------------------- */
@@ -422,6 +453,8 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
         const module *m = module_of(f, n->ip);
         n->is_cuda = m && m->is_cuda;
         n->is_vendor = m && m->is_vendor;
+        n->mod_base = m ? m->base : NULL;
+        n->mod_bias = m ? m->bias : 0;
         if (!named && rc == 0) {
             if (m) rc = push_name(f, fmt("%s+0x%llx", m->base, (unsigned long long)(n->ip - m->bias)));
             else rc = push_name(f, fmt("0x%llx", (unsigned long long)n->ip));
@@ -431,7 +464,21 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
     n = &f->nodes[id];
     n->name_first[style] = first;
     n->name_count[style] = (uint32_t)(f->n_names - first);
+    n->name_hash[style] = 0; /* made when asked (mt_frames_path_hash) */
     return 0;
+}
+
+/* The hash of node n's kind and names in style (built): FNV-1a over each name and its NUL. */
+static uint64_t node_hash(mt_frames *f, node *n, mt_name_style style)
+{
+    if (n->name_hash[style]) return n->name_hash[style];
+    uint64_t h = 0xcbf29ce484222325ull ^ n->kind;
+    for (uint32_t i = 0; i < n->name_count[style]; i++)
+        for (const char *c = f->names[n->name_first[style] + i];; c++) {
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+            if (!*c) break;
+        }
+    return n->name_hash[style] = h ? h : 1;
 }
 
 /* Node indexes of the path to leaf (an index), leaf first, in f->scratch. Returns the count. */
@@ -505,6 +552,20 @@ size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char
         }
     }
     return total;
+}
+
+uint64_t mt_frames_path_hash(mt_frames *f, uint32_t leaf, mt_name_style style)
+{
+    uint32_t leaf_ix = index_of(f, leaf);
+    if (leaf == 0 || prepare(f) < 0 || leaf_ix == NO_NODE) return leaf == 0 ? 1 : 2;
+    size_t depth = collect(f, leaf_ix);
+    uint64_t h = depth;
+    for (size_t k = depth; k-- > 0;) {
+        uint32_t id = f->scratch[k];
+        if (!f->nodes[id].name_count[style] && build_node_names(f, id, style) < 0) return 0;
+        h = mt_mix64(h ^ node_hash(f, &f->nodes[id], style));
+    }
+    return h;
 }
 
 void mt_frames_set_base_dir(mt_frames *f, const char *dir)

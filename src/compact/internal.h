@@ -159,6 +159,9 @@ mt_view_cache **mt_frames_view_cache(mt_frames *f);
 /* Who holds lifetime l if it is still live at the end (see mt_holder_kind); *holder is a static
  * string or owned by f. */
 mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char **holder);
+/* A hash of the names (and kinds) of every frame of stack `leaf` in `style`, root first: two
+ * calls give the same value when the names are the same (0: out of memory). */
+uint64_t mt_frames_path_hash(mt_frames *f, uint32_t leaf, mt_name_style style);
 /* Nodes, modules and symbols visited again because records came after names were built: what
  * naming while reading costs on top of naming once at the end (bounded by the analysis). */
 uint64_t mt_frames_work(const mt_frames *f);
@@ -180,7 +183,7 @@ unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime 
 void mt_categorizer_restart(mt_categorizer *c);
 /* Categorizing while the trace is still being read (pass 1, analyze.c), when a stack's names may
  * still change (a record that names one of its frames comes later): from now on each stack's
- * names are remembered (a hash of the names and flags the category was made from) until
+ * names are remembered (a hash of the names the category was made from, mt_frames_path_hash) until
  * mt_categorizer_check. */
 void mt_categorizer_watch(mt_categorizer *c);
 /* Stops naming: every stack not yet categorized is MT_CAT_OTHER and the check fails (naming while
