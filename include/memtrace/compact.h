@@ -6,8 +6,9 @@
  *   mt_tracker  the event state machine: live allocations, per-device counters, peaks. Feed it
  *               events in file order; hooks tell a caller about every lifetime that ends and every
  *               change of a device's counters (the Chrome exporter streams from those).
- *   mt_analysis two passes over a trace file (see analyze.c): pass 1 finds peaks, leaks, failed
- *               requests; pass 2 replays up to each device's peak and snapshots the live set.
+ *   mt_analysis one pass over a trace file (see analyze.c): peaks and what was live at them,
+ *               leaks, failed requests, tensors' categories; a second when a stack's names came
+ *               too late to categorize its tensors as they were read.
  * Memory is proportional to what is live plus per-stack aggregates, never to the event count.
  * Event semantics (what counts as device bytes, how frees match allocations) are documented in
  * src/compact/tracker.c and docs/analysis.md.

@@ -1,18 +1,28 @@
-/* mt_analyze: a trace file -> mt_analysis, in one streaming pass (two with tensors).
+/* mt_analyze: a trace file -> mt_analysis, in one streaming pass (two when the names that tensors'
+ * categories come from came too late).
  *
+ *   first   the symbols the trace ends with (`record` appends them after the recording), read
+ *           from its end backwards (mt_reader_tail_symbols), so that stacks have their names as
+ *           their events are read.
  *   pass 1  every record: frames, process/devices/threads/notes, dropped/END; every event through
  *           a tracker. Gives each device's peak (value, time, event number), totals, the usage
  *           timeline, failed requests with what was live on their device at that moment, bytes
  *           allocated by stack, and what is still live at the end (by stack, and by holder:
- *           an allocator's cache, a library, the driver, or the program). Without tensors it also
- *           gathers what was live at each device's peak (mt_peak_keep, analysis_parts.h).
- *   pass 2  with tensors only: events, through a fresh tracker, until the last device's peak
- *           event: what was live at each device's peak is aggregated by stack (peak_replay.c),
- *           the tracker gives each tensor its category (categories.c), and the replay goes on
- *           past the peak until the phase of the peak has ended; on the way it takes what the
- *           kept failed requests need (failure_replay.c), and reads on up to the last of them
- *           if it has to. Without tensors a failure that needs it (its backward() call) has a
- *           read of its own.
+ *           an allocator's cache, a library, the driver, or the program). It also gathers what
+ *           was live at each device's peak (mt_peak_keep, analysis_parts.h). With tensors its
+ *           tracker gives each one its category (categories.c) from the first on, and pass 1
+ *           notes after the latest peak what the categories there wait for (the phase end after
+ *           it, the next backward pass's end: mt_after_peak) and the failures' categories at
+ *           their moment. The categorizer remembers the names each category was made from; at
+ *           the end they are compared with the final names (mt_categorizer_check).
+ *   pass 2  only when that check fails (a record that names a frame came after a stack with it
+ *           was categorized) or naming while reading cost more than a bound: events, through a
+ *           fresh tracker, until the last device's peak event: what was live at each device's
+ *           peak is aggregated by stack (peak_replay.c), the tracker gives each tensor its
+ *           category, and the replay goes on past the peak until the phase of the peak has
+ *           ended; on the way it takes what the kept failed requests need (failure_replay.c),
+ *           and reads on up to the last of them if it has to. Without it a failure that needs
+ *           its backward() call has a read of its own.
  * Memory: the live set, per-stack aggregates and frame tables; never the event count.
  *
  * The trace is opened once (mt_input_open: a pipe is copied to a temporary file) and both passes,

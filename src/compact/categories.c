@@ -78,7 +78,7 @@ struct mt_categorizer {
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
     char optimizer[32];
-    /* mt_categorizer_watch: stack -> a: hash of the names and flags its category was made from */
+    /* mt_categorizer_watch: stack -> a: hash of the names its category was made from */
     mt_u64map watched;
     int watching, blind, watch_failed;
 };
