@@ -1,8 +1,10 @@
 /* Context destruction (src/compact/tracker.c): MT_OP_CTX_DESTROY ends exactly the live lifetimes
  * of its context, in allocation order, whether the tracker keeps one list per context or, while
- * every live lifetime is one context's, none (the live set is then the list). Checked against a
- * plain model of the live set on random streams of allocations, frees, replacements and
- * destructions over one to three contexts. */
+ * every live lifetime is one context's, none (the live set is then the list). Context 0 is no
+ * context: its lifetimes (tensors, driver records that name none) are ended by no destruction,
+ * and a destruction of context 0 ends nothing. Checked against a plain model of the live set on
+ * random streams of allocations, frees, replacements and destructions over one to three contexts,
+ * with and without lifetimes of no context among them. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
@@ -50,7 +52,8 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-static void run(uint64_t seed, unsigned contexts, unsigned events)
+/* with_none: context 0 (no context) among the contexts of allocations and destructions */
+static void run(uint64_t seed, unsigned contexts, unsigned events, int with_none)
 {
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
     log_t g = {0};
@@ -64,7 +67,9 @@ static void run(uint64_t seed, unsigned contexts, unsigned events)
         unsigned s = (unsigned)(rnd() % SLOTS);
         unsigned what = (unsigned)(rnd() % 100);
         /* mostly one context at a time, now and then another: both ways of the tracker */
-        uint32_t ctx = 1 + (uint32_t)(rnd() % 16 == 0 ? rnd() % contexts : (i / 500) % contexts);
+        unsigned choices = contexts + (with_none ? 1 : 0);
+        uint32_t ctx = (with_none ? 0 : 1) +
+                       (uint32_t)(rnd() % 16 == 0 ? rnd() % choices : (i / 500) % choices);
         size_t before = g.n;
         if (what < 3) { /* destroy a context: its lifetimes end, oldest first */
             e.op = MT_OP_CTX_DESTROY;
@@ -73,7 +78,7 @@ static void run(uint64_t seed, unsigned contexts, unsigned events)
             cr_assert_eq(mt_tracker_event(t, &e), 0);
             uint64_t expect[SLOTS];
             size_t n = 0;
-            for (unsigned k = 0; k < SLOTS; k++)
+            for (unsigned k = 0; k < SLOTS && ctx; k++) /* context 0: nothing ends */
                 if (m.serial[k] && m.ctx[k] == ctx) expect[n++] = m.serial[k];
             for (size_t a = 1; a < n; a++) /* by serial: allocation order */
                 for (size_t b = a; b > 0 && expect[b - 1] > expect[b]; b--) {
@@ -88,7 +93,7 @@ static void run(uint64_t seed, unsigned contexts, unsigned events)
                              (unsigned long long)seed, i);
                 cr_assert_eq(g.v[before + k].why, MT_END_CTX_DESTROY);
             }
-            for (unsigned k = 0; k < SLOTS; k++)
+            for (unsigned k = 0; k < SLOTS && ctx; k++)
                 if (m.serial[k] && m.ctx[k] == ctx) m.serial[k] = 0;
             destroyed += n;
             continue;
@@ -121,15 +126,31 @@ static void run(uint64_t seed, unsigned contexts, unsigned events)
 
 Test(compact_contexts, one_context)
 {
-    for (uint64_t seed = 1; seed <= 20; seed++) run(seed, 1, 4000);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        run(seed, 1, 4000, 0);
 }
 
 Test(compact_contexts, two_contexts)
 {
-    for (uint64_t seed = 1; seed <= 20; seed++) run(seed, 2, 4000);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        run(seed, 2, 4000, 0);
 }
 
 Test(compact_contexts, three_contexts)
 {
-    for (uint64_t seed = 1; seed <= 20; seed++) run(seed, 3, 4000);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        run(seed, 3, 4000, 0);
+}
+
+/* A --tensors trace: tensors name no context, the segments one */
+Test(compact_contexts, one_context_and_none)
+{
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        run(seed, 1, 4000, 1);
+}
+
+Test(compact_contexts, two_contexts_and_none)
+{
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        run(seed, 2, 4000, 1);
 }

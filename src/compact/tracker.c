@@ -218,24 +218,30 @@ static int cmp_member_serial(const void *pa, const void *pb)
 typedef struct members_acc {
     mt_ctx_member *v;
     size_t n;
+    uint32_t context;
 } members_acc;
 
 static void add_member(void *ctx, mt_lifetime *l)
 {
     members_acc *m = ctx;
-    m->v[m->n++] = lifetime_member(l);
+    if (l->context == m->context) m->v[m->n++] = lifetime_member(l);
 }
 
-/* Every live lifetime as a member, in allocation order (malloc'd; NULL and *n = 0 when none,
- * NULL and *n > 0 when out of memory). */
-static mt_ctx_member *live_members(mt_tracker *t, size_t *n)
+/* Every live lifetime of context ctx (CTX_ONE: the live set is its list) as a member, in
+ * allocation order (malloc'd; NULL and *n = 0 when none, NULL and *n > 0 when out of memory). */
+static mt_ctx_member *live_members(mt_tracker *t, uint32_t ctx, size_t *n)
 {
-    *n = t->live.len;
+    *n = t->ctx_live;
     if (!*n) return NULL;
-    members_acc m = {malloc(*n * sizeof *m.v), 0};
+    members_acc m = {malloc(t->live.len * sizeof *m.v), 0, ctx};
     if (!m.v) return NULL;
     mt_live_foreach(&t->live, add_member, &m);
     qsort(m.v, m.n, sizeof *m.v, cmp_member_serial);
+    *n = m.n;
+    if (!m.n) {
+        free(m.v);
+        return NULL;
+    }
     return m.v;
 }
 
@@ -244,10 +250,10 @@ static mt_ctx_member *live_members(mt_tracker *t, size_t *n)
 int mt_tracker_ctx_join_more_(mt_tracker *t, const mt_lifetime *l)
 {
     if (t->ctx_mode == CTX_ONE) {
-        /* a second context: what is live (l aside) is ctx_one's, in allocation order */
+        /* a second context: what is live of a context (l aside) is ctx_one's, oldest first */
         size_t n;
-        mt_ctx_member *v = live_members(t, &n);
-        if (!v) return -1;
+        mt_ctx_member *v = live_members(t, t->ctx_one, &n);
+        if (!v && n) return -1;
         int rc = 0;
         for (size_t i = 0; i < n && rc == 0; i++)
             if (v[i].b != l->serial)
@@ -385,10 +391,15 @@ static int do_ctx_destroy(mt_tracker *t, const mt_event *e, uint64_t now)
 {
     /* What the context owns, in the order it was allocated; members that left meanwhile find
      * nothing and are passed over. */
+    if (!e->context) return 0; /* no context, nothing of it (tracker_core.h) */
     size_t n;
-    mt_ctx_member *v = t->ctx_mode == CTX_MANY ? mt_ctx_take(&t->ctx_lifetimes, e->context, &n)
-                     : t->ctx_mode == CTX_ONE && e->context == t->ctx_one ? live_members(t, &n)
-                                                                           : (n = 0, NULL);
+    mt_ctx_member *v = NULL;
+    if (t->ctx_mode == CTX_MANY)
+        v = mt_ctx_take(&t->ctx_lifetimes, e->context, &n);
+    else if (t->ctx_mode == CTX_ONE && e->context == t->ctx_one)
+        v = live_members(t, e->context, &n);
+    else
+        n = 0;
     if (n && !v) return -1;
     uint64_t released = 0;
     for (size_t i = 0; i < n; i++) {

@@ -41,6 +41,7 @@ struct mt_tracker {
     int ctx_mode;                  /* CTX_NONE, CTX_ONE (every live lifetime is ctx_one's) or
                                       CTX_MANY (ctx_lifetimes says whose each is) */
     uint32_t ctx_one;
+    uint64_t ctx_live;             /* live lifetimes that name a context (not 0) */
     mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
     /* with a categorizer: the live tensors of each temporary category (backward [0], optimizer
      * [1]), taken and promoted at the phase end (tracker.c, promote). Members only leave when
@@ -221,23 +222,32 @@ static inline int temps_join(mt_tracker *t, const mt_lifetime *l)
 
 /* Which context each live lifetime belongs to. A trace has one context or two, so while every
  * lifetime so far came from one context (CTX_ONE) no list is kept: MT_OP_CTX_DESTROY of that
- * context ends every live lifetime, and the live set itself, ordered by serial, is the list.
- * (A list per context cost a join per allocation and, to keep it short, a lookup of each member
- * now and then: a tenth of `report`'s time.) The first lifetime of another context turns the
- * live set into that first context's list (CTX_MANY) and lists are kept from then on. Either way
- * a destruction ends its context's lifetimes in allocation order. */
+ * context ends every live lifetime of it, found in the live set, ordered by serial. (A list per
+ * context cost a join per allocation and, to keep it short, a lookup of each member now and then:
+ * a tenth of `report`'s time.) The first lifetime of another context turns the live set into that
+ * first context's list (CTX_MANY) and lists are kept from then on. Either way a destruction ends
+ * its context's lifetimes in allocation order.
+ *
+ * Context 0 is no context: an event that names none (a tensor of record --tensors, a driver
+ * allocation known from an activity record without one). Such a lifetime belongs to no list and
+ * no destruction ends it; a destruction that names context 0 (which no recorder writes) ends
+ * nothing. Before, context 0 was a context like another, so a --tensors trace (its tensors and
+ * its segments' context) kept a list for every tensor: a twentieth of the analysis. */
 enum { CTX_NONE = 0, CTX_ONE = 1, CTX_MANY = 2 };
 
 /* Lifetime l (just inserted in the live set) joins its context. -1 when out of memory. */
 static inline int ctx_join_lifetime(mt_tracker *t, const mt_lifetime *l)
 {
-    if (t->ctx_mode == CTX_NONE || (t->ctx_mode == CTX_ONE && t->live.len == 1)) {
-        t->ctx_mode = CTX_ONE; /* nothing else is live: l's context is the one */
+    if (!l->context) return 0;
+    if (t->ctx_mode == CTX_NONE || (t->ctx_mode == CTX_ONE && t->ctx_live == 0)) {
+        t->ctx_mode = CTX_ONE; /* no other context's lifetime is live: l's context is the one */
         t->ctx_one = l->context;
-        return 0;
+    } else if (!(t->ctx_mode == CTX_ONE && l->context == t->ctx_one) &&
+               mt_tracker_ctx_join_more_(t, l) < 0) {
+        return -1;
     }
-    if (t->ctx_mode == CTX_ONE && l->context == t->ctx_one) return 0;
-    return mt_tracker_ctx_join_more_(t, l);
+    t->ctx_live++;
+    return 0;
 }
 
 /* The usage slot a lifetime counts on, or -1 (a device lifetime of an unknown device). */
@@ -256,7 +266,10 @@ static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_l
     if (on_release) on_release(t->hooks.ctx, p, now, why);
     if (s >= 0) account(&t->usages[s], p->kind, p->flags, p->bytes, -1);
     if (s >= 0 && counts_by_category(t, p)) t->usages[s].by_category[p->category] -= p->bytes;
-    if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
+    if (p->context) {
+        t->ctx_live--;
+        if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
+    }
     if (t->categorizer && is_temp_category(p->category) && temps_of(t, p->category)->live)
         temps_of(t, p->category)->live--;
     mt_live_remove(&t->live, p);
