@@ -49,11 +49,9 @@ static void compact(mt_ctx_list *l, uint32_t ctx, mt_ctx_still_fn still, void *a
     l->n = n;
 }
 
-int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_fn still,
-                void *arg)
+int mt_ctx_list_join(mt_ctx_list *l, uint32_t ctx, mt_ctx_member m, mt_ctx_still_fn still,
+                     void *arg)
 {
-    mt_ctx_list *l = list_of(r, ctx, 1);
-    if (!l) return -1;
     if (l->n == l->cap) {
         if (l->n > SLACK * l->live + FREE) compact(l, ctx, still, arg);
         if (MT_GROW(l->v, l->cap, l->n + 1) < 0) return -1;
@@ -63,21 +61,31 @@ int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_
     return 0;
 }
 
+mt_ctx_member *mt_ctx_list_take(mt_ctx_list *l, size_t *n)
+{
+    mt_ctx_member *v = l->v;
+    *n = l->n;
+    *l = (mt_ctx_list){0};
+    return v;
+}
+
+int mt_ctx_join(mt_ctx_registry *r, uint32_t ctx, mt_ctx_member m, mt_ctx_still_fn still, void *arg)
+{
+    mt_ctx_list *l = list_of(r, ctx, 1);
+    return l ? mt_ctx_list_join(l, ctx, m, still, arg) : -1;
+}
+
 void mt_ctx_leave(mt_ctx_registry *r, uint32_t ctx)
 {
     mt_ctx_list *l = list_of(r, ctx, 0);
-    if (l && l->live) l->live--;
+    if (l) mt_ctx_list_leave(l);
 }
 
 mt_ctx_member *mt_ctx_take(mt_ctx_registry *r, uint32_t ctx, size_t *n)
 {
     mt_ctx_list *l = list_of(r, ctx, 0);
     *n = 0;
-    if (!l) return NULL;
-    mt_ctx_member *v = l->v;
-    *n = l->n;
-    *l = (mt_ctx_list){0};
-    return v;
+    return l ? mt_ctx_list_take(l, n) : NULL;
 }
 
 void mt_ctx_registry_destroy(mt_ctx_registry *r)

@@ -61,6 +61,14 @@ void mt_ctx_leave(mt_ctx_registry *r, uint32_t ctx);
  * some perhaps gone or repeated. The context starts empty again. */
 mt_ctx_member *mt_ctx_take(mt_ctx_registry *r, uint32_t ctx, size_t *n);
 void mt_ctx_registry_destroy(mt_ctx_registry *r);
+/* The same on one list (the registry's per context; the tracker keeps a few of its own). */
+int mt_ctx_list_join(mt_ctx_list *l, uint32_t ctx, mt_ctx_member m, mt_ctx_still_fn still,
+                     void *arg); /* -1 when out of memory */
+static inline void mt_ctx_list_leave(mt_ctx_list *l)
+{
+    if (l->live) l->live--;
+}
+mt_ctx_member *mt_ctx_list_take(mt_ctx_list *l, size_t *n);
 
 /* Kinds whose bytes are "in use" on their slot (device bytes, or host bytes for host kinds). */
 static inline int mt_kind_counts(unsigned kind)

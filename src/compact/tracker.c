@@ -111,10 +111,8 @@ static void promote(mt_tracker *t, int phase)
                                                   : MT_CAT_MAX;
     if (temp == MT_CAT_MAX) return;
     t->phase_ends++;
-    mt_ctx_list *q = temps_of(t, temp);
-    size_t n = q->n;
-    mt_ctx_member *v = q->v;
-    *q = (mt_ctx_list){0};
+    size_t n;
+    mt_ctx_member *v = mt_ctx_list_take(temps_of(t, temp), &n);
     for (size_t i = 0; i < n; i++) {
         mt_lifetime *l = member_lifetime(t, v[i]);
         if (!l || l->category != temp) continue;
@@ -192,15 +190,10 @@ static int lifetime_still(void *arg, uint32_t ctx, mt_ctx_member m)
     return member_lifetime(arg, m) != NULL;
 }
 
-int mt_tracker_temps_room_(mt_tracker *t, mt_ctx_list *q)
+int mt_tracker_temps_join_(mt_tracker *t, const mt_lifetime *l)
 {
-    if (q->n > TEMPS_SLACK * q->live + TEMPS_FREE) {
-        size_t n = 0;
-        for (size_t i = 0; i < q->n; i++)
-            if (member_lifetime(t, q->v[i])) q->v[n++] = q->v[i];
-        q->n = n;
-    }
-    return q->n < q->cap || MT_GROW(q->v, q->cap, q->n + 1) == 0 ? 0 : -1;
+    return mt_ctx_list_join(temps_of(t, l->category), l->category, lifetime_member(l),
+                            lifetime_still, t);
 }
 
 static int map_still(void *arg, uint32_t ctx, mt_ctx_member m)

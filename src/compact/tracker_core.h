@@ -44,13 +44,10 @@ struct mt_tracker {
     uint64_t ctx_live;             /* live lifetimes that name a context (not 0) */
     mt_ctx_registry ctx_maps;      /* context -> mapped ranges (a: range id) */
     /* with a categorizer: the live tensors of each temporary category (backward [0], optimizer
-     * [1]), taken and promoted at the phase end (tracker.c, promote). Members only leave when
-     * taken: a freed tensor stays in its list, counted out of `live`. A list is compacted (each
-     * member looked up in the live set) only when it holds more than TEMPS_SLACK times what is
-     * live plus TEMPS_FREE: the promotion looks every member up anyway, so a list taken at the
-     * next phase end is cheapest never compacted, and the bound keeps memory proportional to the
-     * live set in a phase that never ends. (A context registry, with a hash per join and a
-     * compaction at twice the live count, was half of what categorizing cost pass 1.) */
+     * [1]), taken and promoted at the phase end (tracker.c, promote). Two lists indexed by
+     * category, with the context registry's list operations (ctx_members.c: a freed tensor stays
+     * in its list, counted out of `live`, until the list is compacted or taken). The registry
+     * itself, with a hash per join, was half of what categorizing cost pass 1. */
     mt_ctx_list temps[2];
     uint32_t phase_ends;           /* backward passes and optimizer steps ended so far */
     uint64_t seq, serial;
@@ -104,9 +101,6 @@ static inline int is_temp_category(unsigned cat)
 {
     return cat == MT_CAT_BACKWARD_TEMP || cat == MT_CAT_OPTIMIZER_TEMP;
 }
-
-#define TEMPS_SLACK 8
-#define TEMPS_FREE 4096
 
 static inline mt_ctx_list *temps_of(mt_tracker *t, unsigned cat)
 {
@@ -207,14 +201,14 @@ static inline mt_ctx_member lifetime_member(const mt_lifetime *l)
     return (mt_ctx_member){l->address, l->serial, (uint64_t)(uint32_t)l->device << 8 | l->family};
 }
 
-/* tracker.c: room for one more member in list q (compacting it first if it is long). -1 when out
- * of memory. */
-int mt_tracker_temps_room_(mt_tracker *t, mt_ctx_list *q);
+/* tracker.c: l joins its temporary category's list when the list is full (mt_ctx_list_join: it
+ * may be compacted first). -1 when out of memory. */
+int mt_tracker_temps_join_(mt_tracker *t, const mt_lifetime *l);
 
 static inline int temps_join(mt_tracker *t, const mt_lifetime *l)
 {
     mt_ctx_list *q = temps_of(t, l->category);
-    if (q->n == q->cap && mt_tracker_temps_room_(t, q) < 0) return -1;
+    if (q->n == q->cap) return mt_tracker_temps_join_(t, l);
     q->v[q->n++] = lifetime_member(l);
     q->live++;
     return 0;
@@ -270,8 +264,8 @@ static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_l
         t->ctx_live--;
         if (t->ctx_mode == CTX_MANY) mt_ctx_leave(&t->ctx_lifetimes, p->context);
     }
-    if (t->categorizer && is_temp_category(p->category) && temps_of(t, p->category)->live)
-        temps_of(t, p->category)->live--;
+    if (t->categorizer && is_temp_category(p->category))
+        mt_ctx_list_leave(temps_of(t, p->category));
     mt_live_remove(&t->live, p);
 }
 
