@@ -63,11 +63,13 @@ typedef struct user_rule {
 
 struct mt_categorizer {
     mt_frames *f;
-    mt_u64map cache; /* stack -> a: category + 1, b: backward()'s seed (never promoted) */
-    /* the same for stacks below BY_ID_MAX, found without a hash (once per tensor allocation):
-     * category + 1 | seed << 7; 0 = not yet. Grown to the largest id seen (node ids are dense) */
+    /* stack -> category + 1 | backward()'s seed (never promoted) << 7; 0 = not yet. Below
+     * BY_ID_MAX, an array indexed by the stack id (found without a hash, once per tensor
+     * allocation; grown to the largest id seen: node ids are dense); above it, or when the array
+     * cannot grow, the map (a: that byte) */
     uint8_t *by_id;
     size_t n_by_id;
+    mt_u64map cache;
     mt_u64map said; /* a native frame's name (its pointer) -> what it says (native_says) */
     user_rule *rules;
     size_t n_rules;
@@ -336,24 +338,28 @@ static uint8_t *by_id_entry(mt_categorizer *c, uint32_t stack)
     return &v[stack];
 }
 
+/* stack's cached byte (category + 1 | seed << 7), 0 when not categorized yet. */
+static unsigned cached(const mt_categorizer *c, uint32_t stack)
+{
+    if (stack < c->n_by_id && c->by_id[stack]) return c->by_id[stack];
+    const mt_u64map_slot *s = mt_u64map_find(&c->cache, stack); /* nearly always empty */
+    return s ? (unsigned)s->a : 0;
+}
+
 unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
 {
     if (l->kind != MT_KIND_TENSOR) return MT_CAT_NONE;
-    if (l->stack < c->n_by_id && c->by_id[l->stack]) return (c->by_id[l->stack] & 0x7f) - 1u;
-    mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
-    unsigned cat;
-    if (s) {
-        cat = (unsigned)s->a - 1;
-    } else {
-        int seed = 0;
-        cat = l->stack ? from_stack(c, l->stack, &seed) : MT_CAT_OTHER;
-        if ((s = mt_u64map_upsert(&c->cache, l->stack))) {
-            s->a = cat + 1;
-            s->b = (uint64_t)seed; /* never promoted */
-        }
-        uint8_t *e = by_id_entry(c, l->stack);
-        if (e && s) *e = (uint8_t)((cat + 1) | (unsigned)seed << 7);
-    }
+    unsigned b = cached(c, l->stack);
+    if (b) return (b & 0x7f) - 1u;
+    int seed = 0;
+    unsigned cat = l->stack ? from_stack(c, l->stack, &seed) : MT_CAT_OTHER;
+    b = (cat + 1) | (unsigned)seed << 7;
+    uint8_t *e = by_id_entry(c, l->stack);
+    mt_u64map_slot *s = e ? NULL : mt_u64map_upsert(&c->cache, l->stack);
+    if (e)
+        *e = (uint8_t)b;
+    else if (s)
+        s->a = b; /* else: categorized again next time (out of memory) */
     return cat;
 }
 
@@ -374,12 +380,8 @@ static int phase_of(unsigned cat)
  * the whole live set at every phase end made alternating phases quadratic). */
 unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l)
 {
-    if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP) {
-        if (l->stack < c->n_by_id && c->by_id[l->stack])
-            return c->by_id[l->stack] >> 7 ? l->category : MT_CAT_GRADIENTS;
-        const mt_u64map_slot *s = mt_u64map_find(&c->cache, l->stack);
-        return !s || !s->b ? MT_CAT_GRADIENTS : l->category;
-    }
+    if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP)
+        return cached(c, l->stack) >> 7 ? l->category : MT_CAT_GRADIENTS;
     if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP)
         return MT_CAT_OPTIMIZER_STATE;
     return l->category;
