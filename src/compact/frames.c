@@ -520,6 +520,17 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
 }
 
+/* The nodes of stack leaf (not 0), leaf first, in f->scratch (*depth of them: 0 when out of
+ * memory), with f's indexes brought up to date for naming them. -1 when the trace has no node
+ * leaf. */
+static int path_nodes(mt_frames *f, uint32_t leaf, size_t *depth)
+{
+    uint32_t leaf_ix = index_of(f, leaf);
+    if (prepare(f) < 0 || leaf_ix == NO_NODE) return -1;
+    *depth = collect(f, leaf_ix);
+    return 0;
+}
+
 size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char **out,
                       size_t cap)
 {
@@ -533,13 +544,12 @@ size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char
         if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
-    uint32_t leaf_ix = index_of(f, leaf);
-    if (prepare(f) < 0 || leaf_ix == NO_NODE) {
+    size_t depth = 0, total = 0;
+    if (path_nodes(f, leaf, &depth) < 0) {
         if (cap) out[0] = "[unknown stack]";
         if (cap && flags) flags[0] = MT_FF_PSEUDO;
         return 1;
     }
-    size_t depth = collect(f, leaf_ix), total = 0;
     for (size_t k = depth; k-- > 0;) {
         uint32_t id = f->scratch[k];
         if (!keep_frame(&f->nodes[id], filter)) continue;
@@ -556,10 +566,9 @@ size_t mt_frames_path(mt_frames *f, uint32_t leaf, mt_path_opts opts, const char
 
 uint64_t mt_frames_path_hash(mt_frames *f, uint32_t leaf, mt_name_style style)
 {
-    uint32_t leaf_ix = index_of(f, leaf);
-    if (leaf == 0 || prepare(f) < 0 || leaf_ix == NO_NODE) return leaf == 0 ? 1 : 2;
-    size_t depth = collect(f, leaf_ix);
-    uint64_t h = depth;
+    size_t depth = 0;
+    if (leaf == 0 || path_nodes(f, leaf, &depth) < 0) return leaf == 0 ? 1 : 2;
+    uint64_t h = depth; /* 0 (out of memory) when the walk found no node */
     for (size_t k = depth; k-- > 0;) {
         uint32_t id = f->scratch[k];
         if (!f->nodes[id].name_count[style] && build_node_names(f, id, style) < 0) return 0;
