@@ -71,9 +71,18 @@ check() { # check NAME EXPECTED ACTUAL
 run() { log "\$ $*"; "$@" >> "$LOG" 2>&1; }
 calc() { $PY -c "print(round($1, 4))"; }  # the GPU machine has no bc
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+# part TITLE: a heading in the summary, with the time the part before it took (the lent machines
+# run one command for at most 10 minutes: these times say how to split SECTIONS across calls)
+PART_T0=$(date +%s)
+part() {
+  local now; now=$(date +%s)
+  [ -n "${PART_NAME:-}" ] && say "   ($PART_NAME: $((now - PART_T0)) s)"
+  PART_NAME=${1%% (*}; PART_T0=$now
+  [ -n "$1" ] && say "== $1"
+}
 . "$(dirname "$0")/settle-trace.sh" # record -o NAME.mtrace writes NAME.<pid>.mtrace
 
-say "== environment"
+part "environment"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; uname -r
   $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
   ldd "$MT" "$BUILD/src/record/libmemtrace_inject.so" | grep -i "not found" && echo "MISSING LIBRARIES"
@@ -121,7 +130,7 @@ torch_match() {
 
 if want basics; then
 # ---- exit status is the command's --------------------------------------------------------------
-say "== exit status"
+part "exit status"
 (cd "$W" && "$MT" record -q -- sh -c 'exit 7'); check "record returns the command's status" 7 $?
 (cd "$W" && "$MT" record -q -- sh -c 'kill -TERM $$'); check "signal death is 128+N" 143 $?
 
@@ -190,7 +199,7 @@ for setting in "MEMTRACE_STACKS=none MEMTRACE_NVML=0 MEMTRACE_ACTIVITY=0" "MEMTR
 done
 
 # ---- alloc_patterns: every kind, exact counts ---------------------------------------------------
-say "== alloc_patterns"
+part "alloc_patterns"
 (cd "$W" && "$MT" record -o "$W/alloc_patterns.mtrace" -- "$AP") > "$W/ap.out" 2>> "$LOG"
 rc_=$?; settle_trace "$W/alloc_patterns.mtrace"; (exit $rc_)
 check "alloc_patterns ran" 0 $?
@@ -226,7 +235,7 @@ grep '^note' "$W/ap.dump" | sed 's/^/  /' >> "$LOG"
 # the report, not on cuda:0, and their releases (which name no location) found there.
 HM=$PWD/$BUILD/samples/host_memory
 if [ -x "$HM" ]; then
-  say "== host_memory"
+  part "host_memory"
   (cd "$W" && "$MT" record -o "$W/host_memory.mtrace" -- "$HM") > "$W/hm.out" 2>> "$LOG"
   rc_=$?; settle_trace "$W/host_memory.mtrace"; (exit $rc_)
   check "host_memory ran" 0 $?
@@ -260,7 +269,7 @@ PYEOF
 fi
 
 # ---- processes, other CUPTI clients ----------------------------------------------------------------
-say "== processes and other tools"
+part "processes and other tools"
 mkdir -p "$W/procs"
 (cd "$W/procs" && timeout 300 "$MT" record -q -- $PY "$S/processes.py" --spawn 2) > "$W/procs.out" 2>> "$LOG"
 check "processes.py: fork child and 2 spawn children ran (no hang)" "0 children_ok=3" "$? $(grep -o 'children_ok=[0-9]*' "$W/procs.out")"
@@ -368,7 +377,7 @@ PYEOF
 }
 AK=$PWD/$BUILD/samples/array_kinds DR=$PWD/$BUILD/samples/device_reset IV=$PWD/$BUILD/samples/ipc_v1
 if [ -x "$AK" ]; then
-  say "== array kinds, cudaDeviceReset, IPC (first version)"
+  part "array kinds, cudaDeviceReset, IPC (first version)"
   d=$W/array_kinds; mkdir -p "$d"
   (cd "$d" && timeout 300 "$MT" record -q -o "$d/a.mtrace" -- "$AK") > "$d.out" 2>> "$LOG"
   rc_=$?; settle_trace "$d/a.mtrace"; cat "$d.out" >> "$LOG"
@@ -511,7 +520,7 @@ fi
 
 # ---- real programs: unchanged under every mode, numbers equal to PyTorch's -----------------------
 if want programs; then
-say "== programs (issue 11: never break or mislead a real program)"
+part "programs (issue 11: never break or mislead a real program)"
 ASYNC=PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 same_run graphs "" "" $PY "$S/graphs.py";                           torch_match graphs default --captured
 same_run graphs_t "" "--tensors" $PY "$S/graphs.py";                torch_match graphs_t tensors --captured
@@ -625,7 +634,7 @@ fi
 
 # ---- cifar.py under three allocator settings ------------------------------------------------------
 if want cifar; then
-say "== cifar.py ($STEPS steps)"
+part "cifar.py ($STEPS steps)"
 cifar() { # cifar NAME ENV... : runs untraced if NAME starts with "plain", else traced
   local name=$1; shift
   local t0 t1 envs=(MEMTRACE_UNUSED=1)
@@ -736,7 +745,7 @@ check "in-process A/B ran (memtrace_set_paused found, pairs measured)" "ok ok" "
 say "overhead torch _record_memory_history(stacks=python) vs untraced default allocator: $(calc "100.0 * ($ph / (($p0 + $p1) / 2) - 1)") %"
 
 # ---- analysis commands on the recorded traces -------------------------------------------------------
-say "== report / export"
+part "report / export"
 for n in default expandable async tensors; do
   run "$MT" report "$W/$n.mtrace"
   "$MT" export --format folded --frames all --metric peak -o "$W/$n.folded" "$W/$n.mtrace" 2>> "$LOG"; check "export folded $n" 0 $?
@@ -812,7 +821,7 @@ grep -Eq 'c10::|at::' "$W/default.folded"; check "cifar folded stacks show deman
 "$MT" export --format folded --frames all --metric peak "$W/tensors.mtrace" 2>> "$LOG" | grep -q 'DeviceCachingAllocator::'; check "tensor stacks end inside PyTorch's caching allocator" 0 $?
 
 # ---- fixtures (tests/data: see its README) ---------------------------------------------------------
-say "== fixtures"
+part "fixtures"
 (cd "$W" && "$MT" record -q -o "$W/cifar_default.mtrace" -- $PY "$S/cifar.py" --steps 5 --warmup 1) > "$W/cifar_default.out" 2>> "$LOG"
 rc_=$?; settle_trace "$W/cifar_default.mtrace"; (exit $rc_)
 (cd "$W" && "$MT" record -q --tensors -o "$W/cifar_tensors.mtrace" -- $PY "$S/cifar.py" --steps 30 --warmup 5) > "$W/cifar_tensors.out" 2>> "$LOG"
@@ -829,7 +838,7 @@ fi
 
 # ---- training: categories against PyTorch, fixtures, costs ------------------------------------------
 if want training; then
-  say "== training"
+  part "training"
   OUT="$OUT" bash scripts/gpu-training.sh "$BUILD" >> "$LOG" 2>&1
   mkdir -p "$W/training" && tar -C "$W/training" -xzf "$OUT/training.tar.gz" 2>> "$LOG"
   for n in resnet18_tensors gpt2_tensors gpt2_amp_tensors resnet18_compile_tensors; do
@@ -844,7 +853,7 @@ fi
 # ---- hardening: the recorder inside a hostile process ---------------------------------------------
 # ---- long: what the trace format costs on long runs -----------------------------------------------
 if want long; then
-  say "== long"
+  part "long"
   OUT="$OUT" bash scripts/long-traces.sh "$BUILD" 600 >> "$LOG" 2>&1
   for n in resnet18_tensors gpt2_tensors cifar_tensors; do
     bpe=$(grep "^$n " "$OUT/long.txt" | sed 's/.*bytes\/event=//')
@@ -856,7 +865,7 @@ if want long; then
 fi
 
 if want hardening; then
-  say "== hardening"
+  part "hardening"
   # per-thread state: the growth of the process per short-lived thread, traced vs untraced
   same_run churn "" "--tensors" $PY "$S/thread_churn.py" --threads 20000
   if [ -f "$W/churn/traced.json" ]; then
@@ -893,7 +902,7 @@ fi
 
 # ---- Python frames on every interpreter: the machine's, and Debian's 3.14 and 3.15 ----------------
 if want pythons; then
-  say "== pythons"
+  part "pythons"
   NP=$PWD/build/newer-pythons
   if [ -d "$NP/debs" ] && [ -f "$NP/files" ]; then
     NEWER_PYTHONS_OFFLINE=1 bash scripts/newer-pythons.sh "$NP" >> "$LOG" 2>&1
@@ -917,7 +926,7 @@ fi
 # ---- one process, two GPUs -------------------------------------------------------------------------
 if want multigpu; then
 if [ "$NGPU" -ge 2 ]; then
-  say "== multigpu ($NGPU GPUs)"
+  part "multigpu ($NGPU GPUs)"
   same_run multi "" "" $PY "$S/multi_gpu.py";            torch_match multi default --devices "$NGPU"
   same_run multi_t "" "--tensors" $PY "$S/multi_gpu.py"; torch_match multi_t tensors --devices "$NGPU"
   same_run multi_ta "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" "--tensors=async" $PY "$S/multi_gpu.py"
@@ -1073,10 +1082,11 @@ print("ok" if ok else "both %s, gpu1 only %s" % (db, dg))' "$d/both.json" "$d/gp
   cp "$W/ddp_t/traced.0.json" "$W/ddp_rank0.stats.json" 2>/dev/null; cp "$W/ddp_t/traced.1.json" "$W/ddp_rank1.stats.json" 2>/dev/null
   (cd "$W" && tar -czf "$OUT/ranks.tar.gz" ddp_rank*.mtrace ddp_rank*.stats.json 2>/dev/null)
 else
-  say "== multigpu: skipped (one GPU here; run on a machine with two)"
+  part "multigpu: skipped (one GPU here; run on a machine with two)"
 fi
 fi
 
 ls -la "$W" >> "$LOG"
+part ""
 say "== $FAILS failed"
 [ "$FAILS" -eq 0 ]
