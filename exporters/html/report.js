@@ -1568,20 +1568,23 @@
       return;
     }
     const { table, sum } = stackTable(T, flat, rest, total, 'live-table');
+    /* filtered: replaceChildren, unlike el(), would write a null as the text "null" */
     sec.replaceChildren(
-      el('h2', null, title, ' ', el('span', { class: 'sub', text: '— ' + sub })),
-      cats ? el('p', { class: 'cats', text: cats }) : null,
-      /* a span with nothing live (a process between two uses of a GPU): no empty table */
-      flat.length || (rest && rest[0])
-        ? el('div', { class: 'scroll' }, table)
-        : el('p', { class: 'empty', text: 'Nothing was live on ' + D.root + ' then.' }),
-      el('div', {
-        class: 'note',
-        text:
-          'Stacks with the same ' +
-          (T.view === 'user' ? 'user view' : 'frames') +
-          ' are one row; "every frame" shows each stack whole, the first user frame in bold.',
-      }),
+      ...[
+        el('h2', null, title, ' ', el('span', { class: 'sub', text: '— ' + sub })),
+        cats ? el('p', { class: 'cats', text: cats }) : null,
+        /* a span with nothing live (a process between two uses of a GPU): no empty table */
+        flat.length || (rest && rest[0])
+          ? el('div', { class: 'scroll' }, table)
+          : el('p', { class: 'empty', text: 'Nothing was live on ' + D.root + ' then.' }),
+        el('div', {
+          class: 'note',
+          text:
+            'Stacks with the same ' +
+            (T.view === 'user' ? 'user view' : 'frames') +
+            ' are one row; "every frame" shows each stack whole, the first user frame in bold.',
+        }),
+      ].filter(Boolean),
     );
     sec.dataset.total = String(total);
     sec.dataset.sum = String(sum);

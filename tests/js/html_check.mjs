@@ -150,6 +150,19 @@ function checkDevice(name, s, d, trace) {
   );
 }
 
+/* text that a script wrote by mistake: a null or an undefined made a string (DOM calls such as
+ * replaceChildren turn them into text), a number that is NaN, an object printed whole */
+async function noStrayText(page, name) {
+  const bad = await page.eval(`(() => {
+    const out = [], w = document.createTreeWalker(document.getElementById('app'), NodeFilter.SHOW_TEXT);
+    for (let n; (n = w.nextNode()); ) {
+      const t = n.textContent.trim();
+      if (t === 'null' || /\\bundefined\\b|\\bNaN\\b|\\[object /.test(t)) out.push(t.slice(0, 80));
+    }
+    return out; })()`);
+  check(bad.length === 0, `${name}: stray text in the page: ${JSON.stringify(bad.slice(0, 5))}`);
+}
+
 async function noErrors(page, name, url) {
   check(page.errors.length === 0, `${name}: console errors: ${page.errors.join(' | ')}`);
   const other = page.requests.filter((u) => u !== url);
@@ -403,6 +416,7 @@ async function fixtures(browser) {
       await clickOn(page, `nav.tabs button[data-device="${d.root}"]`);
       const s = await shown(page);
       checkDevice(name, s, d, rep);
+      await noStrayText(page, `${name}-${d.root}`);
       if (d.by_line && d.by_line.length) {
         /* the source text is there for the lines whose file is where the trace says, or under
          * --source-root (cifar.py, train.py): the longest tail of the recorded path */
@@ -419,6 +433,7 @@ async function fixtures(browser) {
         if (name.startsWith('cifar_tensors')) check(want > 0, `${name}: no line of cifar.py`);
       }
       await interact(page, `${name}-${d.root.replace(/[^a-z0-9]/gi, '')}`, d, rep);
+      await noStrayText(page, `${name}-${d.root}, after the clicks`);
     }
     await noErrors(page, name, url);
     console.log(
