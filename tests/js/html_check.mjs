@@ -164,6 +164,7 @@ async function noStrayText(page, name) {
 }
 
 async function noErrors(page, name, url) {
+  await noStrayText(page, name);
   check(page.errors.length === 0, `${name}: console errors: ${page.errors.join(' | ')}`);
   const other = page.requests.filter((u) => u !== url);
   check(other.length === 0, `${name}: fetched something: ${other.join(' ')}`);
