@@ -305,8 +305,13 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
     if (mt_live_insert_h(&t->live, lh, &l) < 0) return -1;
-    if ((t->categorizer && is_temp_category(l.category) && temps_join(t, &l) < 0) ||
-        ctx_join_lifetime(t, &l) < 0) { /* out of memory: not live after all */
+    int temp = t->categorizer && is_temp_category(l.category);
+    int rc = temp ? temps_join(t, &l) : 0;
+    /* It joined its temporaries' list but not its context: it leaves the list by hand, as it is
+     * removed below without release_in (its member, now stale, goes at the next compaction). */
+    if (rc == 0 && (rc = ctx_join_lifetime(t, &l)) < 0 && temp)
+        mt_ctx_list_leave(temps_of(t, l.category));
+    if (rc < 0) { /* out of memory: not live after all */
         mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
         if (p) mt_live_remove(&t->live, p);
         return -1;
