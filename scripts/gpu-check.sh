@@ -690,6 +690,11 @@ for n in default expandable async tensors tensors2 tensors_exp tensors_async ten
   grep '^note' "$W/$n.dump" | sed "s/^/  $n: /" >> "$LOG"
   say "info: $n: $(grep -o 'stack capture: [^"]*' "$W/$n.dump"); $(grep -o 'tensor reports: [^"]*' "$W/$n.dump")"
 done
+# The writer thread's own CPU time, which no note on the program's threads holds (notes.c)
+WN=$(grep -o 'writer thread: [^"]*' "$W/tensors.dump" | head -n 1)
+say "info: tensors: $WN"
+check "cifar tensors: a note gives the writer thread's own CPU time, under one core" yes \
+  "$(echo "$WN" | $PY -c 'import re,sys; m=re.search(r"\(([0-9.]+)% of one core\)", sys.stdin.read()); print("yes" if m and 0 < float(m.group(1)) < 100 else "no")')"
 # The caching allocator's segments (flagged by the recorder) against PyTorch's max_memory_reserved,
 # in every mode that keeps that allocator; its tensors against max_memory_allocated in tensor mode.
 for n in default expandable tensors tensors_exp tensors_nostack tensors_pyonly; do

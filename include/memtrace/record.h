@@ -55,6 +55,12 @@ typedef struct mt_sink_stats {
     uint64_t wait_ns;       /* ... for this long in all */
     uint64_t max_wait_ns;   /* ... the longest single wait */
     uint64_t late;          /* events written after a later-stamped one (out of time order) */
+    /* The writer thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), read at the end of each of its
+     * cycles: recording's cost that no note on the program's threads sees */
+    uint64_t writer_cycles;      /* times it woke and worked (timer, flush, a ring half full) */
+    uint64_t writer_cpu_ns;      /* CPU time in all, up to its last cycle */
+    uint64_t writer_tick_cpu_ns; /* ... of which in the tick (mt_sink_set_tick) */
+    uint64_t writer_wall_ns;     /* from the sink's start to the end of its last cycle */
 } mt_sink_stats;
 
 /* Rare records (mt_sink_put_copy) wait on a side queue until the writer's next drain, or until

@@ -306,4 +306,16 @@ void mt_write_cost_notes(mt_recorder *r)
                       " events reached the writer after later ones had been written (out of "
                       "time order)", st.waits, (double)st.wait_ns / 1e6,
                       (double)st.max_wait_ns / 1e6, st.late);
+    /* The writer's own work runs on none of the program's threads, so none of the times above
+     * holds it; a step can still pay for it where the machine has fewer free cores than busy
+     * threads. Its share of one core says whether that could matter. */
+    if (st.writer_cycles && st.writer_wall_ns)
+        mt_trace_note(MT_NOTE_INFO,
+                      "writer thread: %.1f ms of CPU in %.1f s (%.2f%% of one core) over %" PRIu64
+                      " cycles: %.1f ms in its ticks (modules, pool polls, CUPTI's buffers "
+                      "flushed), the rest ordering, compressing and writing the trace; on none "
+                      "of the program's threads, so in none of the times above",
+                      (double)st.writer_cpu_ns / 1e6, (double)st.writer_wall_ns / 1e9,
+                      100.0 * (double)st.writer_cpu_ns / (double)st.writer_wall_ns,
+                      st.writer_cycles, (double)st.writer_tick_cpu_ns / 1e6);
 }
