@@ -717,7 +717,7 @@ int mt_html_data_trace(mt_out *o, mt_analysis *a, const mt_rank_summary *rank,
     mt_out_printf(o, "%llu.%06llu,", (unsigned long long)(a->header.start_realtime_ns / 1000000),
                   (unsigned long long)(a->header.start_realtime_ns % 1000000));
     u64k(o, "duration_ns", a->duration_ns);
-    char cost_brief[64], cost[1024];
+    char cost_brief[64], cost[1536];
     key(o, "recording_cost"); /* [brief, sentence], or null without cost notes */
     if (mt_cost_describe(a, cost_brief, sizeof cost_brief, cost, sizeof cost)) {
         mt_out_write(o, "[", 1);

@@ -38,9 +38,15 @@ static void recording_cost(mt_out *o, const mt_analysis *a)
     const mt_cost_part *parts[4] = {&c->tensors, &c->callbacks, &c->hooked, &c->rare};
     const char *names[4] = {"tensor_reports", "callbacks", "hooked_calls", "rare_work"};
     for (int i = 0; i < 4; i++)
-        mt_out_printf(o, "\"%s\":{\"calls\":%llu,\"ns_each\":%.0f,\"timed\":%llu}%s", names[i],
+        mt_out_printf(o, "\"%s\":{\"calls\":%llu,\"ns_each\":%.0f,\"timed\":%llu},", names[i],
                       (unsigned long long)parts[i]->calls, parts[i]->ns,
-                      (unsigned long long)parts[i]->timed, i < 3 ? "," : "},");
+                      (unsigned long long)parts[i]->timed);
+    key(o, "writer_thread"); /* null: the recorder did not say (before 2026-11-28) */
+    if (c->writer_cpu_ns > 0 && c->writer_wall_ns > 0)
+        mt_out_printf(o, "{\"cpu_ns\":%.0f,\"wall_ns\":%.0f}},", c->writer_cpu_ns,
+                      c->writer_wall_ns);
+    else
+        mt_out_puts(o, "null},");
 }
 
 /* "frames":[names of nb, root first] */

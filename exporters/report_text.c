@@ -666,7 +666,7 @@ int mt_report_text(mt_out *o, mt_analysis *a, const mt_report_options *opt)
     else mt_out_printf(o, "process: pid %u%s\n", a->pid, rank);
     mt_out_printf(o, "recorded: %s, duration %s, %llu events\n", mt_format_abs(a, 0, t1, sizeof t1),
                   mt_format_rel(a->duration_ns, t2, sizeof t2) + 1, (unsigned long long)a->events);
-    char cost[1024];
+    char cost[1536];
     if (mt_cost_describe(a, NULL, 0, cost, sizeof cost))
         mt_out_printf(o, "recording cost: %s\n", cost);
     if (a->truncated)

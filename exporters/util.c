@@ -134,8 +134,19 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
     if (rough_total)
         snprintf(caveat, sizeof caveat, " (rough: %.0f%% of it from parts with few timed calls)",
                  100.0 * rough / total);
+    /* The writer thread's CPU time is said beside it, not added: it ran on none of the program's
+     * threads, and what it cost a step depends on the cores left free (docs/performance.md) */
+    char writer[200] = "";
+    if (c->writer_cpu_ns > 0 && c->writer_wall_ns > 0) {
+        char w[32], ww[32];
+        put_span(w, sizeof w, c->writer_cpu_ns);
+        put_span(ww, sizeof ww, c->writer_wall_ns);
+        snprintf(writer, sizeof writer, "; beside it, %s of CPU on memtrace's writer thread, "
+                 "%.2f%% of one core over its %s (ordering, compressing and writing the trace)",
+                 w, 100.0 * c->writer_cpu_ns / c->writer_wall_ns, ww);
+    }
     snprintf(buf, len, "about %s%s of memtrace's own work on the program's threads%s (%s; from the "
-             "recorder's sampled self-timing)", t, caveat, share, parts);
+             "recorder's sampled self-timing)%s", t, caveat, share, parts, writer);
     if (brief && brief_len) {
         const char *tilde = rough_total ? "~" : "";
         if (c->until_ns) {

@@ -76,7 +76,7 @@ Test(recording_cost, the_notes_of_a_gpu_run_add_up)
                            "\"ns_each\":458,\"timed\":24775},\"callbacks\":{\"calls\":112,"
                            "\"ns_each\":10577,\"timed\":7},\"hooked_calls\":{\"calls\":2512,"
                            "\"ns_each\":4839,\"timed\":157},\"rare_work\":{\"calls\":0,"
-                           "\"ns_each\":0,\"timed\":0}}"),
+                           "\"ns_each\":0,\"timed\":0},\"writer_thread\":null}"),
               "%s", json);
     free(text);
     free(json);
@@ -182,7 +182,7 @@ Test(recording_cost, rare_work_counts_once_and_is_never_rough)
     cr_expect(strstr(text, ", 135 pieces of rare work × 78163 ns (stacks built, thread starts, "
                            "waits...; each timed);"), "%s", text);
     char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
-    cr_expect(strstr(json, "\"rare_work\":{\"calls\":135,\"ns_each\":78163,\"timed\":135}}"),
+    cr_expect(strstr(json, "\"rare_work\":{\"calls\":135,\"ns_each\":78163,\"timed\":135},"),
               "%s", json);
     free(text);
     free(json);
@@ -356,4 +356,52 @@ Test(recording_cost, running_totals_read_whole_or_not_at_all)
         cr_expect(memcmp(&c, &before, sizeof c) == 0, "touched by: %s", hostile[i]);
     }
     cr_expect(!mt_cost_read_running(&c, NULL));
+}
+
+/* The writer thread's note (recorders since 2026-11-28): said beside the total, never added to
+ * it, since it ran on none of the program's threads; a note that does not read as the recorder
+ * writes it is left out. */
+#define WRITER                                                                                     \
+    "writer thread: 212.4 ms of CPU in 9.875 s (2.15% of one core) over 61 cycles: 40.2 ms in "    \
+    "its ticks (modules, pool polls, CUPTI's buffers flushed), the rest ordering, compressing "    \
+    "and writing the trace; on none of the program's threads, so in none of the times above"
+
+Test(recording_cost, the_writer_thread_is_said_beside_the_total)
+{
+    const char *notes[] = {WHOLE, TENSORS, WRITER};
+    mt_analysis *a = with_notes("cost_writer.mtrace", notes, 3);
+    cr_expect_float_eq(a->cost.writer_cpu_ns, 212.4e6, 1e-3);
+    cr_expect_float_eq(a->cost.writer_wall_ns, 9.875e9, 1e-3);
+    cr_expect_float_eq(mt_recording_cost_ns(&a->cost), 421024.0 * 458, 1e-3, "not in the total");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "sampled self-timing); beside it, 212.40 ms of CPU on memtrace's "
+                           "writer thread, 2.15% of one core over its 9.875 s (ordering, "
+                           "compressing and writing the trace)"),
+              "%s", text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"writer_thread\":{\"cpu_ns\":212400000,\"wall_ns\":9875000000}}"),
+              "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+
+    static const char *const bad[] = {
+        "writer thread: 1e3 ms of CPU in 9.875 s (x)",    /* not as the recorder writes it */
+        "writer thread: 212.4 ms of CPU in 0.000 s (x)",  /* no time to run in */
+        "writer thread: -1 ms of CPU in 9.875 s (x)",
+        "writer thread: 212.4 ms of CPU in 9.8.75 s (x)",
+        "writer thread: inf ms of CPU in 9.875 s (x)",
+        "writer thread: 212.4 ms of CPU in 9.875 s",     /* cut short */
+        "writer thread: 9999999999 ms of CPU in 9.875 s (x)", /* more than a recorder can run */
+        "writer thread:212.4 ms of CPU in 9.875 s (x)",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *n[] = {WHOLE, TENSORS, bad[i]};
+        mt_analysis *b = with_notes("cost_writer_bad.mtrace", n, 3);
+        cr_expect(b->cost.writer_cpu_ns == 0 && b->cost.writer_wall_ns == 0, "read: %s", bad[i]);
+        char *t = fx_capture(b, fx_report_text_fn, NULL, ".txt");
+        cr_expect(!strstr(t, "writer thread"), "%s", t);
+        free(t);
+        mt_analysis_free(b);
+    }
 }

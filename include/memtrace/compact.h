@@ -575,6 +575,9 @@ typedef struct mt_recording_cost {
     uint64_t until_ns;      /* 0: the notes at exit, which cover the whole recording; else the
                                running totals' time (since the trace's start): they cover the
                                recording up to there */
+    double writer_cpu_ns;   /* the writer thread's CPU time, and the time it ran (its note at */
+    double writer_wall_ns;  /* exit, MT_COST_NOTE_WRITER; both 0 without): on none of the
+                               program's threads, so not in the total */
 } mt_recording_cost;
 
 /* The total of the parts above, in ns (0 without any). */

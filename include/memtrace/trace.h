@@ -205,6 +205,10 @@ typedef struct mt_note {
 #define MT_COST_NOTE_RARE "rare work"
 #define MT_COST_NOTE_PIECES " pieces"
 #define MT_COST_NOTE_EACH " ns each on average"
+/* The writer thread's own CPU time, on none of the program's threads (recorders since
+ * 2026-11-28): "NAME: MS ms of CPU in S s (P% of one core) over ..." */
+#define MT_COST_NOTE_WRITER "writer thread"
+#define MT_COST_NOTE_CPU_IN " ms of CPU in "
 
 /* The recorder's notes on its CUPTI activity records, which alone report driver-internal
  * allocations and CUDA arrays: an INFO note when they are off (record --activity off, the default

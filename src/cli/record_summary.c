@@ -84,7 +84,7 @@ static void summarize_one(const char *path, int symbolize, int quiet, mt_rank_su
     }
     /* What the recording itself cost, so that a slow run is not blamed on memtrace in the dark
      * (nor the other way round): the recorder's own estimate, its parts in `report`. */
-    char brief[64], cost[1024];
+    char brief[64], cost[1536];
     if (mt_cost_describe(a, brief, sizeof brief, cost, sizeof cost))
         fprintf(stderr, "  recording cost: %s, memtrace's own work on the program's threads "
                         "(sampled; per call: memtrace report)\n", brief);

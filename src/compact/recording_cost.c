@@ -72,10 +72,40 @@ static int calls_and_ns(const char *s, mt_cost_part *part)
     return 1;
 }
 
+/* A number as the recorder writes it ("12.5": digits first, no sign, no exponent) at s, in
+ * [0, max]; the character after it in *stop. -1 when s reads otherwise. */
+static double plain_number(const char *s, double max, char **stop)
+{
+    const char *end = s;
+    while ((*end >= '0' && *end <= '9') || *end == '.') end++;
+    if (*s < '0' || *s > '9') return -1;
+    double v = strtod(s, stop);
+    return *stop == end && isfinite(v) && v <= max ? v : -1;
+}
+
+/* "MS ms of CPU in S s (...": the writer thread's note; 0 when it does not read so. */
+static int writer_note(const char *s, mt_recording_cost *c)
+{
+    char *stop;
+    /* at most ~11 days of CPU and of wall time: a recorder that ran says less */
+    double ms = plain_number(s, 1e9, &stop);
+    size_t n = strlen(MT_COST_NOTE_CPU_IN);
+    if (ms < 0 || strncmp(stop, MT_COST_NOTE_CPU_IN, n) != 0) return 0;
+    double secs = plain_number(stop + n, 1e6, &stop);
+    if (!(secs > 0) || strncmp(stop, " s (", 4) != 0) return 0;
+    c->writer_cpu_ns = ms * 1e6;
+    c->writer_wall_ns = secs * 1e9;
+    return 1;
+}
+
 void mt_cost_read_note(mt_recording_cost *c, const char *text)
 {
     if (!text) return;
     const char *rest;
+    if ((rest = after_name(text, MT_COST_NOTE_WRITER))) {
+        writer_note(rest, c);
+        return;
+    }
     if ((rest = after_name(text, MT_COST_NOTE_TENSORS_WHOLE))) {
         double ns = ns_each(rest);
         if (ns >= 0 && strncmp(rest, "about ", 6) != 0) {

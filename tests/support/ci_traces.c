@@ -144,6 +144,13 @@ static void warning(tb *b, uint64_t t_us, const char *text)
     put(b, &r);
 }
 
+static void info(tb *b, uint64_t t_us, const char *text)
+{
+    mt_record r = {.type = MT_REC_NOTE};
+    r.u.note = (mt_note){.time_ns = T0 + t_us * 1000, .level = MT_NOTE_INFO, .text = text};
+    put(b, &r);
+}
+
 static int budget_trace(const char *dir)
 {
     tb b;
@@ -195,6 +202,13 @@ static int tensors_trace(const char *dir)
     ev(&b, MT_OP_FREE, MT_KIND_TENSOR, 0, A + 512, 1024, 7000, 0, 0, 4096);
     ev(&b, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x4000000, CI_MiB, 8000, 5, 0, 0);
     nvml(&b, 0, 9000, 600 * CI_MiB);
+    /* the recorder's cost notes at exit, as a --tensors run writes them (notes.c) */
+    info(&b, 9500, "tensor reports: about 4 allocations and frees reported by PyTorch's caching "
+                   "allocator, 300 ns each on average inside memtrace (1 in 16 timed)");
+    info(&b, 9500, "writer thread: 1.5 ms of CPU in 0.010 s (15.00% of one core) over 3 cycles: "
+                   "0.5 ms in its ticks (modules, pool polls, CUPTI's buffers flushed), the rest "
+                   "ordering, compressing and writing the trace; on none of the program's "
+                   "threads, so in none of the times above");
     return tb_close(&b, 10);
 }
 

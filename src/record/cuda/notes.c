@@ -311,7 +311,8 @@ void mt_write_cost_notes(mt_recorder *r)
      * threads. Its share of one core says whether that could matter. */
     if (st.writer_cycles && st.writer_wall_ns)
         mt_trace_note(MT_NOTE_INFO,
-                      "writer thread: %.1f ms of CPU in %.1f s (%.2f%% of one core) over %" PRIu64
+                      MT_COST_NOTE_WRITER ": %.1f" MT_COST_NOTE_CPU_IN "%.3f s (%.2f%% of one "
+                      "core) over %" PRIu64
                       " cycles: %.1f ms in its ticks (modules, pool polls, CUPTI's buffers "
                       "flushed), the rest ordering, compressing and writing the trace; on none "
                       "of the program's threads, so in none of the times above",
