@@ -137,17 +137,10 @@ static void nvml(tb *b, int device, uint64_t t_us, uint64_t value)
     put(b, &r);
 }
 
-static void warning(tb *b, uint64_t t_us, const char *text)
+static void note(tb *b, uint64_t t_us, uint32_t level, const char *text)
 {
     mt_record r = {.type = MT_REC_NOTE};
-    r.u.note = (mt_note){.time_ns = T0 + t_us * 1000, .level = MT_NOTE_WARNING, .text = text};
-    put(b, &r);
-}
-
-static void info(tb *b, uint64_t t_us, const char *text)
-{
-    mt_record r = {.type = MT_REC_NOTE};
-    r.u.note = (mt_note){.time_ns = T0 + t_us * 1000, .level = MT_NOTE_INFO, .text = text};
+    r.u.note = (mt_note){.time_ns = T0 + t_us * 1000, .level = level, .text = text};
     put(b, &r);
 }
 
@@ -203,12 +196,14 @@ static int tensors_trace(const char *dir)
     ev(&b, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x4000000, CI_MiB, 8000, 5, 0, 0);
     nvml(&b, 0, 9000, 600 * CI_MiB);
     /* the recorder's cost notes at exit, as a --tensors run writes them (notes.c) */
-    info(&b, 9500, "tensor reports: about 4 allocations and frees reported by PyTorch's caching "
-                   "allocator, 300 ns each on average inside memtrace (1 in 16 timed)");
-    info(&b, 9500, "writer thread: 1.5 ms of CPU in 0.010 s (15.00% of one core) over 3 cycles: "
-                   "0.5 ms in its ticks (modules, pool polls, CUPTI's buffers flushed), the rest "
-                   "ordering, compressing and writing the trace; on none of the program's "
-                   "threads, so in none of the times above");
+    note(&b, 9500, MT_NOTE_INFO,
+         "tensor reports: about 4 allocations and frees reported by PyTorch's caching allocator, "
+         "300 ns each on average inside memtrace (1 in 16 timed)");
+    note(&b, 9500, MT_NOTE_INFO,
+         "writer thread: 1.5 ms of CPU in 0.010 s (15.00% of one core) over 3 cycles: 0.5 ms in "
+         "its ticks (modules, pool polls, CUPTI's buffers flushed), the rest ordering, "
+         "compressing and writing the trace; on none of the program's threads, so in none of "
+         "the times above");
     return tb_close(&b, 10);
 }
 
@@ -273,9 +268,8 @@ static int moved_trace(const char *dir, int new_run)
     ev(&b, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x4000000, CI_MiB, t++, n + 7, 0, 0);
     /* the second machine's run had a profiler take CUPTI's activity records at its end */
     if (new_run)
-        warning(&b, t,
-                MT_ACTIVITY_NOTE_STOPPED ": torch.profiler registered its own CUPTI activity "
-                                         "buffers");
+        note(&b, t, MT_NOTE_WARNING,
+             MT_ACTIVITY_NOTE_STOPPED ": torch.profiler registered its own CUPTI activity buffers");
     for (uint64_t k = 0; k < 5; k++) ev(&b, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x1000000 * k, 0, t++, 0, 0, 0);
     return tb_close(&b, 5);
 }
