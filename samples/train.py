@@ -19,6 +19,8 @@ with --ab-what history PyTorch's own _record_memory_history(stacks="python") ins
 nothing: an A/A control) and adds ab_off_ms, ab_on_ms, ab_overhead_pct (median over on-phases of
 on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs, ab_order;
 --ab-order random puts each pair of phases in a random order and compares within pairs (cifar.py).
+The same comparison on CPU time: ab_cpu_off_ms and ab_cpu_pct for the whole process (every
+thread), ab_main_cpu_off_ms and ab_main_cpu_pct for the main thread.
 --record-history keeps PyTorch's recorder on for the whole run (its cost between processes).
 """
 import argparse
@@ -100,18 +102,30 @@ def main():
         else:
             pause = ctypes.CDLL(None).memtrace_set_paused
             pause.argtypes = [ctypes.c_int]
-        plan, phases = ab_plan(args.ab_order), []
+        # Each phase is timed three ways: the wall clock (what the A/B reports), the CPU time
+        # of the whole process (every thread: the program's, autograd's, memtrace's writer) and
+        # that of this thread. Where recording's wall cost exceeds what its cost notes account
+        # for, the CPU clocks say whether the excess was spent on a CPU (the recorder's threads,
+        # or the program's own code running slower after a report: caches, TLB) or waited.
+        plan, phases, cpu, main_cpu = ab_plan(args.ab_order), [], [], []
         for k in range(args.steps // args.ab):
             on = plan(k)
             pause(0 if on else 1)
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
             for _ in range(args.ab):
                 step()
             torch.cuda.synchronize()
             phases.append((on, (time.perf_counter() - t0) * 1000.0 / args.ab))
+            cpu.append((on, (time.process_time() - c0) * 1000.0 / args.ab))
+            main_cpu.append((on, (time.thread_time() - m0) * 1000.0 / args.ab))
         pause(0)
         extra = ab_fields(phases, args.ab_order)
+        for name, clock in (("cpu", cpu), ("main_cpu", main_cpu)):
+            more = ab_fields(clock, args.ab_order)
+            if more:
+                extra.update({f"ab_{name}_off_ms": more["ab_off_ms"],
+                              f"ab_{name}_pct": more["ab_overhead_pct"]})
     else:
         t0 = time.perf_counter()
         for _ in range(args.steps):

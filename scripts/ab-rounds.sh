@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ab-rounds.sh — the in-process A/B of scripts/overhead.sh, one process per setting and round, and
-# one line per run: what the A/A control and --tensors read, the off-phases' step, and what the
-# trace's own cost notes account for. For questions about the spread between processes (does
+# one line per run: what the A/A control and --tensors read (on the wall clock, and on CPU time:
+# the whole process's and the main thread's), the off-phases' step, and what the trace's own cost
+# notes account for. For questions about the spread between processes (does
 # pinning narrow it? does one model move with the other?), where one overhead.sh call per run
 # lets the settings alternate.
 #
@@ -17,6 +18,8 @@ BUILD=${1:-build-gpu}; ROUNDS=${2:-5}; STEPS=${3:-400}
 OUT=${OUT:-$PWD/ab-rounds-out}; mkdir -p "$OUT"
 MODELS=${MODELS:-resnet18 gpt2}; PINS=${PINS:-pin nopin}; PIN_CPUS=${PIN_CPUS:-2-9}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# the same A/B on CPU time (train.py): the whole process's, then the main thread's, and its off-phase
+cpu() { grep -o "$1 .*" "$2" | grep -o 'ab_cpu_off_ms=[0-9.]*\|ab_cpu_pct=[-0-9.]*\|ab_main_cpu_off_ms=[0-9.]*\|ab_main_cpu_pct=[-0-9.]*' | sed 's/ab_//; s/=\([-0-9]*\.[0-9][0-9]\)[0-9]*/=\1/' | tr '\n' ' '; }
 pct() { grep -o "$1 .*ab_overhead_pct=[-0-9.]*" "$2" | grep -o 'pct=[-0-9.]*' | cut -c5-10; }
 for r in $(seq 1 "$ROUNDS"); do
   order=$PINS; [ $((r % 2)) = 0 ] && order=$(echo "$PINS" | tr ' ' '\n' | tac | tr '\n' ' ')
@@ -29,6 +32,7 @@ for r in $(seq 1 "$ROUNDS"); do
         timeout 300 bash "$HERE/overhead.sh" "$BUILD" "$STEPS" 1 > "$d.txt" 2>&1
       runs=$d/overhead-runs.txt
       echo "$m $p $r control=$(pct ab_control "$runs") tensors=$(pct ab_tensors "$runs")" \
+           "cpu: control $(cpu ab_control "$runs") tensors $(cpu ab_tensors "$runs")" \
            "off_ms=$(grep -o 'ab_tensors .*ab_off_ms=[0-9.]*' "$runs" | grep -o 'off_ms=[0-9.]*' | cut -c8-13)" \
            "| $(grep -o "notes' own time: [0-9.]*%.*ns" "$d.txt" | head -n 1)" \
            "| $(grep -o 'writer thread: [0-9.]* ms of CPU in [0-9.]* s ([0-9.]*% of one core)' "$d.txt" | head -n 1)" \

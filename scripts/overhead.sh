@@ -105,13 +105,15 @@ for r in $(seq "$REPEATS"); do
 import json, sys
 d = json.load(open(sys.argv[1]))
 if "ab_off_ms" in d:
-    open(sys.argv[2], "a").write(" ".join("%s=%s" % (k, d[k]) for k in ("ab_off_ms", "ab_on_ms", "ab_overhead_pct", "ab_pairs")) + "\n")
+    keys = ("ab_off_ms", "ab_on_ms", "ab_overhead_pct", "ab_pairs", "ab_cpu_off_ms", "ab_cpu_pct",
+            "ab_main_cpu_off_ms", "ab_main_cpu_pct")
+    open(sys.argv[2], "a").write(" ".join("%s=%s" % (k, d[k]) for k in keys if k in d) + "\n")
 print(d.get("step_ms", ""))
 PYEOF
 )
     fi
     [ -n "$ms" ] && echo "$r $ms" >> "$W/$c.ms"
-    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
+    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) $(tail -n 1 "$W/$c.ab" 2>/dev/null | grep -o 'ab_[a-z_]*cpu_[a-z_]*=[-0-9.]*' | tr '\n' ' ')load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
     case $c in tensors*|ab_tensors*|ab_default*|ab_control_?*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
     cost_notes "$MT" "$W/t.mtrace" "$c" > "$W/run.notes"
