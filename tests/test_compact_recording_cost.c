@@ -405,3 +405,35 @@ Test(recording_cost, the_writer_thread_is_said_beside_the_total)
         mt_analysis_free(b);
     }
 }
+
+/* The notes as the recorder wrote them on the GPU, writer thread included: a tensor-mode run of
+ * samples/cifar.py recorded on an H200 on 2026-11-28 (tests/data/cifar_tensors_h200.mtrace; its
+ * notes: `memtrace dump FILE | grep '^note'`). The synthetic notes above are copies; this one
+ * fails if the recorder's wording and the reader's drift apart. */
+Test(recording_cost, a_gpu_recorded_trace_says_its_cost_and_its_writer_thread)
+{
+    mt_analysis *a = fx_analyze(MT_TEST_DATA_DIR "/cifar_tensors_h200.mtrace");
+    const mt_recording_cost *c = &a->cost;
+    cr_expect(c->tensor_whole);
+    cr_expect_eq(c->tensors.calls, 1984);
+    cr_expect_float_eq(c->tensors.ns, 716.0, 1e-9);
+    cr_expect_eq(c->callbacks.calls, 64);
+    cr_expect_float_eq(c->callbacks.ns, 1604.0, 1e-9);
+    cr_expect_eq(c->rare.calls, 142);
+    cr_expect_float_eq(c->writer_cpu_ns, 12.0e6, 1e-3);
+    cr_expect_float_eq(c->writer_wall_ns, 6.131e9, 1e-3);
+    double total = 1984.0 * 716 + 64.0 * 1604 + 142.0 * 20273;
+    cr_expect_float_eq(mt_recording_cost_ns(c), total, 1e-3, "the writer's CPU is not in it");
+    char *text = fx_capture(a, fx_report_text_fn, NULL, ".txt");
+    cr_expect(strstr(text, "recording cost: about 4.40 ms of memtrace's own work on the program's "
+                           "threads"), "%s", text);
+    cr_expect(strstr(text, "; beside it, 12.00 ms of CPU on memtrace's writer thread, 0.20% of "
+                           "one core over its 6.131 s (ordering, compressing and writing the "
+                           "trace)"), "%s", text);
+    char *json = fx_capture(a, fx_report_json_fn, NULL, ".json");
+    cr_expect(strstr(json, "\"writer_thread\":{\"cpu_ns\":12000000,\"wall_ns\":6131000000}}"),
+              "%s", json);
+    free(text);
+    free(json);
+    mt_analysis_free(a);
+}
