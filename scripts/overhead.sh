@@ -26,7 +26,8 @@
 # first or last, and the table's "paired" column compares each run with the untraced run of its
 # own round (the two nearest in time), median over rounds; untraced_again, an untraced process
 # like untraced_default, is the control: its paired figure is the noise of the method itself.
-# Each run's step time is also appended to $OUT/overhead-runs.txt as it finishes.
+# Each run's step time is also appended to $OUT/overhead-runs.txt as it finishes (an A/B run of
+# train.py's: its A/B on the wall clock, then on the process's and the main thread's CPU time).
 set -u
 . "$(dirname "$0")/cost-notes.sh"
 . "$(dirname "$0")/settle-trace.sh"
