@@ -19,7 +19,7 @@ OUT=${OUT:-$PWD/ab-rounds-out}; mkdir -p "$OUT"
 MODELS=${MODELS:-resnet18 gpt2}; PINS=${PINS:-pin nopin}; PIN_CPUS=${PIN_CPUS:-2-9}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # the same A/B on CPU time (train.py): the whole process's, then the main thread's, and its off-phase
-cpu() { grep -o "$1 .*" "$2" | grep -o 'ab_cpu_off_ms=[0-9.]*\|ab_cpu_pct=[-0-9.]*\|ab_main_cpu_off_ms=[0-9.]*\|ab_main_cpu_pct=[-0-9.]*' | sed 's/ab_//; s/=\([-0-9]*\.[0-9][0-9]\)[0-9]*/=\1/' | tr '\n' ' '; }
+cpu() { grep -o "$1 .*" "$2" | grep -o 'ab_[a-z_]*cpu_[a-z_]*=[-0-9.]*' | sed 's/ab_//; s/=\([-0-9]*\.[0-9][0-9]\)[0-9]*/=\1/' | tr '\n' ' '; }
 pct() { grep -o "$1 .*ab_overhead_pct=[-0-9.]*" "$2" | grep -o 'pct=[-0-9.]*' | cut -c5-10; }
 for r in $(seq 1 "$ROUNDS"); do
   order=$PINS; [ $((r % 2)) = 0 ] && order=$(echo "$PINS" | tr ' ' '\n' | tac | tr '\n' ' ')

@@ -114,7 +114,8 @@ PYEOF
 )
     fi
     [ -n "$ms" ] && echo "$r $ms" >> "$W/$c.ms"
-    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' "$W/$c.ab" 2>/dev/null | tail -n 1) $(tail -n 1 "$W/$c.ab" 2>/dev/null | grep -o 'ab_[a-z_]*cpu_[a-z_]*=[-0-9.]*' | tr '\n' ' ')load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
+    last=$(tail -n 1 "$W/$c.ab" 2>/dev/null) # this run's A/B (every line has the wall clock's three)
+    echo "round $r $c rc=$rc step_ms=$ms $(grep -o 'ab_off_ms=[0-9.]* ab_on_ms=[0-9.]* ab_overhead_pct=[-0-9.]*' <<< "$last") $(grep -o 'ab_[a-z_]*cpu_[a-z_]*=[-0-9.]*' <<< "$last" | tr '\n' ' ')load=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/overhead-runs.txt"
     case $c in tensors*|ab_tensors*|ab_default*|ab_control_?*) ;; *) continue ;; esac
     settle_trace "$W/t.mtrace"
     cost_notes "$MT" "$W/t.mtrace" "$c" > "$W/run.notes"

@@ -377,7 +377,8 @@ Test(ci_check, allocator_peaks_are_pytorchs_own_numbers)
     } f[] = {{"cifar_tensors", 0, MT_KIND_TENSOR},      {"cifar_tensors_b512", 0, MT_KIND_TENSOR},
              {"cifar_tensors_async", 0, MT_KIND_ASYNC}, {"gpt2_tensors", 1, MT_KIND_TENSOR},
              {"resnet18_tensors", 1, MT_KIND_TENSOR}, {"gpt2_amp_tensors", 1, MT_KIND_TENSOR},
-             {"resnet18_compile_tensors", 1, MT_KIND_TENSOR}, {"cifar_tensors_h200", 0, MT_KIND_TENSOR}};
+             {"resnet18_compile_tensors", 1, MT_KIND_TENSOR},
+             {"cifar_tensors_h200", 0, MT_KIND_TENSOR}};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s.mtrace", DATA, f[i].fixture);
