@@ -42,7 +42,7 @@ static void recording_cost(mt_out *o, const mt_analysis *a)
                       (unsigned long long)parts[i]->calls, parts[i]->ns,
                       (unsigned long long)parts[i]->timed);
     key(o, "writer_thread"); /* null: the recorder did not say (before 2026-11-28) */
-    if (c->writer_cpu_ns > 0 && c->writer_wall_ns > 0)
+    if (mt_cost_writer_known(c))
         mt_out_printf(o, "{\"cpu_ns\":%.0f,\"wall_ns\":%.0f}},", c->writer_cpu_ns,
                       c->writer_wall_ns);
     else

@@ -137,7 +137,7 @@ const char *mt_cost_describe(const mt_analysis *a, char *brief, size_t brief_len
     /* The writer thread's CPU time is said beside it, not added: it ran on none of the program's
      * threads, and what it cost a step depends on the cores left free (docs/performance.md) */
     char writer[200] = "";
-    if (c->writer_cpu_ns > 0 && c->writer_wall_ns > 0) {
+    if (mt_cost_writer_known(c)) {
         char w[32], ww[32];
         put_span(w, sizeof w, c->writer_cpu_ns);
         put_span(ww, sizeof ww, c->writer_wall_ns);

@@ -583,6 +583,13 @@ typedef struct mt_recording_cost {
 /* The total of the parts above, in ns (0 without any). */
 double mt_recording_cost_ns(const mt_recording_cost *c);
 
+/* Whether the writer thread's figures can be said: its note was read, and said some CPU time
+ * (0.0 ms where its clock could not be read) over some time run. */
+static inline int mt_cost_writer_known(const mt_recording_cost *c)
+{
+    return c->writer_cpu_ns > 0 && c->writer_wall_ns > 0;
+}
+
 /* Whether the trace saw driver-internal allocations and CUDA arrays, which only the recorder's
  * CUPTI activity records report (its notes say: MT_ACTIVITY_NOTE_*, trace.h). Where it did not,
  * their bytes are not known, not 0: reports say "not recorded". */
