@@ -50,6 +50,15 @@ static void *produce(void *arg)
     return NULL;
 }
 
+/* p's events from a thread of their own (a thread of the program: its own ring), and back when
+ * it has ended. */
+static void produce_on_a_thread(producer *p)
+{
+    pthread_t th;
+    pthread_create(&th, NULL, produce, p);
+    pthread_join(th, NULL);
+}
+
 typedef struct readback {
     uint64_t events, nodes, notes, ends, dropped_records, dropped_total;
     uint64_t per_thread[THREADS + 1];
@@ -500,10 +509,8 @@ Test(record_sink, sequential_threads_take_over_the_ring_of_the_last)
     mt_test_tmpname(path, sizeof path, "sink-churn.mtrace");
     mt_sink *s = start(path, 1024, 1000); /* the writer's own drains far apart */
     for (int i = 0; i < 200; i++) {
-        pthread_t th;
         producer p = {.sink = s, .tid = 1 + (uint32_t)(i % THREADS), .events = 5, .node_base = i * 10};
-        pthread_create(&th, NULL, produce, &p);
-        pthread_join(th, NULL);
+        produce_on_a_thread(&p);
     }
     mt_sink_stats st;
     mt_sink_stop(s, &st);
@@ -538,16 +545,13 @@ Test(record_sink, the_ring_of_a_busy_thread_is_mapped_ahead)
     mt_test_tmpname(path, sizeof path, "sink-populate.mtrace");
     mt_sink *s = start(path, 16384, 1000); /* the writer's own drains far apart */
     producer few = {.sink = s, .tid = 1, .events = 100, .node_base = 0};
-    pthread_t th;
-    pthread_create(&th, NULL, produce, &few);
-    pthread_join(th, NULL);
+    produce_on_a_thread(&few);
     mt_sink_flush(s);
     mt_sink_stats st;
     mt_sink_stats_now(s, &st);
     cr_expect_eq(st.rings_populated, 0, "a thread of 100 events keeps its few pages");
     producer busy = {.sink = s, .tid = 2, .events = 600, .node_base = 1000};
-    pthread_create(&th, NULL, produce, &busy);
-    pthread_join(th, NULL);
+    produce_on_a_thread(&busy);
     /* the 512th event woke the writer, which maps the ring after its drain */
     for (int i = 0; i < 200 && kernel_can; i++) {
         mt_sink_flush(s);
@@ -586,9 +590,7 @@ Test(record_sink, the_writer_counts_its_own_cpu_time)
     atomic_int once = 0;
     mt_sink_set_tick(s, burn_tick, &once);
     producer p = {.sink = s, .tid = 1, .events = 20000, .node_base = 0};
-    pthread_t th;
-    pthread_create(&th, NULL, produce, &p);
-    pthread_join(th, NULL);
+    produce_on_a_thread(&p);
     mt_sink_flush(s);
     mt_sink_stats st;
     mt_sink_stats_now(s, &st);
