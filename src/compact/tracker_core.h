@@ -269,6 +269,20 @@ static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_l
     mt_live_remove(&t->live, p);
 }
 
+/* Out of memory while an allocation joined its lists: it is not live after all. in_temps: it joined
+ * its temporaries' list (but not its context), and leaves that list by hand, as it is removed here
+ * without release_in (its member, now stale, goes at the next compaction). Out of line and cold:
+ * inlined into do_alloc, this path made every allocation slower (report on a 10 M-event --tensors
+ * trace ~4% slower, docs/performance.md). */
+static __attribute__((noinline, cold)) int alloc_undone(mt_tracker *t, const mt_lifetime *l,
+                                                         int in_temps)
+{
+    if (in_temps) mt_ctx_list_leave(temps_of(t, l->category));
+    mt_lifetime *p = mt_live_find(&t->live, l->device, l->family, l->address);
+    if (p) mt_live_remove(&t->live, p);
+    return -1;
+}
+
 /* slot < 0: a device allocation on an unknown device (counted as an anomaly, on no device). */
 static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const mt_event *e,
                                                             unsigned kind, unsigned fam,
@@ -306,16 +320,8 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
     }
     if (mt_live_insert_h(&t->live, lh, &l) < 0) return -1;
     int temp = t->categorizer && is_temp_category(l.category);
-    int rc = temp ? temps_join(t, &l) : 0;
-    /* It joined its temporaries' list but not its context: it leaves the list by hand, as it is
-     * removed below without release_in (its member, now stale, goes at the next compaction). */
-    if (rc == 0 && (rc = ctx_join_lifetime(t, &l)) < 0 && temp)
-        mt_ctx_list_leave(temps_of(t, l.category));
-    if (rc < 0) { /* out of memory: not live after all */
-        mt_lifetime *p = mt_live_find(&t->live, dev, (uint8_t)fam, e->address);
-        if (p) mt_live_remove(&t->live, p);
-        return -1;
-    }
+    if (temp && temps_join(t, &l) < 0) return alloc_undone(t, &l, 0);
+    if (ctx_join_lifetime(t, &l) < 0) return alloc_undone(t, &l, temp);
     if (t->hooks.on_start) t->hooks.on_start(t->hooks.ctx, &l);
     if (slot < 0) {
         t->an.unknown_device++;
