@@ -14,6 +14,7 @@
 # rounds of one build spread by 5-15%: read the medians, and run it again before believing 3%.
 #
 # The tree's own build is build/ (scripts/setup.sh); its memtrace and bench_compact are rebuilt.
+# The other commit's worktree stays for the next run: `git worktree remove --force build-ref/SHA`.
 set -euo pipefail
 REV=${1:?usage: speed-against.sh REV [EVENTS] [ROUNDS]}
 EVENTS=${2:-10000000}
