@@ -252,6 +252,35 @@ Test(names, user_view)
 }
 
 /* Without Python the default is every frame; the user view of such a stack still names it. */
+/* Who holds a block live at the end (the "live at the end" list, leaks): what an allocator reserved
+ * for itself, of every kind a reservation can be (device memory, a virtual-memory handle, a pitched
+ * block, managed memory: CuPy's pool over malloc_managed), is its cache and not a leak; what it
+ * hands out is not; the driver's own memory is the driver's; a block asked for outside any
+ * allocator is the program's. */
+Test(names, an_allocators_reservations_are_its_cache_of_every_kind)
+{
+    mt_frames *f = frames_of(torch_stacks, sizeof torch_stacks / sizeof *torch_stacks);
+    const char *holder = NULL;
+    /* 33: main -> make_buffer -> alloc_block (the caching allocator) -> cudaMalloc */
+    const uint8_t reserving[] = {MT_KIND_DEVICE, MT_KIND_VMM_PHYSICAL, MT_KIND_PITCH,
+                                 MT_KIND_MANAGED};
+    for (size_t i = 0; i < sizeof reserving; i++) {
+        mt_lifetime l = {.kind = reserving[i], .stack = 33, .bytes = 2u << 20};
+        holder = NULL;
+        cr_expect_eq(mt_frames_holder(f, &l, &holder), MT_HOLD_CACHE, "kind %u", reserving[i]);
+        cr_expect_str_eq(holder ? holder : "", MT_OWNER_CACHING_ALLOCATOR, "kind %u", reserving[i]);
+    }
+    mt_lifetime handed_out = {.kind = MT_KIND_TENSOR, .stack = 33, .bytes = 512};
+    cr_expect_neq(mt_frames_holder(f, &handed_out, &holder), MT_HOLD_CACHE);
+    mt_lifetime driver = {.kind = MT_KIND_DRIVER, .stack = 33, .bytes = 4096};
+    cr_expect_eq(mt_frames_holder(f, &driver, &holder), MT_HOLD_DRIVER);
+    /* 31: main -> make_buffer, no allocator and no library on the stack */
+    mt_lifetime own = {.kind = MT_KIND_MANAGED, .stack = 31, .bytes = 4096};
+    cr_expect_eq(mt_frames_holder(f, &own, &holder), MT_HOLD_PROGRAM);
+    cr_expect_str_eq(holder, "program");
+    mt_frames_free(f);
+}
+
 Test(names, no_python_defaults_to_all)
 {
     const mt_record recs[] = {
