@@ -209,6 +209,18 @@ Test(fixtures, ddp_ranks_each_exact_and_the_rank_table)
         cr_expect(d->driver_at_peak > 600 * 1024 && !d->driver_guessed, "rank %d: %llu", r,
                   (unsigned long long)d->driver_at_peak);
         cr_assert_eq(mt_rank_summarize(a, &sums[r]), 0);
+        /* the rank table's stacks at the peak: largest first, and not all of one size (so that
+         * their order says something); together no more than the peak */
+        const mt_rank_summary *s = &sums[r];
+        cr_assert_gt(s->n_stacks, 1, "rank %d", r);
+        uint64_t sum = 0;
+        for (size_t i = 0; i < s->n_stacks; i++) {
+            sum += s->stacks[i].bytes;
+            if (i)
+                cr_expect_geq(s->stacks[i - 1].bytes, s->stacks[i].bytes, "rank %d, stack %zu", r, i);
+        }
+        cr_expect_gt(s->stacks[0].bytes, s->stacks[s->n_stacks - 1].bytes, "rank %d", r);
+        cr_expect_leq(sum, s->peak, "rank %d", r);
         mt_analysis_free(a);
     }
     mt_imbalance im;
