@@ -406,6 +406,33 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     mt_analysis_free(a);
 }
 
+/* The same, with the retried call's success after another thread's error was tied to its
+ * refusal: the tie (raised_as) moves down with the error's index when the retried one leaves. */
+Test(compact, failed_call_retried_after_an_error_keeps_the_errors_tie)
+{
+    fx f;
+    fx_open(&f, "retried-late.mtrace");
+    fx_node(&f, 1, 0, 0x1000, MT_FRAME_NATIVE);
+    const call_ev evs[] = {
+        {7, 21, MT_OP_FAILED, MT_KIND_ASYNC, 0, 201, 100, 0}, /* #0, retried at the end */
+        {8, 30, MT_OP_FAILED, DEV, MT_EF_SEGMENT, 2, 500, 0}, /* #1, then #0 */
+        {8, 0, MT_OP_FAILED, MT_KIND_TENSOR, 0, 2, 500, 9},   /* #2, then #1: ties the refusal */
+        {7, 21, MT_OP_ALLOC, MT_KIND_ASYNC, 0, 0, 100, 0},    /* call 21 succeeds after all */
+    };
+    put_calls(&f, evs, sizeof evs / sizeof evs[0]);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    cr_expect_eq(a->failed_retried, 1);
+    cr_assert_eq(a->n_failed, 2);
+    cr_expect_eq(a->failed[0].tid, 8);
+    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(a->failed[0].raised_as, 1, "the error's index once the retried call left");
+    cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
+    cr_expect_eq(a->failed[1].driver_refusals, 1);
+    fx_check_invariants(a);
+    mt_analysis_free(a);
+}
+
 /* Managed memory counts in full on its context's GPU although its pages move as they are touched:
  * the report says so where managed bytes are part of the peak, and not elsewhere. */
 Test(compact, managed_memory_at_the_peak_is_said_to_be_an_upper_bound)
