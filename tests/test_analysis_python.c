@@ -198,6 +198,44 @@ Test(analysis, python_frames_and_filters)
     mt_analysis_free(a);
 }
 
+/* --by-line's order: by bytes live at the peak, then (lines with none there, freed before it) by
+ * bytes allocated, then by file and line. */
+Test(analysis, by_line_order_after_the_peak_by_allocated_bytes)
+{
+    fx f;
+    fx_open(&f, "byline-order.mtrace");
+    fx_process(&f, "python3", "python3 cifar.py");
+    fx_module(&f, 2, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x600000, 0x610000);
+    fx_pycode(&f, 1, CIFAR, "train");
+    const uint32_t lines[] = {10, 20, 30, 5};
+    for (uint32_t i = 0; i < 4; i++) {
+        fx_node(&f, 1 + 2 * i, 0, PY(1, lines[i]), MT_FRAME_PYTHON);
+        fx_node(&f, 2 + 2 * i, 1 + 2 * i, 0x600010, MT_FRAME_NATIVE);
+    }
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 1 * MiB, 1, 2);               /* line 10 */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A, 0, 2, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x1000000, 3 * MiB, 3, 4); /* line 20 */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x1000000, 0, 4, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x3000000, 1 * MiB, 5, 8); /* line 5 */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A + 0x3000000, 0, 6, 0);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x2000000, 8 * MiB, 7, 6); /* line 30: the peak */
+    fx_symbol(&f, 0x600010, 0, "cuMemAlloc_v2", "", 0);
+    fx_end(&f, 10, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    mt_line_stat *v;
+    size_t n;
+    cr_assert_eq(mt_by_line(a->frames, fx_dev(a, 0), NULL, &v, &n), 0);
+    cr_assert_eq(n, 4);
+    const uint32_t order[] = {30, 20, 5, 10};
+    for (size_t i = 0; i < n; i++) cr_expect_eq(v[i].line, order[i], "row %zu: line %u", i, v[i].line);
+    cr_expect_eq(v[0].peak_bytes, 8 * MiB);
+    cr_expect_eq(v[1].peak_bytes, 0);
+    cr_expect_eq(v[1].alloc_bytes, 3 * MiB);
+    free(v);
+    mt_analysis_free(a);
+}
+
 Test(analysis, by_line_attribution)
 {
     fx f;
