@@ -273,9 +273,10 @@ static inline __attribute__((always_inline)) void release_in(mt_tracker *t, mt_l
  * its temporaries' list (but not its context), and leaves that list by hand, as it is removed here
  * without release_in (its member, now stale, goes at the next compaction). Out of line and cold:
  * inlined into do_alloc, this path made every allocation slower (report on a 10 M-event --tensors
- * trace ~4% slower, docs/performance.md). */
-static __attribute__((noinline, cold)) int alloc_undone(mt_tracker *t, const mt_lifetime *l,
-                                                         int in_temps)
+ * trace ~4% slower, docs/performance.md). (`unused`: a file that includes this header
+ * without calling it is not warned of an unused function, as the inline ones here are not.) */
+static __attribute__((noinline, cold, unused)) int alloc_undone(mt_tracker *t,
+                                                                 const mt_lifetime *l, int in_temps)
 {
     if (in_temps) mt_ctx_list_leave(temps_of(t, l->category));
     mt_lifetime *p = mt_live_find(&t->live, l->device, l->family, l->address);
