@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# EXPERIMENT: lock prefetch with the next call site's memo predicted (MEMTRACE_EXP_LOCKPF=5).
+set -u
+MT=$PWD/build-gpu/src/cli/memtrace
+O=${OUT:-/tmp/out}; mkdir -p $O
+for round in ${ROUNDS:-1 2 3}; do
+ for model in resnet18 gpt2; do
+   B=""; [ $model = gpt2 ] && B="--batch 2"
+   t=/tmp/pred-$model-$round
+   env MEMTRACE_EXP_LOCKPF=5 $MT record -q -f --tensors -o $t.%p.mtrace -- python3 samples/train.py --model $model $B --steps ${STEPS:-300} --warmup 20 > $O/run-$model-$round.log 2>&1
+   echo "== $model round $round rc=$?" >> $O/notes.txt
+   for f in $t.*.mtrace; do echo "-- $f $($MT dump $f | grep -E 'EXPERIMENT' | sed 's/.*EXPERIMENT//')" >> $O/notes.txt; done
+ done
+done
