@@ -205,9 +205,6 @@ mt_got_patcher *mt_got_patcher_new(mt_got_hook *hooks, int n);
  * than the others (its own copy of the library) is left alone and named in `conflict` ("" when
  * none; may be NULL). Thread-safe. */
 int mt_got_patch_new(mt_got_patcher *p, char *conflict, size_t len);
-/* From now on only objects whose file name (without its directory) starts with `prefix` (kept,
- * not copied) are patched; NULL: every object (the default). */
-void mt_got_patcher_only(mt_got_patcher *p, const char *prefix);
 int mt_got_patched_slots(mt_got_patcher *p); /* slots redirected now */
 /* Puts back what every redirected slot of a still-loaded object held. */
 void mt_got_unpatch(mt_got_patcher *p);

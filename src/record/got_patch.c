@@ -62,7 +62,6 @@ struct mt_got_patcher {
     pthread_mutex_t lock; /* one patch / unpatch at a time; guards everything below */
     mt_got_hook *hooks;
     int nhooks;
-    const char *only; /* NULL, or the file-name prefix of the only objects patched */
     uintptr_t *seen; /* load biases of the objects already examined */
     size_t nseen;
     patched_slot *slots;
@@ -278,19 +277,6 @@ static int patch_object(mt_got_patcher *p, const object *o)
     return n;
 }
 
-/* 1 when o's file name (without its directory) starts with `prefix`, or no prefix is given. */
-static int object_named(const object *o, const char *prefix)
-{
-    if (!prefix) return 1;
-    const char *base = strrchr(o->name, '/') ? strrchr(o->name, '/') + 1 : o->name;
-    return strncmp(base, prefix, strlen(prefix)) == 0;
-}
-
-void mt_got_patcher_only(mt_got_patcher *p, const char *prefix)
-{
-    if (p) p->only = prefix;
-}
-
 mt_got_patcher *mt_got_patcher_new(mt_got_hook *hooks, int n)
 {
     if (n <= 0 || n > 64) return NULL;
@@ -321,7 +307,7 @@ int mt_got_patch_new(mt_got_patcher *p, char *conflict, size_t len)
             for (size_t j = 0; j < w.n; j++) {
                 const object *o = &w.objs[j];
                 seen[j] = o->base;
-                if (seen_before(p, o->base) || !object_named(o, p->only)) continue;
+                if (seen_before(p, o->base)) continue;
                 int k = patch_object(p, o);
                 if (k < 0 && conflict && len && !conflict[0]) {
                     strncpy(conflict, o->name[0] ? o->name : "the main program", len - 1);

@@ -271,9 +271,6 @@ static inline uint64_t frame_pos(const mt_py_layout *L, uintptr_t frame)
                                                : rd_ptr(frame, L->fr_pos);
 }
 
-/* EXPERIMENT (lock prefetch): the thread state and innermost frame the last read found. */
-__thread uintptr_t mt_pyframes_last_seen[2];
-
 /* The calling thread's innermost frame, 0 when it has none (or Python is not running). */
 MT_HOT_PATH static uintptr_t innermost_frame(mt_pyframes *py)
 {
@@ -286,7 +283,6 @@ MT_HOT_PATH static uintptr_t innermost_frame(mt_pyframes *py)
     uintptr_t frame = rd_ptr(ts, L->ts_frame);
     if (L->chain == MT_PY_CHAIN_CFRAME)
         frame = ptr_ok(frame) ? rd_ptr(frame, L->cframe_current) : 0;
-    mt_pyframes_last_seen[0] = ts, mt_pyframes_last_seen[1] = frame;
     return frame;
 }
 

@@ -187,10 +187,6 @@ static __thread struct {
 
 static _Atomic uint64_t next_generation = 1;
 
-/* EXPERIMENT (lock prefetch): the slot this thread's next event goes to, NULL before its first. */
-MT_HOT_PATH const void *mt_sink_next_slot(void) { return tls_ring.next; }
-const void *mt_sink_tls_addr(void) { return &tls_ring; }
-
 static void retire_ring(void *ring)
 {
     tls_ring.generation = 0;

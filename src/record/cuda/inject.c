@@ -104,7 +104,6 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_pool_poll(r);
     mt_async_hooks_tick(r);
     mt_tensor_hooks_tick(r);
-    mt_lockpf_tick(r);
     mt_find_c10(r);
     mt_cost_running_tick(r, mt_now_ns());
     if (mt_trie_full(r->trie))
@@ -371,7 +370,6 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     /* The hooks before the callbacks: with them active, CUPTI's stream-ordered callbacks stay off. */
     if (r->cfg.async_hooks) mt_async_hooks_install(r);
     if (r->cfg.torch_oom) mt_tensor_hooks_install(r); /* with --tensors: the usage stand-in too */
-    mt_lockpf_install(r);
     /* MEMTRACE_CALLBACKS=0 is a diagnostic: subscribe but enable nothing, to measure what a
      * CUPTI subscription alone costs the program (scripts/overhead.sh). */
     int want_callbacks = !env_is("MEMTRACE_CALLBACKS", "0");

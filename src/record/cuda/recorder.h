@@ -480,16 +480,6 @@ static inline void mt_hook_leave(mt_recorder *r)
     mt_inflight_end(r);
 }
 
-/* lock_prefetch.c: EXPERIMENT, MEMTRACE_EXP_LOCKPF */
-void mt_lockpf_install(mt_recorder *r);
-void mt_lockpf_tick(mt_recorder *r);
-void mt_lockpf_report(int is_free, uint64_t cycles, uint64_t entry_tsc);
-void mt_lockpf_note(mt_recorder *r);
-void mt_lockpf_gap(uint64_t now, int paused, int is_free);
-extern int mt_lockpf_diag;
-uint64_t mt_lockpf_entry(void);
-void mt_lockpf_report4(int is_free, uint64_t cycles, uint64_t entry_tsc, uint64_t first_tsc);
-
 /* api_census.c: the MEMTRACE_CALLBACKS=count diagnostic */
 int mt_census_enable(mt_recorder *r); /* 0 ok */
 void mt_census_count(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *cbdata);

@@ -247,7 +247,6 @@ static inline void put_leaf(leaf_memo *set, int ways, uint64_t key, uint32_t lea
  * sets none and walks unkeyed. */
 static __thread uint64_t tls_site_key;  /* from the stand-in, for the capture that follows */
 static __thread int tls_had_no_python; /* this thread's last capture found no Python frames */
-__thread uint64_t mt_stacks_last_walk_id; /* EXPERIMENT (lock_prefetch.c) */
 
 MT_HOT_PATH int mt_stacks_last_without_python(void) { return tls_had_no_python; }
 
@@ -430,7 +429,6 @@ MT_HOT_PATH uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t 
     uint32_t leaf = remembered_leaf(&c, flags);
     int n = -1; /* frames built: not counted for a remembered leaf (the note averages) */
     int walked = c.nn != MT_UNWIND_LATER || !c.walk_id; /* before build_words fetches frames */
-    mt_stacks_last_walk_id = c.want_native ? c.walk_id : 0; /* EXPERIMENT (lock_prefetch.c) */
     if (!leaf) { /* rare work (rare_work.h): new frames named, Python line tables read */
         uint64_t rare = mt_rare_begin();
         uint64_t words[MT_MAX_FRAMES];

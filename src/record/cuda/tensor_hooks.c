@@ -46,7 +46,6 @@
 
 #include "recorder.h"
 #include "../hot_path.h"
-#include <x86intrin.h>
 
 #define USAGE_SYMBOL "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"
 #define OOM_SYMBOL "_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE"
@@ -78,10 +77,7 @@ static inline void add_whole(mt_recorder *r, uint8_t op, uint64_t cycles)
 MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserved,
                                    uint32_t device)
 {
-    uint64_t first_tsc = mt_lockpf_diag == 4 ? mt_lockpf_entry() : 0;
     mt_recorder *r = &mt_rec;
-    if (mt_lockpf_diag == 3)
-        mt_lockpf_gap(__rdtsc(), atomic_load_explicit(&r->paused, memory_order_relaxed), size < 0);
     usage_fn orig = (usage_fn)r->tensors.table[MT_TENSOR_HOOK_USAGE].original;
     int32_t dev;
     /* Another sample of the reports is timed whole, in TSC cycles from here: the note above
@@ -107,21 +103,16 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
         }
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
         if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now_cost, &r->tensors.spread);
-        uint64_t sample = 0;
         if (whole) {
             uint64_t cycles = mt_clock_cycles() - entry; /* before the bookkeeping below */
             /* rare work is counted apart; while it cannot be taken out, the sample is dropped */
             uint64_t rare = mt_rare_cycles_since(rare0);
-            if (rare != MT_RARE_UNKNOWN && rare < cycles) add_whole(r, ev.op, sample = cycles - rare);
+            if (rare != MT_RARE_UNKNOWN && rare < cycles) add_whole(r, ev.op, cycles - rare);
         }
-        if (mt_lockpf_diag == 4) mt_lockpf_report4(ev.op == MT_OP_FREE, sample, entry, first_tsc);
-        else mt_lockpf_report(ev.op == MT_OP_FREE, sample, entry);
         mt_hook_leave(r);
     }
     if (orig) orig(ptr, size, allocated, reserved, device);
 }
-
-void *mt_lockpf_usage_hook = (void *)hook_usage; /* EXPERIMENT: lock_prefetch.c */
 
 static void hook_oom(int64_t size, size_t allocated, size_t reserved, uint32_t device)
 {
