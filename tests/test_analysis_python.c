@@ -461,24 +461,6 @@ Test(analysis, nvml_sample_sees_the_changes_of_its_own_moment)
     mt_analysis_free(a);
 }
 
-/* A hostile time in the look-back: a change stamped within MT_PAIRING_WINDOW_NS of 2^64, whose
- * window's end wraps around. While one is in the history, a sample's look-back is the plain walk
- * (hist_walk: the index's order of times does not hold across the wrap), in exact u64 arithmetic:
- * every change newer in the file is stepped over, and each on the sample's device with a later
- * time than the sample's is taken off what the trace had live, the wrapping one too (its time is
- * the largest there is); a change on another device is not. And the wrapping change, the latest
- * change there is, has closed the sample's window: a change of an earlier time that comes later in
- * the file no longer goes to it. */
-static void fx_ev_at_ns(fx *f, unsigned op, int device, uint64_t addr, uint64_t bytes,
-                        uint64_t time_ns)
-{
-    mt_record r = {.type = MT_REC_EVENT};
-    r.u.event = (mt_event){.time_ns = time_ns, .address = addr, .bytes = bytes, .tid = 7,
-                           .context = 1, .device = device, .op = (uint8_t)op,
-                           .kind = MT_KIND_DEVICE};
-    fx_put(f, &r);
-}
-
 /* What the trace had live when a trace's one NVML sample (of cuda:0) was read. */
 static uint64_t lone_sample_seen(const char *path)
 {
@@ -490,11 +472,20 @@ static uint64_t lone_sample_seen(const char *path)
     return seen;
 }
 
+/* A hostile time in the look-back: a change stamped within MT_PAIRING_WINDOW_NS of 2^64, whose
+ * window's end wraps around. While one is in the history, a sample's look-back is the plain walk
+ * (hist_walk: the index's order of times does not hold across the wrap), in exact u64 arithmetic:
+ * every change newer in the file is stepped over, and each on the sample's device with a later
+ * time than the sample's is taken off what the trace had live, the wrapping one too (its time is
+ * the largest there is); a change on another device is not. And the wrapping change, the latest
+ * change there is, has closed the sample's window: a change of an earlier time that comes later in
+ * the file no longer goes to it. */
 Test(analysis, nvml_look_back_across_a_wrapping_time)
 {
     fx f;
     fx_open(&f, "wrap_look_back.mtrace");
-    fx_ev_at_ns(&f, MT_OP_ALLOC, 0, A + 0x40000000, 10 * MiB, UINT64_MAX - 1000000); /* wraps */
+    fx_ev_ns(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x40000000, 10 * MiB, 0, UINT64_MAX - 1000000,
+             0, 1, 0); /* wraps */
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 100 * MiB, 1, 0);                  /* seen */
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 1, A + 0x50000000, 7 * MiB, 8, 0); /* other device */
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x10000000, 50 * MiB, 9, 0); /* after it */
@@ -515,7 +506,8 @@ Test(analysis, nvml_look_back_stops_at_a_wrapping_time)
     fx f;
     fx_open(&f, "wrap_stop.mtrace");
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x30000000, 30 * MiB, 2800, 0); /* not reached */
-    fx_ev_at_ns(&f, MT_OP_ALLOC, 0, A + 0x40000000, 10 * MiB, UINT64_MAX - 1000000); /* stop */
+    fx_ev_ns(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x40000000, 10 * MiB, 0, UINT64_MAX - 1000000,
+             0, 1, 0); /* stop */
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x10000000, 50 * MiB, 2900, 0); /* after it */
     fx_sample(&f, 0, 2500, 400 * MiB);
     fx_end(&f, 3000, 3, 0);

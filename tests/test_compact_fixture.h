@@ -38,18 +38,26 @@ static inline void fx_open(fx *f, const char *stem)
 
 static inline void fx_put(fx *f, const mt_record *r) { cr_assert_eq(mt_writer_put(f->w, r), 0); }
 
-/* An event at FX_T0 + t_ms milliseconds. */
-static inline void fx_ev_aux(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,
-                             uint64_t bytes, uint64_t aux, uint64_t t_ms, uint32_t stack,
-                             uint32_t context, uint16_t flags)
+/* An event at time_ns (CLOCK_MONOTONIC, as recorded: FX_T0 is the trace's start). */
+static inline void fx_ev_ns(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,
+                            uint64_t bytes, uint64_t aux, uint64_t time_ns, uint32_t stack,
+                            uint32_t context, uint16_t flags)
 {
     mt_record r = {.type = MT_REC_EVENT};
-    r.u.event = (mt_event){.time_ns = FX_T0 + t_ms * MS, .address = addr, .bytes = bytes,
+    r.u.event = (mt_event){.time_ns = time_ns, .address = addr, .bytes = bytes,
                            .aux = aux, .tid = 7, .context = context, .stack = stack,
                            .device = device, .flags = flags, .op = (uint8_t)op,
                            .kind = (uint8_t)kind};
     if (op == MT_OP_FAILED) r.u.event.result = 2;
     fx_put(f, &r);
+}
+
+/* An event at FX_T0 + t_ms milliseconds. */
+static inline void fx_ev_aux(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,
+                             uint64_t bytes, uint64_t aux, uint64_t t_ms, uint32_t stack,
+                             uint32_t context, uint16_t flags)
+{
+    fx_ev_ns(f, op, kind, device, addr, bytes, aux, FX_T0 + t_ms * MS, stack, context, flags);
 }
 
 static inline void fx_ev_full(fx *f, unsigned op, unsigned kind, int device, uint64_t addr,

@@ -251,7 +251,6 @@ Test(names, user_view)
     mt_frames_free(f);
 }
 
-/* Without Python the default is every frame; the user view of such a stack still names it. */
 /* Who holds a block live at the end (the "live at the end" list, leaks): what an allocator reserved
  * for itself, of every kind a reservation can be (device memory, a virtual-memory handle, a pitched
  * block, managed memory: CuPy's pool over malloc_managed), is its cache and not a leak; what it
@@ -281,6 +280,7 @@ Test(names, an_allocators_reservations_are_its_cache_of_every_kind)
     mt_frames_free(f);
 }
 
+/* Without Python the default is every frame; the user view of such a stack still names it. */
 Test(names, no_python_defaults_to_all)
 {
     const mt_record recs[] = {
