@@ -366,6 +366,17 @@ static void put_calls(fx *f, const call_ev *evs, size_t n)
     }
 }
 
+/* failed[0] is thread 8's driver refusal, raised as the out-of-memory error failed[1] (the tie's
+ * index after the retried call left failed[]). */
+static void expect_refusal_raised_as_next(const mt_analysis *a)
+{
+    cr_expect_eq(a->failed[0].tid, 8);
+    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
+    cr_expect_eq(a->failed[0].raised_as, 1, "the error's index once the retried call left");
+    cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
+    cr_expect_eq(a->failed[1].driver_refusals, 1);
+}
+
 /* A failed driver call whose API call made it again at once and succeeded (the same correlation
  * id on the same thread: the CUDA runtime on a thread with no current context) is no failed
  * request: it leaves failed[], failed_total and its device's count, and is counted apart; the
@@ -391,11 +402,7 @@ Test(compact, failed_call_retried_by_the_same_call_is_not_a_failure)
     cr_expect_eq(a->failed_total, 3);
     cr_expect_eq(a->failed_retried, 1);
     cr_assert_eq(a->n_failed, 3);
-    cr_expect_eq(a->failed[0].tid, 8);
-    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
-    cr_expect_eq(a->failed[0].raised_as, 1, "the index after the one taken out");
-    cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
-    cr_expect_eq(a->failed[1].driver_refusals, 1);
+    expect_refusal_raised_as_next(a);
     cr_expect_eq(fx_dev(a, 0)->u.failed_count, 3, "the retried call is not counted on cuda:0");
     char *text = fx_capture(a, fx_report_text_fn, NULL, "retried.txt");
     cr_expect(strstr(text, "failed requests: 3; and 1 failed driver call that the same API call "
@@ -424,11 +431,7 @@ Test(compact, failed_call_retried_after_an_error_keeps_the_errors_tie)
     mt_analysis *a = fx_analyze(f.path);
     cr_expect_eq(a->failed_retried, 1);
     cr_assert_eq(a->n_failed, 2);
-    cr_expect_eq(a->failed[0].tid, 8);
-    cr_expect_eq(a->failed[0].outcome, MT_FAILED_RAISED);
-    cr_expect_eq(a->failed[0].raised_as, 1, "the error's index once the retried call left");
-    cr_expect_eq(a->failed[1].kind, MT_KIND_TENSOR);
-    cr_expect_eq(a->failed[1].driver_refusals, 1);
+    expect_refusal_raised_as_next(a);
     fx_check_invariants(a);
     mt_analysis_free(a);
 }
