@@ -290,6 +290,47 @@ Test(fixtures, other_allocators_caches_named_not_leaks)
     cr_expect_eq(torch_words, 0, "no advice about PyTorch's tensor mode for JAX or CuPy");
 }
 
+/* PyTorch's pinned-memory allocator (CachingHostAllocator) keeps every pinned block it took until
+ * exit: .item()'s 4-byte staging buffer in samples/cifar.py (H200, --tensors), which the report
+ * called a leak of the program's before. It is that allocator's cache, named after it, at the end
+ * and as the leaf of its stack; the cuDNN blocks beside it stay cuDNN's. */
+Test(fixtures, pinned_blocks_are_pytorchs_cache_not_leaks)
+{
+    mt_analysis *a = analyze("cifar_tensors_h200.mtrace");
+    const mt_device_report *h = a->host;
+    cr_assert_not_null(h, "the trace has pinned host memory");
+    int cached = 0, cudnn = 0;
+    for (size_t i = 0; i < h->n_end_holders; i++) {
+        const mt_end_holder *e = &h->end_holders[i];
+        cr_expect_neq(e->kind, MT_HOLD_PROGRAM, "%s: %llu B called the program's", e->holder,
+                      (unsigned long long)e->bytes);
+        if (strcmp(e->holder, MT_OWNER_HOST_ALLOCATOR) == 0) {
+            cached = 1;
+            cr_expect_eq(e->kind, MT_HOLD_CACHE);
+            cr_expect_eq(e->bytes, 4);
+            cr_expect_eq(e->count, 1);
+        }
+        cudnn += strcmp(e->holder, "cuDNN") == 0 && e->kind == MT_HOLD_LIBRARY;
+    }
+    cr_expect(cached, "PyTorch's pinned-memory allocator holds a block at the end");
+    cr_expect(cudnn, "cuDNN's pinned blocks stay cuDNN's");
+    cr_expect_eq(h->leak_bytes, 0);
+    cr_expect_eq(h->leaks.n, 0);
+    /* the block's stack: .item() above the allocator, which names it */
+    int found = 0;
+    for (size_t k = 0; k < h->live_end.n; k++) {
+        uint32_t leaf = h->live_end.v[k].stack;
+        if (!stack_has(a, leaf, "CachingHostAllocator")) continue;
+        found = 1;
+        cr_expect(stack_has(a, leaf, "_local_scalar_dense"), "the block is .item()'s");
+        int alloc = 0;
+        cr_expect_str_eq(mt_frames_owner(a->frames, leaf, &alloc), MT_OWNER_HOST_ALLOCATOR);
+        cr_expect(alloc, "an allocator");
+    }
+    cr_expect(found);
+    mt_analysis_free(a);
+}
+
 /* dump and report read every fixture, and refuse or partially read cut copies without crashing */
 static int run(const char *cmd)
 {

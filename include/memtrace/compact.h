@@ -81,6 +81,9 @@ static inline int mt_ff_own_python(uint8_t flags)
 #define MT_OWNER_ASYNC_ALLOCATOR "PyTorch cudaMallocAsync backend"
 #define MT_OWNER_XLA_ALLOCATOR "XLA BFC allocator"
 #define MT_OWNER_CUPY_POOL "CuPy memory pool"
+/* PyTorch's CachingHostAllocator: pinned host blocks (pin_memory(), .item()'s staging buffer),
+ * kept for the next pinned tensor until the process ends or the program empties that cache */
+#define MT_OWNER_HOST_ALLOCATOR "PyTorch pinned-memory allocator"
 
 mt_frames *mt_frames_new(void);
 void mt_frames_free(mt_frames *f);
@@ -123,7 +126,8 @@ int mt_frames_python_line(mt_frames *f, uint32_t leaf, const char *file, uint32_
 int mt_python_file_matches(const char *recorded, const char *wanted);
 /* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_ASYNC_ALLOCATOR
  * ("CudaMallocAsync" in a name; *is_allocator = 1), MT_OWNER_CACHING_ALLOCATOR
- * ("CUDACachingAllocator" in a name; allocator), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
+ * ("CUDACachingAllocator" in a name; allocator), MT_OWNER_HOST_ALLOCATOR ("CachingHostAllocator";
+ * allocator), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
  * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
  * PyTorch's cuBLAS handle and workspace functions), "cuDNN" (cudnn*, libcudnn*), "NCCL" (nccl*,
  * libnccl*), else the first user frame. Cached per stack. Short names. */

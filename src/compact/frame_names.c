@@ -183,6 +183,8 @@ static const struct {
      * namespace */
     {"CudaMallocAsync", 0, MT_OWNER_ASYNC_ALLOCATOR, 1},
     {"CUDACachingAllocator", 0, MT_OWNER_CACHING_ALLOCATOR, 1},
+    /* at::CachingHostAllocatorImpl, at::cuda::(anon)::CUDACachingHostAllocatorImpl */
+    {"CachingHostAllocator", 0, MT_OWNER_HOST_ALLOCATOR, 1},
     {"BFCAllocator", 0, MT_OWNER_XLA_ALLOCATOR, 1},   /* XLA/TensorFlow (tsl::BFCAllocator) */
     {"cublas", 1, "cuBLAS", 0},                       /* cublasCreate_v2, cublasLtMatmul */
     {"libcublas", 1, "cuBLAS", 0},                    /* libcublas.so.13+0x21815a, libcublasLt */
@@ -512,9 +514,11 @@ mt_holder_kind mt_frames_holder(mt_frames *f, const mt_lifetime *l, const char *
     int alloc = 0;
     const char *owner = mt_frames_owner(f, l->stack, &alloc);
     /* an allocator's own reservations; what it hands out (async tensors in tensor mode) is the
-     * program's, or a library's when a library asked for it (cuBLAS workspaces) */
+     * program's, or a library's when a library asked for it (cuBLAS workspaces). Pinned host
+     * memory too: PyTorch's and CuPy's pinned-memory pools keep what they took until exit */
     int reserves = l->kind == MT_KIND_DEVICE || l->kind == MT_KIND_VMM_PHYSICAL ||
-                   l->kind == MT_KIND_PITCH || l->kind == MT_KIND_MANAGED;
+                   l->kind == MT_KIND_PITCH || l->kind == MT_KIND_MANAGED ||
+                   l->kind == MT_KIND_HOST_PINNED;
     if (alloc && reserves) {
         *holder = owner;
         return MT_HOLD_CACHE;
