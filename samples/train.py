@@ -8,7 +8,8 @@ resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 3
 gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
           n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
 --amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
-torch.compile (default mode).
+torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-like model's forward
+(by default transformers keeps its keys and values in a cache, in training too).
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -33,7 +34,7 @@ import mt_stats
 from cifar import ab_fields, ab_plan  # the A/B's schedule and comparison, shared with cifar.py
 
 
-def build(model, batch, dev):
+def build(model, batch, dev, use_cache=True):
     if model == "resnet18":
         import torchvision
         net = torchvision.models.resnet18(num_classes=1000).to(dev)
@@ -46,7 +47,7 @@ def build(model, batch, dev):
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
         net = GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
-        return net, lambda m: m(input_ids=ids, labels=ids).loss
+        return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
     raise SystemExit(f"unknown model {model}")
 
 
@@ -67,11 +68,12 @@ def main():
     ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history", "none"])
     ap.add_argument("--ab-order", default="alternate", choices=["alternate", "random"])
     ap.add_argument("--record-history", action="store_true")
+    ap.add_argument("--no-cache", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
     batch = args.batch or (32 if args.model == "resnet18" else 8)
-    net, loss_of = build(args.model, batch, dev)
+    net, loss_of = build(args.model, batch, dev, use_cache=not args.no_cache)
     model = torch.compile(net) if args.compile else net
     if args.optim == "adamw":
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)

@@ -16,7 +16,8 @@
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
-#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model, a
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model,
+#             inference with transformers' generate() and its KV cache (samples/generate.py), a
 #             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
 #             the driver's graph-pool numbers; runs that die of torch.OutOfMemoryError (samples/
@@ -624,6 +625,20 @@ torch_match burst tensors
 same_run resnet "" "" $PY "$S/train.py" --model resnet18 --steps 5;  torch_match resnet default
 same_run resnet_t "" "--tensors" $PY "$S/train.py" --model resnet18 --steps 5; torch_match resnet_t tensors
 same_run gpt2_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5; torch_match gpt2_t tensors
+# Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
+# search, whose cache is reordered at every step), outputs handed to a side stream with
+# record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
+# shape; no gradient is expected; PyTorch's pinned staging blocks are its cache, not leaks.
+same_run generate "" "" $PY "$S/generate.py" --side-stream;              torch_match generate default
+same_run generate_t "" "--tensors" $PY "$S/generate.py" --side-stream;   torch_match generate_t tensors
+same_run generate_exp_t "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "--tensors" $PY "$S/generate.py" --side-stream
+torch_match generate_exp_t tensors
+same_run generate_small_t "" "--tensors" $PY "$S/generate.py" --layers 2 --width 256 --batch 2 --prompt 16 --new 24 --beams 2 --side-stream
+torch_match generate_small_t tensors
+for n in generate_t generate_exp_t generate_small_t; do
+  [ -f "$W/$n/t.json" ] && check "$n: the KV cache at the peak fits the model's shape, no gradient expected, no pinned leak" ok \
+    "$($PY scripts/kv_cache_check.py "$W/$n/t.json" "$W/$n/traced.json" 2>&1 | tee -a "$LOG" | tail -1)"
+done
 # A launcher initializes CUDA (it asks how many GPUs there are) but makes no context: no trace.
 if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" launch "* ]]; then
 mkdir -p "$W/launch" && (cd "$W/launch" && timeout 300 "$MT" record -- torchrun --nproc_per_node=1 "$S/cifar.py" --steps 5 --warmup 1) > "$W/launch.out" 2> "$W/launch.err"
@@ -837,7 +852,7 @@ cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >>
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 [ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
-for n in graphs_t threads_t resnet_t gpt2_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
+for n in graphs_t threads_t resnet_t gpt2_t generate_small_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
 fi
 

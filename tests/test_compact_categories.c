@@ -594,3 +594,106 @@ Test(categories, the_benchmarks_tensor_trace_has_a_training_runs_categories)
     mt_analysis_free(a);
     unlink(path);
 }
+
+/* Inference (samples/generate.py on an H200: a 2-layer GPT-2-like model, 4 heads of 64, float16,
+ * 2 prompts of 16 tokens, 24 new ones greedily and then with 2 beams): transformers' KV cache is a
+ * category of its own and of the model's shape, and a trace with no backward pass expects no
+ * gradient. Every cache tensor is sequences x heads x tokens x head size, so its bytes are whole
+ * rows of heads x head size x 2 bytes; at most the whole cache of the beam round (2 x layers x 4
+ * sequences x 40 tokens) plus one layer's old copy (torch.cat holds both for a moment). */
+Test(categories, inference_kv_cache_of_the_models_shape)
+{
+    const char *name = "generate_small_tensors";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, name);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        cr_skip_test("%s is not there", path);
+        return;
+    }
+    double heads = stat_of("generate_small_tensors.stats", "heads");
+    double head_dim = stat_of("generate_small_tensors.stats", "head_dim");
+    double elem = stat_of("generate_small_tensors.stats", "elem_bytes");
+    double layers = stat_of("generate_small_tensors.stats", "layers");
+    double seqs = stat_of("generate_small_tensors.stats", "batch") *
+                  stat_of("generate_small_tensors.stats", "beams");
+    double tokens = stat_of("generate_small_tensors.stats", "tokens");
+    double max_alloc = stat_of("generate_small_tensors.stats", "max_allocated");
+    double params = stat_of("generate_small_tensors.stats", "param_bytes");
+    cr_assert(heads > 0 && head_dim > 0 && elem > 0 && layers > 0 && seqs > 0 && tokens > 0);
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->categories_known);
+    const uint64_t *c = d->by_category_at_peak;
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
+    cr_expect_eq((double)sum, max_alloc, "the categories add up to max_memory_allocated");
+    uint64_t row = (uint64_t)(heads * head_dim * elem);
+    uint64_t full = (uint64_t)(2 * layers * seqs * tokens) * row;
+    uint64_t layer_copy = (uint64_t)(2 * seqs * tokens) * row;
+    cr_expect_gt(c[MT_CAT_KV_CACHE], 0, "the cache is live at the peak");
+    cr_expect_eq(c[MT_CAT_KV_CACHE] % row, 0, "%llu B: whole rows of %llu B",
+                 (unsigned long long)c[MT_CAT_KV_CACHE], (unsigned long long)row);
+    cr_expect_leq(c[MT_CAT_KV_CACHE], full + layer_copy);
+    cr_expect_lt(rel_diff((double)c[MT_CAT_PARAMETERS], params), 0.01);
+    cr_expect_eq(c[MT_CAT_GRADIENTS] + c[MT_CAT_BACKWARD_TEMP] + c[MT_CAT_OPTIMIZER_STATE] +
+                     c[MT_CAT_OPTIMIZER_TEMP], 0);
+    cr_expect_not(mt_categorizer_saw_backward(a->categories));
+    /* the table: no textbook gradients (they would widen the total's difference by W), and the
+     * cache's own line */
+    mt_cat_table t;
+    cr_assert_eq(mt_category_table(a, d, &t), 0);
+    int grads = 0, kv = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (t.rows[i].category == MT_CAT_GRADIENTS && !t.rows[i].outside) {
+            grads = 1;
+            cr_expect_not(t.rows[i].has_textbook);
+            cr_expect(strstr(t.rows[i].why, "no backward pass"), "%s", t.rows[i].why);
+        }
+        if (t.rows[i].category == MT_CAT_KV_CACHE) {
+            kv = 1;
+            cr_expect_str_eq(t.rows[i].name, "KV cache");
+            cr_expect_eq(t.rows[i].bytes, c[MT_CAT_KV_CACHE]);
+            cr_expect(strstr(t.rows[i].why, "inference"), "%s", t.rows[i].why);
+        }
+    }
+    cr_expect(grads && kv);
+    mt_analysis_free(a);
+}
+
+/* Training: transformers keeps its cache in a training forward too (use_cache defaults to True),
+ * one copy of every layer's keys and values. GPT-2-like of samples/train.py (4 layers, 8 heads of
+ * 64, batch 8 x 256 tokens): 2 x 4 x 8 x 8 x 256 x 64 elements at the peak, the whole cache of
+ * the forward pass, in float32 (4 bytes) and under bf16 autocast (2). The line says how to do
+ * without (use_cache=False measured 31 MiB lower on the same model: docs/analysis.md). */
+Test(categories, training_kv_cache_is_the_whole_forward_cache)
+{
+    static const struct {
+        const char *name;
+        uint64_t elem;
+    } runs[] = {{"gpt2_tensors", 4}, {"gpt2_amp_tensors", 2}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, runs[i].name);
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            cr_skip_test("%s is not there", path);
+            return;
+        }
+        mt_analysis *a = fx_analyze(path);
+        const mt_device_report *d = fx_dev(a, 0);
+        cr_expect_eq(d->by_category_at_peak[MT_CAT_KV_CACHE],
+                     2ull * 4 * 8 * 8 * 256 * 64 * runs[i].elem, "%s", runs[i].name);
+        cr_expect(mt_categorizer_saw_backward(a->categories));
+        mt_cat_table t;
+        mt_category_table(a, d, &t);
+        int kv = 0;
+        for (size_t k = 0; k < t.n; k++)
+            if (t.rows[k].category == MT_CAT_KV_CACHE) {
+                kv = 1;
+                cr_expect(strstr(t.rows[k].why, "use_cache=False"), "%s", t.rows[k].why);
+            }
+        cr_expect(kv, "%s: the cache's line", runs[i].name);
+        mt_analysis_free(a);
+    }
+}

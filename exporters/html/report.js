@@ -150,6 +150,7 @@
     'optimizer state': '#2a9d8f',
     'optimizer temporaries': '#5fa8d3',
     activations: '#e76f51',
+    'KV cache': '#8ab17d',
     'backward temporaries': '#d9a21b',
     inputs: '#9b5de5',
     'library workspaces': '#7d7f3a',

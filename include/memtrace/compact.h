@@ -201,6 +201,8 @@ typedef enum mt_category {
     MT_CAT_OPTIMIZER_STATE,
     MT_CAT_OPTIMIZER_TEMP, /* optimizer step temporaries */
     MT_CAT_ACTIVATIONS,
+    MT_CAT_KV_CACHE,       /* an inference loop's keys and values (transformers' cache_utils.py,
+                              a *kv_cache* / *KVCache* / *KVPool* function) */
     MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
     MT_CAT_INPUTS,
     MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */
@@ -307,6 +309,9 @@ typedef struct mt_category_fit {
 int mt_category_fit_compute(const uint64_t *params, size_t n_params, const uint64_t *sizes, size_t n,
                             unsigned copies, mt_category_fit *out);
 
+/* 1 when the trace had a backward pass, ended or not: a tensor of one was seen (an inference run
+ * has none, and no gradient to expect). */
+int mt_categorizer_saw_backward(const mt_categorizer *c);
 /* Backward passes and optimizer steps ended so far (each a promotion of the live set). */
 void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
                            uint64_t *optimizer_ends);

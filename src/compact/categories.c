@@ -21,6 +21,10 @@
  *                        autograd's worker thread, a Python *.backward such as torch.compile's
  *                        compiled backward) that dies with the pass; and backward()'s seed (the
  *                        loss's gradient, torch.autograd _make_grads), however long it lives
+ *   KV cache             an inference loop's cache of keys and values: a Python frame in
+ *                        transformers' cache_utils.py (DynamicCache's growth, beam search's
+ *                        reordering, StaticCache's buffers), or a Python function whose name says
+ *                        kv_cache, KVCache or KVPool (vLLM's and SGLang's cache makers)
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
  *                        reset_parameters, FSDP's sharded parameters and their all-gathers
  *   activations          under a module's forward (Module._call_impl, *.forward)
@@ -30,7 +34,7 @@
  * Outside the allocator, the breakdown (breakdown.c) already names library workspaces, the
  * allocator's cache and the context.
  *
- * Phases: parameters, activations and inputs say "forward", backward temporaries and gradients
+ * Phases: parameters, activations, the KV cache and inputs say "forward", backward temporaries and gradients
  * "backward", the optimizer's tensors "optimizer" (workspaces, other and user categories say
  * nothing). A phase has ended when a tensor of another phase is allocated, and the backward pass
  * also at the first tensor event (a free too) of a thread other than its own: then the live
@@ -50,6 +54,7 @@ static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_OPTIMIZER_STATE] = "optimizer state",
     [MT_CAT_OPTIMIZER_TEMP] = "optimizer temporaries",
     [MT_CAT_ACTIVATIONS] = "activations",
+    [MT_CAT_KV_CACHE] = "KV cache",
     [MT_CAT_BACKWARD_TEMP] = "backward temporaries",
     [MT_CAT_INPUTS] = "inputs",
     [MT_CAT_WORKSPACE] = "library workspaces",
@@ -78,6 +83,8 @@ struct mt_categorizer {
     int phase;                 /* MT_PHASE_*: the phase of the last tensor that said one */
     uint32_t backward_tid;     /* the thread of the last backward tensor */
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
+    int saw_backward;          /* a backward tensor anywhere in the trace (kept by a restart: the
+                                  pass that replays may stop at the peak) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
     char optimizer[32];
     /* mt_categorizer_watch: stack -> a: hash of the names its category was made from */
@@ -196,6 +203,15 @@ static int qual_ends(const char *name, size_t qlen, const char *suffix)
     return qlen >= k && strncmp(name + qlen - k, suffix, k) == 0;
 }
 
+/* needle inside the first qlen characters of name (the qualname, not the path) */
+static int has_within(const char *name, size_t qlen, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= qlen; i++)
+        if (strncmp(name + i, needle, k) == 0) return 1;
+    return 0;
+}
+
 static int qual_is(const char *name, size_t qlen, const char *q)
 {
     return qlen == strlen(q) && strncmp(name, q, qlen) == 0;
@@ -268,7 +284,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         for (size_t i = 0; i < n; i++)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
-    int factory = 0, workspace = 0;
+    int factory = 0, workspace = 0, kv = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -291,6 +307,12 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                  qual_is(s, q, "Module.cuda")))
                 params = 1;
             if (has(path, "torch/nn/parameter.py")) params = 1;
+            /* a cache of keys and values: before the constructor rule (StaticCache.__init__
+             * makes its buffers) and the forward's (the cache grows inside it) */
+            if ((has(path, "transformers/") && has(path, "cache_utils.py")) ||
+                has_within(s, q, "kv_cache") || has_within(s, q, "KVCache") ||
+                has_within(s, q, "KVPool"))
+                kv = 1;
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
@@ -314,6 +336,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     if (optim) return init_group ? MT_CAT_OPTIMIZER_STATE : MT_CAT_OPTIMIZER_TEMP;
     if (grads) return MT_CAT_GRADIENTS;
     if (backward) return MT_CAT_BACKWARD_TEMP;
+    if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
     if (forward) return MT_CAT_ACTIVATIONS;
     if (py && factory) return MT_CAT_INPUTS;
@@ -367,7 +390,8 @@ unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
 static int phase_of(unsigned cat)
 {
     switch (cat) {
-    case MT_CAT_PARAMETERS: case MT_CAT_ACTIVATIONS: case MT_CAT_INPUTS: return MT_PHASE_FORWARD;
+    case MT_CAT_PARAMETERS: case MT_CAT_ACTIVATIONS: case MT_CAT_KV_CACHE: case MT_CAT_INPUTS:
+        return MT_PHASE_FORWARD;
     case MT_CAT_BACKWARD_TEMP: case MT_CAT_GRADIENTS: return MT_PHASE_BACKWARD;
     case MT_CAT_OPTIMIZER_TEMP: case MT_CAT_OPTIMIZER_STATE: return MT_PHASE_OPTIMIZER;
     default: return MT_PHASE_NONE; /* workspaces, other, user categories: any phase */
@@ -414,7 +438,7 @@ int mt_categorizer_phase(mt_categorizer *c, unsigned cat, uint32_t tid, int is_a
         ended = end_phase(c);
     }
     if (ph != MT_PHASE_NONE) c->phase = ph;
-    if (ph == MT_PHASE_BACKWARD) c->backward_tid = tid;
+    if (ph == MT_PHASE_BACKWARD) c->backward_tid = tid, c->saw_backward = 1;
     return ended;
 }
 
@@ -465,6 +489,11 @@ void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
 {
     *backward_ends = c->backward_ends;
     *optimizer_ends = c->optimizer_ends;
+}
+
+int mt_categorizer_saw_backward(const mt_categorizer *c)
+{
+    return c->saw_backward;
 }
 
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)
