@@ -9,7 +9,9 @@ gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=
           n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
 --amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
 torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-like model's forward
-(by default transformers keeps its keys and values in a cache, in training too).
+(by default transformers keeps its keys and values in a cache, in training too); --checkpointing
+turns on its gradient checkpointing (non-reentrant: each block's activations recomputed in the
+backward pass; implies --no-cache).
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -69,11 +71,15 @@ def main():
     ap.add_argument("--ab-order", default="alternate", choices=["alternate", "random"])
     ap.add_argument("--record-history", action="store_true")
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--checkpointing", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
     batch = args.batch or (32 if args.model == "resnet18" else 8)
-    net, loss_of = build(args.model, batch, dev, use_cache=not args.no_cache)
+    net, loss_of = build(args.model, batch, dev,
+                         use_cache=not (args.no_cache or args.checkpointing))
+    if args.checkpointing:  # transformers' own switch: each block's activations recomputed
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = torch.compile(net) if args.compile else net
     if args.optim == "adamw":
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)

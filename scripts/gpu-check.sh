@@ -16,7 +16,8 @@
 #   programs  real programs that must run unchanged under every mode, with PyTorch's own numbers
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
-#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model,
+#             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model (and
+#             with transformers' gradient checkpointing),
 #             inference with transformers' generate() and its KV cache (samples/generate.py), a
 #             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
@@ -625,6 +626,13 @@ torch_match burst tensors
 same_run resnet "" "" $PY "$S/train.py" --model resnet18 --steps 5;  torch_match resnet default
 same_run resnet_t "" "--tensors" $PY "$S/train.py" --model resnet18 --steps 5; torch_match resnet_t tensors
 same_run gpt2_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5; torch_match gpt2_t tensors
+# transformers' gradient checkpointing (non-reentrant): the recomputed blocks run inside the
+# backward pass from saved tensors' unpack hooks, on autograd's worker with Python frames; the
+# gradients after the backward pass must still be every parameter's (scripts/categories_vs_torch.py)
+same_run gpt2_ckpt_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5 --checkpointing
+torch_match gpt2_ckpt_t tensors
+[ -f "$W/gpt2_ckpt_t/t.json" ] && check "gpt2_ckpt_t: categories = PyTorch's sums (parameters, state, every gradient after the backward pass)" ok \
+  "$($PY scripts/categories_vs_torch.py "$W/gpt2_ckpt_t/t.json" "$W/gpt2_ckpt_t/traced.json" 2>&1 | tee -a "$LOG" | tail -1)"
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
@@ -852,7 +860,7 @@ cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >>
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 [ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
-for n in graphs_t threads_t resnet_t gpt2_t generate_small_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
+for n in graphs_t threads_t resnet_t gpt2_t generate_small_t gpt2_ckpt_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
 fi
 

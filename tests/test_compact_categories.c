@@ -462,11 +462,14 @@ static double rel_diff(double got, double want) { return fabs(got - want) / want
 /* PyTorch's numbers are numel * element_size; the trace's are the caching allocator's blocks (a
  * tensor's block is a multiple of 512 bytes, and is sometimes larger: the allocator hands out a
  * whole block rather than leave a small remainder). So: parameters and the gradients and state
- * paired with parameters within 1%; what the blocks add is named by the fit, exactly. */
+ * paired with parameters within 1%; what the blocks add is named by the fit, exactly.
+ * gpt2_ckpt_tensors runs transformers' gradient checkpointing (non-reentrant): its recomputed
+ * blocks, on autograd's worker with Python frames, were activations and ended the backward pass
+ * at the first one (gradients after it: 30% short). */
 Test(categories, gpu_fixtures_match_pytorch)
 {
     static const char *const names[] = {"gpt2_tensors", "gpt2_amp_tensors", "resnet18_tensors",
-                                        "resnet18_compile_tensors"};
+                                        "resnet18_compile_tensors", "gpt2_ckpt_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, names[i]);

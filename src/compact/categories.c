@@ -19,7 +19,8 @@
  *                        to .grad without a copy: only the lifetime tells it from a temporary)
  *   backward temporaries an allocation of the backward pass (an autograd node on the stack,
  *                        autograd's worker thread, a Python *.backward such as torch.compile's
- *                        compiled backward) that dies with the pass; and backward()'s seed (the
+ *                        compiled backward, activation checkpointing's recomputation from a
+ *                        saved tensor's unpack hook) that dies with the pass; and backward()'s seed (the
  *                        loss's gradient, torch.autograd _make_grads), however long it lives
  *   KV cache             an inference loop's cache of keys and values: a Python frame in
  *                        transformers' cache_utils.py (DynamicCache's growth, beam search's
@@ -319,6 +320,15 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             /* a Python backward: autograd.Function's (torch.compile's compiled backward runs in
              * one) and Tensor.backward's own first gradient */
             if (qual_ends(s, q, ".backward") || qual_is(s, q, "BackwardCFunction.apply"))
+                backward = 1;
+            /* activation checkpointing's recomputation (non-reentrant, the default since PyTorch
+             * 2.4, and what transformers' gradient_checkpointing_enable uses): the forward runs
+             * again inside the backward pass, on autograd's worker, from the unpack hook of a
+             * saved tensor. Without this its tensors were activations, whose phase ended the
+             * backward pass at the first recomputed block (the reentrant variant runs in
+             * CheckpointFunction.backward, a .backward above) */
+            if (has(path, "torch/utils/checkpoint.py") &&
+                (has_within(s, q, "unpack_hook") || has_within(s, q, "recompute_fn")))
                 backward = 1;
             /* backward()'s seed, the loss's gradient (ones): kept by Python past the pass */
             if (qual_is(s, q, "_make_grads") && has(path, "torch/autograd/")) *seed = backward = 1;
