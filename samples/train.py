@@ -11,7 +11,8 @@ gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=
 torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-like model's forward
 (by default transformers keeps its keys and values in a cache, in training too); --checkpointing
 turns on its gradient checkpointing (non-reentrant: each block's activations recomputed in the
-backward pass; implies --no-cache).
+backward pass; implies --no-cache). --fp16 runs forward and loss under torch.autocast(float16)
+with a torch.amp.GradScaler; --accum K makes K backward passes before each optimizer step.
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -72,6 +73,8 @@ def main():
     ap.add_argument("--record-history", action="store_true")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--accum", type=int, default=1)
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -86,11 +89,21 @@ def main():
     else:
         opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
 
+    scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
+
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp):
-            loss = loss_of(model)
-        loss.backward()
-        opt.step()
+        for _ in range(args.accum):  # gradient accumulation: backward passes before one step
+            with torch.autocast("cuda", dtype=torch.float16 if args.fp16 else torch.bfloat16,
+                                enabled=args.amp or args.fp16):
+                loss = loss_of(model)
+                if args.accum > 1:
+                    loss = loss / args.accum
+            (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         opt.zero_grad(set_to_none=True)
 
     if args.record_history:
