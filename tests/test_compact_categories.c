@@ -700,3 +700,52 @@ Test(categories, training_kv_cache_is_the_whole_forward_cache)
         mt_analysis_free(a);
     }
 }
+
+/* The KV cache's rule, by construction: transformers' StaticCache makes its buffers in its
+ * constructor (a KV cache, not parameters: the constructor rule comes after), vLLM's cache engine
+ * and SGLang's token pool by their names, a forward that fills a cache through cache_utils.py;
+ * a file of the user's own called cache_utils.py and a forward are not a cache. */
+Test(categories, kv_cache_by_construction)
+{
+    fx f;
+    fx_open(&f, "kv.mtrace");
+    fx_process(&f, "python3", "python3 serve.py");
+    pycode(&f, 1, "/home/u/serve.py", "<module>");
+    pycode(&f, 2, "/venv/lib/python3.12/site-packages/transformers/cache_utils.py",
+           "StaticCache.__init__");
+    pycode(&f, 3, "/venv/lib/python3.12/site-packages/vllm/worker/cache_engine.py",
+           "CacheEngine._allocate_kv_cache");
+    pycode(&f, 4, "/venv/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py",
+           "MHATokenToKVPool._create_buffers");
+    pycode(&f, 5, "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+           "Module._call_impl");
+    pycode(&f, 6, "/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py",
+           "LlamaAttention.forward");
+    pycode(&f, 7, "/venv/lib/python3.12/site-packages/transformers/cache_utils.py",
+           "DynamicLayer.update");
+    pycode(&f, 8, "/home/u/cache_utils.py", "Memo.__init__");
+    fx_node(&f, 1, 0, PY(1, 10), MT_FRAME_PYTHON);
+    fx_node(&f, 2, 1, PY(2, 1100), MT_FRAME_PYTHON);
+    fx_node(&f, 3, 1, PY(3, 60), MT_FRAME_PYTHON);
+    fx_node(&f, 4, 1, PY(4, 300), MT_FRAME_PYTHON);
+    fx_node(&f, 5, 1, PY(5, 1790), MT_FRAME_PYTHON);
+    fx_node(&f, 6, 5, PY(6, 270), MT_FRAME_PYTHON);
+    fx_node(&f, 7, 6, PY(7, 146), MT_FRAME_PYTHON);
+    fx_node(&f, 8, 1, PY(8, 5), MT_FRAME_PYTHON);
+    tensor(&f, MT_OP_ALLOC, A + 0x000, 8 * MiB, 1, 2, MAIN_TID);  /* StaticCache's buffers */
+    tensor(&f, MT_OP_ALLOC, A + 0x100, 16 * MiB, 2, 3, MAIN_TID); /* vLLM */
+    tensor(&f, MT_OP_ALLOC, A + 0x200, 4 * MiB, 3, 4, MAIN_TID);  /* SGLang */
+    tensor(&f, MT_OP_ALLOC, A + 0x300, 2 * MiB, 4, 7, MAIN_TID);  /* DynamicCache grows */
+    tensor(&f, MT_OP_ALLOC, A + 0x400, 1 * MiB, 5, 6, MAIN_TID);  /* the forward's own */
+    tensor(&f, MT_OP_ALLOC, A + 0x500, 512, 6, 8, MAIN_TID);      /* the user's cache_utils.py */
+    fx_end(&f, 7, 0, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    const uint64_t *c = d->by_category_at_peak;
+    cr_expect_eq(c[MT_CAT_KV_CACHE], 30 * MiB);
+    cr_expect_eq(c[MT_CAT_ACTIVATIONS], 1 * MiB);
+    cr_expect_eq(c[MT_CAT_PARAMETERS], 512, "a constructor outside transformers is construction");
+    cr_expect_not(mt_categorizer_saw_backward(a->categories));
+    mt_analysis_free(a);
+}
