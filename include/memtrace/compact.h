@@ -127,8 +127,8 @@ int mt_python_file_matches(const char *recorded, const char *wanted);
 /* Who allocated, from the stack's native frames (innermost match wins): MT_OWNER_ASYNC_ALLOCATOR
  * ("CudaMallocAsync" in a name; *is_allocator = 1), MT_OWNER_CACHING_ALLOCATOR
  * ("CUDACachingAllocator" in a name; allocator), MT_OWNER_HOST_ALLOCATOR ("CachingHostAllocator";
- * allocator), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator";
- * allocator), MT_OWNER_CUPY_POOL (CuPy's memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
+ * allocator), MT_OWNER_XLA_ALLOCATOR ("BFCAllocator"; allocator), MT_OWNER_CUPY_POOL (CuPy's
+ * memory pool; allocator), "cuBLAS" (cublas*, libcublas*,
  * PyTorch's cuBLAS handle and workspace functions), "cuDNN" (cudnn*, libcudnn*), "NCCL" (nccl*,
  * libnccl*), else the first user frame. Cached per stack. Short names. */
 const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);

@@ -20,8 +20,9 @@
  *   backward temporaries an allocation of the backward pass (an autograd node on the stack,
  *                        autograd's worker thread, a Python *.backward such as torch.compile's
  *                        compiled backward, activation checkpointing's recomputation from a
- *                        saved tensor's unpack hook) that dies with the pass; and backward()'s seed (the
- *                        loss's gradient, torch.autograd _make_grads), however long it lives
+ *                        saved tensor's unpack hook) that dies with the pass; and backward()'s
+ *                        seed (the loss's gradient, torch.autograd _make_grads), however long
+ *                        it lives
  *   KV cache             an inference loop's cache of keys and values: a Python frame in
  *                        transformers' cache_utils.py (DynamicCache's growth, beam search's
  *                        reordering, StaticCache's buffers), or a Python function whose name says
@@ -35,9 +36,9 @@
  * Outside the allocator, the breakdown (breakdown.c) already names library workspaces, the
  * allocator's cache and the context.
  *
- * Phases: parameters, activations, the KV cache and inputs say "forward", backward temporaries and gradients
- * "backward", the optimizer's tensors "optimizer" (workspaces, other and user categories say
- * nothing). A phase has ended when a tensor of another phase is allocated, and the backward pass
+ * Phases: parameters, activations, the KV cache and inputs say "forward", backward temporaries
+ * and gradients "backward", the optimizer's tensors "optimizer" (workspaces, other and user
+ * categories say nothing). A phase has ended when a tensor of another phase is allocated, and the backward pass
  * also at the first tensor event (a free too) of a thread other than its own: then the live
  * tensors are promoted (mt_categorizer_phase). A caller that needs a tensor's final category at an earlier
  * moment (the analysis, at the peak) keeps replaying until the next promotion, or the end.
