@@ -38,10 +38,11 @@
  *
  * Phases: parameters, activations, the KV cache and inputs say "forward", backward temporaries
  * and gradients "backward", the optimizer's tensors "optimizer" (workspaces, other and user
- * categories say nothing). A phase has ended when a tensor of another phase is allocated, and the backward pass
- * also at the first tensor event (a free too) of a thread other than its own: then the live
- * tensors are promoted (mt_categorizer_phase). A caller that needs a tensor's final category at an earlier
- * moment (the analysis, at the peak) keeps replaying until the next promotion, or the end.
+ * categories say nothing). A phase has ended when a tensor of another phase is allocated, and the
+ * backward pass also at the first tensor event (a free too) of a thread other than its own: then
+ * the live tensors are promoted (mt_categorizer_phase). A caller that needs a tensor's final
+ * category at an earlier moment (the analysis, at the peak) keeps replaying until the next
+ * promotion, or the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
