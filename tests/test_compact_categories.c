@@ -442,6 +442,14 @@ Test(categories, default_mode_says_what_it_needs)
 /* ---- the GPU-recorded fixtures ----------------------------------------------------------------- */
 
 /* A number from the .json beside a fixture ("key": N), or -1. */
+/* tests/data/NAME.mtrace into path; the test is skipped when it is not there. */
+static void fixture_path(const char *name, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s.mtrace", MT_TEST_DATA_DIR, name);
+    struct stat st;
+    if (stat(path, &st) != 0) cr_skip_test("%s is not there", path);
+}
+
 static double stat_of(const char *name, const char *key)
 {
     char path[1024], buf[4096];
@@ -472,12 +480,7 @@ Test(categories, gpu_fixtures_match_pytorch)
                                         "resnet18_compile_tensors", "gpt2_ckpt_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, names[i]);
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            cr_skip_test("%s is not there", path);
-            return;
-        }
+        fixture_path(names[i], path, sizeof path);
         double params = stat_of(names[i], "param_bytes"), state = stat_of(names[i], "optimizer_state_bytes");
         double max_alloc = stat_of(names[i], "max_allocated");
         cr_assert(params > 0 && state > 0 && max_alloc > 0, "%s: its .json", names[i]);
@@ -520,12 +523,7 @@ Test(categories, gpu_fixtures_match_pytorch)
 Test(categories, gpt2_peak_in_forward)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/gpt2_amp_tensors.mtrace", MT_TEST_DATA_DIR);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        cr_skip_test("%s is not there", path);
-        return;
-    }
+    fixture_path("gpt2_amp_tensors", path, sizeof path);
     mt_analysis *a = fx_analyze(path);
     const mt_device_report *d = fx_dev(a, 0);
     const uint64_t *c = d->by_category_at_peak;
@@ -540,12 +538,7 @@ Test(categories, gpt2_peak_in_forward)
 Test(categories, ddp_buckets_are_gradients)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/ddp_rank0.mtrace", MT_TEST_DATA_DIR);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        cr_skip_test("%s is not there", path);
-        return;
-    }
+    fixture_path("ddp_rank0", path, sizeof path);
     mt_analysis *a = fx_analyze(path);
     const mt_device_report *d = fx_dev(a, 0);
     const uint64_t w = d->by_category_at_peak[MT_CAT_PARAMETERS];
@@ -608,12 +601,7 @@ Test(categories, inference_kv_cache_of_the_models_shape)
 {
     const char *name = "generate_small_tensors";
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, name);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        cr_skip_test("%s is not there", path);
-        return;
-    }
+    fixture_path(name, path, sizeof path);
     double heads = stat_of("generate_small_tensors.stats", "heads");
     double head_dim = stat_of("generate_small_tensors.stats", "head_dim");
     double elem = stat_of("generate_small_tensors.stats", "elem_bytes");
@@ -677,12 +665,7 @@ Test(categories, training_kv_cache_is_the_whole_forward_cache)
     } runs[] = {{"gpt2_tensors", 4}, {"gpt2_amp_tensors", 2}};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s.mtrace", MT_TEST_DATA_DIR, runs[i].name);
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            cr_skip_test("%s is not there", path);
-            return;
-        }
+        fixture_path(runs[i].name, path, sizeof path);
         mt_analysis *a = fx_analyze(path);
         const mt_device_report *d = fx_dev(a, 0);
         cr_expect_eq(d->by_category_at_peak[MT_CAT_KV_CACHE],
