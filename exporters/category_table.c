@@ -173,6 +173,11 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                 snprintf(r->why, sizeof r->why, "the keys and values an inference loop keeps per "
                          "sequence (2 x layers x tokens x heads x head size), as measured");
             break;
+        case MT_CAT_GENERATION:
+            snprintf(r->why, sizeof r->why, "not in the textbook: the decoding loop's own tensors "
+                     "outside the model (scores and their processors, beam search's bookkeeping, "
+                     "the growing token ids)");
+            break;
         case MT_CAT_OPTIMIZER_TEMP:
             snprintf(r->why, sizeof r->why, "not in the textbook: the optimizer step's own "
                      "temporaries (a foreach step makes whole-model copies)");

@@ -593,8 +593,8 @@ Test(categories, the_benchmarks_tensor_trace_has_a_training_runs_categories)
 
 /* Inference (samples/generate.py on an H200: a 2-layer GPT-2-like model, 4 heads of 64, float16,
  * 2 prompts of 16 tokens, 24 new ones greedily and then with 2 beams): transformers' KV cache is a
- * category of its own and of the model's shape, and a trace with no backward pass expects no
- * gradient. Every cache tensor is sequences x heads x tokens x head size, so its bytes are whole
+ * category of its own and of the model's shape, generate()'s own tensors are the generation
+ * loop's, and a trace with no backward pass expects no gradient. Every cache tensor is sequences x heads x tokens x head size, so its bytes are whole
  * rows of heads x head size x 2 bytes; at most the whole cache of the beam round (2 x layers x 4
  * sequences x 40 tokens) plus one layer's old copy (torch.cat holds both for a moment). */
 Test(categories, inference_kv_cache_of_the_models_shape)
@@ -630,6 +630,19 @@ Test(categories, inference_kv_cache_of_the_models_shape)
     cr_expect_eq(c[MT_CAT_GRADIENTS] + c[MT_CAT_BACKWARD_TEMP] + c[MT_CAT_OPTIMIZER_STATE] +
                      c[MT_CAT_OPTIMIZER_TEMP], 0);
     cr_expect_not(mt_categorizer_saw_backward(a->categories));
+    /* generate()'s own tensors (scores, beams, token ids) are the generation loop's, whatever op
+     * made them: none of them left among the inputs or in "other" */
+    cr_expect_gt(c[MT_CAT_GENERATION], 0);
+    const mt_path_opts long_all = {.style = MT_NAME_LONG, .filter = MT_FRAMES_ALL};
+    for (size_t k = 0; k < d->peak_stacks.n; k++) {
+        const mt_stack_stat *s = &d->peak_stacks.v[k];
+        if (s->category != MT_CAT_OTHER && s->category != MT_CAT_INPUTS) continue;
+        const char *names[256];
+        size_t n = mt_frames_path(a->frames, s->stack, long_all, names, 256);
+        for (size_t i = 0; i < n && i < 256; i++)
+            cr_expect_null(strstr(names[i], "transformers/generation/"), "%s: %s",
+                           mt_category_name(a->categories, s->category), names[i]);
+    }
     /* the table: no textbook gradients (they would widen the total's difference by W), and the
      * cache's own line */
     mt_cat_table t;

@@ -151,6 +151,7 @@
     'optimizer temporaries': '#5fa8d3',
     activations: '#e76f51',
     'KV cache': '#8ab17d',
+    'generation loop': '#4cc9f0',
     'backward temporaries': '#d9a21b',
     inputs: '#9b5de5',
     'library workspaces': '#7d7f3a',

@@ -203,6 +203,8 @@ typedef enum mt_category {
     MT_CAT_ACTIVATIONS,
     MT_CAT_KV_CACHE,       /* an inference loop's keys and values (transformers' cache_utils.py,
                               a *kv_cache* / *KVCache* / *KVPool* function) */
+    MT_CAT_GENERATION,     /* the decoding loop's own tensors outside the model (transformers'
+                              generation/: scores, beams, token ids) */
     MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
     MT_CAT_INPUTS,
     MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */

@@ -30,6 +30,9 @@
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
  *                        reset_parameters, FSDP's sharded parameters and their all-gathers
  *   activations          under a module's forward (Module._call_impl, *.forward)
+ *   generation loop      a decoding loop's own tensors outside the model: a Python frame in
+ *                        transformers' generation/ (the scores and their processors, beam search's
+ *                        bookkeeping, the growing token ids and attention mask)
  *   inputs               made or copied to the GPU by Python code outside any module, optimizer or
  *                        backward (an ATen factory or copy: to, copy_, randn, empty, ...)
  *   other                everything else
@@ -58,6 +61,7 @@ static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_OPTIMIZER_TEMP] = "optimizer temporaries",
     [MT_CAT_ACTIVATIONS] = "activations",
     [MT_CAT_KV_CACHE] = "KV cache",
+    [MT_CAT_GENERATION] = "generation loop",
     [MT_CAT_BACKWARD_TEMP] = "backward temporaries",
     [MT_CAT_INPUTS] = "inputs",
     [MT_CAT_WORKSPACE] = "library workspaces",
@@ -287,7 +291,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         for (size_t i = 0; i < n; i++)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
-    int factory = 0, workspace = 0, kv = 0;
+    int factory = 0, workspace = 0, kv = 0, gen = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -316,6 +320,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                 has_within(s, q, "kv_cache") || has_within(s, q, "KVCache") ||
                 has_within(s, q, "KVPool"))
                 kv = 1;
+            if (has(path, "transformers/generation/")) gen = 1; /* generate()'s own code */
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
@@ -351,6 +356,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
     if (forward) return MT_CAT_ACTIVATIONS;
+    if (gen) return MT_CAT_GENERATION; /* what generate() makes outside the model's forward */
     if (py && factory) return MT_CAT_INPUTS;
     return MT_CAT_OTHER;
 }
