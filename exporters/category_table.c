@@ -150,10 +150,19 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
             textbook(r, k * w);
             n = appendf(r->why, sizeof r->why, n, "%s: %" PRIu64 "W", t->optimizer, k);
             if (at[cat] != k * w) {
+                /* blocks of 512 B only: tensors of at most 512 bytes, where a fused or
+                 * capturable Adam keeps each parameter's step count (transformers' Trainer
+                 * defaults to fused AdamW) */
+                const mt_category_fit *fs = &d->fit_at_peak[1];
+                int small = fs->n_unpaired && fs->unpaired == 512 * fs->n_unpaired;
                 n = appendf(r->why, sizeof r->why, n, "; ");
-                n = explain_fit(r->why, sizeof r->why, n, &d->fit_at_peak[1],
+                n = explain_fit(r->why, sizeof r->why, n, fs,
                                 "parameter copies without state at the peak (buffers have none; "
-                                "state is made by the first step)", "");
+                                "state is made by the first step)",
+                                small ? ", each one 512-byte block: the size of a step count, "
+                                        "which fused or capturable Adam keeps per parameter on "
+                                        "the GPU"
+                                      : "");
             }
             break;
         case MT_CAT_ACTIVATIONS:

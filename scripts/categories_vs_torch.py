@@ -8,12 +8,18 @@ tensor: a whole block rather than a small remainder); the report pairs each grad
 tensor with a parameter of its size ("fit"). Checked: parameters within 1%; the optimizer state and
 the gradients after the backward pass, as paired with parameters, within 1%, with every state and
 gradient tensor paired; no tensor left in "other"; the categories add up to the tensor peak, which
-is max_memory_allocated(). Prints the numbers, then "ok" or what differs (last line)."""
+is max_memory_allocated(). Prints the numbers, then "ok" or what differs (last line).
+
+--framework (samples/hf_trainer.py: transformers' Trainer through Accelerate): the optimizer state
+may also hold tensors the size of no parameter if each is one 512-byte block (fused AdamW keeps a
+step count per parameter on the GPU), and "other" up to 4 KiB (the framework's own scalars: the
+loss divided for accumulation, the gradients' norm for clipping and logging)."""
 import json
 import sys
 
 
 def main():
+    framework = "--framework" in sys.argv[3:]
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -35,6 +41,9 @@ def main():
     near("optimizer state (paired)", state.get("paired_bytes", 0), st["optimizer_state_bytes"], 0.01)
     near("gradients after backward (paired)", grads.get("paired_bytes", 0), st["grad_bytes"], 0.01)
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
+        small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
+        if framework and what == "optimizer state" and small:
+            continue
         if f.get("unpaired_count", 1):
             errs.append(f"{what}: {f.get('unpaired_count')} tensors paired with no parameter")
     grads_after = {c["name"]: c["bytes"] for c in ab.get("by_category", [])}.get("gradients", 0)
@@ -44,7 +53,7 @@ def main():
           f"larger blocks; gradients after backward {grads_after}, "
           f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
           f"in {grads.get('larger_count')} larger blocks")
-    if rows.get("other", 0):
+    if rows.get("other", 0) > (4096 if framework else 0):
         errs.append(f"{rows['other']} bytes in 'other'")
     if cat["tensors_bytes"] != st["devices"]["0"]["max_allocated"]:
         errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {st['devices']['0']['max_allocated']}")

@@ -745,3 +745,42 @@ Test(categories, kv_cache_by_construction)
     cr_expect_not(mt_categorizer_saw_backward(a->categories));
     mt_analysis_free(a);
 }
+
+/* transformers' Trainer through Accelerate (samples/hf_trainer.py on an H200: bf16, gradient
+ * checkpointing, clipping, its default fused AdamW). Accelerator.backward divides the loss before
+ * it calls loss.backward(): that scalar is not a gradient, and the gradients after the backward
+ * pass are exactly PyTorch's. Fused AdamW keeps a step count per parameter on the GPU: PyTorch's
+ * state bytes less the paired copies are 4 bytes per count, each count one 512-byte block, and the
+ * table says what they are. */
+Test(categories, hf_trainer_gradients_and_step_counts)
+{
+    char path[1024];
+    fixture_path("hf_trainer_tensors", path, sizeof path);
+    double grads = stat_of("hf_trainer_tensors", "grad_bytes");
+    double state = stat_of("hf_trainer_tensors", "optimizer_state_bytes");
+    double max_alloc = stat_of("hf_trainer_tensors", "max_allocated");
+    cr_assert(grads > 0 && state > 0 && max_alloc > 0);
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += d->by_category_at_peak[x];
+    cr_expect_eq((double)sum, max_alloc);
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    cr_expect_eq((double)fg->paired, grads, "gradients paired %llu", (unsigned long long)fg->paired);
+    cr_expect_eq(fg->n_unpaired, 0, "no gradient the size of no parameter");
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_GRADIENTS], fg->paired + fg->larger);
+    const mt_category_fit *fs = &d->fit_at_peak[1];
+    cr_assert_gt(fs->n_unpaired, 0);
+    cr_expect_eq(fs->unpaired, 512 * fs->n_unpaired, "each count one 512-byte block");
+    cr_expect_eq((double)(4 * fs->n_unpaired), state - (double)fs->paired,
+                 "PyTorch's state = the paired copies + 4 bytes a count");
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    int said = 0;
+    for (size_t k = 0; k < t.n; k++)
+        if (t.rows[k].category == MT_CAT_OPTIMIZER_STATE && !t.rows[k].outside)
+            said = strstr(t.rows[k].why, "step count") != NULL;
+    cr_expect(said, "the state's line says what the small tensors are");
+    mt_analysis_free(a);
+}

@@ -325,8 +325,13 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                 params |= !forward; /* construction, not a forward calling a constructor */
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
             /* a Python backward: autograd.Function's (torch.compile's compiled backward runs in
-             * one) and Tensor.backward's own first gradient */
-            if (qual_ends(s, q, ".backward") || qual_is(s, q, "BackwardCFunction.apply"))
+             * one) and Tensor.backward's own first gradient. Not the training frameworks' own
+             * backward methods (Accelerate's Accelerator.backward, Lightning's), which wrap
+             * loss.backward(): what they make first (the loss divided for gradient
+             * accumulation, or scaled) is made before the pass, and was called a gradient */
+            if ((qual_ends(s, q, ".backward") && !has(path, "accelerate/") &&
+                 !has(path, "lightning/")) ||
+                qual_is(s, q, "BackwardCFunction.apply"))
                 backward = 1;
             /* activation checkpointing's recomputation (non-reentrant, the default since PyTorch
              * 2.4, and what transformers' gradient_checkpointing_enable uses): the forward runs
