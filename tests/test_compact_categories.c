@@ -784,3 +784,36 @@ Test(categories, hf_trainer_gradients_and_step_counts)
     cr_expect(said, "the state's line says what the small tensors are");
     mt_analysis_free(a);
 }
+
+/* Training frameworks' own backward methods wrap loss.backward(): what they make first (the loss
+ * divided or scaled) is made before the pass. An autograd.Function's backward runs in the pass. */
+Test(categories, framework_backward_wrappers_are_not_the_pass)
+{
+    fx f;
+    fx_open(&f, "wrappers.mtrace");
+    fx_process(&f, "python3", "python3 fit.py");
+    pycode(&f, 1, "/home/u/fit.py", "<module>");
+    pycode(&f, 2, "/venv/lib/python3.12/site-packages/accelerate/accelerator.py",
+           "Accelerator.backward");
+    pycode(&f, 3, "/venv/lib/python3.12/site-packages/pytorch_lightning/core/module.py",
+           "LightningModule.backward");
+    pycode(&f, 4, "/venv/lib/python3.12/site-packages/lightning/pytorch/plugins/precision/amp.py",
+           "MixedPrecision.backward");
+    pycode(&f, 5, "/home/u/ops.py", "MyOp.backward");
+    fx_node(&f, 1, 0, PY(1, 10), MT_FRAME_PYTHON);
+    fx_node(&f, 2, 1, PY(2, 2851), MT_FRAME_PYTHON);
+    fx_node(&f, 3, 1, PY(3, 1100), MT_FRAME_PYTHON);
+    fx_node(&f, 4, 1, PY(4, 70), MT_FRAME_PYTHON);
+    fx_node(&f, 5, 1, PY(5, 12), MT_FRAME_PYTHON);
+    tensor(&f, MT_OP_ALLOC, A + 0x000, 512, 1, 2, MAIN_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x100, 512, 2, 3, MAIN_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x200, 512, 3, 4, MAIN_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x300, 1 * MiB, 4, 5, MAIN_TID);
+    fx_end(&f, 5, 0, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const uint64_t *c = fx_dev(a, 0)->by_category_at_peak;
+    cr_expect_eq(c[MT_CAT_OTHER], 3 * 512, "the wrappers' scalars");
+    cr_expect_eq(c[MT_CAT_BACKWARD_TEMP] + c[MT_CAT_GRADIENTS], 1 * MiB, "the Function's backward");
+    mt_analysis_free(a);
+}
