@@ -17,7 +17,7 @@
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model (and
-#             with transformers' gradient checkpointing, and transformers' Trainer),
+#             with transformers' gradient checkpointing, and under its Trainer),
 #             inference with transformers' generate() and its KV cache (samples/generate.py), a
 #             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
