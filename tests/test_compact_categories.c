@@ -786,7 +786,9 @@ Test(categories, hf_trainer_gradients_and_step_counts)
 }
 
 /* Training frameworks' own backward methods wrap loss.backward(): what they make first (the loss
- * divided or scaled) is made before the pass. An autograd.Function's backward runs in the pass. */
+ * divided or scaled) is made before the pass, whatever the framework (DeepSpeed's too). An
+ * autograd.Function's backward runs in the pass, as the engine runs it on its worker: under
+ * BackwardCFunction.apply (torch/autograd/function.py), as in every GPU trace of one. */
 Test(categories, framework_backward_wrappers_are_not_the_pass)
 {
     fx f;
@@ -800,20 +802,27 @@ Test(categories, framework_backward_wrappers_are_not_the_pass)
     pycode(&f, 4, "/venv/lib/python3.12/site-packages/lightning/pytorch/plugins/precision/amp.py",
            "MixedPrecision.backward");
     pycode(&f, 5, "/home/u/ops.py", "MyOp.backward");
+    pycode(&f, 6, "/venv/lib/python3.12/site-packages/torch/autograd/function.py",
+           "BackwardCFunction.apply");
+    pycode(&f, 7, "/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py",
+           "DeepSpeedEngine.backward");
     fx_node(&f, 1, 0, PY(1, 10), MT_FRAME_PYTHON);
     fx_node(&f, 2, 1, PY(2, 2851), MT_FRAME_PYTHON);
     fx_node(&f, 3, 1, PY(3, 1100), MT_FRAME_PYTHON);
     fx_node(&f, 4, 1, PY(4, 70), MT_FRAME_PYTHON);
-    fx_node(&f, 5, 1, PY(5, 12), MT_FRAME_PYTHON);
+    fx_node(&f, 5, 0, PY(6, 317), MT_FRAME_PYTHON); /* the worker's Python starts here */
+    fx_node(&f, 6, 5, PY(5, 12), MT_FRAME_PYTHON);
+    fx_node(&f, 7, 1, PY(7, 2000), MT_FRAME_PYTHON);
     tensor(&f, MT_OP_ALLOC, A + 0x000, 512, 1, 2, MAIN_TID);
     tensor(&f, MT_OP_ALLOC, A + 0x100, 512, 2, 3, MAIN_TID);
     tensor(&f, MT_OP_ALLOC, A + 0x200, 512, 3, 4, MAIN_TID);
-    tensor(&f, MT_OP_ALLOC, A + 0x300, 1 * MiB, 4, 5, MAIN_TID);
-    fx_end(&f, 5, 0, 0);
+    tensor(&f, MT_OP_ALLOC, A + 0x300, 1 * MiB, 4, 6, AUTOGRAD_TID);
+    tensor(&f, MT_OP_ALLOC, A + 0x400, 512, 5, 7, MAIN_TID);
+    fx_end(&f, 6, 0, 0);
     fx_close(&f);
     mt_analysis *a = fx_analyze(f.path);
     const uint64_t *c = fx_dev(a, 0)->by_category_at_peak;
-    cr_expect_eq(c[MT_CAT_OTHER], 3 * 512, "the wrappers' scalars");
+    cr_expect_eq(c[MT_CAT_OTHER], 4 * 512, "the wrappers' scalars");
     cr_expect_eq(c[MT_CAT_BACKWARD_TEMP] + c[MT_CAT_GRADIENTS], 1 * MiB, "the Function's backward");
     mt_analysis_free(a);
 }

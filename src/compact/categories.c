@@ -18,8 +18,9 @@
  *                        when the backward pass has ended (autograd hands a backward op's output
  *                        to .grad without a copy: only the lifetime tells it from a temporary)
  *   backward temporaries an allocation of the backward pass (an autograd node on the stack,
- *                        autograd's worker thread, a Python *.backward such as torch.compile's
- *                        compiled backward, activation checkpointing's recomputation from a
+ *                        autograd's worker thread, an autograd.Function's Python backward under
+ *                        BackwardCFunction.apply such as torch.compile's compiled backward,
+ *                        activation checkpointing's recomputation from a
  *                        saved tensor's unpack hook) that dies with the pass; and backward()'s
  *                        seed (the loss's gradient, torch.autograd _make_grads), however long
  *                        it lives
@@ -324,13 +325,13 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
-            /* a Python backward: autograd.Function's (torch.compile's compiled backward runs in
-             * one) and Tensor.backward's own first gradient. Not the training frameworks' own
-             * backward methods (Accelerate's Accelerator.backward, Lightning's), which wrap
-             * loss.backward(): what they make first (the loss divided for gradient
-             * accumulation, or scaled) is made before the pass, and was called a gradient */
-            if ((qual_ends(s, q, ".backward") && !has(path, "accelerate/") &&
-                 !has(path, "lightning/")) ||
+            /* a Python backward: one the engine runs, an autograd.Function's (torch.compile's
+             * compiled backward is one), always under BackwardCFunction.apply; and
+             * Tensor.backward's own first gradient. Not any method named backward: the training
+             * frameworks' (Accelerate's Accelerator.backward, Lightning's, DeepSpeed's) wrap
+             * loss.backward(), and what they make first (the loss divided for gradient
+             * accumulation, or scaled) is made before the pass; it was called a gradient */
+            if ((qual_is(s, q, "Tensor.backward") && has(path, "torch/_tensor.py")) ||
                 qual_is(s, q, "BackwardCFunction.apply"))
                 backward = 1;
             /* activation checkpointing's recomputation (non-reentrant, the default since PyTorch
