@@ -49,11 +49,6 @@ void *mt_unwind_slot(uint64_t walk_id);
  * set of 16 ways: in front of the Python walk they cost more than they saved (docs/performance.md,
  * "The memo's prefetch"). Does nothing for key 0. */
 void mt_unwind_prefetch(uint64_t key);
-/* The walk just done ended a call (the recorder: an allocation's report): notes that it followed
- * the one before, and (fetch != 0) starts fetching what the check of the walk that followed it last
- * time will read. A training step allocates from the same sites in the same order, so that is
- * usually the next walk on this thread, ~10 us of the program's work later. */
-void mt_unwind_prefetch_next(int fetch);
 int mt_unwind_recall(uint64_t walk_id, uint64_t *ips, int max, int skip, int *truncated);
 /* Walks stop at the first frame whose pc lies in [lo, hi), after writing it; they count as
  * truncated (nothing says the outermost frame was reached). For the recorder of a Python program:

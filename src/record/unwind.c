@@ -631,20 +631,6 @@ static mt_walk_memo *latest(const mt_walk_memos *memos, uint64_t walk_id)
     return walk_id && m && m->id == walk_id && m->n > 0 ? m : NULL;
 }
 
-MT_HOT_PATH void mt_unwind_prefetch_next(int fetch)
-{
-    mt_walk_memos *memos = mt_walk_memo_peek();
-    if (!memos || memos->busy || memos->last < 0) return;
-    int cur = memos->last;
-    mt_walk_memo *m = memos->way[cur];
-    /* way[] holds live memos or NULL: a way replaced since only makes a wrong guess */
-    mt_walk_memo *before = memos->prev >= 0 ? memos->way[memos->prev] : NULL;
-    if (before) before->next_way = cur + 1;
-    memos->prev = cur;
-    mt_walk_memo *next = m && m->next_way > 0 ? memos->way[m->next_way - 1] : NULL;
-    if (fetch && next) mt_walk_memo_prefetch(next);
-}
-
 MT_HOT_PATH void *mt_unwind_slot(uint64_t walk_id)
 {
     mt_walk_memos *memos = mt_walk_memo_peek();

@@ -86,7 +86,6 @@ MT_HOT_PATH mt_walk_memos *mt_walk_memo_acquire(void)
         mt_rare_end(rare, MT_RARE_THREAD);
         if (!m) return NULL;
         m->last = -1;
-        m->prev = -1;
         tls_memos = m;
     }
     if (m->busy) return NULL;

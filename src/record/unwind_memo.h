@@ -95,8 +95,6 @@ typedef struct mt_walk_memo {
     int nwords;                 /* words in the check; -1: no whole check (see above) */
     mt_walk_end end;
     mt_walk_step *steps;        /* into data, after the return addresses */
-    int next_way;               /* 1 + the way of the walk that came after this one last time
-                                   on this thread (mt_unwind_prefetch_next); 0: none yet */
     unsigned char slot[MT_UNWIND_SLOT_BYTES] __attribute__((aligned(8)));
     unsigned char data[] __attribute__((aligned(16)));
 } mt_walk_memo;
@@ -188,7 +186,6 @@ typedef struct mt_walk_memos {
     uint32_t clock;
     mt_walk_memo *spare;             /* where walks are recorded; NULL = not allocated yet */
     int last;                        /* way holding the latest walk; -1 = none yet */
-    int prev;                        /* the latest walk at the last mt_unwind_prefetch_next */
     int busy;
 } mt_walk_memos;
 

@@ -289,8 +289,6 @@ static void read_config(mt_recorder_config *c)
     c->async_hooks = env_is("MEMTRACE_ASYNC_HOOKS", "1") && callbacks && !c->census;
     c->tensors = env_is("MEMTRACE_TENSORS", "1") && callbacks && !c->census;
     c->torch_oom = callbacks && !c->census; /* so also whenever c->tensors */
-    const char *next = getenv("MEMTRACE_NEXT_SITE");
-    c->next_site = next ? atoi(next) : 0;
 }
 
 /* Stacks: where our code is, the module map, the trie, Python. */

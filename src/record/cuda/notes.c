@@ -224,22 +224,6 @@ void mt_write_cost_notes(mt_recorder *r)
                       "TSC cycles and not by the clock: what an untimed report costs)",
                       whole, per(ca + cn, wa + wn) * ns_per_cycle, split,
                       per(cf, wf) * ns_per_cycle, whole_timed);
-    if (r->cfg.next_site == 2) { /* EXPERIMENT */
-        uint64_t n[2][2], c[2][2];
-        for (int on = 0; on < 2; on++)
-            for (int f = 0; f < 2; f++) {
-                n[on][f] = atomic_load(&r->tensors.next_calls[on][f]);
-                c[on][f] = atomic_load(&r->tensors.next_cycles[on][f]);
-            }
-        mt_trace_note(MT_NOTE_INFO,
-                      "EXPERIMENT next site: whole reports, blocks fetching the next walk: "
-                      "allocations %.0f ns (%" PRIu64 "), frees %.0f ns (%" PRIu64 "); blocks "
-                      "not fetching: allocations %.0f ns (%" PRIu64 "), frees %.0f ns (%" PRIu64 ")",
-                      per(c[1][0], n[1][0]) * ns_per_cycle, n[1][0],
-                      per(c[1][1], n[1][1]) * ns_per_cycle, n[1][1],
-                      per(c[0][0], n[0][0]) * ns_per_cycle, n[0][0],
-                      per(c[0][1], n[0][1]) * ns_per_cycle, n[0][1]);
-    }
     rare_note();
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),

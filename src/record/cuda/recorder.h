@@ -118,8 +118,6 @@ typedef struct mt_recorder_config {
     int async_hooks;   /* MEMTRACE_ASYNC_HOOKS=1: see async_hooks.c */
     int tensors;       /* MEMTRACE_TENSORS=1 (record --tensors): see tensor_hooks.c */
     int torch_oom;     /* PyTorch's out-of-memory reports, in every mode: see tensor_hooks.c */
-    int next_site;     /* MEMTRACE_NEXT_SITE: 0 off, 1 on, 2 EXPERIMENT: blocks of 256 allocations
-                          per thread, on and off in turn, timed apart (stacks.c) */
     uint32_t flush_ms;
     uint32_t nvml_ms;    /* how often the NVML sampler asks (MEMTRACE_NVML_MS; MT_NVML_SAMPLE_MS) */
     char manifest[4096]; /* file the CLI reads to learn which traces were written; "" = none */
@@ -290,7 +288,6 @@ typedef struct mt_recorder {
         _Atomic int oom_active;           /* the out-of-memory one is (every mode) */
         _Atomic uintptr_t c10_lo, c10_hi; /* libc10_cuda's code: segments are made from there */
         _Atomic uint64_t calls, ns;   /* cost, for a note (sampled) */
-        _Atomic uint64_t next_calls[2][2], next_cycles[2][2]; /* EXPERIMENT [on][free] */
         _Atomic uint64_t whole_calls[3], whole_cycles[3]; /* another sample, timed whole
                                                              (TSC): [0] allocations on a thread
                                                              with Python frames, [1] frees,
@@ -540,11 +537,6 @@ uint32_t mt_capture_stack(mt_recorder *r, uint16_t *flags, uint64_t t0, uint64_t
 void mt_stacks_before_call(mt_recorder *r, uintptr_t frame);
 /* 1 when the calling thread's latest capture found no Python frames (a cost note's split). */
 int mt_stacks_last_without_python(void);
-/* At the end of an allocation's report: the walk that came after this one last time is fetched
- * for the next report (mt_unwind_prefetch_next; cfg.next_site). Returns 1 when this thread's
- * current block fetches (EXPERIMENT, next_site 2: blocks of 256 allocations in turn). */
-int mt_stacks_after_alloc(mt_recorder *r);
-int mt_stacks_next_block(mt_recorder *r);
 
 /* api_callbacks.c: device ordinal of a context (-1 unknown), cached per thread */
 int32_t mt_device_of(mt_recorder *r, CUcontext ctx);

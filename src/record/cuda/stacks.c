@@ -257,23 +257,6 @@ MT_HOT_PATH void mt_stacks_before_call(mt_recorder *r, uintptr_t frame)
     mt_unwind_prefetch(tls_site_key);
 }
 
-/* EXPERIMENT (cfg.next_site 2): this thread's allocations so far; blocks of 256 fetch in turn. */
-static __thread uint32_t tls_next_count;
-
-MT_HOT_PATH int mt_stacks_next_block(mt_recorder *r)
-{
-    return r->cfg.next_site == 1 || (r->cfg.next_site == 2 && (tls_next_count >> 8) & 1);
-}
-
-MT_HOT_PATH int mt_stacks_after_alloc(mt_recorder *r)
-{
-    if (!r->cfg.next_site || !(r->cfg.stacks & MT_STACKS_NATIVE)) return 0;
-    int fetch = mt_stacks_next_block(r);
-    mt_unwind_prefetch_next(fetch);
-    tls_next_count++;
-    return fetch;
-}
-
 /* One capture, as it goes. */
 typedef struct capture {
     mt_recorder *r;

@@ -101,24 +101,13 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
             ev.op = MT_OP_FREE;
             ev.bytes = (uint64_t)-size;
         }
-        int block = r->cfg.next_site == 2 ? mt_stacks_next_block(r) : 0; /* EXPERIMENT */
         mt_record_call(r, &ev, CUDA_SUCCESS, now, 0);
-        if (ev.op == MT_OP_ALLOC) mt_stacks_after_alloc(r); /* timed with the report */
         if (timed) mt_cost_add(&r->tensors.ns, &r->tensors.calls, now_cost, &r->tensors.spread);
         if (whole) {
             uint64_t cycles = mt_clock_cycles() - entry; /* before the bookkeeping below */
             /* rare work is counted apart; while it cannot be taken out, the sample is dropped */
             uint64_t rare = mt_rare_cycles_since(rare0);
-            if (rare != MT_RARE_UNKNOWN && rare < cycles) {
-                add_whole(r, ev.op, cycles - rare);
-                if (r->cfg.next_site == 2) {
-                    int f = ev.op == MT_OP_FREE;
-                    atomic_fetch_add_explicit(&r->tensors.next_cycles[block][f], cycles - rare,
-                                              memory_order_relaxed);
-                    atomic_fetch_add_explicit(&r->tensors.next_calls[block][f], 1,
-                                              memory_order_relaxed);
-                }
-            }
+            if (rare != MT_RARE_UNKNOWN && rare < cycles) add_whole(r, ev.op, cycles - rare);
         }
         mt_hook_leave(r);
     }
