@@ -5,6 +5,8 @@
  * The textbook: weights W + gradients W + optimizer state (Adam/AdamW 2W, SGD with momentum W) +
  * activations + the CUDA context. W is the parameter bytes measured at the peak (blocks of the
  * caching allocator, module buffers included); activations and the context are taken as measured.
+ * Fine-tuning trains part of W: where a backward pass ended and each gradient after it paired with
+ * a parameter, the gradients and the state are W_t's, the parameters that got one (trained_w).
  * Every other line is outside the textbook, so its difference is the line itself. Differences of
  * gradients and optimizer state are split exactly (mt_category_fit): parameters with no
  * gradient/state at the moment, tensors in blocks larger than their parameter, tensors like no
@@ -50,13 +52,14 @@ static size_t appendf(char *buf, size_t cap, size_t at, const char *fmt, ...)
     return n < 0 ? at : at + (size_t)n;
 }
 
-/* "-1.00 MiB: 3 parameters without one now; +2.00 MiB: 2 blocks larger than their parameter..." */
+/* "-1.00 MiB: 3 parameters without one now; +2.00 MiB: 2 blocks larger than their parameter..."
+ * (without == NULL: the parameters without one are not part of the comparison) */
 static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fit *f,
                           const char *without, const char *unpaired_hint)
 {
     char b[32];
     const char *sep = "";
-    if (f->n_params_left) {
+    if (without && f->n_params_left) {
         at = appendf(buf, cap, at, "-%s: %" PRIu64 " %s", mt_format_bytes(f->params_left, b, sizeof b),
                      f->n_params_left, without);
         sep = "; ";
@@ -67,11 +70,42 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
                      sep, mt_format_bytes(f->larger, b, sizeof b), f->n_larger);
         sep = "; ";
     }
+    if (f->n_smaller) {
+        at = appendf(buf, cap, at, "%s-%s: %" PRIu64 " in blocks smaller than their parameter's "
+                     "(the caching allocator handed the parameter a whole block rather than leave "
+                     "a small remainder)", sep,
+                     mt_format_bytes(f->smaller, b, sizeof b), f->n_smaller);
+        sep = "; ";
+    }
     if (f->n_unpaired)
         at = appendf(buf, cap, at, "%s+%s: %" PRIu64 " tensor%s the size of no parameter%s", sep,
                      mt_format_bytes(f->unpaired, b, sizeof b), f->n_unpaired,
                      f->n_unpaired == 1 ? "" : "s", unpaired_hint);
     return at;
+}
+
+/* W_t, the parameters a training step trains: W less the parameters (and buffers) that had no
+ * gradient when a backward pass ended. Only where every gradient then paired with a parameter:
+ * DDP's buckets with gradient_as_bucket_view, FSDP's flat shards hold gradients that name no
+ * parameter, and then which parameters are trained is not known (W is used). And only where the
+ * parameters left without one weigh more than the blocks' differences of the pairing: a gradient
+ * in a larger block may pair with another parameter than its own (sizes are all the trace has),
+ * leaving its own among those "without", so below that bound "without" may be nothing but the
+ * pairing's slack, and a full training run keeps W (its buffers, BatchNorm's statistics, stay in
+ * W as before). *frozen, *n_frozen: what W_t leaves out. Returns w when it does not apply. */
+static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t *frozen,
+                          uint64_t *n_frozen)
+{
+    *frozen = *n_frozen = 0;
+    if (!d->after_backward_known) return w;
+    const mt_category_fit *g = &d->fit_after_backward[0];
+    const uint64_t w2 = d->by_category_after_backward[MT_CAT_PARAMETERS];
+    if (g->n_unpaired || !g->n_paired || !g->n_params_left || g->params_left >= w2 || w2 != w ||
+        g->params_left <= g->larger + g->smaller)
+        return w;
+    *frozen = g->params_left;
+    *n_frozen = g->n_params_left;
+    return w - g->params_left;
 }
 
 int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t)
@@ -84,8 +118,11 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
     t->optimizer = mt_categorizer_optimizer(c, &k);
     t->state_in_w = k;
     const uint64_t *at = d->by_category_at_peak;
-    uint64_t w = at[MT_CAT_PARAMETERS];
+    uint64_t w = at[MT_CAT_PARAMETERS], frozen, n_frozen;
+    uint64_t wt = trained_w(d, w, &frozen, &n_frozen); /* = w when the whole of W is trained */
     t->w = w;
+    t->w_trained = wt;
+    const char *wn = wt != w ? "W_t" : "W"; /* what the gradients and the state mirror */
     char b1[32], b2[32], tm[48];
     for (unsigned cat = MT_CAT_PARAMETERS; cat < mt_category_count(c) && cat < MT_CAT_MAX; cat++) {
         int core = cat == MT_CAT_PARAMETERS || cat == MT_CAT_GRADIENTS ||
@@ -99,8 +136,14 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
         switch (cat) {
         case MT_CAT_PARAMETERS:
             textbook(r, w);
-            snprintf(r->why, sizeof r->why, "W, the weights (module buffers such as BatchNorm's "
-                     "statistics included)");
+            n = appendf(r->why, sizeof r->why, n, "W, the weights (module buffers such as "
+                        "BatchNorm's statistics included)");
+            if (wt != w)
+                appendf(r->why, sizeof r->why, n, "; W_t = %s of them got a gradient in the backward "
+                        "pass (trained: the gradients' and the optimizer state's textbook); %" PRIu64
+                        " (%s) got none (frozen: requires_grad=False, or buffers)",
+                        mt_format_bytes(wt, b1, sizeof b1), n_frozen,
+                        mt_format_bytes(frozen, b2, sizeof b2));
             break;
         case MT_CAT_GRADIENTS:
             if (!at[cat] && !mt_categorizer_saw_backward(c)) {
@@ -110,30 +153,39 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                          "no training step while recording): no gradient expected");
                 break;
             }
-            textbook(r, w);
-            if (!at[cat])
+            textbook(r, wt);
+            if (!at[cat]) {
                 n = appendf(r->why, sizeof r->why, n, "no gradient is live at the peak (a forward "
                             "pass, or zero_grad(set_to_none=True) has freed them)");
-            else
-                n = explain_fit(r->why, sizeof r->why, n, &d->fit_at_peak[0],
-                                "parameters or buffers without a gradient at the peak", GRAD_HINT);
+            } else {
+                /* at the peak, the parameters without a gradient beyond the frozen ones */
+                mt_category_fit f = d->fit_at_peak[0];
+                f.params_left = f.params_left > frozen ? f.params_left - frozen : 0;
+                f.n_params_left = f.n_params_left > n_frozen ? f.n_params_left - n_frozen : 0;
+                n = explain_fit(r->why, sizeof r->why, n, &f,
+                                wt != w ? "trained parameters without a gradient at the peak"
+                                        : "parameters or buffers without a gradient at the peak",
+                                GRAD_HINT);
+            }
             if (d->after_backward_known) {
                 const uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
                 const uint64_t w2 = d->by_category_after_backward[MT_CAT_PARAMETERS];
                 n = appendf(r->why, sizeof r->why, n, "%safter the backward pass (%s): %s",
                             n ? ". " : "", mt_format_rel(d->after_backward_time_ns, tm, sizeof tm),
                             mt_format_bytes(g, b1, sizeof b1));
-                if (g == w2)
-                    n = appendf(r->why, sizeof r->why, n, " = W");
+                const uint64_t m = wt != w ? wt : w2; /* W_t is W2 less the frozen */
+                if (g == m)
+                    n = appendf(r->why, sizeof r->why, n, " = %s", wn);
                 else
-                    n = appendf(r->why, sizeof r->why, n, ", W %s%s", g > w2 ? "+" : "-",
-                                mt_format_bytes(g > w2 ? g - w2 : w2 - g, b2, sizeof b2));
-                if (g != w2) {
+                    n = appendf(r->why, sizeof r->why, n, ", %s %s%s", wn, g > m ? "+" : "-",
+                                mt_format_bytes(g > m ? g - m : m - g, b2, sizeof b2));
+                if (g != m) {
                     size_t open = n < sizeof r->why ? n : sizeof r->why - 1;
                     n = appendf(r->why, sizeof r->why, n, " (");
                     size_t inside = n;
                     n = explain_fit(r->why, sizeof r->why, n, &d->fit_after_backward[0],
-                                    "parameters or buffers without a gradient", GRAD_HINT);
+                                    wt != w ? NULL : "parameters or buffers without a gradient",
+                                    GRAD_HINT);
                     if (n == inside) /* nothing to explain it by (no gradient paired): no "()" */
                         r->why[n = open] = 0;
                     else
@@ -147,22 +199,29 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                          "textbook estimate");
                 break;
             }
-            textbook(r, k * w);
-            n = appendf(r->why, sizeof r->why, n, "%s: %" PRIu64 "W", t->optimizer, k);
-            if (at[cat] != k * w) {
+            textbook(r, k * wt);
+            n = appendf(r->why, sizeof r->why, n, "%s: %" PRIu64 "%s", t->optimizer, k, wn);
+            if (at[cat] != k * wt) {
                 /* blocks of 512 B only: tensors of at most 512 bytes, where a fused or
                  * capturable Adam keeps each parameter's step count (transformers' Trainer
                  * defaults to fused AdamW) */
-                const mt_category_fit *fs = &d->fit_at_peak[1];
-                int small = fs->n_unpaired && fs->unpaired == 512 * fs->n_unpaired;
+                mt_category_fit fs = d->fit_at_peak[1]; /* the frozen have no state to miss */
+                fs.params_left = fs.params_left > k * frozen ? fs.params_left - k * frozen : 0;
+                fs.n_params_left = fs.n_params_left > k * n_frozen ? fs.n_params_left - k * n_frozen : 0;
+                int small = fs.n_unpaired && fs.unpaired == 512 * fs.n_unpaired;
+                size_t open = n;
                 n = appendf(r->why, sizeof r->why, n, "; ");
-                n = explain_fit(r->why, sizeof r->why, n, fs,
-                                "parameter copies without state at the peak (buffers have none; "
-                                "state is made by the first step)",
+                size_t inside = n;
+                n = explain_fit(r->why, sizeof r->why, n, &fs,
+                                wt != w ? "trained parameter copies without state at the peak "
+                                          "(state is made by the first step)"
+                                        : "parameter copies without state at the peak (buffers "
+                                          "have none; state is made by the first step)",
                                 small ? ", each one 512-byte block: the size of a step count, "
                                         "which fused or capturable Adam keeps per parameter on "
                                         "the GPU"
                                       : "");
+                if (n == inside && open < sizeof r->why) r->why[n = open] = 0; /* nothing to say */
             }
             break;
         case MT_CAT_ACTIVATIONS:

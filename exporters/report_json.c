@@ -164,6 +164,8 @@ static void fit_object(mt_out *o, const mt_category_fit *f)
     u64f(o, "paired_count", f->n_paired, 1);
     u64f(o, "larger_bytes", f->larger, 1);
     u64f(o, "larger_count", f->n_larger, 1);
+    u64f(o, "smaller_bytes", f->smaller, 1);
+    u64f(o, "smaller_count", f->n_smaller, 1);
     u64f(o, "unpaired_bytes", f->unpaired, 1);
     u64f(o, "unpaired_count", f->n_unpaired, 1);
     u64f(o, "parameters_left_bytes", f->params_left, 1);
@@ -171,7 +173,7 @@ static void fit_object(mt_out *o, const mt_category_fit *f)
     mt_out_write(o, "}", 1);
 }
 
-/* null without tensors, else {"optimizer", "optimizer_state_in_w", "w_bytes", "rows": [{"name",
+/* null without tensors, else {"optimizer", "optimizer_state_in_w", "w_bytes", "w_trained_bytes", "rows": [{"name",
  * "outside", "bytes", "textbook_bytes" (or null), "difference_bytes", "why", "fit" (gradients and
  * optimizer state: fit_object)}], "tensors_bytes", "total_bytes", "textbook_bytes", "process_known", "after_backward": null or {"time_ns",
  * "by_category": [{"name", "bytes"}], "gradients_fit"}} */
@@ -190,6 +192,7 @@ static void categories_object(mt_out *o, const mt_analysis *a, const mt_device_r
     mt_out_write(o, ",", 1);
     u64f(o, "optimizer_state_in_w", t.state_in_w, 1);
     u64f(o, "w_bytes", t.w, 1);
+    u64f(o, "w_trained_bytes", t.w_trained, 1);
     key(o, "rows");
     mt_out_write(o, "[", 1);
     for (size_t i = 0; i < t.n; i++) {

@@ -311,8 +311,9 @@ static void print_categories(mt_out *o, const mt_analysis *a, const mt_device_re
         return;
     }
     char b1[32], b2[32], b3[32];
-    mt_out_printf(o, "  by category at the peak, beside the textbook estimate (W = parameters; "
-                     "optimizer: %s):\n", t.optimizer ? t.optimizer : "none seen");
+    mt_out_printf(o, "  by category at the peak, beside the textbook estimate (W = parameters%s; "
+                     "optimizer: %s):\n", t.w_trained != t.w ? ", W_t = the trained ones" : "",
+                  t.optimizer ? t.optimizer : "none seen");
     mt_out_printf(o, "    %-24s %11s %11s %11s  %s\n", "", "at the peak", "textbook", "difference",
                   "why");
     for (size_t i = 0; i < t.n; i++) {

@@ -1,10 +1,11 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd]
+    python train.py --model resnet18|vit_b_16|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd]
                     [--amp] [--compile] [--ab K] [--record-history]
 
-resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default.
+resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
+vit_b_16 the same with torchvision's ViT-B/16.
 gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
           n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
 --amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
@@ -13,6 +14,11 @@ torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-lik
 turns on its gradient checkpointing (non-reentrant: each block's activations recomputed in the
 backward pass; implies --no-cache). --fp16 runs forward and loss under torch.autocast(float16)
 with a torch.amp.GradScaler; --accum K makes K backward passes before each optimizer step.
+--freeze fine-tunes the last layers only (ResNet-18's fc; the GPT-2-like model's last block and
+final norm): every other parameter has requires_grad=False and stays out of the optimizer.
+--lora R (GPT-2-like) freezes the whole model and adds a rank-R adapter beside each block's
+attention projection (c_attn: x @ A @ B, A random, B zero), the adapters alone trained: LoRA,
+written out here since peft is not on every machine.
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -38,9 +44,9 @@ from cifar import ab_fields, ab_plan  # the A/B's schedule and comparison, share
 
 
 def build(model, batch, dev, use_cache=True):
-    if model == "resnet18":
+    if model in ("resnet18", "vit_b_16"):
         import torchvision
-        net = torchvision.models.resnet18(num_classes=1000).to(dev)
+        net = torchvision.models.get_model(model, num_classes=1000).to(dev)
         x = torch.randn(batch, 3, 224, 224, device=dev)
         y = torch.randint(0, 1000, (batch,), device=dev)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -52,6 +58,39 @@ def build(model, batch, dev, use_cache=True):
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
         return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
     raise SystemExit(f"unknown model {model}")
+
+
+class LoRA(torch.nn.Module):
+    """base(x) + x @ a @ b: a low-rank adapter beside a frozen transformers Conv1D (weight nx x nf)."""
+
+    def __init__(self, base, r):
+        super().__init__()
+        nx, nf = base.weight.shape
+        self.base = base
+        self.a = torch.nn.Parameter(torch.randn(nx, r, device=base.weight.device) / r)
+        self.b = torch.nn.Parameter(torch.zeros(r, nf, device=base.weight.device))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.a) @ self.b
+
+
+def fine_tune(net, model, freeze, lora):
+    """Freezes what --freeze / --lora leave untrained, adds the adapters."""
+    if not (freeze or lora):
+        return
+    for p in net.parameters():
+        p.requires_grad_(False)
+    if freeze:
+        last = {"resnet18": lambda: [net.fc], "vit_b_16": lambda: [net.heads],
+                "gpt2": lambda: [net.transformer.h[-1], net.transformer.ln_f]}[model]()
+        for m in last:
+            for p in m.parameters():
+                p.requires_grad_(True)
+    if lora:
+        if model != "gpt2":
+            raise SystemExit("--lora: the GPT-2-like model only")
+        for block in net.transformer.h:
+            block.attn.c_attn = LoRA(block.attn.c_attn, lora)
 
 
 def tensor_bytes(t):
@@ -75,19 +114,23 @@ def main():
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--freeze", action="store_true")
+    ap.add_argument("--lora", type=int, default=0)
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    batch = args.batch or (32 if args.model == "resnet18" else 8)
+    batch = args.batch or (8 if args.model == "gpt2" else 32)
     net, loss_of = build(args.model, batch, dev,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    fine_tune(net, args.model, args.freeze, args.lora)
     model = torch.compile(net) if args.compile else net
+    trained = [p for p in net.parameters() if p.requires_grad]
     if args.optim == "adamw":
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        opt = torch.optim.AdamW(trained, lr=1e-4)
     else:
-        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+        opt = torch.optim.SGD(trained, lr=1e-3, momentum=0.9)
 
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
 

@@ -13,13 +13,21 @@ is max_memory_allocated(). Prints the numbers, then "ok" or what differs (last l
 --framework (samples/hf_trainer.py: transformers' Trainer through Accelerate): the optimizer state
 may also hold tensors the size of no parameter if each is one 512-byte block (fused AdamW keeps a
 step count per parameter on the GPU), and "other" up to 4 KiB (the framework's own scalars: the
-loss divided for accumulation, the gradients' norm for clipping and logging)."""
+loss divided for accumulation, the gradients' norm for clipping and logging).
+
+--fine-tune (samples/train.py --freeze or --lora: part of the parameters frozen): the report's W_t
+(w_trained_bytes, the parameters with a gradient after the backward pass) must be below W and be
+PyTorch's trained parameters (grad_bytes), and the gradients and the state paired with parameters
+PyTorch's sums, each within what the pairing by size cannot tell apart: the bytes by which paired
+blocks differ (larger, smaller) plus 512 a tensor (PyTorch counts numel*element_size, the trace
+blocks of 512). The state's textbook must be its copies times W_t."""
 import json
 import sys
 
 
 def main():
     framework = "--framework" in sys.argv[3:]
+    fine_tune = "--fine-tune" in sys.argv[3:]
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -38,8 +46,28 @@ def main():
     ab = cat.get("after_backward") or {}
     state, grads = fits.get("optimizer state", {}), ab.get("gradients_fit", {})
     near("parameters", rows.get("parameters", 0), st["param_bytes"], 0.01)
-    near("optimizer state (paired)", state.get("paired_bytes", 0), st["optimizer_state_bytes"], 0.01)
-    near("gradients after backward (paired)", grads.get("paired_bytes", 0), st["grad_bytes"], 0.01)
+    def within_slack(what, got, want, f):
+        slack = f.get("larger_bytes", 0) + f.get("smaller_bytes", 0) + 512 * f.get("paired_count", 0)
+        if abs(got - want) > slack:
+            errs.append(f"{what} {got} vs PyTorch {want}: {got - want:+d} bytes, more than the "
+                        f"pairing's slack {slack}")
+
+    if fine_tune:
+        wt, w = cat.get("w_trained_bytes", 0), cat["w_bytes"]
+        if not wt < w:
+            errs.append(f"W_t {wt} not below W {w}: the frozen parameters not seen")
+        within_slack("W_t", wt, st["grad_bytes"], grads)
+        within_slack("optimizer state (paired)", state.get("paired_bytes", 0),
+                     st["optimizer_state_bytes"], state)
+        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
+                     st["grad_bytes"], grads)
+        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
+        if srow["textbook_bytes"] != cat["optimizer_state_in_w"] * wt:
+            errs.append(f"the state's textbook {srow['textbook_bytes']} is not "
+                        f"{cat['optimizer_state_in_w']} x W_t")
+    else:
+        near("optimizer state (paired)", state.get("paired_bytes", 0), st["optimizer_state_bytes"], 0.01)
+        near("gradients after backward (paired)", grads.get("paired_bytes", 0), st["grad_bytes"], 0.01)
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
@@ -52,7 +80,8 @@ def main():
           f"{st['optimizer_state_bytes']}), {state.get('larger_bytes')} in {state.get('larger_count')} "
           f"larger blocks; gradients after backward {grads_after}, "
           f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
-          f"in {grads.get('larger_count')} larger blocks")
+          f"in {grads.get('larger_count')} larger blocks; W {cat['w_bytes']}, W_t "
+          f"{cat.get('w_trained_bytes')}")
     if rows.get("other", 0) > (4096 if framework else 0):
         errs.append(f"{rows['other']} bytes in 'other'")
     if cat["tensors_bytes"] != st["devices"]["0"]["max_allocated"]:

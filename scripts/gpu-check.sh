@@ -17,7 +17,8 @@
 #             equal to the trace's: CUDA graphs, torch.compile(mode="reduce-overhead"), threads,
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model (and
-#             with transformers' gradient checkpointing, and under its Trainer),
+#             with transformers' gradient checkpointing, and under its Trainer; fine-tuned: a frozen
+#             backbone, LoRA),
 #             inference with transformers' generate() and its KV cache (samples/generate.py), a
 #             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
@@ -638,6 +639,15 @@ torch_match gpt2_ckpt_t tensors
 same_run hf_trainer_t "" "--tensors" $PY "$S/hf_trainer.py"; torch_match hf_trainer_t tensors
 [ -f "$W/hf_trainer_t/t.json" ] && check "hf_trainer_t: categories = PyTorch's sums (every gradient after the backward pass, and only gradients)" ok \
   "$($PY scripts/categories_vs_torch.py "$W/hf_trainer_t/t.json" "$W/hf_trainer_t/traced.json" --framework 2>&1 | tee -a "$LOG" | tail -1)"
+# Fine-tuning: a ResNet-18 whose backbone is frozen (its fc alone trained) and a GPT-2-like model
+# with LoRA adapters (the model frozen): the report's W_t, the parameters that get a gradient, is
+# PyTorch's trained parameters, and the gradients' and the optimizer state's textbook are W_t's
+# (scripts/categories_vs_torch.py --fine-tune)
+for n in "resnet_ft_t|--model resnet18 --freeze" "gpt2_lora_t|--model gpt2 --lora 8"; do
+  same_run "${n%%|*}" "" "--tensors" $PY "$S/train.py" --steps 5 ${n#*|}; torch_match "${n%%|*}" tensors
+  [ -f "$W/${n%%|*}/t.json" ] && check "${n%%|*}: W_t = PyTorch's trained parameters, the textbook's gradients and state are W_t's" ok \
+    "$($PY scripts/categories_vs_torch.py "$W/${n%%|*}/t.json" "$W/${n%%|*}/traced.json" --fine-tune 2>&1 | tee -a "$LOG" | tail -1)"
+done
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
@@ -865,7 +875,7 @@ cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >>
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 [ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
-for n in graphs_t threads_t resnet_t gpt2_t generate_small_t gpt2_ckpt_t hf_trainer_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
+for n in graphs_t threads_t resnet_t gpt2_t generate_small_t gpt2_ckpt_t hf_trainer_t resnet_ft_t gpt2_lora_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
 fi
 

@@ -420,6 +420,34 @@ Test(categories, fit)
     cr_expect_eq(f.paired + f.unpaired + f.params_left, 0);
 }
 
+/* Either block may be the larger: a fine-tuned ResNet-18's fc.weight (2 048 000 bytes) sat in a
+ * whole 2 MiB block and its gradient in a block of its own size, beside a frozen 1.1 MiB
+ * convolution. The nearest size wins, a parameter not larger on a tie; 2 MiB is the most either
+ * way. */
+Test(categories, fit_nearest_block_either_way)
+{
+    const uint64_t params[] = {2 * MiB, 1179648, 4096};
+    const uint64_t grads[] = {2048000, 4096};
+    mt_category_fit f;
+    cr_assert_eq(mt_category_fit_compute(params, 3, grads, 2, 1, &f), 0);
+    cr_expect_eq(f.n_paired, 2);
+    cr_expect_eq(f.paired, 2048000 + 4096, "a pair counts the smaller block");
+    cr_expect_eq(f.n_smaller, 1);
+    cr_expect_eq(f.smaller, 2 * MiB - 2048000);
+    cr_expect_eq(f.n_larger, 0, "not the convolution, 868 352 bytes away");
+    cr_expect_eq(f.params_left, 1179648, "the frozen convolution is left");
+    /* a tie: 1 MiB from each; the parameter not larger */
+    const uint64_t two[] = {3 * MiB, 1 * MiB}, t2[] = {2 * MiB};
+    cr_assert_eq(mt_category_fit_compute(two, 2, t2, 1, 1, &f), 0);
+    cr_expect_eq(f.n_larger, 1);
+    cr_expect_eq(f.params_left, 3 * MiB);
+    /* past 2 MiB either way: no pair */
+    const uint64_t far[] = {8 * MiB, 512}, t3[] = {5 * MiB};
+    cr_assert_eq(mt_category_fit_compute(far, 2, t3, 1, 1, &f), 0);
+    cr_expect_eq(f.n_unpaired, 1);
+    cr_expect_eq(f.n_paired, 0);
+}
+
 /* Default mode (no --tensors): the report says what categories need. */
 Test(categories, default_mode_says_what_it_needs)
 {
@@ -783,6 +811,64 @@ Test(categories, hf_trainer_gradients_and_step_counts)
             said = strstr(t.rows[k].why, "step count") != NULL;
     cr_expect(said, "the state's line says what the small tensors are");
     mt_analysis_free(a);
+}
+
+/* Fine-tuning (H200, samples/train.py): a ResNet-18 with its backbone frozen (fc alone trained),
+ * a GPT-2-like model with LoRA adapters beside each attention projection (the model frozen), and
+ * the same model with its last block alone trained. W_t, the parameters with a gradient after the
+ * backward pass, is PyTorch's trained parameters within what sizes cannot tell apart (the paired
+ * blocks' differences, 512 bytes a tensor); the gradients' textbook is W_t, Adam's state 2 W_t.
+ * The last: the trained c_fc's gradient sat in a 5 MiB block and c_attn's in a 4 MiB one, which
+ * by size alone are a frozen c_fc's exactly and another 4 MiB one's, so W_t reads 1 MiB over:
+ * within the bound, which is the point of the bound. Full training keeps W. */
+Test(categories, fine_tuning_trains_w_t)
+{
+    static const char *const tuned[] = {"resnet18_finetune_tensors", "gpt2_lora_tensors",
+                                        "gpt2_freeze_tensors"};
+    for (size_t i = 0; i < sizeof tuned / sizeof *tuned; i++) {
+        char path[1024];
+        fixture_path(tuned[i], path, sizeof path);
+        double grads = stat_of(tuned[i], "grad_bytes"), state = stat_of(tuned[i], "optimizer_state_bytes");
+        double params = stat_of(tuned[i], "param_bytes");
+        cr_assert(grads > 0 && state > 0 && params > grads, "%s: its .json", tuned[i]);
+        mt_analysis *a = fx_analyze(path);
+        const mt_device_report *d = fx_dev(a, 0);
+        mt_cat_table t;
+        cr_assert_eq(mt_category_table(a, d, &t), 0);
+        cr_assert(d->after_backward_known, "%s", tuned[i]);
+        const mt_category_fit *fg = &d->fit_after_backward[0];
+        double slack = (double)(fg->larger + fg->smaller + 512 * fg->n_paired);
+        cr_expect_lt(t.w_trained, t.w, "%s: W_t below W", tuned[i]);
+        cr_expect_leq(fabs((double)t.w_trained - grads), slack, "%s: W_t %llu vs PyTorch's %.0f",
+                      tuned[i], (unsigned long long)t.w_trained, grads);
+        const mt_category_fit *fs = &d->fit_at_peak[1];
+        cr_expect_leq(fabs((double)fs->paired - state),
+                      (double)(fs->larger + fs->smaller + 512 * fs->n_paired),
+                      "%s: state paired %llu vs %.0f", tuned[i], (unsigned long long)fs->paired, state);
+        for (size_t k = 0; k < t.n; k++) {
+            const mt_cat_row *r = &t.rows[k];
+            if (r->outside) continue;
+            if (r->category == MT_CAT_GRADIENTS) cr_expect_eq(r->textbook, t.w_trained, "%s", tuned[i]);
+            if (r->category == MT_CAT_OPTIMIZER_STATE)
+                cr_expect_eq(r->textbook, 2 * t.w_trained, "%s: Adam's 2 W_t", tuned[i]);
+            if (r->category == MT_CAT_PARAMETERS)
+                cr_expect(strstr(r->why, "frozen") != NULL, "%s: %s", tuned[i], r->why);
+        }
+        mt_analysis_free(a);
+    }
+    /* full training: every parameter trained, W as before (buffers and the pairing's slack do
+     * not make a W_t) */
+    static const char *const full[] = {"resnet18_tensors", "gpt2_tensors", "hf_trainer_tensors",
+                                       "ddp_rank0", "ddp_stray_rank1"};
+    for (size_t i = 0; i < sizeof full / sizeof *full; i++) {
+        char path[1024];
+        fixture_path(full[i], path, sizeof path);
+        mt_analysis *a = fx_analyze(path);
+        mt_cat_table t;
+        cr_assert_eq(mt_category_table(a, fx_dev(a, 0), &t), 0);
+        cr_expect_eq(t.w_trained, t.w, "%s", full[i]);
+        mt_analysis_free(a);
+    }
 }
 
 /* Training frameworks' own backward methods wrap loss.backward(): what they make first (the loss

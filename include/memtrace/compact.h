@@ -299,12 +299,15 @@ size_t mt_category_count(const mt_categorizer *c); /* built-in + user categories
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w);
 
 /* How tensors of one category (gradients, optimizer state) compare with the parameters they
- * mirror: each is paired with a parameter of its size, or failing that the largest parameter not
- * larger and at most 2 MiB smaller (a caching-allocator block is often larger than the tensor in
- * it). Every parameter may be paired `copies` times (Adam's state: 2). */
+ * mirror: each is paired with a parameter of its size, or failing that the parameter nearest in
+ * size within 2 MiB either way (a caching-allocator block is often larger than the tensor in it:
+ * the tensor's, or its parameter's). Every parameter may be paired `copies` times (Adam's state:
+ * 2). */
 typedef struct mt_category_fit {
-    uint64_t paired, n_paired;   /* the parameter bytes the paired tensors mirror, and how many */
+    uint64_t paired, n_paired;   /* the bytes the paired tensors mirror (the smaller of the two
+                                    blocks: the nearer to the tensors' own size), how many */
     uint64_t larger, n_larger;   /* bytes the paired tensors are larger than their parameters */
+    uint64_t smaller, n_smaller; /* bytes their parameters' blocks are larger than the tensors */
     uint64_t unpaired, n_unpaired; /* tensors like no parameter */
     uint64_t params_left, n_params_left; /* pairings left: parameters (times copies) unmirrored */
 } mt_category_fit;

@@ -121,6 +121,8 @@ typedef struct mt_cat_table {
     int known;             /* the trace has categories (record --tensors) */
     const char *optimizer; /* "Adam or AdamW", "SGD (momentum)", ...; NULL: none seen */
     uint64_t state_in_w, w;
+    uint64_t w_trained;    /* W_t: the parameters with a gradient after a backward pass, the
+                              gradients' and the state's textbook (= w unless some had none) */
     mt_cat_row rows[MT_CAT_MAX + 4];
     size_t n;
     uint64_t tensors;      /* sum of the tensor rows (= tensors allocated at the peak) */

@@ -535,9 +535,12 @@ static int cmp_u64_desc(const void *pa, const void *pb)
 }
 
 /* Largest-first lists; params may be paired `copies` times each. Exact sizes pair first, then each
- * remaining tensor with the largest remaining parameter not larger than it, if the difference is at
- * most MT_FIT_SLACK (the caching allocator hands out a whole block when splitting it would leave
- * less than 1 MiB; sizes over 10 MiB are rounded to 2 MiB). */
+ * remaining tensor, largest first, with the remaining parameter nearest in size, larger or not, if
+ * the difference is at most MT_FIT_SLACK: the caching allocator hands out a whole block when
+ * splitting it would leave less than 1 MiB, and rounds sizes over 10 MiB up to 2 MiB, so either
+ * block may be the larger (a fine-tuned ResNet-18's fc.weight, 2 048 000 bytes, sat in a 2 MiB
+ * block and its gradients in blocks of their own size: nearest-not-larger paired them with a
+ * frozen 1.1 MiB convolution). Ties go to the parameter not larger. */
 #define MT_FIT_SLACK (2ull << 20)
 
 int mt_category_fit_compute(const uint64_t *params, size_t np, const uint64_t *sizes, size_t n,
@@ -569,19 +572,33 @@ int mt_category_fit_compute(const uint64_t *params, size_t np, const uint64_t *s
             out->n_paired++;
         }
     }
-    /* the rest: largest remaining parameter not larger (a pointer that only moves on) */
+    /* the rest: p[j..] are the parameters not larger than t[i] (a pointer that only moves on, as
+     * t falls); the nearest of those with pairings left, and the nearest larger one, before j */
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {
         if (done[i]) continue;
-        while (j < np && (p[j] > t[i] || !left[j])) j++;
-        size_t k = j;
-        while (k < np && !left[k]) k++;
-        if (k < np && t[i] - p[k] <= MT_FIT_SLACK) {
-            left[k]--;
-            out->paired += p[k];
+        while (j < np && p[j] > t[i]) j++;
+        size_t below = j, above = j;
+        while (below < np && !left[below]) below++;
+        while (above > 0 && !left[above - 1]) above--;
+        int has_below = below < np && t[i] - p[below] <= MT_FIT_SLACK;
+        int has_above = above > 0 && p[above - 1] - t[i] <= MT_FIT_SLACK;
+        if (has_above && has_below) { /* the nearer; a tie to the one not larger */
+            if (p[above - 1] - t[i] >= t[i] - p[below]) has_above = 0;
+            else has_below = 0;
+        }
+        if (has_below) {
+            left[below]--;
+            out->paired += p[below];
             out->n_paired++;
-            out->larger += t[i] - p[k];
+            out->larger += t[i] - p[below];
             out->n_larger++;
+        } else if (has_above) {
+            left[above - 1]--;
+            out->paired += t[i];
+            out->n_paired++;
+            out->smaller += p[above - 1] - t[i];
+            out->n_smaller++;
         } else {
             out->unpaired += t[i];
             out->n_unpaired++;
