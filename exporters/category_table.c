@@ -200,6 +200,11 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                 break;
             }
             textbook(r, k * wt);
+            if (!k) { /* mt_categorizer_optimizer: its steps left no tensor */
+                snprintf(r->why, sizeof r->why, "%s: no state (every tensor its steps made died "
+                         "in the step)", t->optimizer);
+                break;
+            }
             n = appendf(r->why, sizeof r->why, n, "%s: %" PRIu64 "%s", t->optimizer, k, wn);
             if (at[cat] != k * wt) {
                 /* blocks of 512 B only: tensors of at most 512 bytes, where a fused or

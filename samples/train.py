@@ -1,7 +1,7 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|vit_b_16|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd]
+    python train.py --model resnet18|vit_b_16|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
                     [--amp] [--compile] [--ab K] [--record-history]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
@@ -12,7 +12,9 @@ gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=
 torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-like model's forward
 (by default transformers keeps its keys and values in a cache, in training too); --checkpointing
 turns on its gradient checkpointing (non-reentrant: each block's activations recomputed in the
-backward pass; implies --no-cache). --fp16 runs forward and loss under torch.autocast(float16)
+backward pass; implies --no-cache; --reentrant: the reentrant variant, whose recomputation runs a
+backward pass of its own inside the backward pass). --optim sgd0 is SGD without momentum (no
+state) with a weight decay. --fp16 runs forward and loss under torch.autocast(float16)
 with a torch.amp.GradScaler; --accum K makes K backward passes before each optimizer step.
 --freeze fine-tunes the last layers only (ResNet-18's fc; the GPT-2-like model's last block and
 final norm): every other parameter has requires_grad=False and stays out of the optimizer.
@@ -112,6 +114,7 @@ def main():
     ap.add_argument("--record-history", action="store_true")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--freeze", action="store_true")
@@ -123,12 +126,14 @@ def main():
     net, loss_of = build(args.model, batch, dev,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})
     fine_tune(net, args.model, args.freeze, args.lora)
     model = torch.compile(net) if args.compile else net
     trained = [p for p in net.parameters() if p.requires_grad]
     if args.optim == "adamw":
         opt = torch.optim.AdamW(trained, lr=1e-4)
+    elif args.optim == "sgd0":  # plain SGD: no state, a weight decay's temporaries in its step
+        opt = torch.optim.SGD(trained, lr=1e-3, weight_decay=1e-4)
     else:
         opt = torch.optim.SGD(trained, lr=1e-3, momentum=0.9)
 

@@ -18,7 +18,8 @@
 #             forked DataLoader workers, torch.profiler alongside, a burst of 1 M allocations,
 #             a launcher (torchrun) that makes no context, ResNet-18 and a GPT-2-like model (and
 #             with transformers' gradient checkpointing, and under its Trainer; fine-tuned: a frozen
-#             backbone, LoRA),
+#             backbone, LoRA; plain SGD; reentrant checkpointing), a GAN (samples/gan.py: two models,
+#             two optimizers),
 #             inference with transformers' generate() and its KV cache (samples/generate.py), a
 #             torch.cuda.MemPool over an allocator of the program's own (CUDAPluggableAllocator);
 #             samples/graph_nodes.c (graph memory nodes made every way, conditional nodes) against
@@ -648,6 +649,16 @@ for n in "resnet_ft_t|--model resnet18 --freeze" "gpt2_lora_t|--model gpt2 --lor
   [ -f "$W/${n%%|*}/t.json" ] && check "${n%%|*}: W_t = PyTorch's trained parameters, the textbook's gradients and state are W_t's" ok \
     "$($PY scripts/categories_vs_torch.py "$W/${n%%|*}/t.json" "$W/${n%%|*}/traced.json" --fine-tune 2>&1 | tee -a "$LOG" | tail -1)"
 done
+# Plain SGD keeps no state (its textbook none, not momentum's W); a GAN, two models and two
+# optimizers, keeps W (no backward pass gives every parameter a gradient, the optimizers' state
+# covers both); transformers' reentrant checkpointing runs a backward pass inside the backward pass
+for n in "resnet_sgd0_t|$S/train.py --model resnet18 --optim sgd0 --steps 5|" \
+         "gan_t|$S/gan.py|--other 512" "gpt2_ckpt_re_t|$S/train.py --model gpt2 --steps 5 --checkpointing --reentrant|"; do
+  IFS='|' read -r name cmd extra <<< "$n"
+  same_run "$name" "" "--tensors" $PY $cmd; torch_match "$name" tensors
+  [ -f "$W/$name/t.json" ] && check "$name: categories = PyTorch's sums" ok \
+    "$($PY scripts/categories_vs_torch.py "$W/$name/t.json" "$W/$name/traced.json" $extra 2>&1 | tee -a "$LOG" | tail -1)"
+done
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
@@ -875,7 +886,7 @@ cat "$W/cifar_default.out" "$W/cifar_tensors.out" "$W/cifar_tensors_b512.out" >>
 cp samples/cifar.py "$W/cifar.py" # the source the fixtures' line numbers refer to
 [ -f "$W/ap.out" ] && cp "$W/ap.out" "$W/alloc_patterns.out"
 FIX=$(cd "$W" && ls alloc_patterns.mtrace alloc_patterns.out cifar_default.* cifar_tensors.* cifar_tensors_b512.* cifar.py 2>/dev/null)
-for n in graphs_t threads_t resnet_t gpt2_t generate_small_t gpt2_ckpt_t hf_trainer_t resnet_ft_t gpt2_lora_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
+for n in graphs_t threads_t resnet_t gpt2_t generate_small_t gpt2_ckpt_t hf_trainer_t resnet_ft_t gpt2_lora_t resnet_sgd0_t gan_t gpt2_ckpt_re_t; do [ -f "$W/$n/t.mtrace" ] && cp "$W/$n/t.mtrace" "$W/$n.mtrace" && cp "$W/$n/traced.json" "$W/$n.stats.json" && FIX="$FIX $n.mtrace $n.stats.json"; done
 tar -C "$W" -czf "$OUT/traces.tar.gz" $FIX
 fi
 

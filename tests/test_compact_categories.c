@@ -239,7 +239,7 @@ Test(categories, table_and_exports)
  * pass's gradient (autograd's thread), the momentum buffer in the first step, zero_grad's free.
  * `tail`: then a fourth step's forward that frees the momentum buffer (live at the peak) and
  * fails. */
-static void sgd_trace(fx *f, const char *name, int tail)
+static void sgd_trace_of(fx *f, const char *name, int tail, int momentum)
 {
     fx_open(f, name);
     stacks(f);
@@ -250,7 +250,11 @@ static void sgd_trace(fx *f, const char *name, int tail)
         tensor(f, MT_OP_ALLOC, A + o + 0x100, 8 * MiB, t++, 4, MAIN_TID);
         tensor(f, MT_OP_FREE, A + o + 0x100, 0, t++, 0, AUTOGRAD_TID);
         tensor(f, MT_OP_ALLOC, A + o + 0x200, 4 * MiB, t++, 10, AUTOGRAD_TID);
-        if (step == 0) tensor(f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+        if (step == 0 && momentum) tensor(f, MT_OP_ALLOC, A + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+        if (!momentum) { /* a weight decay's temporary, dead within the step */
+            tensor(f, MT_OP_ALLOC, A + o + 0x300, 4 * MiB, t++, 31, MAIN_TID);
+            tensor(f, MT_OP_FREE, A + o + 0x300, 0, t++, 0, MAIN_TID);
+        }
         tensor(f, MT_OP_FREE, A + o + 0x200, 0, t++, 0, MAIN_TID); /* zero_grad */
     }
     if (tail) {
@@ -260,6 +264,8 @@ static void sgd_trace(fx *f, const char *name, int tail)
     }
     fx_close(f);
 }
+
+static void sgd_trace(fx *f, const char *name, int tail) { sgd_trace_of(f, name, tail, 1); }
 
 /* SGD with momentum makes its buffers in the first step, not in _init_group: what outlives the
  * step is state. The backward pass ends at zero_grad's first free (SGD's step allocates nothing).
@@ -281,6 +287,32 @@ Test(categories, sgd_momentum_made_in_the_step)
     cr_expect_eq(d->by_category_after_backward[MT_CAT_GRADIENTS], 4 * MiB,
                  "the gradient is live until zero_grad: the backward pass ended at its free");
     cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 0);
+    mt_analysis_free(a);
+}
+
+/* Plain SGD keeps no state: its steps' tensors (a weight decay's) die in the step, so its textbook
+ * state is none, not the W of torch/optim/sgd.py's momentum (a ResNet-18 trained so on an H200 read
+ * "-44.69 MiB" of state). */
+Test(categories, sgd_without_momentum_keeps_no_state)
+{
+    fx f;
+    sgd_trace_of(&f, "sgd0.mtrace", 0, 0);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    uint64_t k = 1;
+    cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "SGD (no momentum)");
+    cr_expect_eq(k, 0);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OPTIMIZER_STATE], 0);
+    mt_cat_table t;
+    cr_assert_eq(mt_category_table(a, d, &t), 0);
+    int rows = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE && !t.rows[i].outside) {
+            rows++;
+            cr_expect(t.rows[i].has_textbook && t.rows[i].textbook == 0, "%s", t.rows[i].why);
+            cr_expect(strstr(t.rows[i].why, "no state"), "%s", t.rows[i].why);
+        }
+    cr_expect_eq(rows, 1);
     mt_analysis_free(a);
 }
 
@@ -501,11 +533,13 @@ static double rel_diff(double got, double want) { return fabs(got - want) / want
  * paired with parameters within 1%; what the blocks add is named by the fit, exactly.
  * gpt2_ckpt_tensors runs transformers' gradient checkpointing (non-reentrant): its recomputed
  * blocks, on autograd's worker with Python frames, were activations and ended the backward pass
- * at the first one (gradients after it: 30% short). */
+ * at the first one (gradients after it: 30% short); gpt2_ckpt_reentrant_tensors the reentrant
+ * variant, whose recomputation runs a backward pass of its own inside the backward pass. */
 Test(categories, gpu_fixtures_match_pytorch)
 {
-    static const char *const names[] = {"gpt2_tensors", "gpt2_amp_tensors", "resnet18_tensors",
-                                        "resnet18_compile_tensors", "gpt2_ckpt_tensors"};
+    static const char *const names[] = {"gpt2_tensors",      "gpt2_amp_tensors",
+                                        "resnet18_tensors",  "resnet18_compile_tensors",
+                                        "gpt2_ckpt_tensors", "gpt2_ckpt_reentrant_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[1024];
         fixture_path(names[i], path, sizeof path);
@@ -813,6 +847,29 @@ Test(categories, hf_trainer_gradients_and_step_counts)
     mt_analysis_free(a);
 }
 
+/* sgd_without_momentum_keeps_no_state on the GPU (samples/train.py --optim sgd0, H200): PyTorch's
+ * optimizer holds no state, and the table expects none. */
+Test(categories, gpu_sgd_without_momentum)
+{
+    char path[1024];
+    fixture_path("resnet18_sgd0_tensors", path, sizeof path);
+    cr_assert_eq(stat_of("resnet18_sgd0_tensors", "optimizer_state_bytes"), 0);
+    mt_analysis *a = fx_analyze(path);
+    uint64_t k = 1;
+    cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "SGD (no momentum)");
+    cr_expect_eq(k, 0);
+    mt_cat_table t;
+    cr_assert_eq(mt_category_table(a, fx_dev(a, 0), &t), 0);
+    int rows = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE && !t.rows[i].outside) {
+            rows++;
+            cr_expect(t.rows[i].bytes == 0 && t.rows[i].has_textbook && t.rows[i].textbook == 0);
+        }
+    cr_expect_eq(rows, 1);
+    mt_analysis_free(a);
+}
+
 /* Fine-tuning (H200, samples/train.py): a ResNet-18 with its backbone frozen (fc alone trained),
  * a GPT-2-like model with LoRA adapters beside each attention projection (the model frozen), and
  * the same model with its last block alone trained. W_t, the parameters with a gradient after the
@@ -857,9 +914,11 @@ Test(categories, fine_tuning_trains_w_t)
         mt_analysis_free(a);
     }
     /* full training: every parameter trained, W as before (buffers and the pairing's slack do
-     * not make a W_t) */
+     * not make a W_t); gan_tensors (samples/gan.py, H200) trains two models with two optimizers,
+     * where the backward pass after the peak (the generator's, through the discriminator) gives
+     * both their gradients */
     static const char *const full[] = {"resnet18_tensors", "gpt2_tensors", "hf_trainer_tensors",
-                                       "ddp_rank0", "ddp_stray_rank1"};
+                                       "ddp_rank0", "ddp_stray_rank1", "gan_tensors"};
     for (size_t i = 0; i < sizeof full / sizeof *full; i++) {
         char path[1024];
         fixture_path(full[i], path, sizeof path);

@@ -93,6 +93,8 @@ struct mt_categorizer {
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     int saw_backward;          /* a backward tensor anywhere in the trace (kept by a restart: the
                                   pass that replays may stop at the peak) */
+    int saw_step_end, saw_state; /* an optimizer step ended; a tensor outlived one (state); kept
+                                    by a restart too */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
     char optimizer[32];
     /* mt_categorizer_watch: stack -> a: hash of the names its category was made from */
@@ -430,8 +432,10 @@ unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime 
 {
     if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP)
         return cached(c, l->stack) >> 7 ? l->category : MT_CAT_GRADIENTS;
-    if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP)
+    if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP) {
+        c->saw_state = 1;
         return MT_CAT_OPTIMIZER_STATE;
+    }
     return l->category;
 }
 
@@ -439,7 +443,7 @@ static int end_phase(mt_categorizer *c)
 {
     int ended = c->phase;
     if (ended == MT_PHASE_BACKWARD) c->backward_ends++;
-    else if (ended == MT_PHASE_OPTIMIZER) c->optimizer_ends++;
+    else if (ended == MT_PHASE_OPTIMIZER) c->optimizer_ends++, c->saw_step_end = 1;
     else ended = MT_PHASE_NONE;
     return ended;
 }
@@ -451,6 +455,7 @@ static int end_phase(mt_categorizer *c)
 int mt_categorizer_phase(mt_categorizer *c, unsigned cat, uint32_t tid, int is_alloc)
 {
     int ph = is_alloc ? phase_of(cat) : MT_PHASE_NONE, ended = MT_PHASE_NONE;
+    if (is_alloc && cat == MT_CAT_OPTIMIZER_STATE) c->saw_state = 1; /* made as state (_init_group) */
     if (c->phase == MT_PHASE_BACKWARD) {
         if (ph == MT_PHASE_BACKWARD) {
             c->backward_tid = tid;
@@ -505,6 +510,7 @@ void mt_categorizer_forget(mt_categorizer *c)
     c->watching = c->blind = c->watch_failed = 0;
     c->optimizer[0] = 0;
     c->optimizer_kind_w = 0;
+    c->saw_step_end = c->saw_state = 0;
     mt_categorizer_restart(c);
 }
 
@@ -520,10 +526,15 @@ int mt_categorizer_saw_backward(const mt_categorizer *c)
     return c->saw_backward;
 }
 
+/* An optimizer whose steps ended with none of their tensors left keeps no state: SGD without
+ * momentum (its weight decay's temporaries die in the step), whatever the file says. */
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)
 {
-    if (state_in_w) *state_in_w = c->optimizer_kind_w;
-    return c->optimizer[0] ? c->optimizer : NULL;
+    int stateless = c->optimizer[0] && c->saw_step_end && !c->saw_state;
+    if (state_in_w) *state_in_w = stateless ? 0 : c->optimizer_kind_w;
+    if (!c->optimizer[0]) return NULL;
+    if (stateless && strcmp(c->optimizer, "SGD (momentum)") == 0) return "SGD (no momentum)";
+    return c->optimizer;
 }
 
 /* ---- How a category's tensors compare with the parameters -------------------------------------- */
