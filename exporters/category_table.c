@@ -92,20 +92,28 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
  * in a larger block may pair with another parameter than its own (sizes are all the trace has),
  * leaving its own among those "without", so below that bound "without" may be nothing but the
  * pairing's slack, and a full training run keeps W (its buffers, BatchNorm's statistics, stay in
- * W as before). *frozen, *n_frozen: what W_t leaves out. Returns w when it does not apply. */
-static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t *frozen,
+ * W as before). The optimizer state at the peak is a second witness: a parameter with state is
+ * trained even if the backward pass after the peak gave it no gradient (a GAN's discriminator
+ * pass leaves the generator's parameters without one, while both optimizers hold state), so
+ * where the state mirrors more than W_t (its pairs over its copies k, beyond both fits' slack)
+ * the gradients do not say what is trained, and W stays. *frozen, *n_frozen: what W_t leaves
+ * out. Returns w when it does not apply. */
+static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t k, uint64_t *frozen,
                           uint64_t *n_frozen)
 {
     *frozen = *n_frozen = 0;
     if (!d->after_backward_known) return w;
-    const mt_category_fit *g = &d->fit_after_backward[0];
+    const mt_category_fit *g = &d->fit_after_backward[0], *s = &d->fit_at_peak[1];
     const uint64_t w2 = d->by_category_after_backward[MT_CAT_PARAMETERS];
-    if (g->n_unpaired || !g->n_paired || !g->n_params_left || g->params_left >= w2 || w2 != w ||
-        g->params_left <= g->larger + g->smaller)
+    if (g->n_unpaired || !g->n_paired || !g->n_params_left || g->params_left >= w2 || w2 != w)
         return w;
+    uint64_t with_state = k ? s->paired / k : 0, slack = g->larger + g->smaller;
+    if (k) slack += (s->larger + s->smaller) / k;
+    const uint64_t wt = w - g->params_left;
+    if (g->params_left <= slack || with_state > wt + slack) return w;
     *frozen = g->params_left;
     *n_frozen = g->n_params_left;
-    return w - g->params_left;
+    return wt;
 }
 
 int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t)
@@ -119,7 +127,7 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
     t->state_in_w = k;
     const uint64_t *at = d->by_category_at_peak;
     uint64_t w = at[MT_CAT_PARAMETERS], frozen, n_frozen;
-    uint64_t wt = trained_w(d, w, &frozen, &n_frozen); /* = w when the whole of W is trained */
+    uint64_t wt = trained_w(d, w, k, &frozen, &n_frozen); /* = w when all of W is trained */
     t->w = w;
     t->w_trained = wt;
     const char *wn = wt != w ? "W_t" : "W"; /* what the gradients and the state mirror */

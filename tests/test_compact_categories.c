@@ -89,9 +89,9 @@ static void stacks(fx *f)
  *   state 4 + 4 + 1 + 1 (the first 4 MiB state in a 4.5 MiB block) -> 21.5, a temporary 6 ->
  *   27.5 (+ the seed's 512 B) = THE PEAK, freed -> 21.5; zero_grad frees the gradients -> 16.5,
  *   the input -> 15.5. Step 2: the same forward and backward (no new state; at most 26.5). */
-static void adam_trace(fx *f)
+static void adam_trace_of(fx *f, const char *name, int second_grad)
 {
-    fx_open(f, "categories.mtrace");
+    fx_open(f, name);
     fx_process(f, "python3", "python3 train.py");
     stacks(f);
     uint64_t t = 1;
@@ -108,7 +108,8 @@ static void adam_trace(fx *f)
         tensor(f, MT_OP_FREE, A + o + 0x300, 0, t++, 0, AUTOGRAD_TID);
         tensor(f, MT_OP_FREE, A + o + 0x400, 0, t++, 0, AUTOGRAD_TID);
         tensor(f, MT_OP_FREE, A + o + 0x700, 0, t++, 0, AUTOGRAD_TID);
-        tensor(f, MT_OP_ALLOC, A + o + 0x800, 1 * MiB, t++, 10, AUTOGRAD_TID); /* -> .grad */
+        if (step == 0 || second_grad)
+            tensor(f, MT_OP_ALLOC, A + o + 0x800, 1 * MiB, t++, 10, AUTOGRAD_TID); /* -> .grad */
         if (step == 0) {
             tensor(f, MT_OP_ALLOC, A + 0x900, 4 * MiB + MiB / 2, t++, 21, MAIN_TID);
             tensor(f, MT_OP_ALLOC, A + 0xa00, 4 * MiB, t++, 21, MAIN_TID);
@@ -124,6 +125,8 @@ static void adam_trace(fx *f)
     fx_end(f, t, 0, 0);
     fx_close(f);
 }
+
+static void adam_trace(fx *f) { adam_trace_of(f, "categories.mtrace", 1); }
 
 Test(categories, adam_step_by_construction)
 {
@@ -867,6 +870,24 @@ Test(categories, gpu_sgd_without_momentum)
             cr_expect(t.rows[i].bytes == 0 && t.rows[i].has_textbook && t.rows[i].textbook == 0);
         }
     cr_expect_eq(rows, 1);
+    mt_analysis_free(a);
+}
+
+/* The backward pass after the peak gives the 1 MiB parameter no gradient, but Adam holds its
+ * state (a GAN's discriminator pass, after both optimizers' steps): the gradients do not say what
+ * is trained, and W stays the textbook. */
+Test(categories, state_vetoes_w_t)
+{
+    fx f;
+    adam_trace_of(&f, "categories_one_grad.mtrace", 0);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->after_backward_known);
+    cr_expect_eq(d->fit_after_backward[0].params_left, 1 * MiB, "the 1 MiB parameter had none");
+    mt_cat_table t;
+    cr_assert_eq(mt_category_table(a, d, &t), 0);
+    cr_expect_eq(t.w_trained, t.w);
+    cr_expect_eq(t.w, 5 * MiB);
     mt_analysis_free(a);
 }
 
