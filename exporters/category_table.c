@@ -148,8 +148,9 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                         "BatchNorm's statistics included)");
             if (wt != w)
                 appendf(r->why, sizeof r->why, n, "; W_t = %s of them got a gradient in the backward "
-                        "pass (trained: the gradients' and the optimizer state's textbook); %" PRIu64
-                        " (%s) got none (frozen: requires_grad=False, or buffers)",
+                        "pass, paired by size (trained: the gradients' and the optimizer state's "
+                        "textbook); %" PRIu64 " (%s) got none (frozen: requires_grad=False, "
+                        "buffers, copies such as an EMA model's)",
                         mt_format_bytes(wt, b1, sizeof b1), n_frozen,
                         mt_format_bytes(frozen, b2, sizeof b2));
             break;

@@ -20,7 +20,8 @@ with a torch.amp.GradScaler; --accum K makes K backward passes before each optim
 final norm): every other parameter has requires_grad=False and stays out of the optimizer.
 --lora R (GPT-2-like) freezes the whole model and adds a rank-R adapter beside each block's
 attention projection (c_attn: x @ A @ B, A random, B zero), the adapters alone trained: LoRA,
-written out here since peft is not on every machine.
+written out here since peft is not on every machine. --ema keeps an exponential moving average
+of the weights in a deep copy of the model (requires_grad=False), updated after each step.
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -119,6 +120,7 @@ def main():
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--freeze", action="store_true")
     ap.add_argument("--lora", type=int, default=0)
+    ap.add_argument("--ema", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -138,6 +140,10 @@ def main():
         opt = torch.optim.SGD(trained, lr=1e-3, momentum=0.9)
 
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
+    ema = None
+    if args.ema:  # an exponential moving average of the weights, as timm's ModelEmaV2 keeps it
+        import copy
+        ema = copy.deepcopy(net).requires_grad_(False)
 
     def step():
         for _ in range(args.accum):  # gradient accumulation: backward passes before one step
@@ -153,6 +159,9 @@ def main():
         else:
             opt.step()
         opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            with torch.no_grad():
+                torch._foreach_lerp_(list(ema.parameters()), list(net.parameters()), 0.001)
 
     if args.record_history:
         torch.cuda.memory._record_memory_history(enabled="all", stacks="python")
