@@ -124,6 +124,10 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
     const mt_categorizer *c = a->categories;
     uint64_t k = 0;
     t->optimizer = mt_categorizer_optimizer(c, &k);
+    if (t->optimizer && d->after_backward_known && d->optimizer_stateless) {
+        k = 0; /* its steps before the backward pass after the peak left no tensor */
+        if (strcmp(t->optimizer, "SGD (momentum)") == 0) t->optimizer = "SGD (no momentum)";
+    }
     t->state_in_w = k;
     const uint64_t *at = d->by_category_at_peak;
     uint64_t w = at[MT_CAT_PARAMETERS], frozen, n_frozen;

@@ -297,6 +297,11 @@ size_t mt_category_count(const mt_categorizer *c); /* built-in + user categories
 /* The optimizer whose steps the trace saw ("AdamW", "SGD (momentum)", ...; NULL none) and the
  * size of its textbook state in parameter sizes (Adam: 2). */
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w);
+/* 1 when, since the replay began, an optimizer step ended and no tensor was made as state or
+ * outlived a step: the optimizer keeps none (SGD without momentum; its weight decay's temporaries
+ * die in the step). Read when the backward pass after a peak ends (mt_device_report's
+ * optimizer_stateless), so that one pass and two agree. */
+int mt_categorizer_stateless(const mt_categorizer *c);
 
 /* How tensors of one category (gradients, optimizer state) compare with the parameters they
  * mirror: each is paired with a parameter of its size, or failing that the parameter nearest in
@@ -489,6 +494,8 @@ typedef struct mt_device_report {
      * gradient is then live; the peak is often in a forward pass, when none is), if one did */
     int after_backward_known;
     uint64_t after_backward_time_ns; /* since trace start */
+    int optimizer_stateless; /* then: mt_categorizer_stateless (an optimizer step had ended and
+                                left no state) */
     uint64_t by_category_after_backward[MT_CAT_MAX];
     /* gradients [0] and optimizer state [1] against the parameters live at the same moment */
     mt_category_fit fit_at_peak[2], fit_after_backward[2];

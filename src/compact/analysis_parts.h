@@ -63,6 +63,7 @@ typedef struct mt_after_peak {
     uint32_t backward_phase;           /* ... once the backward end after the peak came */
     uint64_t backward_seq;             /* the event at which it came */
     uint64_t backward_time_ns;         /* and when (since the start) */
+    int stateless;                     /* and mt_categorizer_stateless then */
 } mt_after_peak;
 
 /* The peak was reached (c: the categorizer, NULL before the first tensor): x waits for both. */

@@ -93,8 +93,8 @@ struct mt_categorizer {
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     int saw_backward;          /* a backward tensor anywhere in the trace (kept by a restart: the
                                   pass that replays may stop at the peak) */
-    int saw_step_end, saw_state; /* an optimizer step ended; a tensor outlived one (state); kept
-                                    by a restart too */
+    int saw_step_end, saw_state; /* since the replay began: an optimizer step ended; a tensor was
+                                    made as state or outlived a step (mt_categorizer_stateless) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
     char optimizer[32];
     /* mt_categorizer_watch: stack -> a: hash of the names its category was made from */
@@ -476,6 +476,7 @@ void mt_categorizer_restart(mt_categorizer *c)
     c->phase = MT_PHASE_NONE;
     c->backward_tid = 0;
     c->backward_ends = c->optimizer_ends = 0;
+    c->saw_step_end = c->saw_state = 0;
 }
 
 void mt_categorizer_watch(mt_categorizer *c)
@@ -510,7 +511,6 @@ void mt_categorizer_forget(mt_categorizer *c)
     c->watching = c->blind = c->watch_failed = 0;
     c->optimizer[0] = 0;
     c->optimizer_kind_w = 0;
-    c->saw_step_end = c->saw_state = 0;
     mt_categorizer_restart(c);
 }
 
@@ -526,15 +526,15 @@ int mt_categorizer_saw_backward(const mt_categorizer *c)
     return c->saw_backward;
 }
 
-/* An optimizer whose steps ended with none of their tensors left keeps no state: SGD without
- * momentum (its weight decay's temporaries die in the step), whatever the file says. */
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)
 {
-    int stateless = c->optimizer[0] && c->saw_step_end && !c->saw_state;
-    if (state_in_w) *state_in_w = stateless ? 0 : c->optimizer_kind_w;
-    if (!c->optimizer[0]) return NULL;
-    if (stateless && strcmp(c->optimizer, "SGD (momentum)") == 0) return "SGD (no momentum)";
-    return c->optimizer;
+    if (state_in_w) *state_in_w = c->optimizer_kind_w;
+    return c->optimizer[0] ? c->optimizer : NULL;
+}
+
+int mt_categorizer_stateless(const mt_categorizer *c)
+{
+    return c->optimizer[0] && c->saw_step_end && !c->saw_state;
 }
 
 /* ---- How a category's tensors compare with the parameters -------------------------------------- */

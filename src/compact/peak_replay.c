@@ -97,6 +97,7 @@ static void backward_known(slot2 *x)
 {
     x->d->after_backward_known = 1;
     x->d->after_backward_time_ns = x->ap.backward_time_ns;
+    x->d->optimizer_stateless = x->ap.stateless;
 }
 
 /* The device of x has reached its peak; u: its counters right after the peak event. */
@@ -206,6 +207,7 @@ int mt_after_peak_note(mt_after_peak *x, const mt_categorizer *c, const mt_track
         x->backward_phase = mt_tracker_phase_ends(t);
         x->backward_seq = mt_tracker_seq(t);
         x->backward_time_ns = now_rel;
+        x->stateless = mt_categorizer_stateless(c);
         backward_now = 1;
     }
     if (x->waiting && bwd + opt > x->bwd_at_peak + x->opt_at_peak) {
