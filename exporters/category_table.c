@@ -96,12 +96,10 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
  * trained even if the backward pass after the peak gave it no gradient (a GAN's discriminator
  * pass leaves the generator's parameters without one, while both optimizers hold state), so
  * where the state mirrors more than W_t (its pairs over its copies k, beyond both fits' slack)
- * the gradients do not say what is trained, and W stays. *frozen, *n_frozen: what W_t leaves
- * out. Returns w when it does not apply. */
-static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t k, uint64_t *frozen,
-                          uint64_t *n_frozen)
+ * the gradients do not say what is trained, and W stays. What W_t leaves out is then the
+ * parameters without a gradient of fit_after_backward[0]. Returns w when it does not apply. */
+static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t k)
 {
-    *frozen = *n_frozen = 0;
     if (!d->after_backward_known) return w;
     const mt_category_fit *g = &d->fit_after_backward[0], *s = &d->fit_at_peak[1];
     const uint64_t w2 = d->by_category_after_backward[MT_CAT_PARAMETERS];
@@ -110,10 +108,17 @@ static uint64_t trained_w(const mt_device_report *d, uint64_t w, uint64_t k, uin
     uint64_t with_state = k ? s->paired / k : 0, slack = g->larger + g->smaller;
     if (k) slack += (s->larger + s->smaller) / k;
     const uint64_t wt = w - g->params_left;
-    if (g->params_left <= slack || with_state > wt + slack) return w;
-    *frozen = g->params_left;
-    *n_frozen = g->n_params_left;
-    return wt;
+    return g->params_left <= slack || with_state > wt + slack ? w : wt;
+}
+
+/* f with `copies` of each frozen parameter taken out of its parameters left without a tensor:
+ * what a category is missing beyond what W_t leaves out anyway. */
+static mt_category_fit less_frozen(mt_category_fit f, uint64_t copies, uint64_t frozen,
+                                   uint64_t n_frozen)
+{
+    f.params_left = f.params_left > copies * frozen ? f.params_left - copies * frozen : 0;
+    f.n_params_left = f.n_params_left > copies * n_frozen ? f.n_params_left - copies * n_frozen : 0;
+    return f;
 }
 
 int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t)
@@ -130,8 +135,9 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
     }
     t->state_in_w = k;
     const uint64_t *at = d->by_category_at_peak;
-    uint64_t w = at[MT_CAT_PARAMETERS], frozen, n_frozen;
-    uint64_t wt = trained_w(d, w, k, &frozen, &n_frozen); /* = w when all of W is trained */
+    const uint64_t w = at[MT_CAT_PARAMETERS];
+    const uint64_t wt = trained_w(d, w, k); /* = w when all of W is trained */
+    const uint64_t frozen = w - wt, n_frozen = wt != w ? d->fit_after_backward[0].n_params_left : 0;
     t->w = w;
     t->w_trained = wt;
     const char *wn = wt != w ? "W_t" : "W"; /* what the gradients and the state mirror */
@@ -172,9 +178,7 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                             "pass, or zero_grad(set_to_none=True) has freed them)");
             } else {
                 /* at the peak, the parameters without a gradient beyond the frozen ones */
-                mt_category_fit f = d->fit_at_peak[0];
-                f.params_left = f.params_left > frozen ? f.params_left - frozen : 0;
-                f.n_params_left = f.n_params_left > n_frozen ? f.n_params_left - n_frozen : 0;
+                mt_category_fit f = less_frozen(d->fit_at_peak[0], 1, frozen, n_frozen);
                 n = explain_fit(r->why, sizeof r->why, n, &f,
                                 wt != w ? "trained parameters without a gradient at the peak"
                                         : "parameters or buffers without a gradient at the peak",
@@ -223,9 +227,8 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                 /* blocks of 512 B only: tensors of at most 512 bytes, where a fused or
                  * capturable Adam keeps each parameter's step count (transformers' Trainer
                  * defaults to fused AdamW) */
-                mt_category_fit fs = d->fit_at_peak[1]; /* the frozen have no state to miss */
-                fs.params_left = fs.params_left > k * frozen ? fs.params_left - k * frozen : 0;
-                fs.n_params_left = fs.n_params_left > k * n_frozen ? fs.n_params_left - k * n_frozen : 0;
+                /* the frozen have no state to miss */
+                mt_category_fit fs = less_frozen(d->fit_at_peak[1], k, frozen, n_frozen);
                 int small = fs.n_unpaired && fs.unpaired == 512 * fs.n_unpaired;
                 size_t open = n;
                 n = appendf(r->why, sizeof r->why, n, "; ");

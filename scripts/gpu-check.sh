@@ -628,37 +628,32 @@ torch_match burst tensors
 same_run resnet "" "" $PY "$S/train.py" --model resnet18 --steps 5;  torch_match resnet default
 same_run resnet_t "" "--tensors" $PY "$S/train.py" --model resnet18 --steps 5; torch_match resnet_t tensors
 same_run gpt2_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5; torch_match gpt2_t tensors
+# categories_run NAME "PROGRAM ARGS" [categories_vs_torch.py OPTIONS]: same_run under --tensors,
+# the trace against PyTorch's counters, and the categories against PyTorch's own sums
+categories_run() {
+  local name=$1 cmd=$2; shift 2
+  same_run "$name" "" "--tensors" $PY $cmd; torch_match "$name" tensors
+  [ -f "$W/$name/t.json" ] && check "$name: categories = PyTorch's sums${*:+ ($*)}" ok \
+    "$($PY scripts/categories_vs_torch.py "$W/$name/t.json" "$W/$name/traced.json" "$@" 2>&1 | tee -a "$LOG" | tail -1)"
+}
 # transformers' gradient checkpointing (non-reentrant): the recomputed blocks run inside the
 # backward pass from saved tensors' unpack hooks, on autograd's worker with Python frames; the
-# gradients after the backward pass must still be every parameter's (scripts/categories_vs_torch.py)
-same_run gpt2_ckpt_t "" "--tensors" $PY "$S/train.py" --model gpt2 --steps 5 --checkpointing
-torch_match gpt2_ckpt_t tensors
-[ -f "$W/gpt2_ckpt_t/t.json" ] && check "gpt2_ckpt_t: categories = PyTorch's sums (parameters, state, every gradient after the backward pass)" ok \
-  "$($PY scripts/categories_vs_torch.py "$W/gpt2_ckpt_t/t.json" "$W/gpt2_ckpt_t/traced.json" 2>&1 | tee -a "$LOG" | tail -1)"
+# gradients after the backward pass must still be every parameter's
+categories_run gpt2_ckpt_t "$S/train.py --model gpt2 --steps 5 --checkpointing"
 # transformers' Trainer through Accelerate (bf16, gradient checkpointing, clipping, its default
 # fused AdamW, an evaluation loop): what it makes before loss.backward() is not a gradient
-same_run hf_trainer_t "" "--tensors" $PY "$S/hf_trainer.py"; torch_match hf_trainer_t tensors
-[ -f "$W/hf_trainer_t/t.json" ] && check "hf_trainer_t: categories = PyTorch's sums (every gradient after the backward pass, and only gradients)" ok \
-  "$($PY scripts/categories_vs_torch.py "$W/hf_trainer_t/t.json" "$W/hf_trainer_t/traced.json" --framework 2>&1 | tee -a "$LOG" | tail -1)"
+categories_run hf_trainer_t "$S/hf_trainer.py" --framework
 # Fine-tuning: a ResNet-18 whose backbone is frozen (its fc alone trained) and a GPT-2-like model
 # with LoRA adapters (the model frozen): the report's W_t, the parameters that get a gradient, is
 # PyTorch's trained parameters, and the gradients' and the optimizer state's textbook are W_t's
-# (scripts/categories_vs_torch.py --fine-tune)
-for n in "resnet_ft_t|--model resnet18 --freeze" "gpt2_lora_t|--model gpt2 --lora 8"; do
-  same_run "${n%%|*}" "" "--tensors" $PY "$S/train.py" --steps 5 ${n#*|}; torch_match "${n%%|*}" tensors
-  [ -f "$W/${n%%|*}/t.json" ] && check "${n%%|*}: W_t = PyTorch's trained parameters, the textbook's gradients and state are W_t's" ok \
-    "$($PY scripts/categories_vs_torch.py "$W/${n%%|*}/t.json" "$W/${n%%|*}/traced.json" --fine-tune 2>&1 | tee -a "$LOG" | tail -1)"
-done
+categories_run resnet_ft_t "$S/train.py --steps 5 --model resnet18 --freeze" --fine-tune
+categories_run gpt2_lora_t "$S/train.py --steps 5 --model gpt2 --lora 8" --fine-tune
 # Plain SGD keeps no state (its textbook none, not momentum's W); a GAN, two models and two
 # optimizers, keeps W (no backward pass gives every parameter a gradient, the optimizers' state
 # covers both); transformers' reentrant checkpointing runs a backward pass inside the backward pass
-for n in "resnet_sgd0_t|$S/train.py --model resnet18 --optim sgd0 --steps 5|" \
-         "gan_t|$S/gan.py|--other 512" "gpt2_ckpt_re_t|$S/train.py --model gpt2 --steps 5 --checkpointing --reentrant|"; do
-  IFS='|' read -r name cmd extra <<< "$n"
-  same_run "$name" "" "--tensors" $PY $cmd; torch_match "$name" tensors
-  [ -f "$W/$name/t.json" ] && check "$name: categories = PyTorch's sums" ok \
-    "$($PY scripts/categories_vs_torch.py "$W/$name/t.json" "$W/$name/traced.json" $extra 2>&1 | tee -a "$LOG" | tail -1)"
-done
+categories_run resnet_sgd0_t "$S/train.py --model resnet18 --optim sgd0 --steps 5"
+categories_run gan_t "$S/gan.py" --other 512
+categories_run gpt2_ckpt_re_t "$S/train.py --model gpt2 --steps 5 --checkpointing --reentrant"
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's

@@ -174,6 +174,18 @@ Test(categories, adam_step_by_construction)
     mt_analysis_free(a);
 }
 
+/* The table's row of tensor category cat, NULL if it has none; there is never a second. */
+static const mt_cat_row *table_row(const mt_cat_table *t, unsigned cat)
+{
+    const mt_cat_row *r = NULL;
+    for (size_t i = 0; i < t->n; i++)
+        if (!t->rows[i].outside && t->rows[i].category == cat) {
+            cr_assert_null(r, "two rows of category %u", cat);
+            r = &t->rows[i];
+        }
+    return r;
+}
+
 /* The table: textbook W + W + 2W, differences explained, rows adding up. */
 Test(categories, table_and_exports)
 {
@@ -185,13 +197,11 @@ Test(categories, table_and_exports)
     cr_assert_eq(mt_category_table(a, d, &t), 0);
     cr_assert(t.known);
     cr_expect_eq(t.w, 5 * MiB);
-    const mt_cat_row *state = NULL, *grads = NULL;
+    const mt_cat_row *state = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    const mt_cat_row *grads = table_row(&t, MT_CAT_GRADIENTS);
     uint64_t tensors = 0;
-    for (size_t i = 0; i < t.n; i++) {
+    for (size_t i = 0; i < t.n; i++)
         if (!t.rows[i].outside) tensors += t.rows[i].bytes;
-        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE) state = &t.rows[i];
-        if (t.rows[i].category == MT_CAT_GRADIENTS) grads = &t.rows[i];
-    }
     cr_expect_eq(tensors, t.tensors);
     cr_expect_eq(t.tensors, d->by_kind_at_peak[MT_KIND_TENSOR]);
     cr_assert(state && grads);
@@ -313,14 +323,10 @@ Test(categories, sgd_without_momentum_keeps_no_state)
     cr_assert_eq(mt_category_table(a, d, &t), 0);
     cr_expect_str_eq(t.optimizer, "SGD (no momentum)");
     cr_expect_eq(t.state_in_w, 0);
-    int rows = 0;
-    for (size_t i = 0; i < t.n; i++)
-        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE && !t.rows[i].outside) {
-            rows++;
-            cr_expect(t.rows[i].has_textbook && t.rows[i].textbook == 0, "%s", t.rows[i].why);
-            cr_expect(strstr(t.rows[i].why, "no state"), "%s", t.rows[i].why);
-        }
-    cr_expect_eq(rows, 1);
+    const mt_cat_row *r = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    cr_assert(r);
+    cr_expect(r->has_textbook && r->textbook == 0, "%s", r->why);
+    cr_expect(strstr(r->why, "no state"), "%s", r->why);
     mt_analysis_free(a);
 }
 
@@ -717,21 +723,13 @@ Test(categories, inference_kv_cache_of_the_models_shape)
      * cache's own line */
     mt_cat_table t;
     cr_assert_eq(mt_category_table(a, d, &t), 0);
-    int grads = 0, kv = 0;
-    for (size_t i = 0; i < t.n; i++) {
-        if (t.rows[i].category == MT_CAT_GRADIENTS && !t.rows[i].outside) {
-            grads = 1;
-            cr_expect_not(t.rows[i].has_textbook);
-            cr_expect(strstr(t.rows[i].why, "no backward pass"), "%s", t.rows[i].why);
-        }
-        if (t.rows[i].category == MT_CAT_KV_CACHE) {
-            kv = 1;
-            cr_expect_str_eq(t.rows[i].name, "KV cache");
-            cr_expect_eq(t.rows[i].bytes, c[MT_CAT_KV_CACHE]);
-            cr_expect(strstr(t.rows[i].why, "inference"), "%s", t.rows[i].why);
-        }
-    }
-    cr_expect(grads && kv);
+    const mt_cat_row *grads = table_row(&t, MT_CAT_GRADIENTS), *kv = table_row(&t, MT_CAT_KV_CACHE);
+    cr_assert(grads && kv);
+    cr_expect_not(grads->has_textbook);
+    cr_expect(strstr(grads->why, "no backward pass"), "%s", grads->why);
+    cr_expect_str_eq(kv->name, "KV cache");
+    cr_expect_eq(kv->bytes, c[MT_CAT_KV_CACHE]);
+    cr_expect(strstr(kv->why, "inference"), "%s", kv->why);
     mt_analysis_free(a);
 }
 
@@ -756,13 +754,9 @@ Test(categories, training_kv_cache_is_the_whole_forward_cache)
         cr_expect(mt_categorizer_saw_backward(a->categories));
         mt_cat_table t;
         mt_category_table(a, d, &t);
-        int kv = 0;
-        for (size_t k = 0; k < t.n; k++)
-            if (t.rows[k].category == MT_CAT_KV_CACHE) {
-                kv = 1;
-                cr_expect(strstr(t.rows[k].why, "use_cache=False"), "%s", t.rows[k].why);
-            }
-        cr_expect(kv, "%s: the cache's line", runs[i].name);
+        const mt_cat_row *kv = table_row(&t, MT_CAT_KV_CACHE);
+        cr_assert(kv, "%s: the cache's line", runs[i].name);
+        cr_expect(strstr(kv->why, "use_cache=False"), "%s", kv->why);
         mt_analysis_free(a);
     }
 }
@@ -847,11 +841,9 @@ Test(categories, hf_trainer_gradients_and_step_counts)
                  "PyTorch's state = the paired copies + 4 bytes a count");
     mt_cat_table t;
     mt_category_table(a, d, &t);
-    int said = 0;
-    for (size_t k = 0; k < t.n; k++)
-        if (t.rows[k].category == MT_CAT_OPTIMIZER_STATE && !t.rows[k].outside)
-            said = strstr(t.rows[k].why, "step count") != NULL;
-    cr_expect(said, "the state's line says what the small tensors are");
+    const mt_cat_row *r = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    cr_assert(r);
+    cr_expect(strstr(r->why, "step count"), "the state's line says what the small tensors are");
     mt_analysis_free(a);
 }
 
@@ -867,13 +859,9 @@ Test(categories, gpu_sgd_without_momentum)
     cr_assert_eq(mt_category_table(a, fx_dev(a, 0), &t), 0);
     cr_expect_str_eq(t.optimizer, "SGD (no momentum)");
     cr_expect_eq(t.state_in_w, 0);
-    int rows = 0;
-    for (size_t i = 0; i < t.n; i++)
-        if (t.rows[i].category == MT_CAT_OPTIMIZER_STATE && !t.rows[i].outside) {
-            rows++;
-            cr_expect(t.rows[i].bytes == 0 && t.rows[i].has_textbook && t.rows[i].textbook == 0);
-        }
-    cr_expect_eq(rows, 1);
+    const mt_cat_row *r = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    cr_assert(r);
+    cr_expect(r->bytes == 0 && r->has_textbook && r->textbook == 0);
     mt_analysis_free(a);
 }
 
@@ -927,15 +915,13 @@ Test(categories, fine_tuning_trains_w_t)
         cr_expect_leq(fabs((double)fs->paired - state),
                       (double)(fs->larger + fs->smaller + 512 * fs->n_paired),
                       "%s: state paired %llu vs %.0f", tuned[i], (unsigned long long)fs->paired, state);
-        for (size_t k = 0; k < t.n; k++) {
-            const mt_cat_row *r = &t.rows[k];
-            if (r->outside) continue;
-            if (r->category == MT_CAT_GRADIENTS) cr_expect_eq(r->textbook, t.w_trained, "%s", tuned[i]);
-            if (r->category == MT_CAT_OPTIMIZER_STATE)
-                cr_expect_eq(r->textbook, 2 * t.w_trained, "%s: Adam's 2 W_t", tuned[i]);
-            if (r->category == MT_CAT_PARAMETERS)
-                cr_expect(strstr(r->why, "frozen") != NULL, "%s: %s", tuned[i], r->why);
-        }
+        const mt_cat_row *g = table_row(&t, MT_CAT_GRADIENTS);
+        const mt_cat_row *st = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+        const mt_cat_row *w = table_row(&t, MT_CAT_PARAMETERS);
+        cr_assert(g && st && w, "%s", tuned[i]);
+        cr_expect_eq(g->textbook, t.w_trained, "%s", tuned[i]);
+        cr_expect_eq(st->textbook, 2 * t.w_trained, "%s: Adam's 2 W_t", tuned[i]);
+        cr_expect(strstr(w->why, "frozen") != NULL, "%s: %s", tuned[i], w->why);
         mt_analysis_free(a);
     }
     /* full training: every parameter trained, W as before (buffers and the pairing's slack do
