@@ -37,6 +37,7 @@
  *        "peak_stacks": STACKS, "peak_rest": REST, "end_stacks": STACKS, "end_rest": REST,
  *        "end_holders": [{"holder", "kind", "bytes", "count"}],
  *        "breakdown": {"at_peak": B, "at_end": B} (GPUs),
+ *        "categories": null or the "by category at the peak" table (GPUs; see categories()),
  *        "by_line": [{"file", "line", "function", "peak_bytes", "peak_count", "alloc_bytes",
  *                     "alloc_count", "source" (when found)}] (GPUs with Python frames)}]}],
  *    "ranks": null (one trace) or {"max", "median", "min" (indexes of traces by peak), "endings"
@@ -303,6 +304,47 @@ static int stack_list(mt_out *o, tables *t, const char *k, const mt_stack_stat *
 
 /* ---- a device ----------------------------------------------------------------------------------- */
 
+/* record --tensors: the text report's "by category at the peak" table (category_table.c), the
+ * numbers of report --json's categories_at_peak without its fits: "categories": null or
+ * {"optimizer" (or null), "w", "w_trained", "rows": [[name, outside, bytes, textbook (or null),
+ * difference, why], ...], "tensors", "total", "textbook", "process_known"} */
+static void categories(mt_out *o, const mt_analysis *a, const mt_device_report *d)
+{
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    key(o, "categories");
+    if (!t.known) {
+        mt_out_puts(o, "null,");
+        return;
+    }
+    mt_out_write(o, "{", 1);
+    key(o, "optimizer");
+    if (t.optimizer) mt_out_json_string_html(o, t.optimizer);
+    else mt_out_puts(o, "null");
+    mt_out_write(o, ",", 1);
+    u64k(o, "w", t.w);
+    u64k(o, "w_trained", t.w_trained);
+    key(o, "rows");
+    mt_out_write(o, "[", 1);
+    for (size_t i = 0; i < t.n; i++) {
+        const mt_cat_row *r = &t.rows[i];
+        mt_out_puts(o, i ? ",[" : "[");
+        mt_out_json_string_html(o, r->name);
+        mt_out_printf(o, ",%s,%llu,", r->outside ? "true" : "false", (unsigned long long)r->bytes);
+        if (r->has_textbook) mt_out_printf(o, "%llu,", (unsigned long long)r->textbook);
+        else mt_out_puts(o, "null,");
+        mt_out_printf(o, "%lld,", (long long)r->difference);
+        mt_out_json_string_html(o, r->why);
+        mt_out_write(o, "]", 1);
+    }
+    mt_out_puts(o, "],");
+    u64k(o, "tensors", t.tensors);
+    u64k(o, "total", t.measured);
+    u64k(o, "textbook", t.textbook);
+    key(o, "process_known");
+    mt_out_puts(o, t.process_known ? "true}," : "false},");
+}
+
 static void kinds_object(mt_out *o, const char *k, const uint64_t *by_kind)
 {
     key(o, k);
@@ -563,6 +605,7 @@ static int device(mt_out *o, mt_analysis *a, const mt_device_report *d, const mt
         breakdown(o, "at_peak", &d->at_peak);
         breakdown(o, "at_end", &d->at_end);
         mt_out_puts(o, "\"_\":0},");
+        categories(o, a, d);
         if (mt_frames_has_python(a->frames) && by_line(o, a, d, opt) < 0) return -1;
     }
     mt_out_puts(o, "\"_\":0}");

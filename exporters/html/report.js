@@ -2087,6 +2087,159 @@
     );
   }
 
+  // ---- by category, beside the textbook ------------------------------------------------------
+
+  /* "+18.38 MiB", "-2.00 MiB", "0": a difference as the text report prints it */
+  function fmtSigned(b) {
+    return b === 0 ? '0' : (b > 0 ? '+' : '-') + fmtBytes(Math.abs(b));
+  }
+
+  /* a row's colour: the timeline's for the tensors' categories, the reconciliation's for the rest */
+  function categoryColor(name, outside) {
+    if (!outside) return CATEGORY_COLORS[name] || CATEGORY_COLORS.other;
+    if (name === 'allocator cache') return BD_COLORS.cached;
+    if (name === 'other libraries') return BD_COLORS.other;
+    return BD_COLORS.context;
+  }
+
+  /* record --tensors: the text report's "by category at the peak" table, with two bars above it,
+   * what was measured and what the textbook expects, drawn to one scale in the rows' colours */
+  function categoriesSection() {
+    const D = curDevice(),
+      C = D.categories;
+    if (D.is_host || !C) return null;
+    const rows = C.rows.map(([name, outside, bytes, textbook, difference, why]) => ({
+      name,
+      outside,
+      bytes,
+      textbook,
+      difference,
+      why,
+    }));
+    const scale = Math.max(C.total, C.textbook) || 1;
+    const bar = (label, parts) =>
+      el(
+        'div',
+        { class: 'catbar' },
+        el('span', { class: 'sub', text: label }),
+        el(
+          'div',
+          { class: 'stacked' },
+          parts
+            .filter((p) => p.v > 0)
+            .map((p) =>
+              el('span', {
+                title: p.name + ': ' + fmtBytes(p.v),
+                style:
+                  'background:' +
+                  categoryColor(p.name, p.outside) +
+                  ';width:' +
+                  ((100 * p.v) / scale).toFixed(3) +
+                  '%',
+              }),
+            ),
+        ),
+      );
+    const cell = (bytes, text) =>
+      el('td', { class: 'num', dataset: bytes == null ? null : { bytes }, text });
+    const swatch = (r) => el('i', { class: 'sw', style: 'background:' + categoryColor(r.name, r.outside) });
+    const trs = [];
+    rows.forEach((r, i) => {
+      if (i && r.outside && !rows[i - 1].outside)
+        trs.push(
+          el(
+            'tr',
+            { class: 'subtotal' },
+            el('td', { text: '= tensors' }),
+            cell(C.tensors, fmtBytes(C.tensors)),
+            el('td'),
+            el('td'),
+            el('td'),
+          ),
+        );
+      trs.push(
+        el(
+          'tr',
+          { dataset: { category: r.name } },
+          el('td', null, i ? '+ ' : '', swatch(r), r.name),
+          cell(r.bytes, fmtBytes(r.bytes)),
+          cell(r.textbook, r.textbook == null ? '-' : fmtBytes(r.textbook)),
+          el('td', {
+            class: 'num' + (r.difference ? '' : ' zero'),
+            dataset: { bytes: r.difference },
+            text: fmtSigned(r.difference),
+          }),
+          el('td', { class: 'sub', text: r.why }),
+        ),
+      );
+    });
+    trs.push(
+      el(
+        'tr',
+        { class: 'total' },
+        el('td', { text: C.process_known ? '= process total' : '= total seen' }),
+        cell(C.total, fmtBytes(C.total)),
+        cell(C.textbook, fmtBytes(C.textbook)),
+        el('td', {
+          class: 'num',
+          dataset: { bytes: C.total - C.textbook },
+          text: fmtSigned(C.total - C.textbook),
+        }),
+        el('td', {
+          class: 'sub',
+          text: C.process_known
+            ? "nvidia-smi's number (the NVML sample in \u201cWhere the memory is\u201d)"
+            : 'without the context: no NVML sample fits the peak',
+        }),
+      ),
+    );
+    const trained = C.w_trained !== C.w;
+    return el(
+      'section',
+      { class: 'card', id: 'categories', dataset: { view: 'categories', rendered: '1' } },
+      el(
+        'h2',
+        null,
+        'By category at the peak, beside the textbook estimate ',
+        el('span', {
+          class: 'sub',
+          text:
+            'W = parameters ' +
+            fmtBytes(C.w) +
+            (trained ? ', W_t = the trained ones ' + fmtBytes(C.w_trained) : '') +
+            '; optimizer: ' +
+            (C.optimizer || 'none seen') +
+            '; the textbook: W + gradients + optimizer state + activations + the CUDA context',
+        }),
+      ),
+      bar('measured', rows.map((r) => ({ name: r.name, outside: r.outside, v: r.bytes }))),
+      bar(
+        'textbook',
+        rows
+          .filter((r) => r.textbook != null)
+          .map((r) => ({ name: r.name, outside: r.outside, v: r.textbook })),
+      ),
+      el(
+        'table',
+        { class: 'cats', dataset: { rows: rows.length } },
+        el(
+          'thead',
+          null,
+          el(
+            'tr',
+            null,
+            el('th', { text: 'category' }),
+            el('th', { class: 'num', text: 'at the peak' }),
+            el('th', { class: 'num', text: 'textbook' }),
+            el('th', { class: 'num', text: 'difference' }),
+            el('th', { text: 'why' }),
+          ),
+        ),
+        el('tbody', null, trs),
+      ),
+    );
+  }
+
   // ---- by line -------------------------------------------------------------------------------
 
   function byLineSection() {
@@ -2420,6 +2573,7 @@
         liveSection(),
         flameSection(),
         breakdownSection(),
+        categoriesSection(),
         byLineSection(),
         failedSection(),
         endSection(),

@@ -81,6 +81,11 @@ async function shown(page) {
       end: Number(q('#summary [data-field=end]').dataset.bytes),
       views, timeline: ds('#timeline'), live: ds('#live'), flame: ds('#flame'), byline: ds('#byline'),
       failed: ds('#failed'), endv: ds('#end'), breakdown: !!q('#breakdown'),
+      /* the "by category" table: [name, at the peak, textbook (null: none), difference] a row */
+      categories: q('#categories') && [...document.querySelectorAll('#categories tbody tr[data-category]')].map((tr) =>
+        [tr.dataset.category, ...[1, 2, 3].map((k) => tr.cells[k].dataset.bytes == null ? null : Number(tr.cells[k].dataset.bytes))]),
+      categoriesTotal: q('#categories tr.total td.num') && Number(q('#categories tr.total td.num').dataset.bytes),
+      categoryBars: [...document.querySelectorAll('#categories .catbar .stacked')].map((b) => b.children.length),
       processAtPeak: bd && bd.dataset.bytes != null ? Number(bd.dataset.bytes) : null,
       timelineInk: canvasInk('#timeline canvas'), flameInk: canvasInk('#flame canvas'),
       points: window.memtrace.data.traces[window.memtrace.state.trace].devices[window.memtrace.state.device].timeline.t.length,
@@ -103,6 +108,23 @@ function checkDevice(name, s, d, trace) {
   check(s.end === d.end_bytes, `${w}: live at the end ${s.end} != ${d.end_bytes}`);
   const want = ['summary', 'timeline', 'live', 'flame', 'end'];
   if (d.root !== 'host') want.push('breakdown');
+  const cats = d.categories_at_peak;
+  if (cats) want.push('categories');
+  check(!cats === !s.categories, `${w}: a "by category" table ${s.categories ? 'without' : 'missing with'} categories`);
+  if (cats && s.categories) {
+    const rows = cats.rows.map((r) => [r.name, r.bytes, r.textbook_bytes, r.difference_bytes]);
+    check(
+      JSON.stringify(s.categories) === JSON.stringify(rows),
+      `${w}: "by category" rows ${JSON.stringify(s.categories)} != report's ${JSON.stringify(rows)}`,
+    );
+    check(s.categoriesTotal === cats.total_bytes, `${w}: "by category" total ${s.categoriesTotal} != ${cats.total_bytes}`);
+    /* the measured bar has a part for every row with bytes; the textbook's one a textbook line with bytes */
+    const parts = [cats.rows.filter((r) => r.bytes > 0).length, cats.rows.filter((r) => r.textbook_bytes > 0).length];
+    check(
+      JSON.stringify(s.categoryBars) === JSON.stringify(parts),
+      `${w}: "by category" bars have ${s.categoryBars} parts, not ${parts}`,
+    );
+  }
   if (d.by_line && d.by_line.length) want.push('byline');
   if (failedOn(trace, d).length) want.push('failed');
   for (const v of want)

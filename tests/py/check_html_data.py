@@ -5,7 +5,8 @@ checks it against `memtrace report --json` and against itself:
 
   page       one <script type="application/json">, no other element a browser would fetch, the
              Content-Security-Policy that forbids fetching, no template marker left;
-  devices    peak, API peak, live at the end and the reconciliation's numbers equal the report's;
+  devices    peak, API peak, live at the end, the reconciliation's numbers and the "by category"
+             table (record --tensors) equal the report's;
   timeline   points in time order, series adding up to the total at every point, the highest
              point equal to the peak (downsampled or not) and the peak's own point kept;
   moments    each adds up (its stacks plus the rest) to its total, one is the peak, the peak's
@@ -114,6 +115,16 @@ def check_trace(t, rep):
                 assert b["reserved_bytes"] == rb["allocator_reserved_bytes"], (w, when)
                 assert b["other_bytes"] == rb["other_libraries_bytes"], (w, when)
                 assert b.get("process_bytes", "unknown") == rb["process_bytes"], (w, when)
+            # the "by category at the peak" table: report --json's rows, in its order
+            c, rc = d["categories"], r["categories_at_peak"]
+            assert (c is None) == (rc is None), (w, "categories", c, rc)
+            if c is not None:
+                assert [c[k] for k in ("optimizer", "w", "w_trained", "tensors", "total", "textbook",
+                                       "process_known")] == \
+                    [rc[k] for k in ("optimizer", "w_bytes", "w_trained_bytes", "tensors_bytes",
+                                     "total_bytes", "textbook_bytes", "process_known")], (w, "categories")
+                assert c["rows"] == [[x["name"], x["outside"], x["bytes"], x["textbook_bytes"],
+                                      x["difference_bytes"], x["why"]] for x in rc["rows"]], (w, "rows")
         lines = r.get("by_line") or []
         got = d.get("by_line") or []
         assert len(got) == min(len(lines), 2000), (w, len(got), len(lines))
