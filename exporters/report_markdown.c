@@ -5,7 +5,8 @@
  *
  * (allocated = max_memory_allocated, known with `record --tensors`; reserved = max_memory_reserved;
  * allocator_peaks.c says where each comes from), then per GPU the top stacks live at the peak, one
- * line each, and the top Python lines at the peak, then failed requests. With several traces, or
+ * line each, the top Python lines at the peak and (record --tensors) the "by category" table, then
+ * failed requests. With several traces, or
  * more than two GPUs in one, each GPU's tables fold into a <details> block so a pull-request
  * comment stays short. Strings from the trace are code spans (markdown.c).
  *
@@ -238,6 +239,40 @@ mt_md_report *mt_md_report_begin(size_t n_traces, const mt_report_options *opt)
     return r;
 }
 
+/* record --tensors: the text report's "by category at the peak" table, without its "why" column
+ * (a pull-request comment stays short; `memtrace report` explains each difference) */
+static void categories_table(mt_out *o, const mt_analysis *a, const mt_device_report *d)
+{
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    if (!t.known) return;
+    char b[32], n[48];
+    mt_out_printf(o, "By category at the peak, beside the textbook estimate (W = parameters%s; "
+                     "optimizer: ", t.w_trained != t.w ? ", W_t = the trained ones" : "");
+    mt_md_text(o, t.optimizer ? t.optimizer : "none seen");
+    mt_out_puts(o, "; `memtrace report` says why each differs):\n\n"
+                   "| category | at the peak | textbook | difference |\n|---|--:|--:|--:|\n");
+    for (size_t i = 0; i < t.n; i++) {
+        const mt_cat_row *r = &t.rows[i];
+        if (i && r->outside && !t.rows[i - 1].outside) {
+            mt_out_puts(o, "| **= tensors** |");
+            cell_bytes(o, 1, t.tensors);
+            mt_out_puts(o, " | |\n");
+        }
+        mt_out_puts(o, i ? "| + " : "| ");
+        mt_md_text(o, r->name);
+        mt_out_puts(o, " |");
+        cell_bytes(o, 1, r->bytes);
+        cell_bytes(o, r->has_textbook, r->textbook);
+        mt_out_printf(o, " %s |\n", mt_md_nbsp(mt_format_signed(r->difference, b, sizeof b), n, sizeof n));
+    }
+    mt_out_puts(o, t.process_known ? "| **= process total** |" : "| **= total seen** |");
+    cell_bytes(o, 1, t.measured);
+    cell_bytes(o, 1, t.textbook);
+    mt_out_printf(o, " %s |\n\n", mt_md_nbsp(mt_format_signed((int64_t)t.measured - (int64_t)t.textbook,
+                                                                b, sizeof b), n, sizeof n));
+}
+
 int mt_md_report_add(mt_md_report *r, mt_out *o, mt_analysis *a)
 {
     char label[512], root[32], t1[48];
@@ -275,6 +310,7 @@ int mt_md_report_add(mt_md_report *r, mt_out *o, mt_analysis *a)
         }
         if (d->peak_stacks.n) rc = stacks_table(o, a, d, r->top, &r->nb);
         if (rc == 0) rc = lines_table(o, a, d, r->top);
+        if (rc == 0) categories_table(o, a, d);
         if (fold) mt_out_puts(o, "</details>\n");
     }
     if (rc == 0 && a->failed_total) {

@@ -265,14 +265,6 @@ static void print_breakdown(mt_out *o, const mt_analysis *a, const mt_breakdown 
 
 /* ---- by category ---------------------------------------------------------------------------------- */
 
-static void signed_bytes(int64_t v, char *buf, size_t len)
-{
-    char b[32];
-    if (v == 0) snprintf(buf, len, "0");
-    else snprintf(buf, len, "%c%s", v < 0 ? '-' : '+',
-                  mt_format_bytes(v < 0 ? (uint64_t)-v : (uint64_t)v, b, sizeof b));
-}
-
 static int is_unit(const char *s)
 {
     return (s[0] == 'B' && (s[1] == ' ' || !s[1] || s[1] == ':' || s[1] == ',' || s[1] == ')')) ||
@@ -320,13 +312,13 @@ static void print_categories(mt_out *o, const mt_analysis *a, const mt_device_re
         const mt_cat_row *r = &t.rows[i];
         if (i && r->outside && !t.rows[i - 1].outside)
             mt_out_printf(o, "    %-24s %11s\n", "= tensors", mt_format_bytes(t.tensors, b1, sizeof b1));
-        signed_bytes(r->difference, b3, sizeof b3);
+        mt_format_signed(r->difference, b3, sizeof b3);
         mt_out_printf(o, "    %s %-22s %11s %11s %11s  ", i == 0 ? " " : "+", r->name,
                       mt_format_bytes(r->bytes, b1, sizeof b1),
                       r->has_textbook ? mt_format_bytes(r->textbook, b2, sizeof b2) : "-", b3);
         wrapped(o, r->why, 80, 66);
     }
-    signed_bytes((int64_t)t.measured - (int64_t)t.textbook, b3, sizeof b3);
+    mt_format_signed((int64_t)t.measured - (int64_t)t.textbook, b3, sizeof b3);
     mt_out_printf(o, "    = %-22s %11s %11s %11s  %s\n",
                   t.process_known ? "process total" : "total seen", mt_format_bytes(t.measured, b1, sizeof b1),
                   mt_format_bytes(t.textbook, b2, sizeof b2), b3,

@@ -54,6 +54,15 @@ void mt_namebuf_free(mt_namebuf *b)
     b->n = b->cap = 0;
 }
 
+const char *mt_format_signed(int64_t v, char *buf, size_t len)
+{
+    char b[32];
+    if (v == 0) snprintf(buf, len, "0");
+    else snprintf(buf, len, "%c%s", v < 0 ? '-' : '+',
+                  mt_format_bytes(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, b, sizeof b));
+    return buf;
+}
+
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len)
 {
     snprintf(buf, len, "+%llu.%06llu s", (unsigned long long)(ns / 1000000000ull),

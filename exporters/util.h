@@ -66,6 +66,8 @@ void mt_namebuf_free(mt_namebuf *b);
 const mt_stack_list *mt_metric_list(const mt_device_report *d, mt_folded_metric m);
 
 /* "+1.234567 s" (time since trace start). */
+/* "+18.38 MiB", "-2.00 MiB", "0": a difference as the "by category" tables print it */
+const char *mt_format_signed(int64_t v, char *buf, size_t len);
 const char *mt_format_rel(uint64_t ns, char *buf, size_t len);
 /* Where the trace lacks driver-internal allocations and CUDA arrays (CUPTI's activity records
  * were off, refused or stopped: mt_analysis.activity), the sentence that says its peaks leave them

@@ -134,7 +134,8 @@ def main():
                     "top stack at the peak"],
                    ["rank", "host", "pid", "GPUs", "peak", "tensors", "peak at", "at exit",
                     "failed", "top stack at the peak"],
-                   ["difference", "largest rank", "median rank", "stack"]],
+                   ["difference", "largest rank", "median rank", "stack"],
+                   ["category", "at the peak", "textbook", "difference"]],
         "check": [["trace", "GPU", "budget", "limit", "value", "verdict"], ["share", "bytes", "stack"]],
         "diff": [["GPU", "", "base", "new", "change"], ["change", "base", "new", "stack"],
                  ["change", "base", "new", "line"]],
@@ -187,6 +188,19 @@ def main():
                     fmt_bytes(dev["leak_bytes"]), str(dev["failed_count"])]
             if row[1:] != want:
                 problems.append("GPU row %r, the JSON report says %r" % (row[1:], want))
+            # the "by category" table: the JSON's rows, then the two sums
+            cats = dev["categories_at_peak"]
+            signed = lambda v: "0" if v == 0 else ("+" if v > 0 else "-") + fmt_bytes(abs(v))
+            want = [[("+ " if i else "") + c["name"], fmt_bytes(c["bytes"]),
+                     "—" if c["textbook_bytes"] is None else fmt_bytes(c["textbook_bytes"]),
+                     signed(c["difference_bytes"])] for i, c in enumerate(cats["rows"])]
+            k = next(i for i, c in enumerate(cats["rows"]) if c["outside"])
+            want.insert(k, ["= tensors", fmt_bytes(cats["tensors_bytes"]), "", ""])
+            want.append(["= process total", fmt_bytes(cats["total_bytes"]), fmt_bytes(cats["textbook_bytes"]),
+                         signed(cats["total_bytes"] - cats["textbook_bytes"])])
+            got = [tb["rows"] for tb in page.tables if tb["head"][0] == "category"]
+            if got != [want]:
+                problems.append("category rows %r, the JSON report says %r" % (got, want))
         if name == "report-default" and page.tables[0]["rows"][0][2] != "—":
             problems.append("allocated peak without tensors must be unknown (—)")
         if name == "diff-ranks":
