@@ -330,3 +330,45 @@ Test(names, late_symbols_redo_cached_answers)
     cr_expect(alloc);
     mt_frames_free(f);
 }
+
+/* A library's own thread (NCCL's proxy service allocating its buffers) has no frame a user wrote:
+ * it starts in libc (clone3, start_thread) and runs NCCL's code. It is named by where it entered
+ * the library, not by libc's start_thread (unsymbolized in distributions' libc: it read
+ * "libc.so.6+0x9cb84" in every DDP trace); a thread a program started itself is named by its own
+ * function, through libstdc++'s std::thread trampoline. */
+Test(names, a_library_thread_is_named_by_its_entry_not_libc)
+{
+    const mt_record recs[] = {
+        MOD(1, "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x100000, 0x200000),
+        MOD(2, "/opt/venv/nvidia/nccl/lib/libnccl.so.2", 0x200000, 0x300000),
+        MOD(3, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x300000, 0x400000),
+        MOD(4, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", 0x400000, 0x500000),
+        MOD(5, "/usr/bin/app", 0x500000, 0x600000),
+        NODE(40, 0, 0x100010, MT_FRAME_NATIVE),  /* libc: clone3 (no symbol) */
+        NODE(41, 40, 0x100020, MT_FRAME_NATIVE), /* libc: start_thread (no symbol) */
+        NODE(42, 41, 0x200010, MT_FRAME_NATIVE), /* ncclProxyService */
+        NODE(43, 42, 0x200020, MT_FRAME_NATIVE), /* ncclCuMemAlloc */
+        NODE(44, 43, 0x300010, MT_FRAME_NATIVE), /* cuMemCreate */
+        NODE(45, 41, 0x400010, MT_FRAME_NATIVE), /* libstdc++: std::thread's trampoline */
+        NODE(46, 45, 0x500010, MT_FRAME_NATIVE), /* the program's worker */
+        NODE(47, 46, 0x300010, MT_FRAME_NATIVE), /* cuMemCreate */
+        SYM(0x200010, "ncclProxyService(void*)"),
+        SYM(0x200020, "ncclCuMemAlloc(void**, unsigned long long*, unsigned long)"),
+        SYM(0x300010, "cuMemCreate"),
+        SYM(0x500010, "worker(int)"),
+    };
+    mt_frames *f = frames_of(recs, sizeof recs / sizeof *recs);
+    cr_expect_str_eq(mt_frames_first_user(f, 44, MT_NAME_SHORT), "ncclProxyService");
+    const char *names[8];
+    size_t n = mt_frames_path(f, 44, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER},
+                              names, 8);
+    cr_assert_eq(n, 2);
+    cr_expect_str_eq(names[0], "ncclProxyService");
+    cr_expect_str_eq(names[1], "NCCL");
+    cr_expect_str_eq(mt_frames_first_user(f, 47, MT_NAME_SHORT), "worker");
+    n = mt_frames_path(f, 47, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_USER},
+                       names, 8);
+    cr_assert_eq(n, 1);
+    cr_expect_str_eq(names[0], "worker");
+    mt_frames_free(f);
+}

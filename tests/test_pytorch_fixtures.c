@@ -220,6 +220,53 @@ Test(pytorch, names_and_views)
     }
 }
 
+/* DDP's ranks: NCCL's proxy thread allocates its buffers (hundreds of MiB at the peak) on a
+ * stack with no Python, no operator and no frame of the program's, rooted in libc. Its user view
+ * and first user frame are NCCL's entry into that thread, never a C-runtime frame (MT_FF_SYSTEM;
+ * before: "libc.so.6+0x9cb84", libc's start_thread unsymbolized). */
+Test(pytorch, library_threads_are_named_by_the_library)
+{
+    static const char *const ddp[] = {"ddp_rank0", "ddp_rank1"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[1024];
+        mt_analysis *a = open_trace(ddp[i], path, sizeof path);
+        if (!a) {
+            cr_skip_test("%s is not there", ddp[i]);
+            return;
+        }
+        size_t nccl_threads = 0;
+        for (size_t dv = 0; dv < a->n_devices; dv++) {
+            const mt_device_report *d = &a->devices[dv];
+            for (size_t k = 0; k < d->peak_stacks.n; k++) {
+                uint32_t leaf = d->peak_stacks.v[k].stack;
+                const char *names[512];
+                uint8_t flags[512];
+                size_t n = mt_frames_path(a->frames, leaf,
+                                          (mt_path_opts){.style = MT_NAME_SHORT,
+                                                         .filter = MT_FRAMES_USER, .flags = flags},
+                                          names, 512);
+                int python = 0;
+                for (size_t f = 0; f < n && f < 512; f++) {
+                    cr_expect(!(flags[f] & MT_FF_SYSTEM), "%s: a C-runtime frame in the user view: %s",
+                              ddp[i], names[f]);
+                    python |= (flags[f] & (MT_FF_PYTHON | MT_FF_PSEUDO)) != 0;
+                }
+                const char *fu = mt_frames_first_user(a->frames, leaf, MT_NAME_SHORT);
+                cr_expect(strncmp(fu, "libc", 4) != 0 && strncmp(fu, "libstdc++", 9) != 0,
+                          "%s: first user frame %s", ddp[i], fu);
+                if (!python && strcmp(mt_frames_owner(a->frames, leaf, NULL), "NCCL") == 0) {
+                    nccl_threads++;
+                    cr_expect(strncmp(fu, "nccl", 4) == 0, "%s: NCCL's thread named %s", ddp[i], fu);
+                    cr_expect(n == 2 && strcmp(names[0], fu) == 0, "%s: its user view %s ...",
+                              ddp[i], n ? names[0] : "(none)");
+                }
+            }
+        }
+        cr_expect_gt(nccl_threads, 0, "%s: NCCL's proxy thread among the peak's stacks", ddp[i]);
+        mt_analysis_free(a);
+    }
+}
+
 /* PyTorch's caching allocator keeps its segments until exit: never a leak; nor are cuBLAS's
  * workspaces (in tensor mode served by PyTorch's allocator) or driver-internal buffers. */
 Test(pytorch, live_at_the_end_is_not_a_leak)

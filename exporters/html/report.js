@@ -91,6 +91,22 @@
     return e;
   }
 
+  /* a card of the page: <section class="card" id=VIEW data-view=VIEW>, its heading (the title, and
+   * beside it a muted note: a text, or an element the caller fills later), then the rest */
+  function cardSection(view, data, title, note, ...kids) {
+    return el(
+      'section',
+      { class: 'card', id: view, dataset: { view, ...data } },
+      el(
+        'h2',
+        null,
+        title + ' ',
+        note != null && note.nodeType ? note : el('span', { class: 'sub', text: note }),
+      ),
+      ...kids,
+    );
+  }
+
   const tooltip = document.getElementById('tooltip');
   function showTip(ev, content) {
     tooltip.replaceChildren(content);
@@ -444,22 +460,14 @@
       );
     }
     const what = ranked ? 'Ranks' : 'Traces';
-    return el(
-      'section',
-      { class: 'card', id: 'traces', dataset: { view: 'traces', rows: rows.length } },
-      el(
-        'h2',
-        null,
-        what + ' ',
-        el('span', {
-          class: 'sub',
-          text:
-            TRACES.length +
-            ' traces' +
-            (world > 0 ? ' (world size ' + world + ')' : '') +
-            "; peaks on each one's GPU with the largest, times on one wall clock (UTC); click one to look at it",
-        }),
-      ),
+    return cardSection(
+      'traces',
+      { rows: rows.length },
+      what,
+      TRACES.length +
+        ' traces' +
+        (world > 0 ? ' (world size ' + world + ')' : '') +
+        "; peaks on each one's GPU with the largest, times on one wall clock (UTC); click one to look at it",
       el(
         'table',
         { id: 'rank-table' },
@@ -678,15 +686,11 @@
           (D.name || D.root) + '; the peak is ' + fmtPct(D.peak / D.capacity) + ' of it',
         ),
       );
-    return el(
-      'section',
-      { class: 'card', id: 'summary', dataset: { view: 'summary', rendered: '1' } },
-      el(
-        'h2',
-        null,
-        D.root + ' ',
-        el('span', { class: 'sub', text: D.is_host ? 'host memory: pinned and registered' : D.name || '' }),
-      ),
+    return cardSection(
+      'summary',
+      { rendered: '1' },
+      D.root,
+      D.is_host ? 'host memory: pinned and registered' : D.name || '',
       el('div', { class: 'cards' }, cards),
     );
   }
@@ -813,10 +817,11 @@
         ' spans memtrace kept, or a failed request); drag to zoom, double-click to zoom out. ',
       zoomNote,
     );
-    const sec = el(
-      'section',
-      { class: 'card', id: 'timeline', dataset: { view: 'timeline' } },
-      el('h2', null, 'Memory in use over time ', el('span', { class: 'sub', text: D.root })),
+    const sec = cardSection(
+      'timeline',
+      null,
+      'Memory in use over time',
+      D.root,
       legend,
       host,
       note,
@@ -1671,10 +1676,11 @@
     const matched = el('span', { class: 'sub' });
     const host = el('div', { class: 'plot flame' });
     const title = el('span', { class: 'sub' });
-    const sec = el(
-      'section',
-      { class: 'card', id: 'flame', dataset: { view: 'flame' } },
-      el('h2', null, 'Flame graph ', title),
+    const sec = cardSection(
+      'flame',
+      null,
+      'Flame graph',
+      title,
       el('div', { class: 'controls' }, src, frames, search, reset, matched),
       host,
       el('div', {
@@ -2066,18 +2072,11 @@
   function breakdownSection() {
     const D = curDevice();
     if (D.is_host || !D.breakdown) return null;
-    return el(
-      'section',
-      { class: 'card', id: 'breakdown', dataset: { view: 'breakdown', rendered: '1' } },
-      el(
-        'h2',
-        null,
-        'Where the memory is ',
-        el('span', {
-          class: 'sub',
-          text: "nvidia-smi's number = the CUDA context and driver + the allocator's reservation (tensors and cache) + other libraries' own allocations",
-        }),
-      ),
+    return cardSection(
+      'breakdown',
+      { rendered: '1' },
+      'Where the memory is',
+      "nvidia-smi's number = the CUDA context and driver + the allocator's reservation (tensors and cache) + other libraries' own allocations",
       el(
         'div',
         { class: 'bd' },
@@ -2194,24 +2193,16 @@
       ),
     );
     const trained = C.w_trained !== C.w;
-    return el(
-      'section',
-      { class: 'card', id: 'categories', dataset: { view: 'categories', rendered: '1' } },
-      el(
-        'h2',
-        null,
-        'By category at the peak, beside the textbook estimate ',
-        el('span', {
-          class: 'sub',
-          text:
-            'W = parameters ' +
-            fmtBytes(C.w) +
-            (trained ? ', W_t = the trained ones ' + fmtBytes(C.w_trained) : '') +
-            '; optimizer: ' +
-            (C.optimizer || 'none seen') +
-            '; the textbook: W + gradients + optimizer state + activations + the CUDA context',
-        }),
-      ),
+    return cardSection(
+      'categories',
+      { rendered: '1' },
+      'By category at the peak, beside the textbook estimate',
+      'W = parameters ' +
+        fmtBytes(C.w) +
+        (trained ? ', W_t = the trained ones ' + fmtBytes(C.w_trained) : '') +
+        '; optimizer: ' +
+        (C.optimizer || 'none seen') +
+        '; the textbook: W + gradients + optimizer state + activations + the CUDA context',
       bar('measured', rows.map((r) => ({ name: r.name, outside: r.outside, v: r.bytes }))),
       bar(
         'textbook',
@@ -2312,22 +2303,11 @@
     fill();
     const found = D.by_line.filter((r) => r.source != null).length;
     const changed = D.by_line.filter((r) => r.source_modified_after_recording).length;
-    return el(
-      'section',
-      {
-        class: 'card',
-        id: 'byline',
-        dataset: { view: 'byline', rows: D.by_line.length, sources: found, rendered: '1' },
-      },
-      el(
-        'h2',
-        null,
-        'By Python line ',
-        el('span', {
-          class: 'sub',
-          text: 'each allocation counted at the innermost Python frame of its stack',
-        }),
-      ),
+    return cardSection(
+      'byline',
+      { rows: D.by_line.length, sources: found, rendered: '1' },
+      'By Python line',
+      'each allocation counted at the innermost Python frame of its stack',
       el('div', { class: 'scroll' }, el('table', null, thead, tbody)),
       el('div', {
         class: 'note',
@@ -2382,18 +2362,11 @@
       T.failed_total > T.failed.length
         ? ' (' + T.failed.length + ' of ' + T.failed_total + ' kept with what was live)'
         : '';
-    return el(
-      'section',
-      { class: 'card', id: 'failed', dataset: { view: 'failed', rows: rows.length, rendered: '1' } },
-      el(
-        'h2',
-        null,
-        'Failed requests ',
-        el('span', {
-          class: 'sub',
-          text: D.failed_count + ' on ' + D.root + more + '; click one for what was live then',
-        }),
-      ),
+    return cardSection(
+      'failed',
+      { rows: rows.length, rendered: '1' },
+      'Failed requests',
+      D.failed_count + ' on ' + D.root + more + '; click one for what was live then',
       el(
         'table',
         null,
@@ -2435,22 +2408,14 @@
         }),
       ),
     );
-    return el(
-      'section',
-      { class: 'card', id: 'end', dataset: { view: 'end', rows: rows.length, rendered: '1' } },
-      el(
-        'h2',
-        null,
-        'Live at the end ',
-        el('span', {
-          class: 'sub',
-          text:
-            fmtBytes(D.end_bytes) +
-            ' in ' +
-            fmtInt(D.end_count) +
-            ' allocations, by who holds it (the flame graph shows them by stack)',
-        }),
-      ),
+    return cardSection(
+      'end',
+      { rows: rows.length, rendered: '1' },
+      'Live at the end',
+      fmtBytes(D.end_bytes) +
+        ' in ' +
+        fmtInt(D.end_count) +
+        ' allocations, by who holds it (the flame graph shows them by stack)',
       rows.length
         ? el('table', null, el('tbody', null, rows))
         : el('p', { class: 'empty', text: 'Nothing.' }),

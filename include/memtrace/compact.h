@@ -66,6 +66,8 @@ enum {
                              (libcublas*, libcudnn*, libnccl*, ...) */
     MT_FF_ROLE = 1u << 6, /* user view: a name that stands for frames (an ATen operator, an
                              autograd node, the allocating library), not a frame of the stack */
+    MT_FF_SYSTEM = 1u << 7, /* a native frame in the C/C++ runtime (libc, the dynamic loader,
+                               libstdc++, libgcc_s): where threads start; never a user's frame */
 };
 
 /* A Python frame of the program's own code: not an installed package's nor the standard
@@ -135,7 +137,9 @@ const char *mt_frames_owner(mt_frames *f, uint32_t leaf, int *is_allocator);
 /* The frame that names an allocation, never an allocator or CUDA frame: the innermost Python
  * frame; else the autograd node ("ConvolutionBackward0") or, without one, the outermost ATen
  * operator ("aten::linear"); else the innermost native frame outside the CUDA stack, NVIDIA's
- * libraries and the allocators; else the innermost frame. Owned by f. */
+ * libraries, the C/C++ runtime and the allocators; else where the thread entered a library (the
+ * outermost frame outside the C runtime and the CUDA stack: "ncclProxyService"); else the
+ * innermost frame. Owned by f. */
 const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style style);
 /* Where the program's own code asked: the innermost Python frame outside installed packages and
  * the standard library (mt_ff_own_python); else mt_frames_first_user. Short names, owned by f. */

@@ -369,14 +369,25 @@ static size_t both_paths(mt_frames *f, mt_view_cache *v, uint32_t leaf, mt_name_
     }
 }
 
-/* A native frame a user could have written: not the CUDA stack, not NVIDIA's libraries, not an
- * allocator or library that the rules recognise. */
+/* A native frame a user could have written: not the CUDA stack, not NVIDIA's libraries, not the
+ * C/C++ runtime, not an allocator or library that the rules recognise. */
 static int user_native(mt_view_cache *v, size_t k)
 {
     const char *user;
-    if (!(v->flg[k] & MT_FF_NATIVE) || (v->flg[k] & (MT_FF_CUDA | MT_FF_LIB))) return 0;
+    if (!(v->flg[k] & MT_FF_NATIVE) || (v->flg[k] & (MT_FF_CUDA | MT_FF_LIB | MT_FF_SYSTEM)))
+        return 0;
     mt_frame_role r = role(v, v->lng[k], &user);
     return r != MT_ROLE_LIBRARY && r != MT_ROLE_ALLOCATOR;
+}
+
+/* A stack with no frame of the user's (a library's own thread: NCCL's proxy service): the
+ * outermost frame outside the C runtime and the CUDA stack, the thread's entry into the library
+ * ("ncclProxyService (proxy.cc:1721)"). n when there is none. */
+static size_t thread_entry(const mt_view_cache *v, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if ((v->flg[k] & MT_FF_NATIVE) && !(v->flg[k] & (MT_FF_CUDA | MT_FF_SYSTEM))) return k;
+    return n;
 }
 
 size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, const char **out,
@@ -439,11 +450,11 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
     END_RUN();
 #undef END_RUN
     if (!meaningful) { /* no Python and no operator: the first native frame a user wrote */
-        for (size_t k = n; k-- > 0;)
-            if (user_native(v, k)) {
-                EMIT(v->shw[k], v->flg[k]);
-                break;
-            }
+        size_t k = n;
+        while (k-- > 0 && !user_native(v, k)) {
+        }
+        if (k == (size_t)-1) k = thread_entry(v, n); /* none: where the thread entered a library */
+        if (k < n) EMIT(v->shw[k], v->flg[k]);
     }
     if (lib) EMIT(lib, MT_FF_NATIVE | MT_FF_ROLE | MT_FF_LIB);
 #undef EMIT
@@ -471,7 +482,8 @@ const char *mt_frames_first_user(mt_frames *f, uint32_t leaf, mt_name_style styl
     if (!pick) pick = node ? node : op;
     for (size_t k = n; k-- > 0 && !pick;)
         if (user_native(v, k)) pick = v->shw[k];
-    if (!pick) pick = v->shw[n - 1];
+    size_t entry = pick ? n : thread_entry(v, n);
+    if (!pick) pick = v->shw[entry < n ? entry : n - 1];
     if ((c = mt_u64map_upsert(&v->first[style], leaf))) c->a = (uint64_t)(uintptr_t)pick;
     return pick;
 }

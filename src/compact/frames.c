@@ -46,6 +46,7 @@ typedef struct node {
     uint64_t ip;
     uint8_t is_cuda;                     /* native frame inside a CUDA-stack module */
     uint8_t is_vendor;                   /* native frame inside an NVIDIA library (cuBLAS...) */
+    uint8_t is_system;                   /* native frame inside the C/C++ runtime (libc...) */
     uint64_t name_hash[MT_NAME_STYLES_]; /* of its kind and names per style, 0 until asked */
     const char *mod_base; /* a native frame's names were built with this module (its base name, */
     uint64_t mod_bias;    /* owned by the module: never moves), or none (NULL) */
@@ -57,7 +58,7 @@ typedef struct module {
     uint32_t id;
     uint64_t bias, start, end;
     char *base; /* basename of path */
-    int is_cuda, is_vendor;
+    int is_cuda, is_vendor, is_system;
 } module;
 
 typedef struct symbol {
@@ -154,6 +155,17 @@ static int is_vendor_module(const char *base)
     return has_prefix(base, prefixes, sizeof prefixes / sizeof *prefixes);
 }
 
+/* The C and C++ runtime (MT_FF_SYSTEM): where every thread starts (clone3, start_thread,
+ * std::thread's trampoline, __libc_start_main) and callbacks pass through. Never a user's frame:
+ * a NCCL proxy thread's stack is rooted in libc, and naming it after libc's start_thread
+ * ("libc.so.6+0x9cb84") told a user nothing. */
+static int is_system_module(const char *base)
+{
+    static const char *const prefixes[] = {"libc.so", "libc-", "libpthread", "ld-linux", "ld64.so",
+                                           "libstdc++", "libgcc_s", "libc++"};
+    return has_prefix(base, prefixes, sizeof prefixes / sizeof *prefixes);
+}
+
 static void forget_names(mt_frames *f);
 
 int mt_frames_add(mt_frames *f, const mt_record *r)
@@ -188,6 +200,7 @@ int mt_frames_add(mt_frames *f, const mt_record *r)
         if (!m->base) return -1;
         m->is_cuda = is_cuda_module(m->base);
         m->is_vendor = is_vendor_module(m->base);
+        m->is_system = is_system_module(m->base);
         f->n_mods++;
         f->mods_sorted = 0;
         return 1;
@@ -453,6 +466,7 @@ static int build_node_names(mt_frames *f, uint32_t id, mt_name_style style)
         const module *m = module_of(f, n->ip);
         n->is_cuda = m && m->is_cuda;
         n->is_vendor = m && m->is_vendor;
+        n->is_system = m && m->is_system;
         n->mod_base = m ? m->base : NULL;
         n->mod_bias = m ? m->bias : 0;
         if (!named && rc == 0) {
@@ -514,7 +528,8 @@ static uint8_t frame_flags(mt_frames *f, const node *n)
 {
     if (n->kind == MT_FRAME_PSEUDO) return MT_FF_PSEUDO;
     if (n->kind == MT_FRAME_NATIVE)
-        return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0) | (n->is_vendor ? MT_FF_LIB : 0);
+        return MT_FF_NATIVE | (n->is_cuda ? MT_FF_CUDA : 0) | (n->is_vendor ? MT_FF_LIB : 0) |
+               (n->is_system ? MT_FF_SYSTEM : 0);
     const char *file = NULL;
     mt_frames_pycode(f, MT_PY_IP_CODE(n->ip), &file, NULL);
     return MT_FF_PYTHON | (file && is_library_python(file) ? MT_FF_PYLIB : 0);
