@@ -12,6 +12,22 @@ import os
 import torch
 
 
+def block_bytes(tensors):
+    """The caching allocator's blocks under these tensors' storages, each counted once (tied
+    weights share one), from torch.cuda.memory_snapshot(): what a trace counts for them, a multiple
+    of 512 bytes and sometimes more than numel * element_size (a whole block rather than a small
+    remainder). Tensors not in a block of the snapshot (not on a GPU) count nothing."""
+    sizes = {}
+    for seg in torch.cuda.memory_snapshot():
+        at = seg["address"]
+        for b in seg["blocks"]:  # in address order, from the segment's start
+            if b["state"] == "active_allocated":
+                sizes[b.get("address", at)] = b["size"]
+            at += b["size"]
+    seen = {t.untyped_storage().data_ptr() for t in tensors if t.is_cuda}
+    return sum(sizes.get(p, 0) for p in seen)
+
+
 def write(**extra):
     path = os.environ.get("SAMPLE_STATS")
     if not path:

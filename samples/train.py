@@ -1,11 +1,14 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|vit_b_16|gpt2 [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
+    python train.py --model resnet18|vit_b_16|gpt2|fasterrcnn [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
                     [--amp] [--compile] [--ab K] [--record-history]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
 vit_b_16 the same with torchvision's ViT-B/16.
+fasterrcnn: torchvision's fasterrcnn_mobilenet_v3_large_320_fpn(num_classes=91), no weights, in
+          training mode (its losses summed), batch 4 of 320x320 images with 4 random boxes each:
+          detection's tensors change size from step to step (NMS, the proposals).
 gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
           n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
 --amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
@@ -27,7 +30,8 @@ stdout is the same in every run. What the GPU checks compare with a trace goes t
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
 memory measured from the live objects at the end: parameter bytes (sum of numel*element_size),
 gradient bytes (parameters with a .grad), optimizer state bytes (tensors in optimizer.state on
-the GPU). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab;
+the GPU), and the caching allocator's blocks under the parameters and buffers (param_block_bytes,
+from torch.cuda.memory_snapshot(): what a trace counts). --ab K alternates K-step phases with memtrace paused and recording (as cifar.py --ab;
 with --ab-what history PyTorch's own _record_memory_history(stacks="python") instead; with none,
 nothing: an A/A control) and adds ab_off_ms, ab_on_ms, ab_overhead_pct (median over on-phases of
 on / the mean of the off-phases either side - 1: a steady drift cancels), ab_pairs, ab_order;
@@ -60,6 +64,19 @@ def build(model, batch, dev, use_cache=True):
         net = GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
         return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
+    if model == "fasterrcnn":
+        # torchvision's detection training: a list of images and of targets in, a dict of losses
+        # out; NMS and the proposal sampler make tensors whose sizes change from step to step
+        import torchvision
+        net = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, num_classes=91).to(dev)
+        images = [torch.rand(3, 320, 320, device=dev) for _ in range(batch)]
+        targets = []
+        for _ in range(batch):
+            xy = torch.rand(4, 2, device=dev) * 200
+            targets.append({"boxes": torch.cat([xy, xy + 10 + torch.rand(4, 2, device=dev) * 100], 1),
+                            "labels": torch.randint(1, 91, (4,), device=dev)})
+        return net, lambda m: sum(m(images, targets).values())
     raise SystemExit(f"unknown model {model}")
 
 
@@ -124,7 +141,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    batch = args.batch or (8 if args.model == "gpt2" else 32)
+    batch = args.batch or {"gpt2": 8, "fasterrcnn": 4}.get(args.model, 32)
     net, loss_of = build(args.model, batch, dev,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
@@ -213,6 +230,9 @@ def main():
     # the textbook quantities, measured on the live objects (issue 18's oracles)
     params = list(net.parameters())
     extra["param_bytes"] = sum(tensor_bytes(p) for p in params)
+    # the allocator's blocks of the parameters and the modules' buffers: the report's parameters
+    # row (W, "module buffers such as BatchNorm's statistics included"), to the byte
+    extra["param_block_bytes"] = mt_stats.block_bytes(params + list(net.buffers()))
     extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad)  # .grad: same shape/dtype
     extra["optimizer_state_bytes"] = sum(tensor_bytes(v) for s in opt.state.values()
                                          for v in s.values()

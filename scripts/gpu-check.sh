@@ -654,6 +654,13 @@ categories_run gpt2_lora_t "$S/train.py --steps 5 --model gpt2 --lora 8" --fine-
 categories_run resnet_sgd0_t "$S/train.py --model resnet18 --optim sgd0 --steps 5"
 categories_run gan_t "$S/gan.py" --other 512
 categories_run gpt2_ckpt_re_t "$S/train.py --model gpt2 --steps 5 --checkpointing --reentrant"
+# Detection (torchvision's Faster R-CNN, MobileNetV3 backbone): lists of images and targets, a dict
+# of losses, torchvision's own operators (NMS, RoIAlign) and tensors whose sizes change each step.
+# Its parameters row is the allocator's blocks of 192 parameters and 138 buffers (BatchNorm's
+# statistics), 1.58% over PyTorch's numel * element size of the parameters: the blocks say it to
+# the byte. "other": the targets' boxes, made
+# with torch.cat outside any module (4 x 512 B), and the losses' sum (512 B), as the GAN's
+categories_run detection_t "$S/train.py --model fasterrcnn --steps 6" --other 2560
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
