@@ -594,6 +594,57 @@ Test(categories, gpu_fixtures_match_pytorch)
     }
 }
 
+/* |got - want| within what pairing by size cannot tell apart: the bytes by which paired blocks
+ * differ from their parameters', plus 512 a tensor (PyTorch counts numel * element_size) */
+static int within_fit_slack(uint64_t got, double want, const mt_category_fit *f)
+{
+    double slack = (double)(f->larger + f->smaller + 512 * f->n_paired);
+    return fabs((double)got - want) <= slack;
+}
+
+/* A detection model (torchvision's Faster R-CNN, MobileNetV3-Large 320 FPN, trained with AdamW):
+ * lists of images and boxes, a dict of losses, NMS and RoIAlign, tensors whose sizes change each
+ * step. Its parameters row is the caching allocator's blocks of its 192 parameters and 138
+ * buffers (param_block_bytes, from torch.cuda.memory_snapshot() in the traced run) to the byte,
+ * 1.58% over PyTorch's numel * element_size of the parameters; gradients and state are
+ * PyTorch's within the pairing's slack, every one paired; full training keeps W (the buffers
+ * without a gradient weigh less than the fit's larger block). "other": the targets' boxes, made
+ * with torch.cat outside any module, and the losses' sum. */
+Test(categories, gpu_detection_model)
+{
+    char path[1024];
+    fixture_path("detection_tensors", path, sizeof path);
+    double blocks = stat_of("detection_tensors", "param_block_bytes");
+    double grads = stat_of("detection_tensors", "grad_bytes");
+    double state = stat_of("detection_tensors", "optimizer_state_bytes");
+    double max_alloc = stat_of("detection_tensors", "max_allocated");
+    cr_assert(blocks > 0 && grads > 0 && state > 0 && max_alloc > 0, "its .json");
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->categories_known);
+    uint64_t k = 0;
+    cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW");
+    const uint64_t *c = d->by_category_at_peak;
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
+    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
+    cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks, "parameters %llu, the allocator's blocks %.0f",
+                 (unsigned long long)c[MT_CAT_PARAMETERS], blocks);
+    const mt_category_fit *fs = &d->fit_at_peak[1], *fg = &d->fit_after_backward[0];
+    cr_expect(within_fit_slack(fs->paired, state, fs), "state paired %llu vs %.0f",
+              (unsigned long long)fs->paired, state);
+    cr_expect_eq(fs->n_unpaired, 0, "every state tensor mirrors a parameter");
+    cr_assert(d->after_backward_known);
+    cr_expect(within_fit_slack(fg->paired, grads, fg), "gradients paired %llu vs %.0f",
+              (unsigned long long)fg->paired, grads);
+    cr_expect_eq(fg->n_unpaired, 0, "no gradient the size of no parameter");
+    cr_expect_leq(c[MT_CAT_OTHER], 2560, "other: %llu", (unsigned long long)c[MT_CAT_OTHER]);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    cr_expect_eq(t.w_trained, t.w, "full training: W_t is W");
+    mt_analysis_free(a);
+}
+
 /* GPT-2's peak is at the end of its forward pass: no gradient exists then (zero_grad set them
  * to None), activations are most of the peak. AdamW's state in bf16 autocast is exactly 2W. */
 Test(categories, gpt2_peak_in_forward)

@@ -113,6 +113,26 @@ Test(names, roles)
                                   "std::allocator<at::Tensor> >&&)", user, sizeof user),
                  MT_ROLE_AUTOGRAD_NODE);
     cr_expect_str_eq(user, "AccumulateGrad");
+    /* a C++ autograd function (torchvision's RoIAlign, recorded on an H200: detection_tensors):
+     * its backward node is named after the function, as PyTorch names a Python function's; its
+     * forward, Function<T>::apply, runs in the forward pass and is no node at all */
+    cr_expect_eq(mt_frame_role_of("torch::autograd::CppNode<vision::ops::(anonymous namespace)::"
+                                  "ROIAlignFunction>::apply(std::vector<at::Tensor, std::allocator"
+                                  "<at::Tensor> >&&)", user, sizeof user),
+                 MT_ROLE_AUTOGRAD_NODE);
+    cr_expect_str_eq(user, "ROIAlignFunctionBackward");
+    cr_expect_eq(mt_frame_role_of("std::enable_if<is_same_v<vision::ops::(anonymous namespace)::"
+                                  "ROIAlignFunction, vision::ops::(anonymous namespace)::"
+                                  "ROIAlignFunction>, decltype (vision::ops::(anonymous namespace)::"
+                                  "ROIAlignFunction::forward(decltype(nullptr), (declval<at::Tensor "
+                                  "const&>)()))>::type torch::autograd::Function<vision::ops::"
+                                  "(anonymous namespace)::ROIAlignFunction>::apply<vision::ops::"
+                                  "(anonymous namespace)::ROIAlignFunction, at::Tensor const&>(at::"
+                                  "Tensor const&)", user, sizeof user),
+                 MT_ROLE_PLAIN);
+    cr_expect_eq(mt_frame_role_of("torch::autograd::CppNode::apply", user, sizeof user),
+                 MT_ROLE_AUTOGRAD_NODE, "a short name: no template argument to name it by");
+    cr_expect_str_eq(user, "CppNode");
     cr_expect_eq(mt_frame_role_of("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::"
                                   "alloc_block(c10::cuda::CUDACachingAllocator::Native::(anonymous "
                                   "namespace)::AllocParams&, bool)", user, sizeof user),

@@ -230,6 +230,29 @@ static const char *component_before_apply(const char *s, size_t *len)
     return s + start;
 }
 
+/* A C++ autograd function's backward node, torch::autograd::CppNode<T>::apply: T's own name, the
+ * last component of the template argument ("ROIAlignFunction" in CppNode<vision::ops::(anonymous
+ * namespace)::ROIAlignFunction>), or NULL when the long name does not hold it (names of the
+ * short style have no template arguments). */
+static const char *cpp_node_function(const char *fn, size_t *len)
+{
+    static const char prefix[] = "torch::autograd::CppNode<";
+    const char *at = strstr(fn, prefix);
+    if (!at) return NULL;
+    const char *start = at + sizeof prefix - 1, *last = start;
+    int depth = 0;
+    for (const char *p = start; *p; p++) {
+        if (*p == '<' || *p == '(') depth++;
+        else if ((*p == '>' || *p == ')') && depth > 0) depth--;
+        else if (*p == '>') { /* the argument's end */
+            if (p == last) return NULL;
+            *len = (size_t)(p - last);
+            return last;
+        } else if (*p == ':' && p[1] == ':' && depth == 0) last = p + 2;
+    }
+    return NULL;
+}
+
 mt_frame_role mt_frame_role_of(const char *fn, char *user, size_t cap)
 {
     if (cap) user[0] = 0;
@@ -244,11 +267,22 @@ mt_frame_role mt_frame_role_of(const char *fn, char *user, size_t cap)
             return MT_ROLE_ATEN;
         }
     }
-    /* torch::autograd::generated::ConvolutionBackward0::apply, torch::autograd::AccumulateGrad::apply */
+    /* torch::autograd::generated::ConvolutionBackward0::apply, torch::autograd::AccumulateGrad::apply;
+     * a C++ autograd function's backward, CppNode<ROIAlignFunction>::apply, named as PyTorch names
+     * a Python one's ("ROIAlignFunctionBackward"). Not Node::apply, nor Function<T>::apply: that is
+     * the function's forward, called from the forward pass (it read "Function" as if it were a
+     * node of the backward pass). */
     if (strncmp(shortn, "torch::autograd::", 17) == 0) {
         size_t len;
         const char *node = component_before_apply(shortn, &len);
-        if (node && strncmp(node, "Node", len) != 0) {
+        if (node && len == 7 && strncmp(node, "CppNode", 7) == 0) {
+            const char *fun = cpp_node_function(fn, &len);
+            if (fun) snprintf(user, cap, "%.*sBackward", (int)len, fun);
+            else snprintf(user, cap, "CppNode");
+            return MT_ROLE_AUTOGRAD_NODE;
+        }
+        if (node && !(len == 4 && strncmp(node, "Node", 4) == 0) &&
+            !(len == 8 && strncmp(node, "Function", 8) == 0)) {
             snprintf(user, cap, "%.*s", (int)len, node);
             return MT_ROLE_AUTOGRAD_NODE;
         }
