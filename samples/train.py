@@ -1,11 +1,14 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|vit_b_16|gpt2|fasterrcnn [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
+    python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
                     [--amp] [--compile] [--ab K] [--record-history]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
 vit_b_16 the same with torchvision's ViT-B/16.
+bert:     transformers BertForMaskedLM(BertConfig(4 layers, 512 wide, 8 heads)), batch 8 of 256.
+lstm:     an embedding, a 2-layer cuDNN LSTM (512) and a linear decoder over 10 000 words, batch
+          32 of 64 tokens.
 fasterrcnn: torchvision's fasterrcnn_mobilenet_v3_large_320_fpn(num_classes=91), no weights, in
           training mode (its losses summed), batch 4 of 320x320 images with 4 random boxes each:
           detection's tensors change size from step to step (NMS, the proposals).
@@ -64,6 +67,30 @@ def build(model, batch, dev, use_cache=True):
         net = GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
         return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
+    if model == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+        cfg = BertConfig(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+                         intermediate_size=2048, vocab_size=30522, max_position_embeddings=256)
+        net = BertForMaskedLM(cfg).to(dev)
+        ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
+        return net, lambda m: m(input_ids=ids, labels=ids).loss
+    if model == "lstm":
+        # a word-level language model: cuDNN's LSTM keeps its weights in one flat buffer (the
+        # parameters are views of it) and its backward returns their gradients the same way
+        class LM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(10000, 512)
+                self.rnn = torch.nn.LSTM(512, 512, num_layers=2, batch_first=True)
+                self.out = torch.nn.Linear(512, 10000)
+
+            def forward(self, x):
+                return self.out(self.rnn(self.emb(x))[0])
+
+        net = LM().to(dev)
+        ids = torch.randint(0, 10000, (batch, 65), device=dev)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        return net, lambda m: loss_fn(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
     if model == "fasterrcnn":
         # torchvision's detection training: a list of images and of targets in, a dict of losses
         # out; NMS and the proposal sampler make tensors whose sizes change from step to step
@@ -141,7 +168,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    batch = args.batch or {"gpt2": 8, "fasterrcnn": 4}.get(args.model, 32)
+    batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4}.get(args.model, 32)
     net, loss_of = build(args.model, batch, dev,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed

@@ -26,6 +26,11 @@ PyTorch's sums, each within what the pairing by size cannot tell apart: the byte
 blocks differ (larger, smaller) plus 512 a tensor (PyTorch counts numel*element_size, the trace
 blocks of 512). The state's textbook must be its copies times W_t.
 
+--views (samples/train.py --model lstm: cuDNN keeps an LSTM's weights as views of one flat block):
+the state tensors, one per view, are the size of no parameter; paired and unpaired together must
+be PyTorch's state, the unpaired ones within the blocks' rounding of the parameter blocks left,
+and the table's state line must say that they go together.
+
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
 outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD without momentum),
 the table's state line must be 0 with a textbook of 0."""
@@ -38,6 +43,7 @@ def main():
     args = sys.argv[3:]
     other_ok = int(args[args.index("--other") + 1]) if "--other" in args else (4096 if framework else 0)
     fine_tune = "--fine-tune" in sys.argv[3:]
+    views = "--views" in sys.argv[3:]
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -80,6 +86,18 @@ def main():
         if srow["textbook_bytes"] != cat["optimizer_state_in_w"] * wt:
             errs.append(f"the state's textbook {srow['textbook_bytes']} is not "
                         f"{cat['optimizer_state_in_w']} x W_t")
+    elif views:  # state tensors of views: paired or not, all of them against PyTorch's state
+        within_slack("optimizer state (paired and not)",
+                     state.get("paired_bytes", 0) + state.get("unpaired_bytes", 0),
+                     st["optimizer_state_bytes"], state)
+        apart = abs(state.get("unpaired_bytes", 0) - state.get("parameters_left_bytes", 0))
+        if apart > 512 * state.get("unpaired_count", 0) + (2 << 20) * state.get("parameters_left_count", 0):
+            errs.append(f"the state's unpaired tensors are {apart} bytes from the parameters left")
+        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
+        if "views of one block" not in srow["why"]:
+            errs.append("the state's line does not pair the views with their block: " + srow["why"])
+        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
+                     st["grad_bytes"], grads)
     else:
         within_slack("optimizer state (paired)", state.get("paired_bytes", 0),
                      st["optimizer_state_bytes"], state)
@@ -88,6 +106,8 @@ def main():
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
+            continue
+        if views and what == "optimizer state":
             continue
         if f.get("unpaired_count", 1):
             errs.append(f"{what}: {f.get('unpaired_count')} tensors paired with no parameter")

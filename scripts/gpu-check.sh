@@ -661,6 +661,10 @@ categories_run gpt2_ckpt_re_t "$S/train.py --model gpt2 --steps 5 --checkpointin
 # the byte. "other": the targets' boxes, made
 # with torch.cat outside any module (4 x 512 B), and the losses' sum (512 B), as the GAN's
 categories_run detection_t "$S/train.py --model fasterrcnn --steps 6" --other 2560
+# A BERT-like masked LM (transformers), and a cuDNN LSTM language model: flatten_parameters()
+# keeps the LSTM's 8 weights as views of one block, and Adam's state holds a tensor per view
+categories_run bert_t "$S/train.py --model bert --steps 5"
+categories_run lstm_t "$S/train.py --model lstm --steps 5" --views
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's

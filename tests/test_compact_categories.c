@@ -553,7 +553,8 @@ Test(categories, gpu_fixtures_match_pytorch)
 {
     static const char *const names[] = {"gpt2_tensors",      "gpt2_amp_tensors",
                                         "resnet18_tensors",  "resnet18_compile_tensors",
-                                        "gpt2_ckpt_tensors", "gpt2_ckpt_reentrant_tensors"};
+                                        "gpt2_ckpt_tensors", "gpt2_ckpt_reentrant_tensors",
+                                        "bert_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[1024];
         fixture_path(names[i], path, sizeof path);
@@ -642,6 +643,47 @@ Test(categories, gpu_detection_model)
     mt_cat_table t;
     mt_category_table(a, d, &t);
     cr_expect_eq(t.w_trained, t.w, "full training: W_t is W");
+    mt_analysis_free(a);
+}
+
+/* A cuDNN LSTM language model (H200, train.py --model lstm): flatten_parameters() keeps the
+ * LSTM's 8 weights as views of one 16 MiB block, and Adam's state holds a tensor per view. By size
+ * the 16 state tensors mirror no parameter and the flat block (x2 copies) has no state; their
+ * bytes agree within the blocks' rounding, and the state line says they go together. The
+ * parameters row is the allocator's blocks to the byte, the state PyTorch's within the slack. */
+Test(categories, gpu_rnn_flat_weights)
+{
+    char path[1024];
+    fixture_path("lstm_tensors", path, sizeof path);
+    double blocks = stat_of("lstm_tensors", "param_block_bytes");
+    double state = stat_of("lstm_tensors", "optimizer_state_bytes");
+    double grads = stat_of("lstm_tensors", "grad_bytes");
+    double max_alloc = stat_of("lstm_tensors", "max_allocated");
+    cr_assert(blocks > 0 && state > 0 && grads > 0 && max_alloc > 0, "its .json");
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->categories_known);
+    const uint64_t *c = d->by_category_at_peak;
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
+    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
+    cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks);
+    const mt_category_fit *fs = &d->fit_at_peak[1];
+    cr_expect_eq(fs->n_unpaired, 16, "a state tensor per view: %llu", (unsigned long long)fs->n_unpaired);
+    cr_expect_eq(fs->n_params_left, 2, "the flat block, x2 copies: %llu",
+                 (unsigned long long)fs->n_params_left);
+    cr_expect(within_fit_slack(fs->paired + fs->unpaired, state, fs), "state %llu + %llu vs %.0f",
+              (unsigned long long)fs->paired, (unsigned long long)fs->unpaired, state);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    cr_expect(within_fit_slack(fg->paired, grads, fg), "gradients paired %llu vs %.0f",
+              (unsigned long long)fg->paired, grads);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    const mt_cat_row *r = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    cr_expect(strstr(r->why, "16 tensors the size of no parameter, and") &&
+                  strstr(r->why, "2 parameter copies mirrored by none") &&
+                  strstr(r->why, "views of one block") && !strstr(r->why, "buffers have none"),
+              "the state's line: %s", r->why);
     mt_analysis_free(a);
 }
 
