@@ -263,6 +263,15 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                                         "the GPU"
                                       : "");
                 if (n == inside && open < sizeof r->why) r->why[n = open] = 0; /* nothing to say */
+                /* a resumed run: Optimizer.load_state_dict adopts loaded state already on the
+                 * parameters' device without a copy, so its state is the checkpoint's tensors
+                 * (train.py --resume on an H200: state 0 B, the checkpoint 136.60 MiB) */
+                if (at[cat] < k * wt && at[MT_CAT_CHECKPOINT] >= k * wt - at[cat])
+                    n = appendf(r->why, sizeof r->why, n, "; %s short, and a checkpoint loaded "
+                                "onto the GPU holds %s (its line below): the optimizer keeps loaded "
+                                "state as its own without a copy, so its state is likely there",
+                                mt_format_bytes(k * wt - at[cat], b1, sizeof b1),
+                                mt_format_bytes(at[MT_CAT_CHECKPOINT], b2, sizeof b2));
             }
             break;
         case MT_CAT_ACTIVATIONS:
@@ -298,6 +307,14 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
         case MT_CAT_INPUTS:
             snprintf(r->why, sizeof r->why, "not in the textbook: tensors made or copied to the GPU "
                      "outside any module (the batch)");
+            break;
+        case MT_CAT_CHECKPOINT:
+            snprintf(r->why, sizeof r->why, "not in the textbook: tensors torch.load put on the "
+                     "GPU (map_location=\"cuda\", or saved from a GPU and loaded without one), "
+                     "still referenced; once load_state_dict has copied them into the model (the "
+                     "optimizer keeps loaded state as its own, without a copy), the loaded dict "
+                     "holds a second copy: torch.load(..., map_location=\"cpu\"), or del the "
+                     "dict, frees it");
             break;
         case MT_CAT_WORKSPACE:
             snprintf(r->why, sizeof r->why, "not in the textbook: cuBLAS/cuDNN workspaces taken "

@@ -28,6 +28,9 @@ final norm): every other parameter has requires_grad=False and stays out of the 
 attention projection (c_attn: x @ A @ B, A random, B zero), the adapters alone trained: LoRA,
 written out here since peft is not on every machine. --ema keeps an exponential moving average
 of the weights in a deep copy of the model (requires_grad=False), updated after each step.
+--resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
+map_location="cuda" into both and keeps the loaded dict referenced, as a resumed run often does
+(its tensors' bytes: checkpoint_bytes, checkpoint_block_bytes in $SAMPLE_STATS).
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -165,6 +168,7 @@ def main():
     ap.add_argument("--freeze", action="store_true")
     ap.add_argument("--lora", type=int, default=0)
     ap.add_argument("--ema", action="store_true")
+    ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -209,10 +213,28 @@ def main():
 
     if args.record_history:
         torch.cuda.memory._record_memory_history(enabled="all", stacks="python")
+    ckpt = None
+    if args.resume:
+        # resuming as many training scripts do: a checkpoint of the model and the optimizer,
+        # loaded back with map_location="cuda" and kept referenced (the dict is never deleted)
+        import os
+        import tempfile
+        step()
+        path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+        torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, path)
+        ckpt = torch.load(path, map_location="cuda")
+        net.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        os.remove(path)
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
     extra = {}
+    if ckpt is not None:  # the checkpoint's tensors still held on the GPU
+        held = [t for t in ckpt["model"].values() if torch.is_tensor(t)]
+        held += [v for st in ckpt["opt"]["state"].values() for v in st.values() if torch.is_tensor(v)]
+        extra["checkpoint_bytes"] = sum(tensor_bytes(t) for t in held if t.is_cuda)
+        extra["checkpoint_block_bytes"] = mt_stats.block_bytes(held)
     if args.ab:
         if args.ab_what == "none":  # the A/A control: the method's own noise and bias
             def pause(p):

@@ -31,6 +31,10 @@ the state tensors, one per view, are the size of no parameter; paired and unpair
 be PyTorch's state, the unpaired ones within the blocks' rounding of the parameter blocks left,
 and the table's state line must say that they go together.
 
+--resume (samples/train.py --resume: a checkpoint loaded back with map_location="cuda" and kept):
+the checkpoint line must be the allocator's blocks under the loaded dict's tensors, to the byte,
+and the state's line must point at it (the optimizer adopted the loaded state without a copy).
+
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
 outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD without momentum),
 the table's state line must be 0 with a textbook of 0."""
@@ -44,6 +48,7 @@ def main():
     other_ok = int(args[args.index("--other") + 1]) if "--other" in args else (4096 if framework else 0)
     fine_tune = "--fine-tune" in sys.argv[3:]
     views = "--views" in sys.argv[3:]
+    resume = "--resume" in sys.argv[3:]
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -86,6 +91,15 @@ def main():
         if srow["textbook_bytes"] != cat["optimizer_state_in_w"] * wt:
             errs.append(f"the state's textbook {srow['textbook_bytes']} is not "
                         f"{cat['optimizer_state_in_w']} x W_t")
+    elif resume:  # the optimizer's state is the loaded checkpoint's (load_state_dict: no copy)
+        if rows.get("checkpoint", 0) != st["checkpoint_block_bytes"]:
+            errs.append(f"checkpoint {rows.get('checkpoint', 0)} vs the allocator's blocks of the "
+                        f"loaded dict {st['checkpoint_block_bytes']}")
+        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
+        if "checkpoint loaded onto the GPU" not in srow["why"]:
+            errs.append("the state's line does not point at the checkpoint: " + srow["why"])
+        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
+                     st["grad_bytes"], grads)
     elif views:  # state tensors of views: paired or not, all of them against PyTorch's state
         within_slack("optimizer state (paired and not)",
                      state.get("paired_bytes", 0) + state.get("unpaired_bytes", 0),
@@ -107,7 +121,7 @@ def main():
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
             continue
-        if views and what == "optimizer state":
+        if (views or resume) and what == "optimizer state":
             continue
         if f.get("unpaired_count", 1):
             errs.append(f"{what}: {f.get('unpaired_count')} tensors paired with no parameter")

@@ -665,6 +665,9 @@ categories_run detection_t "$S/train.py --model fasterrcnn --steps 6" --other 25
 # keeps the LSTM's 8 weights as views of one block, and Adam's state holds a tensor per view
 categories_run bert_t "$S/train.py --model bert --steps 5"
 categories_run lstm_t "$S/train.py --model lstm --steps 5" --views
+# A resumed run: a checkpoint of the model and the optimizer loaded back with map_location="cuda"
+# and kept referenced; its tensors are the checkpoint line, the optimizer's state among them
+categories_run resume_t "$S/train.py --model resnet18 --resume --steps 3" --resume
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's

@@ -687,6 +687,40 @@ Test(categories, gpu_rnn_flat_weights)
     mt_analysis_free(a);
 }
 
+/* A resumed run (H200, train.py --resume: one step, a checkpoint of the model and the optimizer
+ * saved, loaded back with map_location="cuda" into both, the loaded dict kept referenced). Its
+ * tensors, put on the GPU by torch.load, are a category of their own, equal to the allocator's
+ * blocks under the dict's tensors to the byte (they read "other" before). The optimizer made no
+ * state: load_state_dict adopted the loaded state without a copy, and the state's line says the
+ * checkpoint likely holds it. Nothing is left in "other". */
+Test(categories, gpu_resumed_from_a_checkpoint)
+{
+    char path[1024];
+    fixture_path("resnet18_resume_tensors", path, sizeof path);
+    double held = stat_of("resnet18_resume_tensors", "checkpoint_block_bytes");
+    double max_alloc = stat_of("resnet18_resume_tensors", "max_allocated");
+    cr_assert(held > 0 && max_alloc > 0, "its .json");
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->categories_known);
+    const uint64_t *c = d->by_category_at_peak;
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
+    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
+    cr_expect_eq((double)c[MT_CAT_CHECKPOINT], held, "checkpoint %llu, the dict's blocks %.0f",
+                 (unsigned long long)c[MT_CAT_CHECKPOINT], held);
+    cr_expect_eq(c[MT_CAT_OTHER], 0);
+    cr_expect_eq(c[MT_CAT_OPTIMIZER_STATE], 0, "no state made by the optimizer");
+    cr_expect_str_eq(mt_category_name(a->categories, MT_CAT_CHECKPOINT), "checkpoint");
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    const mt_cat_row *state = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+    cr_expect(strstr(state->why, "checkpoint loaded onto the GPU holds 136.60 MiB"), "%s", state->why);
+    const mt_cat_row *ck = table_row(&t, MT_CAT_CHECKPOINT);
+    cr_expect(!ck->has_textbook && strstr(ck->why, "map_location"), "%s", ck->why);
+    mt_analysis_free(a);
+}
+
 /* GPT-2's peak is at the end of its forward pass: no gradient exists then (zero_grad set them
  * to None), activations are most of the peak. AdamW's state in bf16 autocast is exactly 2W. */
 Test(categories, gpt2_peak_in_forward)

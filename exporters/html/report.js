@@ -170,6 +170,7 @@
     'generation loop': '#4cc9f0',
     'backward temporaries': '#d9a21b',
     inputs: '#9b5de5',
+    checkpoint: '#c9184a',
     'library workspaces': '#7d7f3a',
     other: '#a5a9b0',
     tensor: '#e15759',

@@ -211,6 +211,7 @@ typedef enum mt_category {
                               generation/: scores, beams, token ids) */
     MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
     MT_CAT_INPUTS,
+    MT_CAT_CHECKPOINT,     /* loaded onto the GPU by torch.load (torch/serialization.py) */
     MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */
     MT_CAT_OTHER,
     MT_CAT_BUILTIN_,       /* user categories (a rules file) follow */

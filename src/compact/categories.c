@@ -30,6 +30,12 @@
  *                        kv_cache, KVCache or KVPool (vLLM's and SGLang's cache makers)
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
  *                        reset_parameters, FSDP's sharded parameters and their all-gathers
+ *   checkpoint           put on the GPU by torch.load (a Python frame in torch/serialization.py:
+ *                        map_location="cuda", or tensors saved from a GPU): a resumed run's
+ *                        loaded dict. load_state_dict copies the weights into the parameters, and
+ *                        Optimizer.load_state_dict keeps loaded state already on its parameters'
+ *                        device as its own, without a copy (so that state is here, not under
+ *                        optimizer state: the trace sees no allocation that tells which)
  *   activations          under a module's forward (Module._call_impl, *.forward)
  *   generation loop      a decoding loop's own tensors outside the model: a Python frame in
  *                        transformers' generation/ (the scores and their processors, beam search's
@@ -65,6 +71,7 @@ static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_GENERATION] = "generation loop",
     [MT_CAT_BACKWARD_TEMP] = "backward temporaries",
     [MT_CAT_INPUTS] = "inputs",
+    [MT_CAT_CHECKPOINT] = "checkpoint",
     [MT_CAT_WORKSPACE] = "library workspaces",
     [MT_CAT_OTHER] = "other",
 };
@@ -294,7 +301,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         for (size_t i = 0; i < n; i++)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
-    int factory = 0, workspace = 0, kv = 0, gen = 0;
+    int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -324,6 +331,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                 has_within(s, q, "KVPool"))
                 kv = 1;
             if (has(path, "transformers/generation/")) gen = 1; /* generate()'s own code */
+            if (has(path, "torch/serialization.py")) ckpt = 1; /* torch.load's restore */
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
@@ -363,6 +371,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     if (backward) return MT_CAT_BACKWARD_TEMP;
     if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
+    if (ckpt) return MT_CAT_CHECKPOINT;
     if (forward) return MT_CAT_ACTIVATIONS;
     if (gen) return MT_CAT_GENERATION; /* what generate() makes outside the model's forward */
     if (py && factory) return MT_CAT_INPUTS;
