@@ -28,7 +28,9 @@ final norm): every other parameter has requires_grad=False and stays out of the 
 attention projection (c_attn: x @ A @ B, A random, B zero), the adapters alone trained: LoRA,
 written out here since peft is not on every machine. --ema keeps an exponential moving average
 of the weights in a deep copy of the model (requires_grad=False), updated after each step.
---resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
+--pretrained (gpt2) starts from the model saved with save_pretrained and loaded back with
+from_pretrained(device_map=...), as fine-tuning a downloaded model does (no download: random
+weights). --resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
 map_location="cuda" into both and keeps the loaded dict referenced, as a resumed run often does
 (its tensors' bytes: checkpoint_bytes, checkpoint_block_bytes in $SAMPLE_STATS).
 
@@ -56,7 +58,21 @@ import mt_stats
 from cifar import ab_fields, ab_plan  # the A/B's schedule and comparison, shared with cifar.py
 
 
-def build(model, batch, dev, use_cache=True):
+def pretrained(net, dev):
+    """The model as fine-tuning starts from one: saved with save_pretrained (its random weights,
+    no download) and loaded back with from_pretrained(device_map=...), which puts the weights
+    straight onto the GPU through safetensors and Accelerate."""
+    import os
+    import tempfile
+    from transformers.utils import logging
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    logging.disable_progress_bar()  # stderr stays the same in every run (their rates vary)
+    d = tempfile.mkdtemp()
+    net.save_pretrained(d)
+    return type(net).from_pretrained(d, device_map={"": dev.index or 0})
+
+
+def build(model, batch, dev, use_cache=True, from_pretrained=False):
     if model in ("resnet18", "vit_b_16"):
         import torchvision
         net = torchvision.models.get_model(model, num_classes=1000).to(dev)
@@ -67,7 +83,7 @@ def build(model, batch, dev, use_cache=True):
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
-        net = GPT2LMHeadModel(cfg).to(dev)
+        net = pretrained(GPT2LMHeadModel(cfg), dev) if from_pretrained else GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
         return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
     if model == "bert":
@@ -169,11 +185,12 @@ def main():
     ap.add_argument("--lora", type=int, default=0)
     ap.add_argument("--ema", action="store_true")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--pretrained", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
     batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4}.get(args.model, 32)
-    net, loss_of = build(args.model, batch, dev,
+    net, loss_of = build(args.model, batch, dev, from_pretrained=args.pretrained,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})

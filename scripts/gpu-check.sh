@@ -668,6 +668,11 @@ categories_run lstm_t "$S/train.py --model lstm --steps 5" --views
 # A resumed run: a checkpoint of the model and the optimizer loaded back with map_location="cuda"
 # and kept referenced; its tensors are the checkpoint line, the optimizer's state among them
 categories_run resume_t "$S/train.py --model resnet18 --resume --steps 3" --resume
+# Fine-tuning starts from a saved model: from_pretrained(device_map=...) puts the weights straight
+# onto the GPU (safetensors, Accelerate); and float16 with a GradScaler and gradient accumulation,
+# whose loss divided by the steps and scaled are made outside any module ("other": 2 x 512 B)
+categories_run gpt2_pre_t "$S/train.py --model gpt2 --steps 5 --pretrained"
+categories_run fp16_accum_t "$S/train.py --model gpt2 --steps 4 --fp16 --accum 2" --other 1024
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's

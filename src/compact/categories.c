@@ -29,7 +29,8 @@
  *                        reordering, StaticCache's buffers), or a Python function whose name says
  *                        kv_cache, KVCache or KVPool (vLLM's and SGLang's cache makers)
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
- *                        reset_parameters, FSDP's sharded parameters and their all-gathers
+ *                        reset_parameters, FSDP's sharded parameters and their all-gathers,
+ *                        transformers' from_pretrained and Accelerate's loading of saved weights
  *   checkpoint           put on the GPU by torch.load (a Python frame in torch/serialization.py:
  *                        map_location="cuda", or tensors saved from a GPU): a resumed run's
  *                        loaded dict. load_state_dict copies the weights into the parameters, and
@@ -334,6 +335,17 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (has(path, "torch/serialization.py")) ckpt = 1; /* torch.load's restore */
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
+            /* a saved model loaded onto the GPU: transformers' from_pretrained (its loading code
+             * in modeling_utils.py, and core_model_loading.py, whose thread pool materializes
+             * each weight with no from_pretrained frame on its stack) and Accelerate's
+             * set_module_tensor_to_device. Without this a fine-tuned model's weights were
+             * "inputs", W was 0, and every gradient and state tensor mirrored no parameter */
+            if ((has(path, "transformers/") &&
+                 (has(path, "core_model_loading.py") ||
+                  (has(path, "modeling_utils.py") &&
+                   (has_within(s, q, "pretrained") || has_within(s, q, "load"))))) ||
+                (has(path, "accelerate/") && has_within(s, q, "set_module_tensor_to_device")))
+                params |= !forward;
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
             /* a Python backward: one the engine runs, an autograd.Function's (torch.compile's
              * compiled backward is one), always under BackwardCFunction.apply; and
