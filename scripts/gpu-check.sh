@@ -673,6 +673,8 @@ categories_run resume_t "$S/train.py --model resnet18 --resume --steps 3" --resu
 # whose loss divided by the steps and scaled are made outside any module ("other": 2 x 512 B)
 categories_run gpt2_pre_t "$S/train.py --model gpt2 --steps 5 --pretrained"
 categories_run fp16_accum_t "$S/train.py --model gpt2 --steps 4 --fp16 --accum 2" --other 1024
+# torch.compile (default mode) of the GPT-2-like model: inductor's forward and compiled backward
+categories_run gpt2_compile_t "$S/train.py --model gpt2 --steps 5 --compile"
 # Inference as a server runs it: transformers' generate() with its KV cache (greedy, then beam
 # search, whose cache is reordered at every step), outputs handed to a side stream with
 # record_stream, then the cache emptied. The KV cache is a category of its own, of the model's
