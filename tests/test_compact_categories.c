@@ -609,6 +609,23 @@ static int within_fit_slack(uint64_t got, double want, const mt_category_fit *f)
     return fabs((double)got - want) <= slack;
 }
 
+/* A GPU fixture with its .json: the analysis of tests/data/NAME.mtrace, its device 0 in *d, its
+ * categories known and adding up to the run's max_memory_allocated(). */
+static mt_analysis *gpu_fixture(const char *name, const mt_device_report **d)
+{
+    char path[1024];
+    fixture_path(name, path, sizeof path);
+    double max_alloc = stat_of(name, "max_allocated");
+    cr_assert(max_alloc > 0, "%s: its .json", name);
+    mt_analysis *a = fx_analyze(path);
+    *d = fx_dev(a, 0);
+    cr_assert((*d)->categories_known, "%s", name);
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += (*d)->by_category_at_peak[x];
+    cr_expect_eq((double)sum, max_alloc, "%s: categories add up to max_memory_allocated", name);
+    return a;
+}
+
 /* A detection model (torchvision's Faster R-CNN, MobileNetV3-Large 320 FPN, trained with AdamW):
  * lists of images and boxes, a dict of losses, NMS and RoIAlign, tensors whose sizes change each
  * step. Its parameters row is the caching allocator's blocks of its 192 parameters and 138
@@ -619,22 +636,15 @@ static int within_fit_slack(uint64_t got, double want, const mt_category_fit *f)
  * with torch.cat outside any module, and the losses' sum. */
 Test(categories, gpu_detection_model)
 {
-    char path[1024];
-    fixture_path("detection_tensors", path, sizeof path);
     double blocks = stat_of("detection_tensors", "param_block_bytes");
     double grads = stat_of("detection_tensors", "grad_bytes");
     double state = stat_of("detection_tensors", "optimizer_state_bytes");
-    double max_alloc = stat_of("detection_tensors", "max_allocated");
-    cr_assert(blocks > 0 && grads > 0 && state > 0 && max_alloc > 0, "its .json");
-    mt_analysis *a = fx_analyze(path);
-    const mt_device_report *d = fx_dev(a, 0);
-    cr_assert(d->categories_known);
+    cr_assert(blocks > 0 && grads > 0 && state > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture("detection_tensors", &d);
     uint64_t k = 0;
     cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW");
     const uint64_t *c = d->by_category_at_peak;
-    uint64_t sum = 0;
-    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
-    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
     cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks, "parameters %llu, the allocator's blocks %.0f",
                  (unsigned long long)c[MT_CAT_PARAMETERS], blocks);
     const mt_category_fit *fs = &d->fit_at_peak[1], *fg = &d->fit_after_backward[0];
@@ -659,20 +669,13 @@ Test(categories, gpu_detection_model)
  * parameters row is the allocator's blocks to the byte, the state PyTorch's within the slack. */
 Test(categories, gpu_rnn_flat_weights)
 {
-    char path[1024];
-    fixture_path("lstm_tensors", path, sizeof path);
     double blocks = stat_of("lstm_tensors", "param_block_bytes");
     double state = stat_of("lstm_tensors", "optimizer_state_bytes");
     double grads = stat_of("lstm_tensors", "grad_bytes");
-    double max_alloc = stat_of("lstm_tensors", "max_allocated");
-    cr_assert(blocks > 0 && state > 0 && grads > 0 && max_alloc > 0, "its .json");
-    mt_analysis *a = fx_analyze(path);
-    const mt_device_report *d = fx_dev(a, 0);
-    cr_assert(d->categories_known);
+    cr_assert(blocks > 0 && state > 0 && grads > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture("lstm_tensors", &d);
     const uint64_t *c = d->by_category_at_peak;
-    uint64_t sum = 0;
-    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
-    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
     cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks);
     const mt_category_fit *fs = &d->fit_at_peak[1];
     cr_expect_eq(fs->n_unpaired, 16, "a state tensor per view: %llu", (unsigned long long)fs->n_unpaired);
@@ -701,18 +704,11 @@ Test(categories, gpu_rnn_flat_weights)
  * checkpoint likely holds it. Nothing is left in "other". */
 Test(categories, gpu_resumed_from_a_checkpoint)
 {
-    char path[1024];
-    fixture_path("resnet18_resume_tensors", path, sizeof path);
     double held = stat_of("resnet18_resume_tensors", "checkpoint_block_bytes");
-    double max_alloc = stat_of("resnet18_resume_tensors", "max_allocated");
-    cr_assert(held > 0 && max_alloc > 0, "its .json");
-    mt_analysis *a = fx_analyze(path);
-    const mt_device_report *d = fx_dev(a, 0);
-    cr_assert(d->categories_known);
+    cr_assert(held > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture("resnet18_resume_tensors", &d);
     const uint64_t *c = d->by_category_at_peak;
-    uint64_t sum = 0;
-    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
-    cr_expect_eq((double)sum, max_alloc, "categories add up to max_memory_allocated");
     cr_expect_eq((double)c[MT_CAT_CHECKPOINT], held, "checkpoint %llu, the dict's blocks %.0f",
                  (unsigned long long)c[MT_CAT_CHECKPOINT], held);
     cr_expect_eq(c[MT_CAT_OTHER], 0);

@@ -107,6 +107,19 @@
     );
   }
 
+  /* a table's head: one row of header cells, those for which num(k) holds right-aligned */
+  function headRow(names, num) {
+    return el(
+      'thead',
+      null,
+      el(
+        'tr',
+        null,
+        names.map((h, k) => el('th', { class: num(k) ? 'num' : '', text: h })),
+      ),
+    );
+  }
+
   const tooltip = document.getElementById('tooltip');
   function showTip(ev, content) {
     tooltip.replaceChildren(content);
@@ -441,17 +454,7 @@
               el(
                 'table',
                 { class: 'live' },
-                el(
-                  'thead',
-                  null,
-                  el(
-                    'tr',
-                    null,
-                    ['more', rankName(hi), rankName(med), 'stack'].map((h, k) =>
-                      el('th', { class: k < 3 ? 'num' : '', text: h }),
-                    ),
-                  ),
-                ),
+                headRow(['more', rankName(hi), rankName(med), 'stack'], (k) => k < 3),
                 el('tbody', null, diff),
               ),
             ]
@@ -472,27 +475,20 @@
       el(
         'table',
         { id: 'rank-table' },
-        el(
-          'thead',
-          null,
-          el(
-            'tr',
-            null,
-            [
-              ranked ? 'rank' : 'trace',
-              'host',
-              'pid',
-              'GPUs',
-              'peak',
-              'tensors',
-              'peak at',
-              'at exit',
-              'failed',
-              'top stack at the peak',
-            ].map((h, k) =>
-              el('th', { class: k === 0 || k === 1 || k === 3 || k === 9 ? '' : 'num', text: h }),
-            ),
-          ),
+        headRow(
+          [
+            ranked ? 'rank' : 'trace',
+            'host',
+            'pid',
+            'GPUs',
+            'peak',
+            'tensors',
+            'peak at',
+            'at exit',
+            'failed',
+            'top stack at the peak',
+          ],
+          (k) => !(k === 0 || k === 1 || k === 3 || k === 9),
         ),
         el('tbody', null, rows),
       ),
@@ -1491,21 +1487,15 @@
     const table = el(
       'table',
       { id, dataset: { sum, groups: groups.length } },
-      el(
-        'thead',
-        null,
-        el(
-          'tr',
-          null,
-          el('th', { class: 'num', text: 'share' }),
-          el('th', { class: 'num', text: 'bytes' }),
-          el('th', { class: 'num', text: 'allocations' }),
-          el('th', {
-            text:
-              'who (first user frame), and the stack in the ' +
-              (T.view === 'user' ? 'user view' : T.view + ' view'),
-          }),
-        ),
+      headRow(
+        [
+          'share',
+          'bytes',
+          'allocations',
+          'who (first user frame), and the stack in the ' +
+            (T.view === 'user' ? 'user view' : T.view + ' view'),
+        ],
+        (k) => k < 3,
       ),
       el(
         'tbody',
@@ -2214,19 +2204,7 @@
       el(
         'table',
         { class: 'cats', dataset: { rows: rows.length } },
-        el(
-          'thead',
-          null,
-          el(
-            'tr',
-            null,
-            el('th', { text: 'category' }),
-            el('th', { class: 'num', text: 'at the peak' }),
-            el('th', { class: 'num', text: 'textbook' }),
-            el('th', { class: 'num', text: 'difference' }),
-            el('th', { text: 'why' }),
-          ),
-        ),
+        headRow(['category', 'at the peak', 'textbook', 'difference', 'why'], (k) => k > 0 && k < 4),
         el('tbody', null, trs),
       ),
     );
@@ -2371,17 +2349,7 @@
       el(
         'table',
         null,
-        el(
-          'thead',
-          null,
-          el(
-            'tr',
-            null,
-            FAILED_COLUMNS.map(
-              (h, k) => el('th', { class: k < 2 || (k > 4 && k < 7) ? 'num' : '', text: h }),
-            ),
-          ),
-        ),
+        headRow(FAILED_COLUMNS, (k) => k < 2 || (k > 4 && k < 7)),
         el('tbody', null, rows),
       ),
     );

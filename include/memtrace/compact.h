@@ -308,15 +308,16 @@ const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in
  * optimizer_stateless), so that one pass and two agree. */
 int mt_categorizer_stateless(const mt_categorizer *c);
 
+/* How far apart a tensor's block and its parameter's may be and still pair (categories.c): the
+ * caching allocator hands out a whole block when splitting it would leave less than 1 MiB, and
+ * rounds sizes over 10 MiB up to 2 MiB. */
+#define MT_FIT_SLACK (2ull << 20)
+
 /* How tensors of one category (gradients, optimizer state) compare with the parameters they
  * mirror: each is paired with a parameter of its size, or failing that the parameter nearest in
  * size within 2 MiB either way (a caching-allocator block is often larger than the tensor in it:
  * the tensor's, or its parameter's). Every parameter may be paired `copies` times (Adam's state:
  * 2). */
-/* How far apart a tensor's block and its parameter's may be and still pair (categories.c): the
- * caching allocator hands out a whole block when splitting it would leave less than 1 MiB, and
- * rounds sizes over 10 MiB up to 2 MiB. */
-#define MT_FIT_SLACK (2ull << 20)
 typedef struct mt_category_fit {
     uint64_t paired, n_paired;   /* the bytes the paired tensors mirror (the smaller of the two
                                     blocks: the nearer to the tensors' own size), how many */

@@ -568,9 +568,9 @@ static int cmp_u64_desc(const void *pa, const void *pb)
 
 /* Largest-first lists; params may be paired `copies` times each. Exact sizes pair first, then each
  * remaining tensor, largest first, with the remaining parameter nearest in size, larger or not, if
- * the difference is at most MT_FIT_SLACK (compact.h): the caching allocator hands out a whole block when
- * splitting it would leave less than 1 MiB, and rounds sizes over 10 MiB up to 2 MiB, so either
- * block may be the larger (a fine-tuned ResNet-18's fc.weight, 2 048 000 bytes, sat in a 2 MiB
+ * the difference is at most MT_FIT_SLACK (compact.h): the caching allocator hands out a whole
+ * block when splitting it would leave less than 1 MiB, and rounds sizes over 10 MiB up to 2 MiB,
+ * so either block may be the larger (a fine-tuned ResNet-18's fc.weight, 2 048 000 bytes, sat in a 2 MiB
  * block and its gradients in blocks of their own size: nearest-not-larger paired them with a
  * frozen 1.1 MiB convolution). Ties go to the parameter not larger. */
 
