@@ -31,8 +31,9 @@ of the weights in a deep copy of the model (requires_grad=False), updated after 
 --pretrained (gpt2) starts from the model saved with save_pretrained and loaded back with
 from_pretrained(device_map=...), as fine-tuning a downloaded model does (no download: random
 weights). --resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
-map_location="cuda" into both and keeps the loaded dict referenced, as a resumed run often does
-(its tensors' bytes: checkpoint_bytes, checkpoint_block_bytes in $SAMPLE_STATS).
+map_location="cuda" (--resume-map cpu: "cpu") into both and keeps the loaded dict referenced, as a
+resumed run often does (its tensors' bytes on the GPU: checkpoint_bytes, checkpoint_block_bytes in
+$SAMPLE_STATS).
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -185,6 +186,7 @@ def main():
     ap.add_argument("--lora", type=int, default=0)
     ap.add_argument("--ema", action="store_true")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume-map", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--pretrained", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -239,7 +241,7 @@ def main():
         step()
         path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
         torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, path)
-        ckpt = torch.load(path, map_location="cuda")
+        ckpt = torch.load(path, map_location=args.resume_map)
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         os.remove(path)
