@@ -28,6 +28,8 @@ final norm): every other parameter has requires_grad=False and stays out of the 
 attention projection (c_attn: x @ A @ B, A random, B zero), the adapters alone trained: LoRA,
 written out here since peft is not on every machine. --ema keeps an exponential moving average
 of the weights in a deep copy of the model (requires_grad=False), updated after each step.
+--gpu-augment (resnet18, vit_b_16) makes each step's batch on the GPU with torchvision's v2
+transforms (a random resized crop of 256x256 uint8 images, a flip, to float, normalized).
 --pretrained (gpt2) starts from the model saved with save_pretrained and loaded back with
 from_pretrained(device_map=...), as fine-tuning a downloaded model does (no download: random
 weights). --resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
@@ -73,13 +75,20 @@ def pretrained(net, dev):
     return type(net).from_pretrained(d, device_map={"": dev.index or 0})
 
 
-def build(model, batch, dev, use_cache=True, from_pretrained=False):
+def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=False):
     if model in ("resnet18", "vit_b_16"):
         import torchvision
         net = torchvision.models.get_model(model, num_classes=1000).to(dev)
         x = torch.randn(batch, 3, 224, 224, device=dev)
         y = torch.randint(0, 1000, (batch,), device=dev)
         loss_fn = torch.nn.CrossEntropyLoss()
+        if augment:  # each step's batch augmented on the GPU (torchvision's v2 transforms)
+            from torchvision.transforms import v2
+            raw = torch.randint(0, 256, (batch, 3, 256, 256), dtype=torch.uint8, device=dev)
+            aug = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                              v2.ToDtype(torch.float32, scale=True),
+                              v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+            return net, lambda m: loss_fn(m(aug(raw)), y)
         return net, lambda m: loss_fn(m(x), y)
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -188,11 +197,13 @@ def main():
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--resume-map", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--pretrained", action="store_true")
+    ap.add_argument("--gpu-augment", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
     batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4}.get(args.model, 32)
     net, loss_of = build(args.model, batch, dev, from_pretrained=args.pretrained,
+                         augment=args.gpu_augment,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})

@@ -671,6 +671,8 @@ categories_run resume_t "$S/train.py --model resnet18 --resume --steps 3" --resu
 # the same loaded with map_location="cpu", as the checkpoint line advises: no checkpoint on the
 # GPU, and the state Optimizer.load_state_dict moves there is the optimizer's state
 categories_run resume_cpu_t "$S/train.py --model resnet18 --resume --resume-map cpu --steps 3"
+# each step's batch augmented on the GPU by torchvision's v2 transforms (Modules): inputs
+categories_run resnet_aug_t "$S/train.py --model resnet18 --gpu-augment --steps 3"
 # Fine-tuning starts from a saved model: from_pretrained(device_map=...) puts the weights straight
 # onto the GPU (safetensors, Accelerate); and float16 with a GradScaler and gradient accumulation,
 # whose loss divided by the steps and scaled are made outside any module ("other": 2 x 512 B)

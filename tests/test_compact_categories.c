@@ -723,6 +723,33 @@ Test(categories, gpu_resumed_from_a_checkpoint)
     mt_analysis_free(a);
 }
 
+/* A batch augmented on the GPU (H200, train.py --model resnet18 --gpu-augment: torchvision's v2
+ * transforms, which are Modules, crop, flip and normalize 32 uint8 images to the model's float
+ * input). What they make outside the model's forward is an input: the normalized batch live at the
+ * peak, 32 x 3 x 224 x 224 floats, read "activations" before. */
+Test(categories, gpu_augmented_batch_is_an_input)
+{
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture("resnet18_augment_tensors", &d);
+    uint64_t augmented = 0;
+    for (size_t k = 0; k < d->peak_stacks.n; k++) {
+        const char *names[256];
+        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[k].stack,
+                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
+                                  names, 256);
+        int transforms = 0;
+        for (size_t i = 0; i < n && i < 256; i++) transforms |= strstr(names[i], "torchvision/transforms/") != NULL;
+        if (!transforms) continue;
+        cr_expect_eq(d->peak_stacks.v[k].category, MT_CAT_INPUTS, "a transform's tensor: category %u",
+                     d->peak_stacks.v[k].category);
+        augmented += d->peak_stacks.v[k].bytes;
+    }
+    cr_expect_eq(augmented, 32ull * 3 * 224 * 224 * 4, "the normalized batch at the peak: %llu",
+                 (unsigned long long)augmented);
+    cr_expect_geq(d->by_category_at_peak[MT_CAT_INPUTS], augmented);
+    mt_analysis_free(a);
+}
+
 /* GPT-2's peak is at the end of its forward pass: no gradient exists then (zero_grad set them
  * to None), activations are most of the peak. AdamW's state in bf16 autocast is exactly 2W. */
 Test(categories, gpt2_peak_in_forward)

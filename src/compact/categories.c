@@ -42,7 +42,9 @@
  *                        transformers' generation/ (the scores and their processors, beam search's
  *                        bookkeeping, the growing token ids and attention mask)
  *   inputs               made or copied to the GPU by Python code outside any module, optimizer or
- *                        backward (an ATen factory or copy: to, copy_, randn, empty, ...)
+ *                        backward (an ATen factory or copy: to, copy_, randn, empty, ...), and a
+ *                        batch augmented on the GPU outside a model's forward (torchvision's
+ *                        transforms, Kornia's augmentations)
  *   other                everything else
  * Outside the allocator, the breakdown (breakdown.c) already names library workspaces, the
  * allocator's cache and the context.
@@ -302,7 +304,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         for (size_t i = 0; i < n; i++)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
-    int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0;
+    int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0, augment = 0, model_forward = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -346,6 +348,11 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                    (has_within(s, q, "pretrained") || has_within(s, q, "load"))))) ||
                 (has(path, "accelerate/") && has_within(s, q, "set_module_tensor_to_device")))
                 params |= !forward;
+            /* a batch augmented on the GPU: torchvision's transforms (v2's are Modules, so their
+             * tensors were activations) and Kornia's augmentations, outside a model's forward */
+            int transforms = has(path, "torchvision/transforms/") || has(path, "kornia/augmentation/");
+            augment |= transforms && !model_forward;
+            if (qual_ends(s, q, ".forward") && !transforms) model_forward = 1;
             if (qual_ends(s, q, ".forward") || qual_is(s, q, "Module._call_impl")) forward = 1;
             /* a Python backward: one the engine runs, an autograd.Function's (torch.compile's
              * compiled backward is one), always under BackwardCFunction.apply; and
@@ -384,6 +391,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
     if (ckpt) return MT_CAT_CHECKPOINT;
+    if (augment) return MT_CAT_INPUTS;
     if (forward) return MT_CAT_ACTIVATIONS;
     if (gen) return MT_CAT_GENERATION; /* what generate() makes outside the model's forward */
     if (py && factory) return MT_CAT_INPUTS;
