@@ -719,6 +719,7 @@ Test(categories, gpu_resumed_from_a_checkpoint)
     const mt_cat_row *state = table_row(&t, MT_CAT_OPTIMIZER_STATE);
     cr_expect(strstr(state->why, "checkpoint loaded onto the GPU holds 136.60 MiB"), "%s", state->why);
     const mt_cat_row *ck = table_row(&t, MT_CAT_CHECKPOINT);
+    cr_assert_not_null(ck, "a checkpoint line");
     cr_expect(!ck->has_textbook && strstr(ck->why, "map_location"), "%s", ck->why);
     mt_analysis_free(a);
 }
