@@ -541,6 +541,38 @@ static double stat_of(const char *name, const char *key)
 
 static double rel_diff(double got, double want) { return fabs(got - want) / want; }
 
+/* |got - want| within what pairing by size cannot tell apart: the bytes by which paired blocks
+ * differ from their parameters', plus 512 a tensor (PyTorch counts numel * element_size) */
+static int within_fit_slack(uint64_t got, double want, const mt_category_fit *f)
+{
+    double slack = (double)(f->larger + f->smaller + 512 * f->n_paired);
+    return fabs((double)got - want) <= slack;
+}
+
+/* A GPU fixture with its .json: the analysis of tests/data/NAME.mtrace, its device 0 in *d, its
+ * categories known and adding up to the run's max_memory_allocated(), and where the run said the
+ * allocator's blocks of its parameters and buffers (param_block_bytes), the parameters row equal
+ * to them to the byte (gpt2_pretrained_tensors: from_pretrained's weights were "inputs" before). */
+static mt_analysis *gpu_fixture(const char *name, const mt_device_report **d)
+{
+    char path[1024];
+    fixture_path(name, path, sizeof path);
+    double max_alloc = stat_of(name, "max_allocated");
+    cr_assert(max_alloc > 0, "%s: its .json", name);
+    mt_analysis *a = fx_analyze(path);
+    *d = fx_dev(a, 0);
+    cr_assert((*d)->categories_known, "%s", name);
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += (*d)->by_category_at_peak[x];
+    cr_expect_eq((double)sum, max_alloc, "%s: categories add up to max_memory_allocated", name);
+    double blocks = stat_of(name, "param_block_bytes");
+    uint64_t params = (*d)->by_category_at_peak[MT_CAT_PARAMETERS];
+    if (blocks >= 0)
+        cr_expect_eq((double)params, blocks, "%s: parameters %llu, the allocator's blocks %.0f", name,
+                     (unsigned long long)params, blocks);
+    return a;
+}
+
 /* PyTorch's numbers are numel * element_size; the trace's are the caching allocator's blocks (a
  * tensor's block is a multiple of 512 bytes, and is sometimes larger: the allocator hands out a
  * whole block rather than leave a small remainder). So: parameters and the gradients and state
@@ -556,28 +588,15 @@ Test(categories, gpu_fixtures_match_pytorch)
                                         "gpt2_ckpt_tensors", "gpt2_ckpt_reentrant_tensors",
                                         "bert_tensors", "gpt2_pretrained_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[1024];
-        fixture_path(names[i], path, sizeof path);
         double params = stat_of(names[i], "param_bytes"), state = stat_of(names[i], "optimizer_state_bytes");
-        double max_alloc = stat_of(names[i], "max_allocated");
-        cr_assert(params > 0 && state > 0 && max_alloc > 0, "%s: its .json", names[i]);
-        mt_analysis *a = fx_analyze(path);
-        const mt_device_report *d = fx_dev(a, 0);
-        cr_assert(d->categories_known, "%s", names[i]);
+        cr_assert(params > 0 && state > 0, "%s: its .json", names[i]);
+        const mt_device_report *d;
+        mt_analysis *a = gpu_fixture(names[i], &d); /* and the parameters = the blocks, if given */
         uint64_t k = 0;
         cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW", "%s", names[i]);
         const uint64_t *c = d->by_category_at_peak;
-        uint64_t sum = 0;
-        for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += c[x];
-        cr_expect_eq((double)sum, max_alloc, "%s: categories add up to max_memory_allocated", names[i]);
         cr_expect_lt(rel_diff((double)c[MT_CAT_PARAMETERS], params), 0.01, "%s: parameters %llu vs %.0f",
                      names[i], (unsigned long long)c[MT_CAT_PARAMETERS], params);
-        /* where the run said the allocator's blocks of its parameters and buffers: to the byte
-         * (gpt2_pretrained_tensors: from_pretrained's weights, which were "inputs" before) */
-        double blocks = stat_of(names[i], "param_block_bytes");
-        if (blocks >= 0)
-            cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks, "%s: parameters %llu, blocks %.0f",
-                         names[i], (unsigned long long)c[MT_CAT_PARAMETERS], blocks);
         const mt_category_fit *fs = &d->fit_at_peak[1];
         cr_expect_lt(rel_diff((double)fs->paired, state), 0.01, "%s: state paired %llu vs %.0f",
                      names[i], (unsigned long long)fs->paired, state);
@@ -601,31 +620,6 @@ Test(categories, gpu_fixtures_match_pytorch)
     }
 }
 
-/* |got - want| within what pairing by size cannot tell apart: the bytes by which paired blocks
- * differ from their parameters', plus 512 a tensor (PyTorch counts numel * element_size) */
-static int within_fit_slack(uint64_t got, double want, const mt_category_fit *f)
-{
-    double slack = (double)(f->larger + f->smaller + 512 * f->n_paired);
-    return fabs((double)got - want) <= slack;
-}
-
-/* A GPU fixture with its .json: the analysis of tests/data/NAME.mtrace, its device 0 in *d, its
- * categories known and adding up to the run's max_memory_allocated(). */
-static mt_analysis *gpu_fixture(const char *name, const mt_device_report **d)
-{
-    char path[1024];
-    fixture_path(name, path, sizeof path);
-    double max_alloc = stat_of(name, "max_allocated");
-    cr_assert(max_alloc > 0, "%s: its .json", name);
-    mt_analysis *a = fx_analyze(path);
-    *d = fx_dev(a, 0);
-    cr_assert((*d)->categories_known, "%s", name);
-    uint64_t sum = 0;
-    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += (*d)->by_category_at_peak[x];
-    cr_expect_eq((double)sum, max_alloc, "%s: categories add up to max_memory_allocated", name);
-    return a;
-}
-
 /* A detection model (torchvision's Faster R-CNN, MobileNetV3-Large 320 FPN, trained with AdamW):
  * lists of images and boxes, a dict of losses, NMS and RoIAlign, tensors whose sizes change each
  * step. Its parameters row is the caching allocator's blocks of its 192 parameters and 138
@@ -641,12 +635,10 @@ Test(categories, gpu_detection_model)
     double state = stat_of("detection_tensors", "optimizer_state_bytes");
     cr_assert(blocks > 0 && grads > 0 && state > 0, "its .json");
     const mt_device_report *d;
-    mt_analysis *a = gpu_fixture("detection_tensors", &d);
+    mt_analysis *a = gpu_fixture("detection_tensors", &d); /* parameters = blocks, to the byte */
     uint64_t k = 0;
     cr_expect_str_eq(mt_categorizer_optimizer(a->categories, &k), "Adam or AdamW");
     const uint64_t *c = d->by_category_at_peak;
-    cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks, "parameters %llu, the allocator's blocks %.0f",
-                 (unsigned long long)c[MT_CAT_PARAMETERS], blocks);
     const mt_category_fit *fs = &d->fit_at_peak[1], *fg = &d->fit_after_backward[0];
     cr_expect(within_fit_slack(fs->paired, state, fs), "state paired %llu vs %.0f",
               (unsigned long long)fs->paired, state);
@@ -674,9 +666,7 @@ Test(categories, gpu_rnn_flat_weights)
     double grads = stat_of("lstm_tensors", "grad_bytes");
     cr_assert(blocks > 0 && state > 0 && grads > 0, "its .json");
     const mt_device_report *d;
-    mt_analysis *a = gpu_fixture("lstm_tensors", &d);
-    const uint64_t *c = d->by_category_at_peak;
-    cr_expect_eq((double)c[MT_CAT_PARAMETERS], blocks);
+    mt_analysis *a = gpu_fixture("lstm_tensors", &d); /* parameters = blocks, to the byte */
     const mt_category_fit *fs = &d->fit_at_peak[1];
     cr_expect_eq(fs->n_unpaired, 16, "a state tensor per view: %llu", (unsigned long long)fs->n_unpaired);
     cr_expect_eq(fs->n_params_left, 2, "the flat block, x2 copies: %llu",
