@@ -67,8 +67,9 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
      * copies without state (buffers have none...)" as if unrelated. */
     uint64_t apart = f->unpaired > f->params_left ? f->unpaired - f->params_left
                                                   : f->params_left - f->unpaired;
-    if (without && f->n_params_left && f->n_unpaired > f->n_params_left &&
-        apart <= 512 * f->n_unpaired + MT_FIT_SLACK * f->n_params_left) {
+    int views = without && f->n_params_left && f->n_unpaired > f->n_params_left &&
+                apart <= 512 * f->n_unpaired + MT_FIT_SLACK * f->n_params_left;
+    if (views) {
         at = appendf(buf, cap, at, "+%s: %" PRIu64 " tensors the size of no parameter, and -%s: "
                      "%" PRIu64 " parameter copies mirrored by none, %s apart: as when parameters "
                      "are views of one block, each with a tensor of its own (an RNN's weights "
@@ -76,10 +77,9 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
                      mt_format_bytes(f->unpaired, b, sizeof b), f->n_unpaired,
                      mt_format_bytes(f->params_left, b2, sizeof b2), f->n_params_left,
                      mt_format_bytes(apart, b3, sizeof b3));
-        without = NULL, unpaired_hint = NULL;
         sep = "; ";
     }
-    if (without && f->n_params_left) {
+    if (without && f->n_params_left && !views) {
         at = appendf(buf, cap, at, "-%s: %" PRIu64 " %s", mt_format_bytes(f->params_left, b, sizeof b),
                      f->n_params_left, without);
         sep = "; ";
@@ -97,7 +97,7 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
                      mt_format_bytes(f->smaller, b, sizeof b), f->n_smaller);
         sep = "; ";
     }
-    if (f->n_unpaired && unpaired_hint)
+    if (f->n_unpaired && !views)
         at = appendf(buf, cap, at, "%s+%s: %" PRIu64 " tensor%s the size of no parameter%s", sep,
                      mt_format_bytes(f->unpaired, b, sizeof b), f->n_unpaired,
                      f->n_unpaired == 1 ? "" : "s", unpaired_hint);

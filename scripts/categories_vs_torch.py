@@ -78,6 +78,10 @@ def main():
             errs.append(f"{what} {got} vs PyTorch {want}: {got - want:+d} bytes, more than the "
                         f"pairing's slack {slack}")
 
+    # every run: the gradients after the backward pass, paired with parameters, are PyTorch's
+    within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
+                 st["grad_bytes"], grads)
+    srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
     if fine_tune:
         wt, w = cat.get("w_trained_bytes", 0), cat["w_bytes"]
         if not wt < w:
@@ -85,9 +89,6 @@ def main():
         within_slack("W_t", wt, st["grad_bytes"], grads)
         within_slack("optimizer state (paired)", state.get("paired_bytes", 0),
                      st["optimizer_state_bytes"], state)
-        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
-                     st["grad_bytes"], grads)
-        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
         if srow["textbook_bytes"] != cat["optimizer_state_in_w"] * wt:
             errs.append(f"the state's textbook {srow['textbook_bytes']} is not "
                         f"{cat['optimizer_state_in_w']} x W_t")
@@ -95,11 +96,8 @@ def main():
         if rows.get("checkpoint", 0) != st["checkpoint_block_bytes"]:
             errs.append(f"checkpoint {rows.get('checkpoint', 0)} vs the allocator's blocks of the "
                         f"loaded dict {st['checkpoint_block_bytes']}")
-        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
         if "checkpoint loaded onto the GPU" not in srow["why"]:
             errs.append("the state's line does not point at the checkpoint: " + srow["why"])
-        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
-                     st["grad_bytes"], grads)
     elif views:  # state tensors of views: paired or not, all of them against PyTorch's state
         within_slack("optimizer state (paired and not)",
                      state.get("paired_bytes", 0) + state.get("unpaired_bytes", 0),
@@ -107,16 +105,11 @@ def main():
         apart = abs(state.get("unpaired_bytes", 0) - state.get("parameters_left_bytes", 0))
         if apart > 512 * state.get("unpaired_count", 0) + (2 << 20) * state.get("parameters_left_count", 0):
             errs.append(f"the state's unpaired tensors are {apart} bytes from the parameters left")
-        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
         if "views of one block" not in srow["why"]:
             errs.append("the state's line does not pair the views with their block: " + srow["why"])
-        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
-                     st["grad_bytes"], grads)
     else:
         within_slack("optimizer state (paired)", state.get("paired_bytes", 0),
                      st["optimizer_state_bytes"], state)
-        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
-                     st["grad_bytes"], grads)
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
@@ -135,7 +128,6 @@ def main():
           f"in {grads.get('larger_count')} larger blocks; W {cat['w_bytes']}, W_t "
           f"{cat.get('w_trained_bytes')}")
     if st["optimizer_state_bytes"] == 0:  # plain SGD: no state, and none in the textbook
-        srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
         if srow["bytes"] or srow["textbook_bytes"] != 0:
             errs.append(f"no optimizer state in PyTorch, the table's {srow['bytes']} with a "
                         f"textbook of {srow['textbook_bytes']}")
