@@ -80,6 +80,50 @@ Test(export, golden_text_report)
     mt_analysis_free(a);
 }
 
+/* What the top N stacks leave out is summed where it leaves their tree, not at the root: main ->
+ * layer -> {conv 4 MiB, norm 2 MiB, relu, pool, add 1 MiB each}, main -> head 3 MiB, and one
+ * stack of its own (init) at the root. With --top 2 (conv, head) the three 1 MiB stacks and norm
+ * are "[4 more stacks]" under layer, init is "[1 more stack]" at the root, and every frame's bytes
+ * are all that went through it (main: 13 MiB, not the 7 MiB of the two shown stacks). */
+Test(export, stacks_beyond_the_top_sit_where_they_leave_the_tree)
+{
+    fx f;
+    fx_open(&f, "more.mtrace");
+    fx_process(&f, "app", "app");
+    fx_module(&f, 1, "/usr/bin/app", 0x400000, 0x410000);
+    const char *names[] = {"main", "layer", "conv", "norm", "relu", "pool", "add", "head", "init"};
+    /* node n + 1 is names[n]; parents: layer and head under main, the layer's five under it */
+    const uint32_t parent[] = {0, 1, 2, 2, 2, 2, 2, 1, 0};
+    for (uint32_t n = 0; n < 9; n++) {
+        fx_node(&f, n + 1, parent[n], 0x401000 + 0x100 * n, MT_FRAME_NATIVE);
+        fx_symbol(&f, 0x401000 + 0x100 * n, 0, names[n], "/src/app.c", 10 + (int)n);
+    }
+    const struct { uint32_t leaf; uint64_t mib; } ev[] = {{3, 4}, {4, 2}, {5, 1}, {6, 1},
+                                                          {7, 1}, {8, 3}, {9, 1}};
+    for (int i = 0; i < 7; i++)
+        fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + ((uint64_t)i << 24), ev[i].mib << 20,
+              (uint64_t)i + 1, ev[i].leaf);
+    fx_end(&f, 10, 7, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    mt_report_options ro = {.top = 2};
+    char *text = fx_capture(a, fx_report_text_fn, &ro, "more.txt");
+    const char *tree = strstr(text, "  live at the peak, by stack");
+    cr_assert(tree, "%s", text);
+    const char *expected =
+        "  live at the peak, by stack (share of the peak):\n"
+        "    100.0%   13.00 MiB       7  cuda:0\n"
+        "     92.3%   12.00 MiB       6    main (app.c:10)\n"
+        "     69.2%    9.00 MiB       5      layer (app.c:11)\n"
+        "     38.5%    5.00 MiB       4        [4 more stacks]\n"
+        "     30.8%    4.00 MiB       1        conv (app.c:12)\n"
+        "     23.1%    3.00 MiB       1      head (app.c:17)\n"
+        "      7.7%    1.00 MiB       1    [1 more stack]\n";
+    cr_expect(strncmp(tree, expected, strlen(expected)) == 0, "got:\n%s", tree);
+    free(text);
+    mt_analysis_free(a);
+}
+
 /* ---- helpers that run the real program ---------------------------------------------------------- */
 
 static int run_status(const char *cmd)
