@@ -309,12 +309,13 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                      "outside any module (the batch)");
             break;
         case MT_CAT_CHECKPOINT:
-            snprintf(r->why, sizeof r->why, "not in the textbook: tensors torch.load put on the "
-                     "GPU (map_location=\"cuda\", or saved from a GPU and loaded without one), "
-                     "still referenced; once load_state_dict has copied them into the model (the "
+            snprintf(r->why, sizeof r->why, "not in the textbook: a checkpoint loaded onto the "
+                     "GPU (torch.load with map_location=\"cuda\", or saved from a GPU and loaded "
+                     "without one; safetensors' load_file(..., device=\"cuda\")), still "
+                     "referenced; once load_state_dict has copied it into the model (the "
                      "optimizer keeps loaded state as its own, without a copy), the loaded dict "
-                     "holds a second copy: torch.load(..., map_location=\"cpu\"), or del the "
-                     "dict, frees it");
+                     "holds a second copy: loading to the CPU (map_location=\"cpu\", "
+                     "device=\"cpu\"), or del the dict, frees it");
             break;
         case MT_CAT_WORKSPACE:
             snprintf(r->why, sizeof r->why, "not in the textbook: cuBLAS/cuDNN workspaces taken "

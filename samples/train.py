@@ -2,7 +2,7 @@
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
     python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
-                    [--amp] [--compile] [--ab K] [--record-history]
+                    [--amp] [--compile] [--ab K] [--record-history] [--resume [--resume-format safetensors]] [--distill] [--loss-outside]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
 vit_b_16 the same with torchvision's ViT-B/16.
@@ -35,7 +35,14 @@ from_pretrained(device_map=...), as fine-tuning a downloaded model does (no down
 weights). --resume runs one step, saves a checkpoint of the model and the optimizer, loads it back with
 map_location="cuda" (--resume-map cpu: "cpu") into both and keeps the loaded dict referenced, as a
 resumed run often does (its tensors' bytes on the GPU: checkpoint_bytes, checkpoint_block_bytes in
-$SAMPLE_STATS).
+$SAMPLE_STATS). --resume-format safetensors saves and loads the model's weights with safetensors
+instead (save_file, then load_file(device="cuda") with --resume-map cuda), the optimizer's state
+still with torch.save.
+--loss-outside (gpt2) computes the loss in the training loop, as many hand-written loops do:
+F.cross_entropy(model(ids).logits.view(-1, vocab), ids.view(-1)), not inside the model's forward.
+--distill (resnet18) distills from a frozen teacher, torchvision's ResNet-50 in eval mode run
+under torch.no_grad(): the loss is cross-entropy plus the KL divergence from the teacher's
+softened outputs. The teacher's weights are on the GPU too, never trained.
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -75,13 +82,27 @@ def pretrained(net, dev):
     return type(net).from_pretrained(d, device_map={"": dev.index or 0})
 
 
-def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=False):
+def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=False, teacher=None,
+          loss_outside=False):
     if model in ("resnet18", "vit_b_16"):
         import torchvision
         net = torchvision.models.get_model(model, num_classes=1000).to(dev)
         x = torch.randn(batch, 3, 224, 224, device=dev)
         y = torch.randint(0, 1000, (batch,), device=dev)
         loss_fn = torch.nn.CrossEntropyLoss()
+        if teacher is not None:  # knowledge distillation from a frozen, larger model
+            t = torchvision.models.resnet50(num_classes=1000).to(dev).eval().requires_grad_(False)
+            teacher.append(t)
+
+            def distill(m):
+                with torch.no_grad():
+                    soft = torch.softmax(t(x) / 4.0, dim=1)
+                out = m(x)
+                kl = torch.nn.functional.kl_div(torch.log_softmax(out / 4.0, dim=1), soft,
+                                                reduction="batchmean")
+                return loss_fn(out, y) + kl
+
+            return net, distill
         if augment:  # each step's batch augmented on the GPU (torchvision's v2 transforms)
             from torchvision.transforms import v2
             raw = torch.randint(0, 256, (batch, 3, 256, 256), dtype=torch.uint8, device=dev)
@@ -95,6 +116,9 @@ def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=Fals
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
         net = pretrained(GPT2LMHeadModel(cfg), dev) if from_pretrained else GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
+        if loss_outside:  # the loss in the loop, outside any module
+            return net, lambda m: torch.nn.functional.cross_entropy(
+                m(input_ids=ids, use_cache=use_cache).logits.view(-1, cfg.vocab_size), ids.view(-1))
         return net, lambda m: m(input_ids=ids, labels=ids, use_cache=use_cache).loss
     if model == "bert":
         from transformers import BertConfig, BertForMaskedLM
@@ -198,12 +222,16 @@ def main():
     ap.add_argument("--resume-map", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--pretrained", action="store_true")
     ap.add_argument("--gpu-augment", action="store_true")
+    ap.add_argument("--resume-format", default="torch", choices=["torch", "safetensors"])
+    ap.add_argument("--distill", action="store_true")
+    ap.add_argument("--loss-outside", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
     batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4}.get(args.model, 32)
+    teacher = [] if args.distill else None
     net, loss_of = build(args.model, batch, dev, from_pretrained=args.pretrained,
-                         augment=args.gpu_augment,
+                         augment=args.gpu_augment, teacher=teacher, loss_outside=args.loss_outside,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})
@@ -251,8 +279,16 @@ def main():
         import tempfile
         step()
         path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
-        torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, path)
-        ckpt = torch.load(path, map_location=args.resume_map)
+        if args.resume_format == "safetensors":  # the weights in a .safetensors file of their own
+            from safetensors.torch import load_file, save_file
+            save_file(net.state_dict(), path + ".safetensors")
+            torch.save({"opt": opt.state_dict()}, path)
+            ckpt = torch.load(path, map_location=args.resume_map)
+            ckpt["model"] = load_file(path + ".safetensors", device=args.resume_map)
+            os.remove(path + ".safetensors")
+        else:
+            torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, path)
+            ckpt = torch.load(path, map_location=args.resume_map)
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         os.remove(path)
@@ -308,10 +344,11 @@ def main():
         extra["step_ms"] = (time.perf_counter() - t0) * 1000.0 / max(args.steps, 1)
     # the textbook quantities, measured on the live objects (issue 18's oracles)
     params = list(net.parameters())
-    extra["param_bytes"] = sum(tensor_bytes(p) for p in params)
-    # the allocator's blocks of the parameters and the modules' buffers: the report's parameters
-    # row (W, "module buffers such as BatchNorm's statistics included"), to the byte
-    extra["param_block_bytes"] = mt_stats.block_bytes(params + list(net.buffers()))
+    others = [t for m in teacher or [] for t in list(m.parameters()) + list(m.buffers())]
+    extra["param_bytes"] = sum(tensor_bytes(p) for p in params + others)
+    # the allocator's blocks of the parameters and the modules' buffers (a teacher's too): the
+    # report's parameters row (W, "module buffers such as BatchNorm's statistics included")
+    extra["param_block_bytes"] = mt_stats.block_bytes(params + list(net.buffers()) + others)
     extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad)  # .grad: same shape/dtype
     extra["optimizer_state_bytes"] = sum(tensor_bytes(v) for s in opt.state.values()
                                          for v in s.values()

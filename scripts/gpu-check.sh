@@ -671,6 +671,15 @@ categories_run resume_t "$S/train.py --model resnet18 --resume --steps 3" --resu
 # the same loaded with map_location="cpu", as the checkpoint line advises: no checkpoint on the
 # GPU, and the state Optimizer.load_state_dict moves there is the optimizer's state
 categories_run resume_cpu_t "$S/train.py --model resnet18 --resume --resume-map cpu --steps 3"
+# the same resumed run with the model's weights in a .safetensors file, loaded with
+# safetensors' load_file(device="cuda") (the optimizer's state still with torch.load)
+categories_run resume_st_t "$S/train.py --model resnet18 --resume --resume-format safetensors --steps 3" --resume
+# knowledge distillation: a frozen ResNet-50 teacher (eval, under no_grad) beside the ResNet-18
+# student: W holds both, W_t the student's alone; "other": the two losses' sum (512 B), as the GAN's
+categories_run distill_t "$S/train.py --model resnet18 --distill --steps 3" --fine-tune --other 512
+# the loss computed in the training loop (F.cross_entropy on the logits, outside any module): its
+# log-softmax, batch x tokens x vocab floats saved for the backward pass, is the forward's
+categories_run gpt2_lossout_t "$S/train.py --model gpt2 --steps 4 --loss-outside"
 # each step's batch augmented on the GPU by torchvision's v2 transforms (Modules): inputs
 categories_run resnet_aug_t "$S/train.py --model resnet18 --gpu-augment --steps 3"
 # Fine-tuning starts from a saved model: from_pretrained(device_map=...) puts the weights straight

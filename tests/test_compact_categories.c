@@ -586,7 +586,8 @@ Test(categories, gpu_fixtures_match_pytorch)
     static const char *const names[] = {"gpt2_tensors",      "gpt2_amp_tensors",
                                         "resnet18_tensors",  "resnet18_compile_tensors",
                                         "gpt2_ckpt_tensors", "gpt2_ckpt_reentrant_tensors",
-                                        "bert_tensors", "gpt2_pretrained_tensors"};
+                                        "bert_tensors", "gpt2_pretrained_tensors",
+                                        "gpt2_loss_outside_tensors"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         double params = stat_of(names[i], "param_bytes"), state = stat_of(names[i], "optimizer_state_bytes");
         cr_assert(params > 0 && state > 0, "%s: its .json", names[i]);
@@ -711,6 +712,92 @@ Test(categories, gpu_resumed_from_a_checkpoint)
     const mt_cat_row *ck = table_row(&t, MT_CAT_CHECKPOINT);
     cr_assert_not_null(ck, "a checkpoint line");
     cr_expect(!ck->has_textbook && strstr(ck->why, "map_location"), "%s", ck->why);
+    mt_analysis_free(a);
+}
+
+/* The bytes at d's peak of the stacks with a frame whose short name contains needle, all of which
+ * must be of category cat. */
+static uint64_t peak_bytes_under(mt_analysis *a, const mt_device_report *d, const char *needle,
+                                 unsigned cat)
+{
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < d->peak_stacks.n; k++) {
+        const char *names[256];
+        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[k].stack,
+                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
+                                  names, 256);
+        int under = 0;
+        for (size_t i = 0; i < n && i < 256; i++) under |= strstr(names[i], needle) != NULL;
+        if (!under) continue;
+        cr_expect_eq(d->peak_stacks.v[k].category, cat, "under %s: category %u", needle,
+                     d->peak_stacks.v[k].category);
+        bytes += d->peak_stacks.v[k].bytes;
+    }
+    return bytes;
+}
+
+/* The same resumed run with the model's weights in a .safetensors file (H200, train.py --resume
+ * --resume-format safetensors): load_file(device="cuda") makes them on the GPU from safetensors'
+ * Rust reader, under the Python frame load_file (safetensors/torch.py). They are the checkpoint's
+ * with the optimizer's state torch.load put there: the line is the allocator's blocks under the
+ * loaded dicts to the byte (94 602 240 B, the state alone, before: the weights read "inputs"). */
+Test(categories, gpu_resumed_from_safetensors)
+{
+    const char *name = "resnet18_resume_safetensors_tensors";
+    double held = stat_of(name, "checkpoint_block_bytes");
+    cr_assert(held > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d);
+    const uint64_t *c = d->by_category_at_peak;
+    cr_expect_eq((double)c[MT_CAT_CHECKPOINT], held, "checkpoint %llu, the dicts' blocks %.0f",
+                 (unsigned long long)c[MT_CAT_CHECKPOINT], held);
+    cr_expect_eq(c[MT_CAT_OTHER], 0);
+    cr_expect_eq(c[MT_CAT_OPTIMIZER_STATE], 0, "no state made by the optimizer");
+    /* the weights: at least the parameters' blocks, every one under load_file */
+    uint64_t loaded = peak_bytes_under(a, d, "load_file (safetensors/torch.py", MT_CAT_CHECKPOINT);
+    cr_expect_geq((double)loaded, stat_of(name, "param_bytes"), "load_file's tensors: %llu",
+                  (unsigned long long)loaded);
+    mt_analysis_free(a);
+}
+
+/* The loss computed by the training loop, outside any module (H200, train.py --model gpt2
+ * --loss-outside: F.cross_entropy(logits.view(-1, vocab), ids.view(-1))). Its log-softmax, 8 x
+ * 256 x 50 257 floats kept for the backward pass, is the forward's: an activation. It was
+ * "other" before, 17% of the peak. */
+Test(categories, gpu_loss_outside_the_model)
+{
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture("gpt2_loss_outside_tensors", &d);
+    uint64_t loss = peak_bytes_under(a, d, "cross_entropy (torch/nn/functional.py", MT_CAT_ACTIVATIONS);
+    cr_expect_geq(loss, 8ull * 256 * 50257 * 4, "the log-softmax at the peak: %llu",
+                  (unsigned long long)loss);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OTHER], 0);
+    mt_analysis_free(a);
+}
+
+/* Knowledge distillation (H200, train.py --distill): a ResNet-18 student beside a frozen ResNet-50
+ * teacher, in eval mode under no_grad. W is both models' blocks, to the byte; W_t, the parameters
+ * that got a gradient, is the student's (PyTorch's gradients within the pairing's slack), and the
+ * state's textbook is 2 W_t. "other": the two losses' sum, made in the loop (512 B). */
+Test(categories, gpu_distilled_from_a_frozen_teacher)
+{
+    const char *name = "resnet18_distill_tensors";
+    double grads = stat_of(name, "grad_bytes"), state = stat_of(name, "optimizer_state_bytes");
+    cr_assert(grads > 0 && state > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d); /* W = both models' blocks, to the byte */
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0], *fs = &d->fit_at_peak[1];
+    cr_expect(t.w_trained < t.w / 2, "W_t %llu, W %llu: the teacher is most of W",
+              (unsigned long long)t.w_trained, (unsigned long long)t.w);
+    cr_expect(within_fit_slack(t.w_trained, grads, fg), "W_t %llu vs the student's %.0f",
+              (unsigned long long)t.w_trained, grads);
+    cr_expect(within_fit_slack(fs->paired, state, fs), "state paired %llu vs %.0f",
+              (unsigned long long)fs->paired, state);
+    cr_expect_eq(table_row(&t, MT_CAT_OPTIMIZER_STATE)->textbook, 2 * t.w_trained);
+    cr_expect_leq(d->by_category_at_peak[MT_CAT_OTHER], 512);
     mt_analysis_free(a);
 }
 

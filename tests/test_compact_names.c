@@ -49,6 +49,17 @@ static const struct {
     {"std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > "
      "c10::Error::what[abi:cxx11]() const",
      "c10::Error::what"},
+    /* Rust's legacy mangling, as the C++ runtime demangles it (safetensors' reader under
+     * load_file, an H200 trace): escapes decoded, the hash dropped, as gdb prints it */
+    {"_$LT$pyo3..instance..Bound$LT$pyo3..types..any..PyAny$GT$$u20$as$u20$pyo3..types..any.."
+     "PyAnyMethods$GT$::call::h6b1a7712e1a6ba52",
+     "<pyo3::instance::Bound<pyo3::types::any::PyAny> as pyo3::types::any::PyAnyMethods>::call"},
+    {"safetensors_rust::Open::get_tensor::h4ff331997867cb7a", "safetensors_rust::Open::get_tensor"},
+    {"core::ptr::drop_in_place$LT$$RF$mut$u20$T$GT$::h0123456789abcdef",
+     "core::ptr::drop_in_place<&mut T>"},
+    /* not Rust's: a hash that is not 16 hex digits, an escape rustc never writes */
+    {"foo::h0123456789abcdeg", "foo::h0123456789abcdeg"},
+    {"a$XX$b::h0123456789abcdef", "a$XX$b::h0123456789abcdef"},
     {"cudaMallocAsync", "cudaMallocAsync"},
     {"libcuda.so.1+0x2a1b3c", "libcuda.so.1+0x2a1b3c"},
     {"main", "main"},
@@ -72,7 +83,9 @@ Test(names, cxx_short_names)
 Test(names, cxx_short_names_malformed)
 {
     const char *bad[] = {"a<b(c", "a)b>c(", "(((((", ">>>>", "operator", "operator (",
-                         "{lambda(", "[clone", "", " ", "a::b<c>::", "((anonymous namespace)"};
+                         "{lambda(", "[clone", "", " ", "a::b<c>::", "((anonymous namespace)",
+                         "_$LT$a..b$GT$::h0123456789abcdef", "$u7$::h0123456789abcdef",
+                         "::h0123456789abcdef"};
     char out[8];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         size_t n = mt_cxx_short_name(bad[i], out, sizeof out);

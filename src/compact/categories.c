@@ -32,12 +32,15 @@
  *                        reset_parameters, FSDP's sharded parameters and their all-gathers,
  *                        transformers' from_pretrained and Accelerate's loading of saved weights
  *   checkpoint           put on the GPU by torch.load (a Python frame in torch/serialization.py:
- *                        map_location="cuda", or tensors saved from a GPU): a resumed run's
+ *                        map_location="cuda", or tensors saved from a GPU) or by safetensors
+ *                        (load_file(..., device="cuda"), its Rust reader): a resumed run's
  *                        loaded dict. load_state_dict copies the weights into the parameters, and
  *                        Optimizer.load_state_dict keeps loaded state already on its parameters'
  *                        device as its own, without a copy (so that state is here, not under
  *                        optimizer state: the trace sees no allocation that tells which)
- *   activations          under a module's forward (Module._call_impl, *.forward)
+ *   activations          under a module's forward (Module._call_impl, *.forward), and
+ *                        torch.nn.functional called by the loop outside any module (the loss;
+ *                        tried after the generation loop's rule)
  *   generation loop      a decoding loop's own tensors outside the model: a Python frame in
  *                        transformers' generation/ (the scores and their processors, beam search's
  *                        bookkeeping, the growing token ids and attention mask)
@@ -263,7 +266,8 @@ static void note_optimizer(mt_categorizer *c, const char *path)
  * owner's match and the searches below were most of what categorizing a new stack cost. Keyed
  * by the name's pointer: the frames own their names and never free or reuse one while they live
  * (a name built again is a new string). */
-enum { SAYS_WORKSPACE = 1, SAYS_GRADS = 2, SAYS_BACKWARD = 4, SAYS_FACTORY = 8, SAYS_KNOWN = 16 };
+enum { SAYS_WORKSPACE = 1, SAYS_GRADS = 2, SAYS_BACKWARD = 4, SAYS_FACTORY = 8, SAYS_KNOWN = 16,
+       SAYS_CHECKPOINT = 32 };
 
 static unsigned native_says(mt_categorizer *c, const char *s)
 {
@@ -280,6 +284,8 @@ static unsigned native_says(mt_categorizer *c, const char *s)
         has(s, "at::_ops::ones") || has(s, "at::_ops::full") || has(s, "at::_ops::randint") ||
         has(s, "at::_ops::arange") || has(s, "at::_ops::tensor"))
         b |= SAYS_FACTORY;
+    /* safetensors' own reader (Rust), also when Python calls safe_open().get_tensor() itself */
+    if (has(s, "safetensors_rust::")) b |= SAYS_CHECKPOINT;
     if ((m = mt_u64map_upsert(&c->said, (uint64_t)(uintptr_t)s))) m->a = b; /* else: not kept */
     return b;
 }
@@ -305,6 +311,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
     int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0, augment = 0, model_forward = 0;
+    int functional = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -335,6 +342,13 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                 kv = 1;
             if (has(path, "transformers/generation/")) gen = 1; /* generate()'s own code */
             if (has(path, "torch/serialization.py")) ckpt = 1; /* torch.load's restore */
+            /* safetensors' load_file(..., device="cuda") and load(): a .safetensors file's
+             * tensors made on the GPU (from_pretrained's use of it is the parameters', above) */
+            if (has(path, "safetensors/torch.py")) ckpt = 1;
+            /* torch.nn.functional called by the training loop itself, outside any module: the
+             * loss (F.cross_entropy(logits, labels): its log-softmax, batch x tokens x vocab, is
+             * saved for the backward pass) and whatever else the forward's outputs go through */
+            if (has(path, "torch/nn/functional.py")) functional = 1;
             if (qual_ends(s, q, ".__init__") || qual_ends(s, q, ".reset_parameters"))
                 params |= !forward; /* construction, not a forward calling a constructor */
             /* a saved model loaded onto the GPU: transformers' from_pretrained (its loading code
@@ -378,6 +392,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (has(s, "[autograd backward]")) backward = 1;
         } else {
             unsigned b = native_says(c, s);
+            ckpt |= (b & SAYS_CHECKPOINT) != 0;
             workspace |= (b & SAYS_WORKSPACE) != 0;
             grads |= (b & SAYS_GRADS) != 0;
             backward |= (b & SAYS_BACKWARD) != 0;
@@ -394,6 +409,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
     if (augment) return MT_CAT_INPUTS;
     if (forward) return MT_CAT_ACTIVATIONS;
     if (gen) return MT_CAT_GENERATION; /* what generate() makes outside the model's forward */
+    if (functional) return MT_CAT_ACTIVATIONS;
     if (py && factory) return MT_CAT_INPUTS;
     return MT_CAT_OTHER;
 }

@@ -17,6 +17,12 @@
  * C++ (C functions, "libfoo.so+0x12") come out unchanged. A malformed name (unbalanced brackets)
  * still gives a bounded result: the scan never looks back more than it wrote.
  *
+ * Rust's legacy symbols (rustc's default mangling: PyO3 extensions such as safetensors' reader)
+ * are Itanium names too, and the C++ runtime demangles them with Rust's escapes and hash left in:
+ *   _$LT$pyo3..instance..Bound$LT$T$GT$$u20$as$u20$pyo3..PyAnyMethods$GT$::call::h6b1a7712e1a6ba52
+ *                                   -> <pyo3::instance::Bound<T> as pyo3::PyAnyMethods>::call
+ * as gdb and perf print it (libiberty's Rust demangler): rust_legacy_name.
+ *
  * mt_frame_role says what a native frame is in the user's view of a stack (`--frames user`): an
  * ATen operator ("aten::linear" from at::_ops::linear::call or ::redispatch), an autograd node
  * ("ConvolutionBackward0" from torch::autograd::generated::ConvolutionBackward0::apply), the
@@ -99,9 +105,70 @@ static size_t skip_group(const char *s)
     return i;
 }
 
+static int is_hex_digit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+/* The character a "$...$" escape of Rust's legacy mangling at s stands for, its length in *n; 0
+ * when s is not one rustc writes. */
+static unsigned rust_escape(const char *s, size_t *n)
+{
+    static const struct { const char *esc; char c; } named[] = {
+        {"$SP$", '@'}, {"$BP$", '*'}, {"$RF$", '&'}, {"$LT$", '<'},
+        {"$GT$", '>'}, {"$LP$", '('}, {"$RP$", ')'}, {"$C$", ','}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        size_t k = strlen(named[i].esc);
+        if (strncmp(s, named[i].esc, k) == 0) {
+            *n = k;
+            return (unsigned char)named[i].c;
+        }
+    }
+    /* $uXX$: a character by its code (rustc writes a blank, braces, quotes... this way) */
+    if (s[0] == '$' && s[1] == 'u' && is_hex_digit(s[2]) && is_hex_digit(s[3]) && s[4] == '$') {
+        unsigned v = 0;
+        for (int i = 2; i < 4; i++) v = v * 16 + (unsigned)(s[i] <= '9' ? s[i] - '0' : s[i] - 'a' + 10);
+        if (v >= 0x20 && v < 0x7f) {
+            *n = 5;
+            return v;
+        }
+    }
+    return 0;
+}
+
+/* in decoded into out when it is a Rust legacy name: its last component "h" and 16 hex digits
+ * (dropped), ".." for "::" and the "$...$" escapes, every one of which must decode. Returns the
+ * length, 0 when in is not such a name (out is then unspecified). */
+static size_t rust_legacy_name(const char *in, char *out, size_t cap)
+{
+    size_t len = strlen(in);
+    if (len < 19 || strncmp(in + len - 19, "::h", 3) != 0) return 0;
+    for (size_t i = len - 16; i < len; i++)
+        if (!is_hex_digit(in[i])) return 0;
+    sbuf b = {out, 0, cap};
+    const char *end = in + len - 19;
+    for (const char *s = in; s < end; s++) {
+        size_t n;
+        unsigned c;
+        /* an identifier that starts with an escape is written "_$": the "_" is not part of it */
+        if (*s == '_' && s[1] == '$' && (s == in || s[-1] == ':')) continue;
+        if (*s == '$') {
+            if (!(c = rust_escape(s, &n))) return 0;
+            put(&b, (char)c);
+            s += n - 1;
+        } else if (*s == '.' && s[1] == '.') {
+            puts_n(&b, "::", 2);
+            s++;
+        } else {
+            put(&b, *s);
+        }
+    }
+    out[b.n] = 0;
+    return b.n;
+}
+
 size_t mt_cxx_short_name(const char *in, char *out, size_t cap)
 {
     if (!cap) return 0;
+    size_t rust = rust_legacy_name(in, out, cap);
+    if (rust) return rust;
     sbuf b = {out, 0, cap};
     int angle = 0, paren = 0;
     size_t params_at = (size_t)-1; /* output length where the last top-level '(' group began */
