@@ -809,19 +809,7 @@ Test(categories, gpu_augmented_batch_is_an_input)
 {
     const mt_device_report *d;
     mt_analysis *a = gpu_fixture("resnet18_augment_tensors", &d);
-    uint64_t augmented = 0;
-    for (size_t k = 0; k < d->peak_stacks.n; k++) {
-        const char *names[256];
-        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[k].stack,
-                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
-                                  names, 256);
-        int transforms = 0;
-        for (size_t i = 0; i < n && i < 256; i++) transforms |= strstr(names[i], "torchvision/transforms/") != NULL;
-        if (!transforms) continue;
-        cr_expect_eq(d->peak_stacks.v[k].category, MT_CAT_INPUTS, "a transform's tensor: category %u",
-                     d->peak_stacks.v[k].category);
-        augmented += d->peak_stacks.v[k].bytes;
-    }
+    uint64_t augmented = peak_bytes_under(a, d, "torchvision/transforms/", MT_CAT_INPUTS);
     cr_expect_eq(augmented, 32ull * 3 * 224 * 224 * 4, "the normalized batch at the peak: %llu",
                  (unsigned long long)augmented);
     cr_expect_geq(d->by_category_at_peak[MT_CAT_INPUTS], augmented);
