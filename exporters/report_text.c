@@ -344,14 +344,20 @@ static void print_breakdown(mt_out *o, const mt_analysis *a, const mt_breakdown 
                        "segments is invisible to CUDA; record with --tensors to see it\n");
     } else if (b->cache_owner) {
         /* XLA's and CuPy's allocators hand out arrays from their reservation where no CUDA call
-         * sees it; only the library can say how much of it is in use */
+         * sees it; only the library can say how much of it is in use. XLA can be told to allocate
+         * every array from the driver instead, without a change to the program: then the trace
+         * has each array with its stack (samples/jax_train.py on an H200: an MLP's weights under
+         * the line that made them, and XLA's autotuning buffers, the peak of that run) */
+        int xla = strcmp(b->cache_owner, MT_OWNER_XLA_ALLOCATOR) == 0;
         mt_out_printf(o, "        in use by arrays            unknown   invisible to CUDA: ask the "
-                         "library (%s)\n",
-                      strcmp(b->cache_owner, MT_OWNER_XLA_ALLOCATOR) == 0
-                          ? "jax.devices()[i].memory_stats()"
+                         "library (%s)%s\n",
+                      xla ? "jax.devices()[i].memory_stats()"
                       : strcmp(b->cache_owner, MT_OWNER_CUPY_POOL) == 0
                           ? "cupy.get_default_memory_pool().used_bytes()"
-                          : "its own memory statistics");
+                          : "its own memory statistics",
+                      xla ? ", or record again with XLA_PYTHON_CLIENT_ALLOCATOR=platform: every "
+                            "array its own allocation, with its stack (slower)"
+                          : "");
     }
     mt_out_printf(o, "    + other libraries            %10s\n",
                   mt_format_bytes(b->other_bytes, b1, sizeof b1));

@@ -553,6 +553,20 @@ for lib in cupy jax; do
   [ -f "$W/holders_$lib/t.json" ] && check "holders_$lib: the cache named after its allocator, = the library's number, no leak" ok \
     "$($PY scripts/holders_vs_trace.py "$W/holders_$lib/t.json" "$W/holders_$lib/traced.json" 2>&1 | tail -1)"
 done
+# JAX with XLA's platform allocator (XLA_PYTHON_CLIENT_ALLOCATOR=platform, the report's advice
+# where XLA's BFC region hides the arrays): every array its own driver allocation, so the MLP's
+# weights and biases live at the peak under init()'s line are the parameters, each rounded up to
+# the driver's granularity (2 MiB), and no XLA BFC reservation is seen
+same_run jax_platform "XLA_PYTHON_CLIENT_ALLOCATOR=platform" "" $PY "$S/jax_train.py"
+[ -f "$W/jax_platform/t.json" ] && check "jax_platform: the parameters at the peak under init(), one allocation each; no BFC region" ok \
+  "$("$MT" export --format folded "$W/jax_platform/t.mtrace" 2>> "$LOG" | $PY -c '
+import json, sys
+st, rep = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+got = sum(int(l.rsplit(" ", 1)[1]) for l in sys.stdin if "init (samples/jax_train.py:" in l)
+hi = st["param_bytes"] + st["param_arrays"] * (2 << 20)
+owner = rep["devices"][0]["breakdown"]["at_peak"].get("other_cache_owner")
+print("ok" if st["param_bytes"] <= got <= hi and owner is None else
+      "under init() %d, parameters %d (at most %d rounded); cache owner %s" % (got, st["param_bytes"], hi, owner))' "$W/jax_platform/traced.json" "$W/jax_platform/t.json" 2>&1 | tail -1)"
 same_run compile "" "" $PY "$S/graphs.py" --compile;                torch_match compile default --captured
 same_run compile_t "" "--tensors" $PY "$S/graphs.py" --compile;     torch_match compile_t tensors --captured
 same_run threads "" "" $PY "$S/threads.py" --dataloader;            torch_match threads default

@@ -240,6 +240,39 @@ static uint64_t top_stat(const char *json_name, const char *key)
     return json_number(json_name, sub);
 }
 
+/* JAX with XLA's platform allocator (samples/jax_train.py, XLA_PYTHON_CLIENT_ALLOCATOR=platform,
+ * an H200): what the report advises where XLA's BFC region hides the arrays. No BFC region; each
+ * array is an allocation of its own with the Python line that made it: the MLP's weights and
+ * biases under init() at the peak are its parameters, each rounded up to the driver's 2 MiB
+ * granularity (the run's own numbers). XLA's stacks without Python are named by what asked
+ * (autotuning's inputs, an executable's transient buffers), never by XLA's device-memory layer. */
+Test(fixtures, jax_platform_allocator_shows_every_array)
+{
+    mt_analysis *a = analyze("jax_platform.mtrace");
+    const mt_device_report *d = device0(a);
+    cr_expect_null(d->at_peak.cache_owner, "no allocator reservation: %s",
+                   d->at_peak.cache_owner ? d->at_peak.cache_owner : "");
+    uint64_t params = top_stat("jax_platform.stats.json", "param_bytes");
+    uint64_t arrays = top_stat("jax_platform.stats.json", "param_arrays");
+    uint64_t under_init = 0;
+    for (size_t k = 0; k < d->peak_stacks.n; k++) {
+        const char *names[256];
+        uint32_t stack = d->peak_stacks.v[k].stack;
+        size_t n = mt_frames_path(a->frames, stack,
+                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
+                                  names, 256);
+        int init = 0;
+        for (size_t i = 0; i < n && i < 256; i++) init |= strstr(names[i], "init (samples/jax_train.py:") != NULL;
+        if (init) under_init += d->peak_stacks.v[k].bytes;
+        const char *who = mt_frames_first_user(a->frames, stack, MT_NAME_SHORT);
+        cr_expect(strncmp(who, "stream_executor::", 17) != 0, "named by XLA's layer: %s", who);
+    }
+    cr_expect(params > 0 && under_init >= params && under_init <= params + arrays * (2u << 20),
+              "under init() %llu, parameters %llu in %llu arrays", (unsigned long long)under_init,
+              (unsigned long long)params, (unsigned long long)arrays);
+    mt_analysis_free(a);
+}
+
 /* Memory another library's allocator keeps (samples/holders.py on an H100: CuPy 14.2's pool at
  * exit, JAX 0.11.2's preallocated BFC region at the peak) is named after that allocator, to the
  * byte of what the library itself reports, and is neither a leak nor PyTorch's. */
@@ -278,15 +311,18 @@ Test(fixtures, other_allocators_caches_named_not_leaks)
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char line[1024];
-    int xla = 0, cupy = 0, torch_words = 0;
+    int xla = 0, cupy = 0, torch_words = 0, platform = 0;
     while (fgets(line, sizeof line, p)) {
         xla += strstr(line, "allocator reserved") && strstr(line, MT_OWNER_XLA_ALLOCATOR);
+        /* the way to see XLA's arrays: its platform allocator, without a change to the program */
+        platform += strstr(line, "in use by arrays") && strstr(line, "XLA_PYTHON_CLIENT_ALLOCATOR=platform");
         cupy += strstr(line, "allocator reserved") && strstr(line, MT_OWNER_CUPY_POOL);
         torch_words += strstr(line, "--tensors") != NULL;
     }
     pclose(p);
     cr_expect_geq(xla, 1);
     cr_expect_geq(cupy, 1);
+    cr_expect_eq(platform, 1, "JAX's run, at its peak (at its end XLA has let go), not CuPy's: %d", platform);
     cr_expect_eq(torch_words, 0, "no advice about PyTorch's tensor mode for JAX or CuPy");
 }
 

@@ -471,12 +471,15 @@ static size_t both_paths(mt_frames *f, mt_view_cache *v, uint32_t leaf, mt_name_
 }
 
 /* A native frame a user could have written: not the CUDA stack, not NVIDIA's libraries, not the
- * C/C++ runtime, not an allocator or library that the rules recognise. */
+ * C/C++ runtime, not an allocator or library that the rules recognise, not XLA's device-memory
+ * layer (stream_executor::, under every allocation XLA makes: a JAX run's autotuning buffers were
+ * named "stream_executor::gpu::CreatePhysicalAllocation::$_0::operator()", not what asked). */
 static int user_native(mt_view_cache *v, size_t k)
 {
     const char *user;
     if (!(v->flg[k] & MT_FF_NATIVE) || (v->flg[k] & (MT_FF_CUDA | MT_FF_LIB | MT_FF_SYSTEM)))
         return 0;
+    if (strncmp(v->lng[k], "stream_executor::", 17) == 0) return 0;
     mt_frame_role r = role(v, v->lng[k], &user);
     return r != MT_ROLE_LIBRARY && r != MT_ROLE_ALLOCATOR;
 }
