@@ -19,8 +19,15 @@
 
 #include "util.h"
 
-/* gradients that mirror no parameter: what they usually are */
-#define GRAD_HINT " (DDP's and FSDP's buckets hold many gradients each)"
+/* Gradients that mirror no parameter: what they usually are. A sparse embedding's gradient is
+ * one when the trace has one (a recommendation model's table: SparseAdam; it read "DDP's and
+ * FSDP's buckets" in a run with neither, train.py --model recsys on an H200). */
+static const char *grad_hint(const mt_analysis *a)
+{
+    return a->categories && mt_categorizer_saw_sparse_grad(a->categories)
+               ? " (a sparse embedding's gradient holds the rows a batch touched, not the table)"
+               : " (DDP's and FSDP's buckets hold many gradients each)";
+}
 
 static mt_cat_row *add_row(mt_cat_table *t, const char *name, uint64_t bytes)
 {
@@ -202,7 +209,7 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                 n = explain_fit(r->why, sizeof r->why, n, &f,
                                 wt != w ? "trained parameters without a gradient at the peak"
                                         : "parameters or buffers without a gradient at the peak",
-                                GRAD_HINT);
+                                grad_hint(a));
             }
             if (d->after_backward_known) {
                 const uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
@@ -222,7 +229,7 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                     size_t inside = n;
                     n = explain_fit(r->why, sizeof r->why, n, &d->fit_after_backward[0],
                                     wt != w ? NULL : "parameters or buffers without a gradient",
-                                    GRAD_HINT);
+                                    grad_hint(a));
                     if (n == inside) /* nothing to explain it by (no gradient paired): no "()" */
                         r->why[n = open] = 0;
                     else

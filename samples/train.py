@@ -1,7 +1,7 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
+    python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn|recsys [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
                     [--amp] [--compile] [--ab K] [--record-history] [--resume [--resume-format safetensors]] [--distill] [--loss-outside]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
@@ -40,6 +40,10 @@ instead (save_file, then load_file(device="cuda") with --resume-map cuda), the o
 still with torch.save.
 --loss-outside (gpt2) computes the loss in the training loop, as many hand-written loops do:
 F.cross_entropy(model(ids).logits.view(-1, vocab), ids.view(-1)), not inside the model's forward.
+recsys:   a recommendation model: a sparse EmbeddingBag of 1 000 000 x 64 (sparse=True: its
+          gradient is the rows a batch touched, trained by SparseAdam) and a dense MLP (AdamW),
+          batch 8192 of 16 ids; $SAMPLE_STATS gets sparse_grad_bytes and sparse_grad_index_bytes,
+          the sparse gradient's values and indices after a backward pass.
 --distill (resnet18) distills from a frozen teacher, torchvision's ResNet-50 in eval mode run
 under torch.no_grad(): the loss is cross-entropy plus the KL divergence from the teacher's
 softened outputs. The teacher's weights are on the GPU too, never trained.
@@ -144,6 +148,22 @@ def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=Fals
         ids = torch.randint(0, 10000, (batch, 65), device=dev)
         loss_fn = torch.nn.CrossEntropyLoss()
         return net, lambda m: loss_fn(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+    if model == "recsys":
+        class RecSys(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.EmbeddingBag(1_000_000, 64, mode="sum", sparse=True)
+                self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 1024), torch.nn.ReLU(),
+                                               torch.nn.Linear(1024, 1))
+
+            def forward(self, ids):
+                return self.mlp(self.emb(ids)).squeeze(1)
+
+        net = RecSys().to(dev)
+        ids = torch.randint(0, 1_000_000, (batch, 16), device=dev)
+        y = torch.rand(batch, device=dev)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        return net, lambda m: loss_fn(m(ids), y)
     if model == "fasterrcnn":
         # torchvision's detection training: a list of images and of targets in, a dict of losses
         # out; NMS and the proposal sampler make tensors whose sizes change from step to step
@@ -193,6 +213,25 @@ def fine_tune(net, model, freeze, lora):
             block.attn.c_attn = LoRA(block.attn.c_attn, lora)
 
 
+class Optimizers:
+    """Several optimizers stepped as one (what the loop below and the stats ask of one)."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def state(self):
+        return {p: s for o in self.opts for p, s in o.state.items()}
+
+
 def tensor_bytes(t):
     return t.numel() * t.element_size()
 
@@ -228,7 +267,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4}.get(args.model, 32)
+    batch = args.batch or {"gpt2": 8, "bert": 8, "fasterrcnn": 4, "recsys": 8192}.get(args.model, 32)
     teacher = [] if args.distill else None
     net, loss_of = build(args.model, batch, dev, from_pretrained=args.pretrained,
                          augment=args.gpu_augment, teacher=teacher, loss_outside=args.loss_outside,
@@ -238,13 +277,21 @@ def main():
     fine_tune(net, args.model, args.freeze, args.lora)
     model = torch.compile(net) if args.compile else net
     trained = [p for p in net.parameters() if p.requires_grad]
-    if args.optim == "adamw":
+    if args.model == "recsys":  # the sparse table's own optimizer beside the MLP's
+        opt = Optimizers(torch.optim.SparseAdam([net.emb.weight], lr=1e-3),
+                         torch.optim.AdamW(net.mlp.parameters(), lr=1e-4))
+    elif args.optim == "adamw":
         opt = torch.optim.AdamW(trained, lr=1e-4)
     elif args.optim == "sgd0":  # plain SGD: no state, a weight decay's temporaries in its step
         opt = torch.optim.SGD(trained, lr=1e-3, weight_decay=1e-4)
     else:
         opt = torch.optim.SGD(trained, lr=1e-3, momentum=0.9)
 
+    sparse_grad = [0, 0]
+    if args.model == "recsys":  # the sparse gradient's values and indices, after each backward
+        def sizes(p):
+            sparse_grad[:] = tensor_bytes(p.grad._values()), tensor_bytes(p.grad._indices())
+        net.emb.weight.register_post_accumulate_grad_hook(sizes)
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
     ema = None
     if args.ema:  # an exponential moving average of the weights, as timm's ModelEmaV2 keeps it
@@ -349,7 +396,12 @@ def main():
     # the allocator's blocks of the parameters and the modules' buffers (a teacher's too): the
     # report's parameters row (W, "module buffers such as BatchNorm's statistics included")
     extra["param_block_bytes"] = mt_stats.block_bytes(params + list(net.buffers()) + others)
-    extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad)  # .grad: same shape/dtype
+    # .grad: same shape/dtype, but for a sparse gradient (below)
+    extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad and
+                              not (args.model == "recsys" and p is net.emb.weight))
+    if args.model == "recsys":  # the sparse gradient's own tensors, as the backward pass left them
+        # (the indices may be the batch's own ids, reshaped: not a tensor of the backward pass)
+        extra["sparse_grad_bytes"], extra["sparse_grad_index_bytes"] = sparse_grad
     extra["optimizer_state_bytes"] = sum(tensor_bytes(v) for s in opt.state.values()
                                          for v in s.values()
                                          if torch.is_tensor(v) and v.is_cuda)

@@ -35,6 +35,12 @@ and the table's state line must say that they go together.
 the checkpoint line must be the allocator's blocks under the loaded dict's tensors, to the byte,
 and the state's line must point at it (the optimizer adopted the loaded state without a copy).
 
+--sparse (samples/train.py --model recsys: an EmbeddingBag with sparse=True): its gradient is a
+sparse tensor, the rows a batch touched (values and indices), the size of no parameter. The
+gradients left unpaired after the backward pass must be PyTorch's values (sparse_grad_bytes), and
+its indices at most (sparse_grad_index_bytes: they may be the batch's ids, reshaped), within 512
+bytes a tensor, and the gradients' line must say what they are.
+
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
 outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD without momentum),
 the table's state line must be 0 with a textbook of 0."""
@@ -49,6 +55,7 @@ def main():
     fine_tune = "--fine-tune" in sys.argv[3:]
     views = "--views" in sys.argv[3:]
     resume = "--resume" in sys.argv[3:]
+    sparse = "--sparse" in sys.argv[3:]
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -110,7 +117,19 @@ def main():
     else:
         within_slack("optimizer state (paired)", state.get("paired_bytes", 0),
                      st["optimizer_state_bytes"], state)
+    if sparse:  # the sparse gradient: unpaired by nature, PyTorch's values and indices
+        got, n = grads.get("unpaired_bytes", 0), grads.get("unpaired_count", 0)
+        lo = st["sparse_grad_bytes"]  # its values; its indices too, unless they are the batch's
+        hi = lo + st["sparse_grad_index_bytes"] + 512 * n
+        if not (n and lo <= got <= hi):
+            errs.append(f"unpaired gradients {got} in {n} tensors vs the sparse gradient's values "
+                        f"{lo} (and indices {st['sparse_grad_index_bytes']})")
+        grow = [r for r in cat["rows"] if r["name"] == "gradients"][0]
+        if "sparse" not in grow["why"]:
+            errs.append("the gradients' line does not say a sparse gradient: " + grow["why"])
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
+        if sparse and what == "gradients after backward":
+            continue
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
             continue

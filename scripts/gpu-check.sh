@@ -694,6 +694,9 @@ categories_run distill_t "$S/train.py --model resnet18 --distill --steps 3" --fi
 # the loss computed in the training loop (F.cross_entropy on the logits, outside any module): its
 # log-softmax, batch x tokens x vocab floats saved for the backward pass, is the forward's
 categories_run gpt2_lossout_t "$S/train.py --model gpt2 --steps 4 --loss-outside"
+# a recommendation model: a sparse EmbeddingBag (SparseAdam) and a dense MLP (AdamW); the
+# table's gradient is sparse (the rows a batch touched), the size of no parameter
+categories_run recsys_t "$S/train.py --model recsys --steps 4" --sparse
 # each step's batch augmented on the GPU by torchvision's v2 transforms (Modules): inputs
 categories_run resnet_aug_t "$S/train.py --model resnet18 --gpu-augment --steps 3"
 # Fine-tuning starts from a saved model: from_pretrained(device_map=...) puts the weights straight

@@ -801,6 +801,38 @@ Test(categories, gpu_distilled_from_a_frozen_teacher)
     mt_analysis_free(a);
 }
 
+/* A recommendation model (H200, train.py --model recsys): an EmbeddingBag of 1 000 000 x 64 with
+ * sparse=True (SparseAdam) beside a dense MLP (AdamW). The table's gradient is sparse, the rows a
+ * batch touched: after the backward pass it is the one gradient paired with no parameter, PyTorch's
+ * values (and at most its indices, which may be the batch's own ids), and the gradients' line says
+ * so instead of pointing at DDP's and FSDP's buckets, which this run has none of. An LSTM's dense
+ * embedding makes no such stack. */
+Test(categories, gpu_sparse_embedding_gradient)
+{
+    const char *name = "recsys_tensors";
+    double values = stat_of(name, "sparse_grad_bytes"), index = stat_of(name, "sparse_grad_index_bytes");
+    double dense = stat_of(name, "grad_bytes");
+    cr_assert(values > 0 && index > 0 && dense > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d); /* parameters = blocks, to the byte */
+    cr_expect(mt_categorizer_saw_sparse_grad(a->categories));
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    cr_expect_eq(fg->n_unpaired, 1, "the sparse gradient alone: %llu", (unsigned long long)fg->n_unpaired);
+    cr_expect((double)fg->unpaired >= values && (double)fg->unpaired <= values + index + 512.0 * (double)fg->n_unpaired,
+              "unpaired %llu vs values %.0f, indices %.0f", (unsigned long long)fg->unpaired, values, index);
+    cr_expect(within_fit_slack(fg->paired, dense, fg), "the MLP's gradients %llu vs %.0f",
+              (unsigned long long)fg->paired, dense);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    const mt_cat_row *g = table_row(&t, MT_CAT_GRADIENTS);
+    cr_expect(strstr(g->why, "sparse embedding's gradient") && !strstr(g->why, "DDP"), "%s", g->why);
+    mt_analysis_free(a);
+    a = gpu_fixture("lstm_tensors", &d);
+    cr_expect(!mt_categorizer_saw_sparse_grad(a->categories), "a dense embedding");
+    mt_analysis_free(a);
+}
+
 /* A batch augmented on the GPU (H200, train.py --model resnet18 --gpu-augment: torchvision's v2
  * transforms, which are Modules, crop, flip and normalize 32 uint8 images to the model's float
  * input). What they make outside the model's forward is an input: the normalized batch live at the

@@ -332,6 +332,9 @@ int mt_category_fit_compute(const uint64_t *params, size_t n_params, const uint6
 /* 1 when the trace had a backward pass, ended or not: a tensor of one was seen (an inference run
  * has none, and no gradient to expect). */
 int mt_categorizer_saw_backward(const mt_categorizer *c);
+/* 1 when a stack of a sparse embedding's backward was seen (Embedding or EmbeddingBag with
+ * sparse=True): its gradient, the rows a batch touched, is the size of no parameter. */
+int mt_categorizer_saw_sparse_grad(const mt_categorizer *c);
 /* Backward passes and optimizer steps ended so far (each a promotion of the live set). */
 void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
                            uint64_t *optimizer_ends);

@@ -106,6 +106,8 @@ struct mt_categorizer {
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     int saw_backward;          /* a backward tensor anywhere in the trace (kept by a restart: the
                                   pass that replays may stop at the peak) */
+    int saw_sparse_grad;       /* a stack of a sparse embedding's backward (kept the same way; and
+                                  a stack is categorized once, so it is never seen again) */
     int saw_step_end, saw_state; /* since the replay began: an optimizer step ended; a tensor was
                                     made as state or outlived a step (mt_categorizer_stateless) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
@@ -267,7 +269,7 @@ static void note_optimizer(mt_categorizer *c, const char *path)
  * by the name's pointer: the frames own their names and never free or reuse one while they live
  * (a name built again is a new string). */
 enum { SAYS_WORKSPACE = 1, SAYS_GRADS = 2, SAYS_BACKWARD = 4, SAYS_FACTORY = 8, SAYS_KNOWN = 16,
-       SAYS_CHECKPOINT = 32 };
+       SAYS_CHECKPOINT = 32, SAYS_SPARSE_GRAD = 64 };
 
 static unsigned native_says(mt_categorizer *c, const char *s)
 {
@@ -284,6 +286,9 @@ static unsigned native_says(mt_categorizer *c, const char *s)
         has(s, "at::_ops::ones") || has(s, "at::_ops::full") || has(s, "at::_ops::randint") ||
         has(s, "at::_ops::arange") || has(s, "at::_ops::tensor"))
         b |= SAYS_FACTORY;
+    /* an Embedding's or EmbeddingBag's backward with sparse=True: at::_ops::embedding_sparse_
+     * backward, _embedding_bag_sparse_backward (a gradient of the rows a batch touched) */
+    if (has(s, "_sparse_backward")) b |= SAYS_SPARSE_GRAD;
     /* safetensors' own reader (Rust), also when Python calls safe_open().get_tensor() itself */
     if (has(s, "safetensors_rust::")) b |= SAYS_CHECKPOINT;
     if ((m = mt_u64map_upsert(&c->said, (uint64_t)(uintptr_t)s))) m->a = b; /* else: not kept */
@@ -393,6 +398,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
         } else {
             unsigned b = native_says(c, s);
             ckpt |= (b & SAYS_CHECKPOINT) != 0;
+            c->saw_sparse_grad |= (b & SAYS_SPARSE_GRAD) != 0;
             workspace |= (b & SAYS_WORKSPACE) != 0;
             grads |= (b & SAYS_GRADS) != 0;
             backward |= (b & SAYS_BACKWARD) != 0;
@@ -569,6 +575,11 @@ void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,
 int mt_categorizer_saw_backward(const mt_categorizer *c)
 {
     return c->saw_backward;
+}
+
+int mt_categorizer_saw_sparse_grad(const mt_categorizer *c)
+{
+    return c->saw_sparse_grad;
 }
 
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)
