@@ -265,10 +265,15 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                                           "(state is made by the first step)"
                                         : "parameter copies without state at the peak (buffers "
                                           "have none; state is made by the first step)",
-                                small ? ", each one 512-byte block: the size of a step count, "
-                                        "which fused or capturable Adam keeps per parameter on "
-                                        "the GPU"
-                                      : "");
+                                !small ? ""
+                                : strcmp(t->optimizer, "ASGD") == 0
+                                    /* its eta and mu, made on the parameter's device (train.py
+                                     * --optim asgd on an H200: 2 per parameter) */
+                                    ? ", each one 512-byte block: ASGD's eta and mu, scalars it "
+                                      "keeps per parameter on the GPU"
+                                    : ", each one 512-byte block: the size of a step count, "
+                                      "which fused or capturable Adam keeps per parameter on "
+                                      "the GPU");
                 if (n == inside && open < sizeof r->why) r->why[n = open] = 0; /* nothing to say */
                 /* a resumed run: Optimizer.load_state_dict adopts loaded state already on the
                  * parameters' device without a copy, so its state is the checkpoint's tensors

@@ -1,7 +1,7 @@
 """Real training loops on random data (no downloads): a torchvision ResNet-18 or a GPT-2-like
 transformer built from a transformers config, with AdamW (or SGD with momentum).
 
-    python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn|recsys [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0]
+    python train.py --model resnet18|vit_b_16|gpt2|bert|lstm|fasterrcnn|recsys [--batch B] [--steps N] [--warmup W] [--optim adamw|sgd|sgd0|nadam|radam|adamax|adadelta|rprop|asgd|adagrad|rmsprop]
                     [--amp] [--compile] [--ab K] [--record-history] [--resume [--resume-format safetensors]] [--distill] [--loss-outside]
 
 resnet18: torchvision.models.resnet18(num_classes=1000), 224x224 images, batch 32 by default;
@@ -44,6 +44,9 @@ recsys:   a recommendation model: a sparse EmbeddingBag of 1 000 000 x 64 (spars
           gradient is the rows a batch touched, trained by SparseAdam) and a dense MLP (AdamW),
           batch 8192 of 16 ids; $SAMPLE_STATS gets sparse_grad_bytes and sparse_grad_index_bytes,
           the sparse gradient's values and indices after a backward pass.
+--offload keeps the tensors saved for the backward pass in pinned host memory
+(torch.autograd.graph.save_on_cpu(pin_memory=True)), copied back to the GPU as the backward pass
+needs them.
 --distill (resnet18) distills from a frozen teacher, torchvision's ResNet-50 in eval mode run
 under torch.no_grad(): the loss is cross-entropy plus the KL divergence from the teacher's
 softened outputs. The teacher's weights are on the GPU too, never trained.
@@ -63,6 +66,7 @@ thread), ab_main_cpu_off_ms and ab_main_cpu_pct for the main thread.
 --record-history keeps PyTorch's recorder on for the whole run (its cost between processes).
 """
 import argparse
+import contextlib
 import ctypes
 import time
 
@@ -264,6 +268,7 @@ def main():
     ap.add_argument("--resume-format", default="torch", choices=["torch", "safetensors"])
     ap.add_argument("--distill", action="store_true")
     ap.add_argument("--loss-outside", action="store_true")
+    ap.add_argument("--offload", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -284,8 +289,15 @@ def main():
         opt = torch.optim.AdamW(trained, lr=1e-4)
     elif args.optim == "sgd0":  # plain SGD: no state, a weight decay's temporaries in its step
         opt = torch.optim.SGD(trained, lr=1e-3, weight_decay=1e-4)
-    else:
+    elif args.optim == "sgd":
         opt = torch.optim.SGD(trained, lr=1e-3, momentum=0.9)
+    else:  # PyTorch's other optimizers, by name, with their defaults (state: docs/analysis.md)
+        kinds = {"nadam": torch.optim.NAdam, "radam": torch.optim.RAdam, "adamax": torch.optim.Adamax,
+                 "adadelta": torch.optim.Adadelta, "rprop": torch.optim.Rprop, "asgd": torch.optim.ASGD,
+                 "adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop}
+        if args.optim not in kinds:
+            raise SystemExit(f"unknown optimizer {args.optim}")
+        opt = kinds[args.optim](trained, lr=1e-4)
 
     sparse_grad = [0, 0]
     if args.model == "recsys":  # the sparse gradient's values and indices, after each backward
@@ -301,7 +313,9 @@ def main():
     def step():
         for _ in range(args.accum):  # gradient accumulation: backward passes before one step
             with torch.autocast("cuda", dtype=torch.float16 if args.fp16 else torch.bfloat16,
-                                enabled=args.amp or args.fp16):
+                                enabled=args.amp or args.fp16), \
+                    torch.autograd.graph.save_on_cpu(pin_memory=True) if args.offload \
+                    else contextlib.nullcontext():
                 loss = loss_of(model)
                 if args.accum > 1:
                     loss = loss / args.accum

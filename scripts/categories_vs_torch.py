@@ -41,6 +41,9 @@ gradients left unpaired after the backward pass must be PyTorch's values (sparse
 its indices at most (sparse_grad_index_bytes: they may be the batch's ids, reshaped), within 512
 bytes a tensor, and the gradients' line must say what they are.
 
+--optimizer NAME: the table's optimizer must be NAME (samples/train.py --optim nadam, ...), its
+state's textbook k W_t for that optimizer's k.
+
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
 outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD without momentum),
 the table's state line must be 0 with a textbook of 0."""
@@ -133,6 +136,10 @@ def main():
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
             continue
+        # ASGD keeps eta and mu, scalars, on each parameter's device beside its average
+        if "--optimizer" in args and args[args.index("--optimizer") + 1] == "ASGD" and small and \
+                what == "optimizer state":
+            continue
         if (views or resume) and what == "optimizer state":
             continue
         if f.get("unpaired_count", 1):
@@ -146,6 +153,13 @@ def main():
           f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
           f"in {grads.get('larger_count')} larger blocks; W {cat['w_bytes']}, W_t "
           f"{cat.get('w_trained_bytes')}")
+    if "--optimizer" in args:  # the optimizer named, and its textbook k W (or k W_t)
+        name = args[args.index("--optimizer") + 1]
+        k, wt = cat.get("optimizer_state_in_w", 0), cat.get("w_trained_bytes") or cat["w_bytes"]
+        if cat.get("optimizer") != name:
+            errs.append(f"optimizer {cat.get('optimizer')!r}, not {name!r}")
+        elif srow["textbook_bytes"] != k * wt:
+            errs.append(f"the state's textbook {srow['textbook_bytes']} is not {k} x {wt}")
     if st["optimizer_state_bytes"] == 0:  # plain SGD: no state, and none in the textbook
         if srow["bytes"] or srow["textbook_bytes"] != 0:
             errs.append(f"no optimizer state in PyTorch, the table's {srow['bytes']} with a "

@@ -694,6 +694,13 @@ categories_run distill_t "$S/train.py --model resnet18 --distill --steps 3" --fi
 # the loss computed in the training loop (F.cross_entropy on the logits, outside any module): its
 # log-softmax, batch x tokens x vocab floats saved for the backward pass, is the forward's
 categories_run gpt2_lossout_t "$S/train.py --model gpt2 --steps 4 --loss-outside"
+# activations offloaded to pinned host memory (save_on_cpu): the GPU holds them only as the
+# backward pass copies each back
+categories_run offload_t "$S/train.py --model resnet18 --steps 3 --offload"
+# PyTorch's other optimizers, each named and with its textbook state (k W), PyTorch's sums
+for o in nadam:NAdam radam:RAdam adamax:Adamax adadelta:Adadelta rprop:Rprop asgd:ASGD; do
+  categories_run "optim_${o%%:*}_t" "$S/train.py --model resnet18 --steps 3 --optim ${o%%:*}" --optimizer "${o#*:}"
+done
 # a recommendation model: a sparse EmbeddingBag (SparseAdam) and a dense MLP (AdamW); the
 # table's gradient is sparse (the rows a batch touched), the size of no parameter
 categories_run recsys_t "$S/train.py --model recsys --steps 4" --sparse

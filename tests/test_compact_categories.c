@@ -833,6 +833,65 @@ Test(categories, gpu_sparse_embedding_gradient)
     mt_analysis_free(a);
 }
 
+/* Activations offloaded to pinned host memory (H200, train.py --offload: the forward under
+ * torch.autograd.graph.save_on_cpu(pin_memory=True)). The backward pass copies each saved tensor
+ * back to the GPU from its unpack hook: those copies are the backward pass's. They read "inputs"
+ * before (Python, a copy), and each ended the backward pass, so that its live temporaries became
+ * "gradients": 240.56 MiB of them at the peak, 196 MiB the size of no parameter. Now the
+ * gradients after the pass pair with the parameters, every one, and "inputs" is the batch. */
+Test(categories, gpu_offloaded_activations)
+{
+    const char *name = "resnet18_offload_tensors";
+    double grads = stat_of(name, "grad_bytes");
+    cr_assert(grads > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d);
+    uint64_t back = peak_bytes_under(a, d, "unpack_from_cpu (torch/autograd/graph.py",
+                                     MT_CAT_BACKWARD_TEMP);
+    cr_expect_gt(back, 0, "the copies back at the peak");
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    cr_expect_eq(fg->n_unpaired, 0, "no gradient the size of no parameter: %llu",
+                 (unsigned long long)fg->n_unpaired);
+    cr_expect(within_fit_slack(fg->paired, grads, fg), "gradients paired %llu vs %.0f",
+              (unsigned long long)fg->paired, grads);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_INPUTS], 32ull * 3 * 224 * 224 * 4 + 512,
+                 "inputs: the batch and its labels, %llu",
+                 (unsigned long long)d->by_category_at_peak[MT_CAT_INPUTS]);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OTHER], 0);
+    mt_analysis_free(a);
+}
+
+/* PyTorch's other optimizers (H200, train.py --optim nadam, asgd): each named, its state's
+ * textbook k W (NAdam two moments, ASGD one average) and its state PyTorch's within the pairing's
+ * slack. ASGD also keeps eta and mu on each parameter's device, 512-byte scalars the state's line
+ * names as ASGD's (not a fused Adam's step counts). */
+Test(categories, gpu_other_optimizers)
+{
+    static const struct { const char *fixture, *name; uint64_t k; } runs[] = {
+        {"resnet18_nadam_tensors", "NAdam", 2}, {"resnet18_asgd_tensors", "ASGD", 1}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        double state = stat_of(runs[i].fixture, "optimizer_state_bytes");
+        cr_assert(state > 0, "%s: its .json", runs[i].fixture);
+        const mt_device_report *d;
+        mt_analysis *a = gpu_fixture(runs[i].fixture, &d);
+        uint64_t k = 0;
+        const char *opt = mt_categorizer_optimizer(a->categories, &k);
+        cr_expect_str_eq(opt ? opt : "", runs[i].name);
+        cr_expect_eq(k, runs[i].k, "%s: k %llu", runs[i].name, (unsigned long long)k);
+        const mt_category_fit *fs = &d->fit_at_peak[1];
+        cr_expect(within_fit_slack(fs->paired, state, fs), "%s: state paired %llu vs %.0f",
+                  runs[i].name, (unsigned long long)fs->paired, state);
+        mt_cat_table t;
+        mt_category_table(a, d, &t);
+        const mt_cat_row *r = table_row(&t, MT_CAT_OPTIMIZER_STATE);
+        cr_expect_eq(r->textbook, runs[i].k * t.w_trained, "%s", runs[i].name);
+        if (runs[i].k == 1)
+            cr_expect(strstr(r->why, "ASGD's eta and mu"), "%s", r->why);
+        mt_analysis_free(a);
+    }
+}
+
 /* A batch augmented on the GPU (H200, train.py --model resnet18 --gpu-augment: torchvision's v2
  * transforms, which are Modules, crop, flip and normalize 32 uint8 images to the model's float
  * input). What they make outside the model's forward is an input: the normalized batch live at the

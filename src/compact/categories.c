@@ -253,7 +253,15 @@ static void note_optimizer(mt_categorizer *c, const char *path)
                  /* AdamW is Adam with decoupled weight decay: recent PyTorch runs both from adam.py */
                  {"torch/optim/adam.py", "Adam or AdamW", 2},
                  {"torch/optim/sgd.py", "SGD (momentum)", 1}, {"torch/optim/rmsprop.py", "RMSprop", 1},
-                 {"torch/optim/adagrad.py", "Adagrad", 1}};
+                 {"torch/optim/adagrad.py", "Adagrad", 1},
+                 /* the rest of torch.optim, with their defaults: two tensors the size of each
+                  * parameter (NAdam, RAdam: exp_avg, exp_avg_sq; Adamax: exp_avg, exp_inf;
+                  * Adadelta: square_avg, acc_delta; Rprop: prev, step_size; SparseAdam's dense
+                  * moments), or one (ASGD's average ax; its eta and mu are scalars) */
+                 {"torch/optim/nadam.py", "NAdam", 2}, {"torch/optim/radam.py", "RAdam", 2},
+                 {"torch/optim/adamax.py", "Adamax", 2}, {"torch/optim/adadelta.py", "Adadelta", 2},
+                 {"torch/optim/rprop.py", "Rprop", 2}, {"torch/optim/sparse_adam.py", "SparseAdam", 2},
+                 {"torch/optim/asgd.py", "ASGD", 1}};
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
         if (has(path, kinds[i].file)) {
             snprintf(c->optimizer, sizeof c->optimizer, "%s", kinds[i].name);
@@ -391,6 +399,12 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (has(path, "torch/utils/checkpoint.py") &&
                 (has_within(s, q, "unpack_hook") || has_within(s, q, "recompute_fn")))
                 backward = 1;
+            /* activation offloading (torch.autograd.graph.save_on_cpu): its unpack hook copies
+             * each saved tensor back to the GPU inside the backward pass. Without this the copies
+             * were "inputs" (Python, a copy), whose phase ended the backward pass at each one and
+             * made its live temporaries gradients: +196 MiB of "gradients the size of no
+             * parameter" on ResNet-18 (train.py --offload, H200) */
+            if (has(path, "torch/autograd/graph.py") && has_within(s, q, "unpack")) backward = 1;
             /* backward()'s seed, the loss's gradient (ones): kept by Python past the pass */
             if (qual_is(s, q, "_make_grads") && has(path, "torch/autograd/")) *seed = backward = 1;
         } else if (flags[i] & MT_FF_PSEUDO) {
