@@ -816,6 +816,10 @@ Test(categories, gpu_sparse_embedding_gradient)
     const mt_device_report *d;
     mt_analysis *a = gpu_fixture(name, &d); /* parameters = blocks, to the byte */
     cr_expect(mt_categorizer_saw_sparse_grad(a->categories));
+    uint64_t k = 0;
+    const char *opt = mt_categorizer_optimizer(a->categories, &k);
+    cr_expect_str_eq(opt ? opt : "", "SparseAdam and Adam or AdamW", "both optimizers named");
+    cr_expect_eq(k, 2);
     cr_assert(d->after_backward_known);
     const mt_category_fit *fg = &d->fit_after_backward[0];
     cr_expect_eq(fg->n_unpaired, 1, "the sparse gradient alone: %llu", (unsigned long long)fg->n_unpaired);

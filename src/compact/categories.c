@@ -111,7 +111,7 @@ struct mt_categorizer {
     int saw_step_end, saw_state; /* since the replay began: an optimizer step ended; a tensor was
                                     made as state or outlived a step (mt_categorizer_stateless) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
-    char optimizer[32];
+    char optimizer[64];
     /* mt_categorizer_watch: stack -> a: hash of the names its category was made from */
     mt_u64map watched;
     int watching, blind, watch_failed;
@@ -242,10 +242,12 @@ static int qual_is(const char *name, size_t qlen, const char *q)
     return qlen == strlen(q) && strncmp(name, q, qlen) == 0;
 }
 
-/* The optimizer's textbook state, in parameter sizes, from where its step runs. */
+/* The optimizer's textbook state, in parameter sizes, from where its step runs. A second kind
+ * with the same state per parameter is named beside the first (a recommendation model's
+ * SparseAdam for its table and AdamW for the rest: "SparseAdam and Adam or AdamW"); one with
+ * another leaves the first's, the textbook being one k for all of W. */
 static void note_optimizer(mt_categorizer *c, const char *path)
 {
-    if (c->optimizer[0]) return;
     static const struct {
         const char *file, *name;
         uint64_t w;
@@ -264,8 +266,17 @@ static void note_optimizer(mt_categorizer *c, const char *path)
                  {"torch/optim/asgd.py", "ASGD", 1}};
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
         if (has(path, kinds[i].file)) {
-            snprintf(c->optimizer, sizeof c->optimizer, "%s", kinds[i].name);
-            c->optimizer_kind_w = kinds[i].w;
+            size_t n = strlen(c->optimizer);
+            if (!n) {
+                snprintf(c->optimizer, sizeof c->optimizer, "%s", kinds[i].name);
+                c->optimizer_kind_w = kinds[i].w;
+            } else if (kinds[i].w == c->optimizer_kind_w && !strstr(c->optimizer, kinds[i].name)) {
+                size_t m = strlen(kinds[i].name);
+                if (n + 5 + m < sizeof c->optimizer) {
+                    memcpy(c->optimizer + n, " and ", 5);
+                    memcpy(c->optimizer + n + 5, kinds[i].name, m + 1);
+                }
+            }
             return;
         }
 }
