@@ -59,12 +59,36 @@ static size_t appendf(char *buf, size_t cap, size_t at, const char *fmt, ...)
     return n < 0 ? at : at + (size_t)n;
 }
 
+/* what, of one: "parameters or buffers without ..." -> "parameter or buffer without ...",
+ * "parameter copies ..." -> "parameter copy ..." (the explanations name counts of either) */
+static const char *one_of(const char *what, uint64_t n, char *buf, size_t cap)
+{
+    if (n != 1) return what;
+    size_t o = 0;
+    for (const char *s = what; *s && o + 1 < cap;) {
+        if (strncmp(s, "parameters", 10) == 0) {
+            s += 10; /* "parameter" */
+            for (const char *w = "parameter"; *w && o + 1 < cap;) buf[o++] = *w++;
+        } else if (strncmp(s, "buffers", 7) == 0) {
+            s += 7;
+            for (const char *w = "buffer"; *w && o + 1 < cap;) buf[o++] = *w++;
+        } else if (strncmp(s, "copies", 6) == 0) {
+            s += 6;
+            for (const char *w = "copy"; *w && o + 1 < cap;) buf[o++] = *w++;
+        } else {
+            buf[o++] = *s++;
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 /* "-1.00 MiB: 3 parameters without one now; +2.00 MiB: 2 blocks larger than their parameter..."
  * (without == NULL: the parameters without one are not part of the comparison) */
 static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fit *f,
                           const char *without, const char *unpaired_hint)
 {
-    char b[32], b2[32], b3[32];
+    char b[32], b2[32], b3[32], one[256];
     const char *sep = "";
     /* Several tensors the size of no parameter against fewer parameter blocks left unmirrored,
      * the same bytes within their blocks' rounding: parameters that are views of one block, each
@@ -78,17 +102,18 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
                 apart <= 512 * f->n_unpaired + MT_FIT_SLACK * f->n_params_left;
     if (views) {
         at = appendf(buf, cap, at, "+%s: %" PRIu64 " tensors the size of no parameter, and -%s: "
-                     "%" PRIu64 " parameter copies mirrored by none, %s apart: as when parameters "
+                     "%" PRIu64 " %s mirrored by none, %s apart: as when parameters "
                      "are views of one block, each with a tensor of its own (an RNN's weights "
                      "after flatten_parameters())",
                      mt_format_bytes(f->unpaired, b, sizeof b), f->n_unpaired,
                      mt_format_bytes(f->params_left, b2, sizeof b2), f->n_params_left,
+                     one_of("parameter copies", f->n_params_left, one, sizeof one),
                      mt_format_bytes(apart, b3, sizeof b3));
         sep = "; ";
     }
     if (without && f->n_params_left && !views) {
         at = appendf(buf, cap, at, "-%s: %" PRIu64 " %s", mt_format_bytes(f->params_left, b, sizeof b),
-                     f->n_params_left, without);
+                     f->n_params_left, one_of(without, f->n_params_left, one, sizeof one));
         sep = "; ";
     }
     if (f->n_larger) {
