@@ -63,21 +63,20 @@ static size_t appendf(char *buf, size_t cap, size_t at, const char *fmt, ...)
  * "parameter copies ..." -> "parameter copy ..." (the explanations name counts of either) */
 static const char *one_of(const char *what, uint64_t n, char *buf, size_t cap)
 {
+    static const struct { const char *many, *one; } words[] = {
+        {"parameters", "parameter"}, {"buffers", "buffer"}, {"copies", "copy"}};
     if (n != 1) return what;
     size_t o = 0;
     for (const char *s = what; *s && o + 1 < cap;) {
-        if (strncmp(s, "parameters", 10) == 0) {
-            s += 10; /* "parameter" */
-            for (const char *w = "parameter"; *w && o + 1 < cap;) buf[o++] = *w++;
-        } else if (strncmp(s, "buffers", 7) == 0) {
-            s += 7;
-            for (const char *w = "buffer"; *w && o + 1 < cap;) buf[o++] = *w++;
-        } else if (strncmp(s, "copies", 6) == 0) {
-            s += 6;
-            for (const char *w = "copy"; *w && o + 1 < cap;) buf[o++] = *w++;
-        } else {
+        size_t w = 0;
+        while (w < sizeof words / sizeof *words && strncmp(s, words[w].many, strlen(words[w].many)))
+            w++;
+        if (w == sizeof words / sizeof *words) {
             buf[o++] = *s++;
+            continue;
         }
+        s += strlen(words[w].many);
+        for (const char *c = words[w].one; *c && o + 1 < cap;) buf[o++] = *c++;
     }
     buf[o] = 0;
     return buf;

@@ -224,8 +224,7 @@ static int choose_top_paths(mt_analysis *a, const mt_stack_list *list, const vie
         }
         qsort(p, n, sizeof *p, cmp_path_bytes);
         if (n > v->top) n = v->top;
-        /* the chosen hashes, sorted, looked up for every stack */
-        for (size_t i = 0; i < n; i++) p[i].first = 0;
+        /* the chosen hashes (each once), sorted, looked up for every stack */
         qsort(p, n, sizeof *p, cmp_path_hash);
         for (size_t i = 0; i < list->n; i++) {
             size_t lo = 0, hi = n;

@@ -59,6 +59,7 @@ def main():
     views = "--views" in sys.argv[3:]
     resume = "--resume" in sys.argv[3:]
     sparse = "--sparse" in sys.argv[3:]
+    optimizer = args[args.index("--optimizer") + 1] if "--optimizer" in args else None
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
     dev = rep["devices"][0]
@@ -91,7 +92,10 @@ def main():
     # every run: the gradients after the backward pass, paired with parameters, are PyTorch's
     within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
                  st["grad_bytes"], grads)
-    srow = [r for r in cat["rows"] if r["name"] == "optimizer state"][0]
+    def row(name):
+        return [r for r in cat["rows"] if r["name"] == name][0]
+
+    srow = row("optimizer state")
     if fine_tune:
         wt, w = cat.get("w_trained_bytes", 0), cat["w_bytes"]
         if not wt < w:
@@ -127,7 +131,7 @@ def main():
         if not (n and lo <= got <= hi):
             errs.append(f"unpaired gradients {got} in {n} tensors vs the sparse gradient's values "
                         f"{lo} (and indices {st['sparse_grad_index_bytes']})")
-        grow = [r for r in cat["rows"] if r["name"] == "gradients"][0]
+        grow = row("gradients")
         if "sparse" not in grow["why"]:
             errs.append("the gradients' line does not say a sparse gradient: " + grow["why"])
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
@@ -137,8 +141,7 @@ def main():
         if framework and what == "optimizer state" and small:
             continue
         # ASGD keeps eta and mu, scalars, on each parameter's device beside its average
-        if "--optimizer" in args and args[args.index("--optimizer") + 1] == "ASGD" and small and \
-                what == "optimizer state":
+        if optimizer == "ASGD" and small and what == "optimizer state":
             continue
         if (views or resume) and what == "optimizer state":
             continue
@@ -153,11 +156,10 @@ def main():
           f"paired {grads.get('paired_bytes')} (PyTorch {st['grad_bytes']}), {grads.get('larger_bytes')} "
           f"in {grads.get('larger_count')} larger blocks; W {cat['w_bytes']}, W_t "
           f"{cat.get('w_trained_bytes')}")
-    if "--optimizer" in args:  # the optimizer named, and its textbook k W (or k W_t)
-        name = args[args.index("--optimizer") + 1]
+    if optimizer:  # the optimizer named, and its textbook k W (or k W_t)
         k, wt = cat.get("optimizer_state_in_w", 0), cat.get("w_trained_bytes") or cat["w_bytes"]
-        if cat.get("optimizer") != name:
-            errs.append(f"optimizer {cat.get('optimizer')!r}, not {name!r}")
+        if cat.get("optimizer") != optimizer:
+            errs.append(f"optimizer {cat.get('optimizer')!r}, not {optimizer!r}")
         elif srow["textbook_bytes"] != k * wt:
             errs.append(f"the state's textbook {srow['textbook_bytes']} is not {k} x {wt}")
     if st["optimizer_state_bytes"] == 0:  # plain SGD: no state, and none in the textbook

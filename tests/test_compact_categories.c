@@ -722,13 +722,7 @@ static uint64_t peak_bytes_under(mt_analysis *a, const mt_device_report *d, cons
 {
     uint64_t bytes = 0;
     for (size_t k = 0; k < d->peak_stacks.n; k++) {
-        const char *names[256];
-        size_t n = mt_frames_path(a->frames, d->peak_stacks.v[k].stack,
-                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
-                                  names, 256);
-        int under = 0;
-        for (size_t i = 0; i < n && i < 256; i++) under |= strstr(names[i], needle) != NULL;
-        if (!under) continue;
+        if (!fx_stack_has(a->frames, d->peak_stacks.v[k].stack, needle)) continue;
         cr_expect_eq(d->peak_stacks.v[k].category, cat, "under %s: category %u", needle,
                      d->peak_stacks.v[k].category);
         bytes += d->peak_stacks.v[k].bytes;

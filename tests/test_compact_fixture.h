@@ -179,6 +179,17 @@ static inline int fx_folded_fn(mt_out *o, mt_analysis *a, void *ctx)
 }
 
 /* The device selector of device report d. */
+/* 1 when a frame of stack, named in the short style with every frame, contains needle. */
+static inline int fx_stack_has(mt_frames *f, uint32_t stack, const char *needle)
+{
+    const char *names[256];
+    size_t n = mt_frames_path(f, stack, (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
+                              names, 256);
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (strstr(names[i], needle)) return 1;
+    return 0;
+}
+
 static inline int fx_device_of(const mt_device_report *d)
 {
     return d->u.is_host ? MT_DEVICE_HOST : d->u.device;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "memtrace/compact.h"
+#include "test_compact_fixture.h" /* fx_stack_has */
 #include "testutil.h"
 
 /* mt_frames_path options: every frame, short or long names */
@@ -256,14 +257,9 @@ Test(fixtures, jax_platform_allocator_shows_every_array)
     uint64_t arrays = top_stat("jax_platform.stats.json", "param_arrays");
     uint64_t under_init = 0;
     for (size_t k = 0; k < d->peak_stacks.n; k++) {
-        const char *names[256];
         uint32_t stack = d->peak_stacks.v[k].stack;
-        size_t n = mt_frames_path(a->frames, stack,
-                                  (mt_path_opts){.style = MT_NAME_SHORT, .filter = MT_FRAMES_ALL},
-                                  names, 256);
-        int init = 0;
-        for (size_t i = 0; i < n && i < 256; i++) init |= strstr(names[i], "init (samples/jax_train.py:") != NULL;
-        if (init) under_init += d->peak_stacks.v[k].bytes;
+        if (fx_stack_has(a->frames, stack, "init (samples/jax_train.py:"))
+            under_init += d->peak_stacks.v[k].bytes;
         const char *who = mt_frames_first_user(a->frames, stack, MT_NAME_SHORT);
         cr_expect(strncmp(who, "stream_executor::", 17) != 0, "named by XLA's layer: %s", who);
     }
