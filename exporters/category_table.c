@@ -19,14 +19,21 @@
 
 #include "util.h"
 
-/* Gradients that mirror no parameter: what they usually are. A sparse embedding's gradient is
- * one when the trace has one (a recommendation model's table: SparseAdam; it read "DDP's and
- * FSDP's buckets" in a run with neither, train.py --model recsys on an H200). */
+/* Gradients that mirror no parameter: what they are in this trace. A sparse embedding's gradient
+ * (a recommendation model's table: SparseAdam; it read "DDP's and FSDP's buckets" in a run with
+ * neither, train.py --model recsys on an H200), DDP's buckets or FSDP's flat sharded gradients
+ * when the trace has them. */
 static const char *grad_hint(const mt_analysis *a)
 {
-    return a->categories && mt_categorizer_saw_sparse_grad(a->categories)
-               ? " (a sparse embedding's gradient holds the rows a batch touched, not the table)"
-               : " (DDP's and FSDP's buckets hold many gradients each)";
+    const mt_categorizer *c = a->categories;
+    if (c && mt_categorizer_saw_sparse_grad(c))
+        return " (a sparse embedding's gradient holds the rows a batch touched, not the table)";
+    unsigned par = c ? mt_categorizer_saw_parallel(c) : 0;
+    if (par == MT_SAW_DDP)
+        return " (DDP's gradient buckets: a copy of every gradient, for the all-reduce; "
+               "DistributedDataParallel(..., gradient_as_bucket_view=True) makes the gradients "
+               "views of them instead)";
+    return " (DDP's and FSDP's buckets hold many gradients each)";
 }
 
 static mt_cat_row *add_row(mt_cat_table *t, const char *name, uint64_t bytes)
@@ -135,6 +142,23 @@ static size_t explain_fit(char *buf, size_t cap, size_t at, const mt_category_fi
     return at;
 }
 
+/* The gradients against W, explained. FSDP's gradients are one flat tensor per fully_shard group
+ * (the reduce-scatter's output, viewed as each parameter's shard), W its shards one block each:
+ * pairing them by size only said how many flat tensors happened to be the size of some shard
+ * ("-25.14 MiB: 51 parameters or buffers without a gradient; +24.05 MiB: 4 tensors the size of no
+ * parameter" on a GPT-2-like model's rank, 2 x H200). */
+static size_t explain_grads(char *buf, size_t cap, size_t at, const mt_analysis *a,
+                            const mt_category_fit *f, const char *without)
+{
+    if (a->categories && mt_categorizer_saw_parallel(a->categories) == MT_SAW_FSDP) {
+        uint64_t n = f->n_paired + f->n_unpaired;
+        return appendf(buf, cap, at, "%" PRIu64 " tensor%s: FSDP's sharded gradients, one flat "
+                       "tensor per fully_shard group, where W counts each shard's own block", n,
+                       n == 1 ? "" : "s");
+    }
+    return explain_fit(buf, cap, at, f, without, grad_hint(a));
+}
+
 /* W_t, the parameters a training step trains: W less the parameters (and buffers) that had no
  * gradient when a backward pass ended. Only where every gradient then paired with a parameter:
  * DDP's buckets with gradient_as_bucket_view, FSDP's flat shards hold gradients that name no
@@ -205,8 +229,10 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
         switch (cat) {
         case MT_CAT_PARAMETERS:
             textbook(r, w);
-            n = appendf(r->why, sizeof r->why, n, "W, the weights (module buffers such as "
-                        "BatchNorm's statistics included)");
+            n = appendf(r->why, sizeof r->why, n, "W, the weights (%smodule buffers such as "
+                        "BatchNorm's statistics included)",
+                        mt_categorizer_saw_parallel(c) & MT_SAW_FSDP
+                            ? "FSDP: this rank's shards; " : "");
             if (wt != w)
                 appendf(r->why, sizeof r->why, n, "; W_t = %s of them got a gradient in the backward "
                         "pass, paired by size (trained: the gradients' and the optimizer state's "
@@ -226,14 +252,14 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
             textbook(r, wt);
             if (!at[cat]) {
                 n = appendf(r->why, sizeof r->why, n, "no gradient is live at the peak (a forward "
-                            "pass, or zero_grad(set_to_none=True) has freed them)");
+                            "pass, a backward pass before its first gradient, or "
+                            "zero_grad(set_to_none=True) has freed them)");
             } else {
                 /* at the peak, the parameters without a gradient beyond the frozen ones */
                 mt_category_fit f = less_frozen(d->fit_at_peak[0], 1, frozen, n_frozen);
-                n = explain_fit(r->why, sizeof r->why, n, &f,
-                                wt != w ? "trained parameters without a gradient at the peak"
-                                        : "parameters or buffers without a gradient at the peak",
-                                grad_hint(a));
+                n = explain_grads(r->why, sizeof r->why, n, a, &f,
+                                  wt != w ? "trained parameters without a gradient at the peak"
+                                          : "parameters or buffers without a gradient at the peak");
             }
             if (d->after_backward_known) {
                 const uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
@@ -251,9 +277,8 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                     size_t open = n < sizeof r->why ? n : sizeof r->why - 1;
                     n = appendf(r->why, sizeof r->why, n, " (");
                     size_t inside = n;
-                    n = explain_fit(r->why, sizeof r->why, n, &d->fit_after_backward[0],
-                                    wt != w ? NULL : "parameters or buffers without a gradient",
-                                    grad_hint(a));
+                    n = explain_grads(r->why, sizeof r->why, n, a, &d->fit_after_backward[0],
+                                      wt != w ? NULL : "parameters or buffers without a gradient");
                     if (n == inside) /* nothing to explain it by (no gradient paired): no "()" */
                         r->why[n = open] = 0;
                     else
@@ -326,6 +351,14 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
             else
                 snprintf(r->why, sizeof r->why, "the keys and values an inference loop keeps per "
                          "sequence (2 x layers x tokens x heads x head size), as measured");
+            break;
+        case MT_CAT_UNSHARDED:
+            /* FSDP2 keeps the root module's all-gathered weights from its forward to its
+             * backward pass (a GPT-2-like model's tied embedding: 98 MiB of 110 at the peak) */
+            snprintf(r->why, sizeof r->why, "not in the textbook: FSDP's all-gathered weights of "
+                     "the modules it is running, whole (freed after each module's forward and "
+                     "backward pass, unless it reshards later: the root module, "
+                     "reshard_after_forward=False)");
             break;
         case MT_CAT_GENERATION:
             snprintf(r->why, sizeof r->why, "not in the textbook: the decoding loop's own tensors "

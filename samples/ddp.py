@@ -14,7 +14,11 @@ smaller mistake: a CUDA call (torch.cuda.mem_get_info) before set_device, which 
 GPU 0 and allocates nothing there.
 
 stdout: one line per rank (ranks print in any order). PyTorch's numbers per rank go to
-$SAMPLE_STATS with "{rank}" in the path (mt_stats.py).
+$SAMPLE_STATS with "{rank}" in the path (mt_stats.py), with the textbook quantities of this rank
+(scripts/categories_vs_torch.py): its parameters (FSDP: its shards), their allocator blocks, their
+gradients and the optimizer's state, and under DDP what DDP's own logging says of the reducer's
+buckets (ddp_logging: bucket_sizes, rebuilt_bucket_sizes, ...: the flat tensors each bucket's
+gradients are copied into for the all-reduce).
 """
 import argparse
 import io
@@ -39,6 +43,30 @@ def load_checkpoint(nbytes):
     torch.save({"w": torch.zeros(nbytes // 4, device="cuda:0")}, buf)
     buf.seek(0)
     return torch.load(buf)
+
+
+def local(t):
+    """This rank's own tensor: a DTensor's shard (FSDP2's parameters, gradients and state)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def nbytes(t):
+    t = local(t)
+    return t.numel() * t.element_size()
+
+
+def textbook(model, opt, fsdp):
+    """What this rank holds of W, its gradients and the optimizer's state, by PyTorch's objects."""
+    params = list(model.parameters())
+    out = {"param_bytes": sum(nbytes(p) for p in params),
+           "param_block_bytes": mt_stats.block_bytes([local(t) for t in params + list(model.buffers())]),
+           "grad_bytes": sum(nbytes(p) for p in params if p.requires_grad),
+           "optimizer_state_bytes": sum(nbytes(v) for s in opt.state.values() for v in s.values()
+                                        if torch.is_tensor(v) and local(v).is_cuda)}
+    if not fsdp:  # the reducer's buckets, as DDP's own logging reports them
+        data = model._get_ddp_logging_data()
+        out["ddp_logging"] = {k: v for k, v in data.items() if "bucket" in k or "grad" in k}
+    return out
 
 
 def main():
@@ -82,7 +110,7 @@ def main():
     torch.cuda.synchronize()
     dist.barrier()
     print(f"rank {rank} of {dist.get_world_size()} done ({'fsdp' if args.fsdp else 'ddp'})")
-    mt_stats.write(world_size=dist.get_world_size())
+    mt_stats.write(world_size=dist.get_world_size(), **textbook(model, opt, args.fsdp))
     dist.destroy_process_group()
 
 

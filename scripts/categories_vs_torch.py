@@ -44,6 +44,19 @@ bytes a tensor, and the gradients' line must say what they are.
 --optimizer NAME: the table's optimizer must be NAME (samples/train.py --optim nadam, ...), its
 state's textbook k W_t for that optimizer's k.
 
+--ddp (samples/ddp.py, a rank of DistributedDataParallel): beside the gradients paired with
+parameters, the gradients after the backward pass hold DDP's buckets, one tensor per bucket the
+size of no parameter: those must be the reducer's buckets as DDP's own logging gives them
+(ddp_logging's rebuilt_bucket_sizes, or bucket_sizes before a rebuild), within 512 bytes a
+tensor, and the gradients' line must say what they are.
+
+--fsdp (samples/ddp.py --fsdp, a rank of FSDP2): W is this rank's shards (the allocator's blocks of
+the parameters' local tensors), the gradients after the backward pass one flat tensor per
+fully_shard group: together at least PyTorch's sharded gradients and at most W's blocks (the
+shards are padded alike); the all-gathered weights are "unsharded parameters", not W.
+
+The stats' device is the report's first device with categories (a rank's trace: its own GPU).
+
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
 outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD without momentum),
 the table's state line must be 0 with a textbook of 0."""
@@ -59,10 +72,11 @@ def main():
     views = "--views" in sys.argv[3:]
     resume = "--resume" in sys.argv[3:]
     sparse = "--sparse" in sys.argv[3:]
+    ddp, fsdp = "--ddp" in args, "--fsdp" in args
     optimizer = args[args.index("--optimizer") + 1] if "--optimizer" in args else None
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
-    dev = rep["devices"][0]
+    dev = ([d for d in rep["devices"] if d.get("categories_at_peak")] or rep["devices"])[0]
     cat = dev.get("categories_at_peak")
     if not cat:
         print("no categories (record --tensors?)")
@@ -89,12 +103,30 @@ def main():
             errs.append(f"{what} {got} vs PyTorch {want}: {got - want:+d} bytes, more than the "
                         f"pairing's slack {slack}")
 
-    # every run: the gradients after the backward pass, paired with parameters, are PyTorch's
-    within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
-                 st["grad_bytes"], grads)
     def row(name):
         return [r for r in cat["rows"] if r["name"] == name][0]
 
+    if fsdp:  # flat gradients, one per group: their sum between PyTorch's and the padded shards'
+        got = grads.get("paired_bytes", 0) + grads.get("unpaired_bytes", 0) + grads.get("larger_bytes", 0) - grads.get("smaller_bytes", 0)
+        if not st["grad_bytes"] <= got <= st["param_block_bytes"]:
+            errs.append(f"FSDP's gradients after backward {got}, not between PyTorch's {st['grad_bytes']} "
+                        f"and the shards' blocks {st['param_block_bytes']}")
+        if "FSDP's sharded gradients" not in row("gradients")["why"]:
+            errs.append("the gradients' line does not say FSDP's sharded gradients: " + row("gradients")["why"])
+        if not rows.get("unsharded parameters"):
+            errs.append("no unsharded parameters at the peak")
+    else:  # the gradients after the backward pass, paired with parameters, are PyTorch's
+        within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
+                     st["grad_bytes"], grads)
+    if ddp:  # and DDP's buckets, unpaired: the reducer's own sizes
+        log = st["ddp_logging"]
+        sizes = log.get("rebuilt_bucket_sizes") or log.get("bucket_sizes")
+        want = sum(int(x) for x in str(sizes).split(","))
+        got, n = grads.get("unpaired_bytes", 0), grads.get("unpaired_count", 0)
+        if abs(got - want) > 512 * n or not n:
+            errs.append(f"unpaired gradients {got} in {n} tensors vs DDP's buckets {want} ({sizes})")
+        if "DDP's gradient buckets" not in row("gradients")["why"]:
+            errs.append("the gradients' line does not say DDP's buckets: " + row("gradients")["why"])
     srow = row("optimizer state")
     if fine_tune:
         wt, w = cat.get("w_trained_bytes", 0), cat["w_bytes"]
@@ -135,7 +167,7 @@ def main():
         if "sparse" not in grow["why"]:
             errs.append("the gradients' line does not say a sparse gradient: " + grow["why"])
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
-        if sparse and what == "gradients after backward":
+        if (sparse or ddp or fsdp) and what == "gradients after backward":
             continue
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:
@@ -168,8 +200,9 @@ def main():
                         f"textbook of {srow['textbook_bytes']}")
     if rows.get("other", 0) > other_ok:
         errs.append(f"{rows['other']} bytes in 'other'")
-    if cat["tensors_bytes"] != st["devices"]["0"]["max_allocated"]:
-        errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {st['devices']['0']['max_allocated']}")
+    peak = st["devices"][str(dev["device"])]["max_allocated"]
+    if cat["tensors_bytes"] != peak:
+        errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {peak}")
     print("; ".join(errs) if errs else "ok")
     return 1 if errs else 0
 

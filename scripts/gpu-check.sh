@@ -1059,6 +1059,11 @@ if [ "$NGPU" -ge 2 ]; then
     for ((r = 0; r < NGPU; r++)); do
       "$MT" report --json "$d/traced/memtrace.rank$r.mtrace" > "$d/rank$r.json" 2>> "$LOG"
       check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
+      # each rank's categories against its own PyTorch: DDP's buckets beside the .grad tensors
+      # (DDP's logging sizes them), FSDP's shards as W and its all-gathers apart from them
+      case $name in ddp_t) how=--ddp ;; fsdp_t) how=--fsdp ;; *) how= ;; esac
+      [ -n "$how" ] && check "$name rank $r: categories = that rank's PyTorch sums ($how)" ok \
+        "$($PY scripts/categories_vs_torch.py "$d/rank$r.json" "$d/traced.$r.json" $how 2>&1 | tee -a "$LOG" | tail -1)"
       # NCCL tries cuMem host memory with a 2 MiB cuMemCreate on a host NUMA node
       # (ncclCuMemHostEnable): the host's, on no GPU
       if [ "$name" = ddp ]; then

@@ -892,6 +892,159 @@ Test(categories, gpu_other_optimizers)
     }
 }
 
+/* One FSDP2 step on a rank, by construction (MiB): its shard 2 (FSDPParam._init_sharded_param);
+ * the forward's all-gather 4 (FSDPParamGroup.unshard -> foreach_all_gather) and an activation 3;
+ * the backward pass on autograd's thread: the whole gradient 4, the all-gather again 4 (from the
+ * pre-backward hook: it must not end the pass), the reduce-scatter's input 4 (foreach_reduce:
+ * the whole gradients, copied) and its output 2 (this rank's gradient) = THE PEAK 20; then the
+ * whole gradient, the input, the activation and the all-gather freed; the main thread's free of
+ * the batch ends the pass. */
+Test(categories, fsdp_step_by_construction)
+{
+    fx f;
+    fx_open(&f, "categories_fsdp.mtrace");
+    fx_process(&f, "python3", "python3 train.py");
+    stacks(&f);
+    const char *fsdp = "/venv/lib/python3.12/site-packages/torch/distributed/fsdp/_fully_shard/";
+    char path[3][256];
+    snprintf(path[0], sizeof path[0], "%s_fsdp_param.py", fsdp);
+    snprintf(path[1], sizeof path[1], "%s_fsdp_param_group.py", fsdp);
+    snprintf(path[2], sizeof path[2], "%s_fsdp_collectives.py", fsdp);
+    pycode(&f, 20, path[0], "FSDPParam._init_sharded_param");
+    pycode(&f, 21, path[1], "FSDPParamGroup.unshard");
+    pycode(&f, 22, path[2], "foreach_all_gather");
+    pycode(&f, 23, path[1], "FSDPParamGroup.pre_backward");
+    pycode(&f, 24, path[1], "FSDPParamGroup.post_backward");
+    pycode(&f, 25, path[2], "foreach_reduce");
+    fx_node(&f, 60, 1, PY(20, 390), MT_FRAME_PYTHON);
+    fx_node(&f, 61, 3, PY(21, 339), MT_FRAME_PYTHON);
+    fx_node(&f, 62, 61, PY(22, 263), MT_FRAME_PYTHON);
+    fx_node(&f, 63, 10, PY(23, 494), MT_FRAME_PYTHON);
+    fx_node(&f, 64, 63, PY(21, 339), MT_FRAME_PYTHON);
+    fx_node(&f, 65, 64, PY(22, 263), MT_FRAME_PYTHON);
+    fx_node(&f, 66, 10, PY(24, 520), MT_FRAME_PYTHON);
+    fx_node(&f, 67, 66, PY(25, 500), MT_FRAME_PYTHON);
+    uint64_t t = 1;
+    tensor(&f, MT_OP_ALLOC, A + 0x000, 2 * MiB, t++, 60, MAIN_TID);     /* the shard */
+    tensor(&f, MT_OP_ALLOC, A + 0x100, 1 * MiB, t++, 41, MAIN_TID);     /* the batch */
+    tensor(&f, MT_OP_ALLOC, A + 0x200, 4 * MiB, t++, 62, MAIN_TID);     /* all-gather */
+    tensor(&f, MT_OP_ALLOC, A + 0x300, 3 * MiB, t++, 4, MAIN_TID);      /* activation */
+    tensor(&f, MT_OP_FREE, A + 0x200, 0, t++, 0, MAIN_TID);             /* resharded */
+    tensor(&f, MT_OP_ALLOC, A + 0x400, 4 * MiB, t++, 10, AUTOGRAD_TID); /* whole gradient */
+    tensor(&f, MT_OP_ALLOC, A + 0x500, 4 * MiB, t++, 65, AUTOGRAD_TID); /* all-gather again */
+    tensor(&f, MT_OP_ALLOC, A + 0x600, 4 * MiB, t++, 67, AUTOGRAD_TID); /* RS input */
+    tensor(&f, MT_OP_ALLOC, A + 0x700, 2 * MiB, t++, 67, AUTOGRAD_TID); /* RS output: peak */
+    tensor(&f, MT_OP_FREE, A + 0x400, 0, t++, 0, AUTOGRAD_TID);
+    tensor(&f, MT_OP_FREE, A + 0x600, 0, t++, 0, AUTOGRAD_TID);
+    tensor(&f, MT_OP_FREE, A + 0x300, 0, t++, 0, AUTOGRAD_TID);
+    tensor(&f, MT_OP_FREE, A + 0x500, 0, t++, 0, AUTOGRAD_TID);
+    tensor(&f, MT_OP_FREE, A + 0x100, 0, t++, 0, MAIN_TID);             /* ends the pass */
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    const uint64_t *c = d->by_category_at_peak;
+    cr_expect_eq(d->by_kind_at_peak[MT_KIND_TENSOR], 20 * MiB);
+    cr_expect_eq(c[MT_CAT_PARAMETERS], 2 * MiB, "W: the shard");
+    cr_expect_eq(c[MT_CAT_UNSHARDED], 4 * MiB, "the backward's all-gather");
+    cr_expect_eq(c[MT_CAT_ACTIVATIONS], 3 * MiB);
+    cr_expect_eq(c[MT_CAT_BACKWARD_TEMP], 8 * MiB, "the whole gradient and the RS input");
+    cr_expect_eq(c[MT_CAT_GRADIENTS], 2 * MiB, "the RS output, which outlives the pass");
+    cr_assert(d->after_backward_known);
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_GRADIENTS], 2 * MiB);
+    cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_FSDP);
+    mt_cat_table tab;
+    cr_assert_eq(mt_category_table(a, d, &tab), 0);
+    cr_expect_eq(tab.w, 2 * MiB);
+    mt_analysis_free(a);
+}
+
+/* A rank of FSDP2 (2 x H200, samples/ddp.py --fsdp: the GPT-2-like model, each block and the root
+ * under fully_shard, AdamW). W is this rank's shards (the allocator's blocks of the parameters'
+ * local tensors, to the byte); what the all-gathers make is "unsharded parameters". Before, both
+ * were parameters: W read 185.83 MiB against 75.14 MiB of shards, the all-gathers of the backward
+ * pass (a forward phase's category) ended it at its first one, and the gradients "after" it were
+ * the embedding's whole gradient among activations (102.16 MiB, PyTorch's sharded ones 73.4). */
+Test(categories, gpu_fsdp_shards_are_w)
+{
+    const char *name = "fsdp2_rank0_tensors";
+    double grads = stat_of(name, "grad_bytes"), blocks = stat_of(name, "param_block_bytes");
+    double state = stat_of(name, "optimizer_state_bytes");
+    cr_assert(grads > 0 && blocks > 0 && state > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d); /* parameters = the shards' blocks, to the byte */
+    cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_FSDP);
+    uint64_t gathered = peak_bytes_under(a, d, "all_gather", MT_CAT_UNSHARDED);
+    cr_expect_gt(gathered, 0);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_UNSHARDED], gathered, "every all-gather's, no more");
+    /* after the backward pass: one flat gradient per group, PyTorch's shards padded alike */
+    cr_assert(d->after_backward_known);
+    uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
+    cr_expect((double)g >= grads && (double)g <= blocks, "gradients %llu, PyTorch %.0f, shards %.0f",
+              (unsigned long long)g, grads, blocks);
+    cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 512, "the seed alone: %llu",
+                 (unsigned long long)d->by_category_after_backward[MT_CAT_BACKWARD_TEMP]);
+    const mt_category_fit *fs = &d->fit_at_peak[1];
+    cr_expect(within_fit_slack(fs->paired + fs->larger - fs->smaller, state, fs),
+              "state paired %llu vs %.0f", (unsigned long long)fs->paired, state);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    cr_expect_eq(t.w, (uint64_t)blocks);
+    cr_expect(strstr(table_row(&t, MT_CAT_PARAMETERS)->why, "this rank's shards"), "%s",
+              table_row(&t, MT_CAT_PARAMETERS)->why);
+    const char *why = table_row(&t, MT_CAT_GRADIENTS)->why;
+    cr_expect(strstr(why, "5 tensors: FSDP's sharded gradients") && !strstr(why, "DDP"), "%s", why);
+    mt_analysis_free(a);
+}
+
+/* The sum of a list of numbers in a string value of a fixture's .json ("key": "1, 2, 3"), or -1. */
+static double stat_list_sum(const char *name, const char *key)
+{
+    char path[1024], buf[4096], pat[128];
+    snprintf(path, sizeof path, "%s/%s.json", MT_TEST_DATA_DIR, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *p = strstr(buf, pat);
+    if (!p) return -1;
+    double sum = 0;
+    for (p += strlen(pat); *p && *p != '"';) {
+        char *end;
+        sum += strtod(p, &end);
+        p = end == p ? p + 1 : end;
+    }
+    return sum;
+}
+
+/* A rank of DDP (2 x H200, samples/ddp.py). The reducer makes its buckets when DDP is built and
+ * again in the first forward passes (rebuilt in the order gradients came): they are gradients, but
+ * say no phase. Before, each began a "backward pass" that the forward's first activation ended,
+ * and "after the backward pass" was that moment: 112.04 MiB, the rebuilt buckets alone. Now it is
+ * the real one: every parameter's .grad, and the buckets as DDP's own logging sizes them. */
+Test(categories, gpu_ddp_buckets_beside_the_gradients)
+{
+    const char *name = "ddp_buckets_rank0_tensors";
+    double grads = stat_of(name, "grad_bytes"), buckets = stat_list_sum(name, "rebuilt_bucket_sizes");
+    cr_assert(grads > 0 && buckets > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d);
+    cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_DDP);
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    cr_expect(within_fit_slack(fg->paired, grads, fg), "the .grad tensors %llu vs %.0f",
+              (unsigned long long)fg->paired, grads);
+    cr_expect_eq(fg->n_unpaired, 3, "the 3 rebuilt buckets: %llu", (unsigned long long)fg->n_unpaired);
+    cr_expect(fabs((double)fg->unpaired - buckets) <= 512.0 * (double)fg->n_unpaired,
+              "buckets %llu vs DDP's %.0f", (unsigned long long)fg->unpaired, buckets);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    const char *why = table_row(&t, MT_CAT_GRADIENTS)->why;
+    cr_expect(strstr(why, "DDP's gradient buckets") && strstr(why, "gradient_as_bucket_view"), "%s", why);
+    mt_analysis_free(a);
+}
+
 /* A batch augmented on the GPU (H200, train.py --model resnet18 --gpu-augment: torchvision's v2
  * transforms, which are Modules, crop, flip and normalize 32 uint8 images to the model's float
  * input). What they make outside the model's forward is an input: the normalized batch live at the

@@ -175,6 +175,7 @@
   /* record --tensors: the tensors by what they are for (the rest stays by kind) */
   const CATEGORY_COLORS = {
     parameters: '#264653',
+    'unsharded parameters': '#52796f',
     gradients: '#f4a261',
     'optimizer state': '#2a9d8f',
     'optimizer temporaries': '#5fa8d3',

@@ -14,9 +14,12 @@
  *                        when the step has ended (SGD's momentum buffers: made in the first step)
  *   optimizer temporaries  any other allocation under torch/optim/ (a foreach step's scratch)
  *   gradients            under AccumulateGrad (a parameter's .grad), DDP's reducer (gradient
- *                        buckets), FSDP's reduce-scatter; and any backward allocation still live
- *                        when the backward pass has ended (autograd hands a backward op's output
- *                        to .grad without a copy: only the lifetime tells it from a temporary)
+ *                        buckets: made when DDP is built and again in its first forward passes,
+ *                        so they say no phase); and any backward allocation still live when the
+ *                        backward pass has ended (autograd hands a backward op's output to .grad
+ *                        without a copy: only the lifetime tells it from a temporary; FSDP's
+ *                        reduce-scatter output, its sharded gradients, is one: its input, the
+ *                        whole gradients, dies in the pass)
  *   backward temporaries an allocation of the backward pass (an autograd node on the stack,
  *                        autograd's worker thread, an autograd.Function's Python backward under
  *                        BackwardCFunction.apply such as torch.compile's compiled backward,
@@ -28,8 +31,13 @@
  *                        transformers' cache_utils.py (DynamicCache's growth, beam search's
  *                        reordering, StaticCache's buffers), or a Python function whose name says
  *                        kv_cache, KVCache or KVPool (vLLM's and SGLang's cache makers)
+ *   unsharded parameters FSDP's all-gathered weights (a Python frame in torch/distributed/fsdp/
+ *                        whose name says all_gather or unshard: FSDP2's all-gather outputs and
+ *                        buffer, FSDP1's padded unsharded flat parameter). They come and go with
+ *                        the modules FSDP runs, in the forward pass and in the backward pass alike,
+ *                        so they say no phase
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
- *                        reset_parameters, FSDP's sharded parameters and their all-gathers,
+ *                        reset_parameters, FSDP's sharded parameters (this rank's shards: W),
  *                        transformers' from_pretrained and Accelerate's loading of saved weights
  *   checkpoint           put on the GPU by torch.load (a Python frame in torch/serialization.py:
  *                        map_location="cuda", or tensors saved from a GPU) or by safetensors
@@ -69,6 +77,7 @@
 static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_NONE] = "not a tensor",
     [MT_CAT_PARAMETERS] = "parameters",
+    [MT_CAT_UNSHARDED] = "unsharded parameters",
     [MT_CAT_GRADIENTS] = "gradients",
     [MT_CAT_OPTIMIZER_STATE] = "optimizer state",
     [MT_CAT_OPTIMIZER_TEMP] = "optimizer temporaries",
@@ -89,7 +98,8 @@ typedef struct user_rule {
 
 struct mt_categorizer {
     mt_frames *f;
-    /* stack -> category + 1 | backward()'s seed (never promoted) << 7; 0 = not yet. Below
+    /* stack -> category + 1 | says no phase << 6 | backward()'s seed (never promoted) << 7;
+     * 0 = not yet (categories are below MT_CAT_MAX, 32: six bits hold them). Below
      * BY_ID_MAX, an array indexed by the stack id (found without a hash, once per tensor
      * allocation; grown to the largest id seen: node ids are dense); above it, or when the array
      * cannot grow, the map (a: that byte) */
@@ -108,6 +118,7 @@ struct mt_categorizer {
                                   pass that replays may stop at the peak) */
     int saw_sparse_grad;       /* a stack of a sparse embedding's backward (kept the same way; and
                                   a stack is categorized once, so it is never seen again) */
+    unsigned saw_parallel;     /* MT_SAW_DDP | MT_SAW_FSDP, kept the same way */
     int saw_step_end, saw_state; /* since the replay began: an optimizer step ended; a tensor was
                                     made as state or outlived a step (mt_categorizer_stateless) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
@@ -288,7 +299,7 @@ static void note_optimizer(mt_categorizer *c, const char *path)
  * by the name's pointer: the frames own their names and never free or reuse one while they live
  * (a name built again is a new string). */
 enum { SAYS_WORKSPACE = 1, SAYS_GRADS = 2, SAYS_BACKWARD = 4, SAYS_FACTORY = 8, SAYS_KNOWN = 16,
-       SAYS_CHECKPOINT = 32, SAYS_SPARSE_GRAD = 64 };
+       SAYS_CHECKPOINT = 32, SAYS_SPARSE_GRAD = 64, SAYS_REDUCER = 128 };
 
 static unsigned native_says(mt_categorizer *c, const char *s)
 {
@@ -297,7 +308,8 @@ static unsigned native_says(mt_categorizer *c, const char *s)
     unsigned b = SAYS_KNOWN;
     int is_allocator = 0;
     if (mt_owner_of_name(s, &is_allocator) && !is_allocator) b |= SAYS_WORKSPACE;
-    if (has(s, "AccumulateGrad") || has(s, "c10d::Reducer")) b |= SAYS_GRADS;
+    if (has(s, "AccumulateGrad")) b |= SAYS_GRADS;
+    if (has(s, "c10d::Reducer")) b |= SAYS_GRADS | SAYS_REDUCER;
     if (has(s, "torch::autograd::Engine") || has(s, "torch::autograd::generated::"))
         b |= SAYS_BACKWARD;
     if (has(s, "at::_ops::_to_copy") || has(s, "at::_ops::copy_") || has(s, "at::_ops::randn") ||
@@ -314,7 +326,11 @@ static unsigned native_says(mt_categorizer *c, const char *s)
     return b;
 }
 
-static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
+/* The category of a stack; *seed: backward()'s seed, never promoted; *no_phase: a category that
+ * says a phase, whose tensor here says none (DDP's gradient buckets, made outside the backward
+ * pass: they ended it in DDP's first forward passes, and the "after the backward pass" that the
+ * report gives was a forward's moment; 2 x H200, samples/ddp.py) */
+static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no_phase)
 {
     const char *names[PATH_CAP];
     uint8_t flags[PATH_CAP];
@@ -335,7 +351,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
     int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0, augment = 0, model_forward = 0;
-    int functional = 0;
+    int functional = 0, unsharded = 0, reducer = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -348,10 +364,18 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
                 init_group |= qual_ends(s, q, "._init_group");
                 note_optimizer(c, path);
             }
+            /* FSDP: this rank's shards are its parameters (FSDP2's FSDPParam, FSDP1's
+             * FlatParamHandle); what its all-gathers make are the whole weights of the modules
+             * being run, for a while. Before, both were parameters, and W (the textbook's
+             * gradients and state) read 185.83 MiB for a GPT-2-like model sharded over 2 GPUs
+             * whose rank held 75.14 MiB of shards. The reduce-scatter's input (the whole
+             * gradients) dies in the backward pass, its output (this rank's gradients) outlives
+             * it: backward tensors, promoted by their lifetime as autograd's are */
             if (has(path, "torch/distributed/fsdp/")) {
-                if (has(s, "reduce")) grads = 1;
-                if (has(s, "all_gather") || has(s, "unshard") || has(path, "_fsdp_param.py"))
-                    params = 1;
+                c->saw_parallel |= MT_SAW_FSDP;
+                if (has_within(s, q, "reduce")) backward = 1;
+                if (has_within(s, q, "all_gather") || has_within(s, q, "unshard")) unsharded = 1;
+                if (has(path, "_fsdp_param.py") || has(path, "_flat_param.py")) params = 1;
             }
             if (has(path, "torch/nn/modules/module.py") &&
                 (qual_is(s, q, "Module._apply") || qual_is(s, q, "Module.to") ||
@@ -426,13 +450,19 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed)
             c->saw_sparse_grad |= (b & SAYS_SPARSE_GRAD) != 0;
             workspace |= (b & SAYS_WORKSPACE) != 0;
             grads |= (b & SAYS_GRADS) != 0;
+            reducer |= (b & SAYS_REDUCER) != 0;
             backward |= (b & SAYS_BACKWARD) != 0;
             factory |= (b & SAYS_FACTORY) != 0;
         }
     }
+    if (reducer) c->saw_parallel |= MT_SAW_DDP;
     if (workspace) return MT_CAT_WORKSPACE;
     if (optim) return init_group ? MT_CAT_OPTIMIZER_STATE : MT_CAT_OPTIMIZER_TEMP;
-    if (grads) return MT_CAT_GRADIENTS;
+    if (grads) {
+        *no_phase = reducer && !backward;
+        return MT_CAT_GRADIENTS;
+    }
+    if (unsharded) return MT_CAT_UNSHARDED;
     if (backward) return MT_CAT_BACKWARD_TEMP;
     if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
@@ -463,7 +493,9 @@ static uint8_t *by_id_entry(mt_categorizer *c, uint32_t stack)
     return &v[stack];
 }
 
-/* stack's cached byte (category + 1 | seed << 7), 0 when not categorized yet. */
+enum { NO_PHASE = 1u << 6, SEED = 1u << 7, CATEGORY = NO_PHASE - 1 };
+
+/* stack's cached byte (category + 1 | no phase << 6 | seed << 7), 0 when not categorized yet. */
 static unsigned cached(const mt_categorizer *c, uint32_t stack)
 {
     if (stack < c->n_by_id && c->by_id[stack]) return c->by_id[stack];
@@ -475,10 +507,10 @@ unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l)
 {
     if (l->kind != MT_KIND_TENSOR) return MT_CAT_NONE;
     unsigned b = cached(c, l->stack);
-    if (b) return (b & 0x7f) - 1u;
-    int seed = 0;
-    unsigned cat = l->stack ? from_stack(c, l->stack, &seed) : MT_CAT_OTHER;
-    b = (cat + 1) | (unsigned)seed << 7;
+    if (b) return (b & CATEGORY) - 1u;
+    int seed = 0, no_phase = 0;
+    unsigned cat = l->stack ? from_stack(c, l->stack, &seed, &no_phase) : MT_CAT_OTHER;
+    b = (cat + 1) | (no_phase ? NO_PHASE : 0) | (seed ? SEED : 0);
     uint8_t *e = by_id_entry(c, l->stack);
     mt_u64map_slot *s = e ? NULL : mt_u64map_upsert(&c->cache, l->stack);
     if (e)
@@ -507,7 +539,7 @@ static int phase_of(unsigned cat)
 unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l)
 {
     if (phase == MT_PHASE_BACKWARD && l->category == MT_CAT_BACKWARD_TEMP)
-        return cached(c, l->stack) >> 7 ? l->category : MT_CAT_GRADIENTS;
+        return cached(c, l->stack) & SEED ? l->category : MT_CAT_GRADIENTS;
     if (phase == MT_PHASE_OPTIMIZER && l->category == MT_CAT_OPTIMIZER_TEMP) {
         c->saw_state = 1;
         return MT_CAT_OPTIMIZER_STATE;
@@ -528,10 +560,13 @@ static int end_phase(mt_categorizer *c)
  * backward() waits: it has ended at the first tensor event of another thread (SGD's step allocates
  * nothing, and zero_grad's frees may be the first sign). Other phases end when a tensor of another
  * phase is allocated. */
-int mt_categorizer_phase(mt_categorizer *c, unsigned cat, uint32_t tid, int is_alloc)
+int mt_categorizer_phase(mt_categorizer *c, const mt_lifetime *alloc, uint32_t tid)
 {
-    int ph = is_alloc ? phase_of(cat) : MT_PHASE_NONE, ended = MT_PHASE_NONE;
-    if (is_alloc && cat == MT_CAT_OPTIMIZER_STATE) c->saw_state = 1; /* made as state (_init_group) */
+    int ph = alloc && !(cached(c, alloc->stack) & NO_PHASE) ? phase_of(alloc->category)
+                                                             : MT_PHASE_NONE;
+    int ended = MT_PHASE_NONE;
+    if (alloc && alloc->category == MT_CAT_OPTIMIZER_STATE)
+        c->saw_state = 1; /* made as state (_init_group) */
     if (c->phase == MT_PHASE_BACKWARD) {
         if (ph == MT_PHASE_BACKWARD) {
             c->backward_tid = tid;
@@ -605,6 +640,11 @@ int mt_categorizer_saw_backward(const mt_categorizer *c)
 int mt_categorizer_saw_sparse_grad(const mt_categorizer *c)
 {
     return c->saw_sparse_grad;
+}
+
+unsigned mt_categorizer_saw_parallel(const mt_categorizer *c)
+{
+    return c->saw_parallel;
 }
 
 const char *mt_categorizer_optimizer(const mt_categorizer *c, uint64_t *state_in_w)

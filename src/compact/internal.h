@@ -180,11 +180,11 @@ size_t mt_frames_user_path(mt_frames *f, uint32_t leaf, mt_name_style style, con
 /* ---- categories (categories.c) ---------------------------------------------------------------- */
 /* The category of a new lifetime l (MT_CAT_NONE unless a tensor), from its stack (cached). */
 unsigned mt_categorize(mt_categorizer *c, const mt_lifetime *l);
-/* Called for each tensor event before it is applied (an allocation with its category; a free
- * with MT_CAT_NONE, is_alloc 0): when it ends the backward pass or an optimizer step, returns the
- * phase ended (MT_PHASE_*), else MT_PHASE_NONE. The caller then promotes the live tensors of
- * that phase's temporary category (mt_categorizer_promote). */
-int mt_categorizer_phase(mt_categorizer *c, unsigned category, uint32_t tid, int is_alloc);
+/* Called for each tensor event before it is applied (an allocation: its lifetime, categorized; a
+ * free: NULL): when it ends the backward pass or an optimizer step, returns the phase ended
+ * (MT_PHASE_*), else MT_PHASE_NONE. The caller then promotes the live tensors of that phase's
+ * temporary category (mt_categorizer_promote). */
+int mt_categorizer_phase(mt_categorizer *c, const mt_lifetime *alloc, uint32_t tid);
 /* The category live tensor l takes when `phase` ends (its own when it stays). */
 unsigned mt_categorizer_promote(mt_categorizer *c, int phase, const mt_lifetime *l);
 /* Forgets the phase a replay was in (a new replay starts). */

@@ -315,7 +315,7 @@ static inline __attribute__((always_inline)) int do_alloc(mt_tracker *t, const m
         /* categorized before it joins the live set: a phase that this tensor ends promotes what
          * was live before it, not the tensor itself */
         l.category = (uint8_t)mt_categorize(t->categorizer, &l);
-        int ended = mt_categorizer_phase(t->categorizer, l.category, e->tid, 1);
+        int ended = mt_categorizer_phase(t->categorizer, &l, e->tid);
         if (ended) mt_tracker_promote_(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
@@ -350,7 +350,7 @@ static inline __attribute__((always_inline)) void do_free(mt_tracker *t, const m
                                                            mt_release_hook on_release)
 {
     if (t->categorizer && fam == MT_FAM_TENSOR) { /* a free may end the backward pass */
-        int ended = mt_categorizer_phase(t->categorizer, MT_CAT_NONE, e->tid, 0);
+        int ended = mt_categorizer_phase(t->categorizer, NULL, e->tid);
         if (ended) mt_tracker_promote_(t, ended);
         if (ended && t->hooks.on_phase_end) t->hooks.on_phase_end(t->hooks.ctx, ended, now);
     }
