@@ -1,10 +1,11 @@
 """DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
 (1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
 
-    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp] [--stray MIB] [--stray-context]
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp | --fsdp1] [--stray MIB] [--stray-context]
 
 --fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
-GPT-2-like model of train.py, AdamW, every rank the same batch.
+GPT-2-like model of train.py, AdamW, every rank the same batch. --fsdp1 shards the same model with
+FSDP1 (FullyShardedDataParallel, each GPT2Block a unit of its own: one flat parameter per unit).
 
 --stray MIB makes the classic mistake of a torchrun script: every rank loads a checkpoint (MIB of
 weights, saved from cuda:0) with torch.load and no map_location before torch.cuda.set_device, and
@@ -73,6 +74,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--fsdp", action="store_true")
+    ap.add_argument("--fsdp1", action="store_true")
     ap.add_argument("--stray", type=int, default=0, metavar="MIB")
     ap.add_argument("--stray-context", action="store_true")
     args = ap.parse_args()
@@ -84,14 +86,21 @@ def main():
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)
     torch.manual_seed(rank)
-    if args.fsdp:
-        from torch.distributed.fsdp import fully_shard
+    if args.fsdp or args.fsdp1:
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
         model = GPT2LMHeadModel(cfg).to(dev)
-        for block in model.transformer.h:
-            fully_shard(block)
-        fully_shard(model)
+        if args.fsdp1:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+            model = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({GPT2Block}),
+                                             device_id=dev)
+        else:
+            from torch.distributed.fsdp import fully_shard
+            for block in model.transformer.h:
+                fully_shard(block)
+            fully_shard(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         ids = torch.randint(0, cfg.vocab_size, (8, 256), device=dev)
         for _ in range(args.steps):
@@ -109,8 +118,9 @@ def main():
             opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     dist.barrier()
-    print(f"rank {rank} of {dist.get_world_size()} done ({'fsdp' if args.fsdp else 'ddp'})")
-    mt_stats.write(world_size=dist.get_world_size(), **textbook(model, opt, args.fsdp))
+    kind = "fsdp" if args.fsdp else "fsdp1" if args.fsdp1 else "ddp"
+    print(f"rank {rank} of {dist.get_world_size()} done ({kind})")
+    mt_stats.write(world_size=dist.get_world_size(), **textbook(model, opt, kind != "ddp"))
     dist.destroy_process_group()
 
 

@@ -50,6 +50,9 @@ needs them.
 --distill (resnet18) distills from a frozen teacher, torchvision's ResNet-50 in eval mode run
 under torch.no_grad(): the loss is cross-entropy plus the KL divergence from the teacher's
 softened outputs. The teacher's weights are on the GPU too, never trained.
+--data-parallel wraps the model in torch.nn.DataParallel over every GPU of the machine: the batch
+split between them, the weights, gradients and optimizer state on cuda:0, a replica of the
+weights broadcast to every other GPU at each forward pass and their gradients summed back.
 
 stdout is the same in every run. What the GPU checks compare with a trace goes to $SAMPLE_STATS
 (mt_stats.py): PyTorch's per-device peaks, step_ms, and the textbook quantities of training
@@ -269,6 +272,7 @@ def main():
     ap.add_argument("--distill", action="store_true")
     ap.add_argument("--loss-outside", action="store_true")
     ap.add_argument("--offload", action="store_true")
+    ap.add_argument("--data-parallel", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -281,6 +285,8 @@ def main():
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})
     fine_tune(net, args.model, args.freeze, args.lora)
     model = torch.compile(net) if args.compile else net
+    if args.data_parallel:  # one process, every GPU: the weights broadcast to each at every step
+        model = torch.nn.DataParallel(model)
     trained = [p for p in net.parameters() if p.requires_grad]
     if args.model == "recsys":  # the sparse table's own optimizer beside the MLP's
         opt = Optimizers(torch.optim.SparseAdam([net.emb.weight], lr=1e-3),

@@ -50,10 +50,19 @@ size of no parameter: those must be the reducer's buckets as DDP's own logging g
 (ddp_logging's rebuilt_bucket_sizes, or bucket_sizes before a rebuild), within 512 bytes a
 tensor, and the gradients' line must say what they are.
 
---fsdp (samples/ddp.py --fsdp, a rank of FSDP2): W is this rank's shards (the allocator's blocks of
-the parameters' local tensors), the gradients after the backward pass one flat tensor per
-fully_shard group: together at least PyTorch's sharded gradients and at most W's blocks (the
-shards are padded alike); the all-gathered weights are "unsharded parameters", not W.
+--fsdp (samples/ddp.py --fsdp or --fsdp1, a rank of FSDP2 or FSDP1): W is this rank's shards (the
+allocator's blocks of the parameters' local tensors), the gradients after the backward pass one
+flat tensor per FSDP unit: together at least PyTorch's sharded gradients and at most W's blocks
+(the shards are padded alike), and where they are not W the gradients' line says what they are;
+the all-gathered weights are "unsharded parameters", not W.
+
+--dp (samples/train.py --data-parallel: torch.nn.DataParallel over every GPU): the weights, their
+gradients and the optimizer's state are on cuda:0; the gradients after the backward pass arrive
+summed in flat buffers of up to 10 MiB whose views the smaller parameters' .grad are, so paired
+and unpaired together must be PyTorch's gradients (within the pairing's slack and 512 bytes a
+tensor) and the line must say so where some are unpaired. Every other GPU holds no parameter
+(W 0 there), its "parameter replicas" above 0, and its categories add up to its own
+max_memory_allocated().
 
 The stats' device is the report's first device with categories (a rank's trace: its own GPU).
 
@@ -72,7 +81,7 @@ def main():
     views = "--views" in sys.argv[3:]
     resume = "--resume" in sys.argv[3:]
     sparse = "--sparse" in sys.argv[3:]
-    ddp, fsdp = "--ddp" in args, "--fsdp" in args
+    ddp, fsdp, dp = "--ddp" in args, "--fsdp" in args, "--dp" in args
     optimizer = args[args.index("--optimizer") + 1] if "--optimizer" in args else None
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
@@ -111,10 +120,31 @@ def main():
         if not st["grad_bytes"] <= got <= st["param_block_bytes"]:
             errs.append(f"FSDP's gradients after backward {got}, not between PyTorch's {st['grad_bytes']} "
                         f"and the shards' blocks {st['param_block_bytes']}")
-        if "FSDP's sharded gradients" not in row("gradients")["why"]:
+        if got != cat["w_bytes"] and "FSDP's sharded gradients" not in row("gradients")["why"]:
             errs.append("the gradients' line does not say FSDP's sharded gradients: " + row("gradients")["why"])
         if not rows.get("unsharded parameters"):
             errs.append("no unsharded parameters at the peak")
+    elif dp:  # flat buffers for the small ones: paired and unpaired together
+        got = grads.get("paired_bytes", 0) + grads.get("unpaired_bytes", 0)
+        slack = grads.get("larger_bytes", 0) + grads.get("smaller_bytes", 0) + 512 * (
+            grads.get("paired_count", 0) + grads.get("unpaired_count", 0))
+        if abs(got - st["grad_bytes"]) > slack:
+            errs.append(f"gradients after backward {got} (paired and not) vs PyTorch {st['grad_bytes']}, "
+                        f"more than the slack {slack}")
+        if grads.get("unpaired_count") and "DataParallel's gradients" not in row("gradients")["why"]:
+            errs.append("the gradients' line does not say DataParallel's buffers: " + row("gradients")["why"])
+        for other in rep["devices"]:
+            oc = other.get("categories_at_peak")
+            if other is dev or not oc or other.get("device", -1) < 0:
+                continue
+            orow = {r["name"]: r["bytes"] for r in oc["rows"]}
+            if orow.get("parameters") or not orow.get("parameter replicas"):
+                errs.append(f"cuda:{other['device']}: parameters {orow.get('parameters')}, replicas "
+                            f"{orow.get('parameter replicas')}")
+            want = st["devices"].get(str(other["device"]), {}).get("max_allocated")
+            if oc["tensors_bytes"] != want:
+                errs.append(f"cuda:{other['device']}: categories add up to {oc['tensors_bytes']}, "
+                            f"max_memory_allocated {want}")
     else:  # the gradients after the backward pass, paired with parameters, are PyTorch's
         within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
                      st["grad_bytes"], grads)
@@ -167,7 +197,7 @@ def main():
         if "sparse" not in grow["why"]:
             errs.append("the gradients' line does not say a sparse gradient: " + grow["why"])
     for what, f in (("optimizer state", state), ("gradients after backward", grads)):
-        if (sparse or ddp or fsdp) and what == "gradients after backward":
+        if (sparse or ddp or fsdp or dp) and what == "gradients after backward":
             continue
         small = f.get("unpaired_bytes") == 512 * f.get("unpaired_count", 0)
         if framework and what == "optimizer state" and small:

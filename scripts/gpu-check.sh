@@ -42,9 +42,10 @@
 #             python3 and Debian's 3.14 and 3.15 (scripts/newer-pythons.sh; carry
 #             build/newer-pythons/debs and build/newer-pythons/files there): every stack live at
 #             the peak with its Python functions and lines (scripts/python_frames_check.py)
-#   multigpu  one process on two GPUs (model split across devices, a thread per device), and
-#             torchrun jobs over every GPU: DDP with uneven work per rank, FSDP2, per-rank peaks
-#             against each rank's PyTorch numbers, the rank table's imbalance, DDP with
+#   multigpu  one process on two GPUs (model split across devices, a thread per device;
+#             torch.nn.DataParallel with its categories), and torchrun jobs over every GPU: DDP
+#             with uneven work per rank, FSDP2, FSDP1, per-rank peaks and categories against
+#             each rank's PyTorch numbers, the rank table's imbalance, DDP with
 #             NCCL_CUMEM_ENABLE=0 (NCCL's peer buffers mapped by CUDA IPC); a DDP job whose last
 #             rank dies of torch.OutOfMemoryError and whose other ranks torchrun kills
 # Writes logs and the traces worth keeping under $OUT (default ./gpu-check-out):
@@ -1039,8 +1040,14 @@ if [ "$NGPU" -ge 2 ]; then
   same_run multi_t "" "--tensors" $PY "$S/multi_gpu.py"; torch_match multi_t tensors --devices "$NGPU"
   same_run multi_ta "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" "--tensors=async" $PY "$S/multi_gpu.py"
   torch_match multi_ta async --devices "$NGPU"
+  # torch.nn.DataParallel: one process, every GPU; the weights, gradients and state on cuda:0,
+  # the replicas elsewhere; each GPU's part of the backward pass on a thread of its own
+  same_run resnet_dp_t "" "--tensors" $PY "$S/train.py" --model resnet18 --data-parallel --steps 3
+  torch_match resnet_dp_t tensors --devices "$NGPU"
+  [ -f "$W/resnet_dp_t/t.json" ] && check "resnet_dp_t: categories = PyTorch's sums (--dp)" ok \
+    "$($PY scripts/categories_vs_torch.py "$W/resnet_dp_t/t.json" "$W/resnet_dp_t/traced.json" --dp 2>&1 | tee -a "$LOG" | tail -1)"
   # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
-  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" \
+  for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" "fsdp1_t:--tensors:--fsdp1" \
              "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256" \
              "ddp_strayctx_t:--tensors:--stray-context" "ddp_ipc:::NCCL_CUMEM_ENABLE=0"; do
     IFS=: read -r name opts jargs envs <<< "$job"
@@ -1052,7 +1059,7 @@ if [ "$NGPU" -ge 2 ]; then
     rc1=$?
     cat "$d/plain.err" "$d/traced.err" >> "$LOG"
     check "$name: exit status as untraced" "$rc0" "$rc1"
-    lines() { grep -o 'rank [0-9]* of [0-9]* done ([a-z]*)' "$1" | sort; } # ranks' prints may interleave
+    lines() { grep -o 'rank [0-9]* of [0-9]* done ([a-z0-9]*)' "$1" | sort; } # ranks' prints may interleave
     check "$name: stdout as untraced (ranks print in any order)" ok "$(cmp -s <(lines "$d/plain.out") <(lines "$d/traced.out") && echo ok || diff <(lines "$d/plain.out") <(lines "$d/traced.out") | head -3 | tr '\n' ' ')"
     check "$name: one trace per rank, none for the launcher" "$NGPU" "$(ls "$d"/traced/memtrace.rank*.mtrace 2>/dev/null | wc -l)"
     mode=default; [ -n "$opts" ] && mode=tensors
@@ -1061,7 +1068,7 @@ if [ "$NGPU" -ge 2 ]; then
       check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
       # each rank's categories against its own PyTorch: DDP's buckets beside the .grad tensors
       # (DDP's logging sizes them), FSDP's shards as W and its all-gathers apart from them
-      case $name in ddp_t) how=--ddp ;; fsdp_t) how=--fsdp ;; *) how= ;; esac
+      case $name in ddp_t) how=--ddp ;; fsdp_t | fsdp1_t) how=--fsdp ;; *) how= ;; esac
       [ -n "$how" ] && check "$name rank $r: categories = that rank's PyTorch sums ($how)" ok \
         "$($PY scripts/categories_vs_torch.py "$d/rank$r.json" "$d/traced.$r.json" $how 2>&1 | tee -a "$LOG" | tail -1)"
       # NCCL tries cuMem host memory with a 2 MiB cuMemCreate on a host NUMA node

@@ -958,42 +958,52 @@ Test(categories, fsdp_step_by_construction)
     mt_analysis_free(a);
 }
 
-/* A rank of FSDP2 (2 x H200, samples/ddp.py --fsdp: the GPT-2-like model, each block and the root
- * under fully_shard, AdamW). W is this rank's shards (the allocator's blocks of the parameters'
- * local tensors, to the byte); what the all-gathers make is "unsharded parameters". Before, both
- * were parameters: W read 185.83 MiB against 75.14 MiB of shards, the all-gathers of the backward
- * pass (a forward phase's category) ended it at its first one, and the gradients "after" it were
- * the embedding's whole gradient among activations (102.16 MiB, PyTorch's sharded ones 73.4). */
+/* A rank of FSDP2 and of FSDP1 (2 x H200, samples/ddp.py --fsdp, --fsdp1: the GPT-2-like model, each
+ * block a unit of its own, AdamW). W is this rank's shards (the allocator's blocks of the
+ * parameters' local tensors, to the byte); what the all-gathers make is "unsharded parameters".
+ * Before, both were parameters: W read 185.83 MiB (FSDP2) and 184.74 MiB (FSDP1) against 75.14
+ * and 74.05 MiB of shards, FSDP1's state textbook 369.48 MiB against 146.76 measured; the
+ * all-gathers of the backward pass (a forward phase's category) ended it at its first one, and the
+ * gradients "after" it were the embedding's whole gradient among activations (102.16 MiB against
+ * PyTorch's sharded 73.4). FSDP2's gradients are one flat tensor per unit, and its line says so;
+ * FSDP1's flat parameters get gradients of their own size. */
 Test(categories, gpu_fsdp_shards_are_w)
 {
-    const char *name = "fsdp2_rank0_tensors";
-    double grads = stat_of(name, "grad_bytes"), blocks = stat_of(name, "param_block_bytes");
-    double state = stat_of(name, "optimizer_state_bytes");
-    cr_assert(grads > 0 && blocks > 0 && state > 0, "its .json");
-    const mt_device_report *d;
-    mt_analysis *a = gpu_fixture(name, &d); /* parameters = the shards' blocks, to the byte */
-    cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_FSDP);
-    uint64_t gathered = peak_bytes_under(a, d, "all_gather", MT_CAT_UNSHARDED);
-    cr_expect_gt(gathered, 0);
-    cr_expect_eq(d->by_category_at_peak[MT_CAT_UNSHARDED], gathered, "every all-gather's, no more");
-    /* after the backward pass: one flat gradient per group, PyTorch's shards padded alike */
-    cr_assert(d->after_backward_known);
-    uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
-    cr_expect((double)g >= grads && (double)g <= blocks, "gradients %llu, PyTorch %.0f, shards %.0f",
-              (unsigned long long)g, grads, blocks);
-    cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 512, "the seed alone: %llu",
-                 (unsigned long long)d->by_category_after_backward[MT_CAT_BACKWARD_TEMP]);
-    const mt_category_fit *fs = &d->fit_at_peak[1];
-    cr_expect(within_fit_slack(fs->paired + fs->larger - fs->smaller, state, fs),
-              "state paired %llu vs %.0f", (unsigned long long)fs->paired, state);
-    mt_cat_table t;
-    mt_category_table(a, d, &t);
-    cr_expect_eq(t.w, (uint64_t)blocks);
-    cr_expect(strstr(table_row(&t, MT_CAT_PARAMETERS)->why, "this rank's shards"), "%s",
-              table_row(&t, MT_CAT_PARAMETERS)->why);
-    const char *why = table_row(&t, MT_CAT_GRADIENTS)->why;
-    cr_expect(strstr(why, "5 tensors: FSDP's sharded gradients") && !strstr(why, "DDP"), "%s", why);
-    mt_analysis_free(a);
+    static const struct { const char *fixture, *gather; int flat_grads; } runs[] = {
+        {"fsdp2_rank0_tensors", "all_gather", 1}, {"fsdp1_rank0_tensors", "unshard", 0}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        const char *name = runs[i].fixture;
+        double grads = stat_of(name, "grad_bytes"), blocks = stat_of(name, "param_block_bytes");
+        double state = stat_of(name, "optimizer_state_bytes");
+        cr_assert(grads > 0 && blocks > 0 && state > 0, "%s: its .json", name);
+        const mt_device_report *d;
+        mt_analysis *a = gpu_fixture(name, &d); /* parameters = the shards' blocks, to the byte */
+        cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_FSDP);
+        uint64_t gathered = peak_bytes_under(a, d, runs[i].gather, MT_CAT_UNSHARDED);
+        cr_expect_gt(gathered, 100 * MiB, "%s: at least the tied embedding, whole", name);
+        cr_expect_eq(d->by_category_at_peak[MT_CAT_UNSHARDED], gathered, "%s: the all-gathers' alone", name);
+        /* after the backward pass: this rank's gradients, padded as its shards are */
+        cr_assert(d->after_backward_known);
+        uint64_t g = d->by_category_after_backward[MT_CAT_GRADIENTS];
+        cr_expect((double)g >= grads && (double)g <= blocks, "%s: gradients %llu, PyTorch %.0f, shards %.0f",
+                  name, (unsigned long long)g, grads, blocks);
+        cr_expect_eq(d->by_category_after_backward[MT_CAT_BACKWARD_TEMP], 512, "%s: the seed alone: %llu",
+                     name, (unsigned long long)d->by_category_after_backward[MT_CAT_BACKWARD_TEMP]);
+        const mt_category_fit *fs = &d->fit_at_peak[1];
+        cr_expect(within_fit_slack(fs->paired + fs->larger - fs->smaller, state, fs),
+                  "%s: state paired %llu vs %.0f", name, (unsigned long long)fs->paired, state);
+        mt_cat_table t;
+        mt_category_table(a, d, &t);
+        cr_expect_eq(t.w, (uint64_t)blocks);
+        cr_expect(strstr(table_row(&t, MT_CAT_PARAMETERS)->why, "this rank's shards"), "%s",
+                  table_row(&t, MT_CAT_PARAMETERS)->why);
+        const char *why = table_row(&t, MT_CAT_GRADIENTS)->why;
+        if (runs[i].flat_grads)
+            cr_expect(strstr(why, "5 tensors: FSDP's sharded gradients") && !strstr(why, "DDP"), "%s", why);
+        else
+            cr_expect_eq(g, t.w, "%s: a gradient per flat parameter, its size", name);
+        mt_analysis_free(a);
+    }
 }
 
 /* The sum of a list of numbers in a string value of a fixture's .json ("key": "1, 2, 3"), or -1. */
@@ -1042,6 +1052,43 @@ Test(categories, gpu_ddp_buckets_beside_the_gradients)
     mt_category_table(a, d, &t);
     const char *why = table_row(&t, MT_CAT_GRADIENTS)->why;
     cr_expect(strstr(why, "DDP's gradient buckets") && strstr(why, "gradient_as_bucket_view"), "%s", why);
+    mt_analysis_free(a);
+}
+
+/* torch.nn.DataParallel over 2 GPUs (2 x H200, train.py --model resnet18 --data-parallel). Autograd
+ * runs each GPU's part of the backward pass on a thread of its own; with one backward thread
+ * remembered, each switch between them "ended" the pass and promoted the other's temporaries to
+ * gradients (cuda:1, which holds no parameter, read 39.51 MiB of gradients; cuda:0 61.37 MiB
+ * against W's 44.69). The replicas of the weights on cuda:1 read "activations". */
+Test(categories, gpu_data_parallel)
+{
+    const char *name = "resnet18_dp_tensors";
+    double grads = stat_of(name, "grad_bytes");
+    double peak1 = stat_of(name, "1\": {\"max_allocated"); /* PyTorch's, on cuda:1 */
+    cr_assert(grads > 0 && peak1 > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d);
+    cr_expect_eq(mt_categorizer_saw_parallel(a->categories), MT_SAW_DP);
+    cr_assert(d->after_backward_known);
+    const mt_category_fit *fg = &d->fit_after_backward[0];
+    double slack = (double)(fg->larger + fg->smaller + 512 * (fg->n_paired + fg->n_unpaired));
+    cr_expect(fabs((double)(fg->paired + fg->unpaired) - grads) <= slack,
+              "gradients %llu + %llu vs PyTorch %.0f", (unsigned long long)fg->paired,
+              (unsigned long long)fg->unpaired, grads);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    cr_expect(strstr(table_row(&t, MT_CAT_GRADIENTS)->why, "DataParallel's gradients"), "%s",
+              table_row(&t, MT_CAT_GRADIENTS)->why);
+    const mt_device_report *d1 = fx_dev(a, 1);
+    uint64_t sum = 0;
+    for (unsigned x = 0; x < MT_CAT_MAX; x++) sum += d1->by_category_at_peak[x];
+    cr_expect_eq((double)sum, peak1, "cuda:1's categories add up to its max_memory_allocated");
+    cr_expect_eq(d1->by_category_at_peak[MT_CAT_PARAMETERS], 0);
+    cr_expect_eq(d1->by_category_at_peak[MT_CAT_GRADIENTS], 0);
+    cr_expect_eq(d1->by_category_after_backward[MT_CAT_GRADIENTS], 0);
+    uint64_t replicas = peak_bytes_under(a, d1, "torch/nn/parallel/replicate.py", MT_CAT_REPLICAS);
+    cr_expect_gt(replicas, 40 * MiB, "ResNet-18's weights, broadcast: %llu", (unsigned long long)replicas);
+    cr_expect_eq(d1->by_category_at_peak[MT_CAT_REPLICAS], replicas);
     mt_analysis_free(a);
 }
 

@@ -176,6 +176,7 @@
   const CATEGORY_COLORS = {
     parameters: '#264653',
     'unsharded parameters': '#52796f',
+    'parameter replicas': '#84a98c',
     gradients: '#f4a261',
     'optimizer state': '#2a9d8f',
     'optimizer temporaries': '#5fa8d3',

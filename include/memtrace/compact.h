@@ -203,6 +203,8 @@ typedef enum mt_category {
     MT_CAT_PARAMETERS,
     MT_CAT_UNSHARDED,      /* FSDP's all-gathered weights: the whole parameters of the modules it
                               is running, beside this rank's shards (the parameters) */
+    MT_CAT_REPLICAS,       /* DataParallel's copies of the weights on its other GPUs, made again
+                              at every forward pass */
     MT_CAT_GRADIENTS,
     MT_CAT_OPTIMIZER_STATE,
     MT_CAT_OPTIMIZER_TEMP, /* optimizer step temporaries */
@@ -338,8 +340,9 @@ int mt_categorizer_saw_backward(const mt_categorizer *c);
  * sparse=True): its gradient, the rows a batch touched, is the size of no parameter. */
 int mt_categorizer_saw_sparse_grad(const mt_categorizer *c);
 /* Which data-parallel wrapper's tensors were seen, as bits: MT_SAW_DDP (DistributedDataParallel's
- * reducer: its gradient buckets), MT_SAW_FSDP (FSDP's shards, all-gathers or reduce-scatters). */
-enum { MT_SAW_DDP = 1, MT_SAW_FSDP = 2 };
+ * reducer: its gradient buckets), MT_SAW_FSDP (FSDP's shards, all-gathers or reduce-scatters),
+ * MT_SAW_DP (torch.nn.DataParallel: a Python frame of data_parallel.py). */
+enum { MT_SAW_DDP = 1, MT_SAW_FSDP = 2, MT_SAW_DP = 4 };
 unsigned mt_categorizer_saw_parallel(const mt_categorizer *c);
 /* Backward passes and optimizer steps ended so far (each a promotion of the live set). */
 void mt_categorizer_phases(const mt_categorizer *c, uint64_t *backward_ends,

@@ -114,7 +114,7 @@ typedef struct mt_cat_row {
                               activations, the context */
     uint64_t textbook;
     int64_t difference;    /* bytes - textbook (bytes when the textbook has no such line) */
-    char why[512];         /* the difference explained */
+    char why[1024];        /* the difference explained */
 } mt_cat_row;
 
 typedef struct mt_cat_table {

@@ -36,6 +36,10 @@
  *                        buffer, FSDP1's padded unsharded flat parameter). They come and go with
  *                        the modules FSDP runs, in the forward pass and in the backward pass alike,
  *                        so they say no phase
+ *   parameter replicas   torch.nn.DataParallel's copies of the module's weights and buffers on
+ *                        its other GPUs (a Python frame in torch/nn/parallel/replicate.py), made at
+ *                        every forward pass and dropped after the backward pass; what it scatters
+ *                        to them (scatter_gather.py) is an input
  *   parameters           under Module._apply / .to / .cuda, nn.Parameter, a module's __init__ or
  *                        reset_parameters, FSDP's sharded parameters (this rank's shards: W),
  *                        transformers' from_pretrained and Accelerate's loading of saved weights
@@ -78,6 +82,7 @@ static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_NONE] = "not a tensor",
     [MT_CAT_PARAMETERS] = "parameters",
     [MT_CAT_UNSHARDED] = "unsharded parameters",
+    [MT_CAT_REPLICAS] = "parameter replicas",
     [MT_CAT_GRADIENTS] = "gradients",
     [MT_CAT_OPTIMIZER_STATE] = "optimizer state",
     [MT_CAT_OPTIMIZER_TEMP] = "optimizer temporaries",
@@ -112,13 +117,18 @@ struct mt_categorizer {
     char *names[MT_CAT_MAX];   /* user categories' names, from MT_CAT_BUILTIN_ on */
     size_t n_names;
     int phase;                 /* MT_PHASE_*: the phase of the last tensor that said one */
-    uint32_t backward_tid;     /* the thread of the last backward tensor */
+    /* the threads of the backward pass in progress: those that made one of its tensors (not the
+     * seed: backward() makes it on the caller's thread, which then waits). Autograd runs each
+     * device's work on a thread of its own, so a model on several GPUs (DataParallel, a model
+     * split across devices) has several. Until one has made a tensor, the seed's thread. */
+    uint32_t backward_tids[16], seed_tid;
+    unsigned n_backward_tids;
     uint64_t backward_ends, optimizer_ends; /* phases ended so far (each a promotion) */
     int saw_backward;          /* a backward tensor anywhere in the trace (kept by a restart: the
                                   pass that replays may stop at the peak) */
     int saw_sparse_grad;       /* a stack of a sparse embedding's backward (kept the same way; and
                                   a stack is categorized once, so it is never seen again) */
-    unsigned saw_parallel;     /* MT_SAW_DDP | MT_SAW_FSDP, kept the same way */
+    unsigned saw_parallel;     /* MT_SAW_DDP | MT_SAW_FSDP | MT_SAW_DP, kept the same way */
     int saw_step_end, saw_state; /* since the replay began: an optimizer step ended; a tensor was
                                     made as state or outlived a step (mt_categorizer_stateless) */
     uint64_t optimizer_kind_w; /* the optimizer's textbook state, in parameter sizes (Adam: 2) */
@@ -351,7 +361,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
     int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0, augment = 0, model_forward = 0;
-    int functional = 0, unsharded = 0, reducer = 0;
+    int functional = 0, unsharded = 0, reducer = 0, replicas = 0, scattered = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -377,6 +387,13 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
                 if (has_within(s, q, "all_gather") || has_within(s, q, "unshard")) unsharded = 1;
                 if (has(path, "_fsdp_param.py") || has(path, "_flat_param.py")) params = 1;
             }
+            /* DataParallel (train.py --data-parallel on 2 x H200): its replicas of a ResNet-18
+             * on the second GPU (45.22 MB) and the batch's half scattered there read
+             * "activations" (under DataParallel.forward) */
+            if (has(path, "torch/nn/parallel/data_parallel.py")) c->saw_parallel |= MT_SAW_DP;
+            if (has(path, "torch/nn/parallel/replicate.py")) replicas = 1;
+            if (has(path, "torch/nn/parallel/scatter_gather.py") && has_within(s, q, "scatter"))
+                scattered = 1;
             if (has(path, "torch/nn/modules/module.py") &&
                 (qual_is(s, q, "Module._apply") || qual_is(s, q, "Module.to") ||
                  qual_is(s, q, "Module.cuda")))
@@ -463,11 +480,12 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
         return MT_CAT_GRADIENTS;
     }
     if (unsharded) return MT_CAT_UNSHARDED;
+    if (replicas) return MT_CAT_REPLICAS;
     if (backward) return MT_CAT_BACKWARD_TEMP;
     if (kv) return MT_CAT_KV_CACHE;
     if (params) return MT_CAT_PARAMETERS;
     if (ckpt) return MT_CAT_CHECKPOINT;
-    if (augment) return MT_CAT_INPUTS;
+    if (augment || scattered) return MT_CAT_INPUTS;
     if (forward) return MT_CAT_ACTIVATIONS;
     if (gen) return MT_CAT_GENERATION; /* what generate() makes outside the model's forward */
     if (functional) return MT_CAT_ACTIVATIONS;
@@ -556,36 +574,64 @@ static int end_phase(mt_categorizer *c)
     return ended;
 }
 
-/* The backward pass of a CUDA model runs on autograd's device thread while the thread that called
+static int of_backward(const mt_categorizer *c, uint32_t tid)
+{
+    if (!c->n_backward_tids) return tid == c->seed_tid;
+    for (unsigned i = 0; i < c->n_backward_tids; i++)
+        if (c->backward_tids[i] == tid) return 1;
+    return 0;
+}
+
+/* tid made a tensor of the backward pass (seed: backward()'s seed) */
+static void join_backward(mt_categorizer *c, uint32_t tid, int seed)
+{
+    const unsigned cap = sizeof c->backward_tids / sizeof *c->backward_tids;
+    if (seed) {
+        if (!c->n_backward_tids) c->seed_tid = tid;
+    } else if (!c->n_backward_tids || !of_backward(c, tid)) {
+        /* beyond 16 devices' threads, the oldest is forgotten (its next free ends the pass) */
+        c->backward_tids[c->n_backward_tids < cap ? c->n_backward_tids++ : tid % cap] = tid;
+    }
+}
+
+/* The backward pass of a CUDA model runs on autograd's device threads while the thread that called
  * backward() waits: it has ended at the first tensor event of another thread (SGD's step allocates
  * nothing, and zero_grad's frees may be the first sign). Other phases end when a tensor of another
- * phase is allocated. */
+ * phase is allocated. With one thread remembered, a model on two GPUs (train.py --data-parallel,
+ * 2 x H200) ended its backward pass each time the other device's thread took over, and promoted
+ * the other's temporaries to gradients. */
 int mt_categorizer_phase(mt_categorizer *c, const mt_lifetime *alloc, uint32_t tid)
 {
-    int ph = alloc && !(cached(c, alloc->stack) & NO_PHASE) ? phase_of(alloc->category)
-                                                             : MT_PHASE_NONE;
+    unsigned b = alloc ? cached(c, alloc->stack) : 0;
+    int ph = alloc && !(b & NO_PHASE) ? phase_of(alloc->category) : MT_PHASE_NONE;
     int ended = MT_PHASE_NONE;
     if (alloc && alloc->category == MT_CAT_OPTIMIZER_STATE)
         c->saw_state = 1; /* made as state (_init_group) */
     if (c->phase == MT_PHASE_BACKWARD) {
         if (ph == MT_PHASE_BACKWARD) {
-            c->backward_tid = tid;
+            join_backward(c, tid, (b & SEED) != 0);
             return MT_PHASE_NONE;
         }
-        if (tid == c->backward_tid && ph == MT_PHASE_NONE) return MT_PHASE_NONE;
+        if (ph == MT_PHASE_NONE && of_backward(c, tid)) return MT_PHASE_NONE;
         ended = end_phase(c);
     } else if (ph != MT_PHASE_NONE && ph != c->phase) {
         ended = end_phase(c);
     }
     if (ph != MT_PHASE_NONE) c->phase = ph;
-    if (ph == MT_PHASE_BACKWARD) c->backward_tid = tid, c->saw_backward = 1;
+    if (ph == MT_PHASE_BACKWARD) {
+        c->n_backward_tids = 0;
+        c->seed_tid = 0;
+        join_backward(c, tid, (b & SEED) != 0);
+        c->saw_backward = 1;
+    }
     return ended;
 }
 
 void mt_categorizer_restart(mt_categorizer *c)
 {
     c->phase = MT_PHASE_NONE;
-    c->backward_tid = 0;
+    c->n_backward_tids = 0;
+    c->seed_tid = 0;
     c->backward_ends = c->optimizer_ends = 0;
     c->saw_step_end = c->saw_state = 0;
 }
