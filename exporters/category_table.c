@@ -395,6 +395,12 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                      "holds a second copy: loading to the CPU (map_location=\"cpu\", "
                      "device=\"cpu\"), or del the dict, frees it");
             break;
+        case MT_CAT_COMPILATION:
+            snprintf(r->why, sizeof r->why, "not in the textbook: torch.compile's own tensors, "
+                     "made while it compiles and autotunes (candidate kernels' benchmark inputs "
+                     "and outputs, mode=\"max-autotune\" most of all; a flush buffer for the L2 "
+                     "cache): the first steps' cost, gone once every kernel is chosen");
+            break;
         case MT_CAT_WORKSPACE:
             snprintf(r->why, sizeof r->why, "not in the textbook: cuBLAS/cuDNN workspaces taken "
                      "from PyTorch's allocator (one per stream and thread)");

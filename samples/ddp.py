@@ -1,11 +1,15 @@
 """DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
 (1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
 
-    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp | --fsdp1] [--stray MIB] [--stray-context]
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp [--bf16] [--checkpointing] | --fsdp1]
+                                       [--stray MIB] [--stray-context]
 
 --fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
 GPT-2-like model of train.py, AdamW, every rank the same batch. --fsdp1 shards the same model with
 FSDP1 (FullyShardedDataParallel, each GPT2Block a unit of its own: one flat parameter per unit).
+With --fsdp, --bf16 all-gathers the weights in bfloat16 (MixedPrecisionPolicy: compute in bf16,
+gradients reduced in float32) and --checkpointing turns on transformers' gradient checkpointing
+(non-reentrant): the usual recipe for a large model.
 
 --stray MIB makes the classic mistake of a torchrun script: every rank loads a checkpoint (MIB of
 weights, saved from cuda:0) with torch.load and no map_location before torch.cuda.set_device, and
@@ -75,6 +79,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--fsdp", action="store_true")
     ap.add_argument("--fsdp1", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--stray", type=int, default=0, metavar="MIB")
     ap.add_argument("--stray-context", action="store_true")
     args = ap.parse_args()
@@ -90,6 +96,8 @@ def main():
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
         model = GPT2LMHeadModel(cfg).to(dev)
+        if args.checkpointing:  # transformers' own switch, non-reentrant, before sharding
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if args.fsdp1:
             from torch.distributed.fsdp import FullyShardedDataParallel
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -97,14 +105,16 @@ def main():
             model = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({GPT2Block}),
                                              device_id=dev)
         else:
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None,
+                                      reduce_dtype=torch.float32 if args.bf16 else None)
             for block in model.transformer.h:
-                fully_shard(block)
-            fully_shard(model)
+                fully_shard(block, mp_policy=mp)
+            fully_shard(model, mp_policy=mp)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         ids = torch.randint(0, cfg.vocab_size, (8, 256), device=dev)
         for _ in range(args.steps):
-            model(input_ids=ids, labels=ids).loss.backward()
+            model(input_ids=ids, labels=ids, use_cache=not args.checkpointing).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
     else:

@@ -15,7 +15,7 @@ fasterrcnn: torchvision's fasterrcnn_mobilenet_v3_large_320_fpn(num_classes=91),
 gpt2:     transformers GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=512, n_head=8,
           n_positions=256, vocab_size=50257)), batch 8 of 256 tokens by default.
 --amp runs forward and loss under torch.autocast(bfloat16); --compile wraps the model in
-torch.compile (default mode). --no-cache passes use_cache=False to the GPT-2-like model's forward
+torch.compile (default mode; --compile-mode MODE: max-autotune, ...). --no-cache passes use_cache=False to the GPT-2-like model's forward
 (by default transformers keeps its keys and values in a cache, in training too); --checkpointing
 turns on its gradient checkpointing (non-reentrant: each block's activations recomputed in the
 backward pass; implies --no-cache; --reentrant: the reentrant variant, whose recomputation runs a
@@ -252,6 +252,7 @@ def main():
     ap.add_argument("--optim", default="adamw")
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile-mode", default=None)
     ap.add_argument("--ab", type=int, default=0)
     ap.add_argument("--ab-what", default="memtrace", choices=["memtrace", "history", "none"])
     ap.add_argument("--ab-order", default="alternate", choices=["alternate", "random"])
@@ -284,7 +285,7 @@ def main():
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})
     fine_tune(net, args.model, args.freeze, args.lora)
-    model = torch.compile(net) if args.compile else net
+    model = torch.compile(net, mode=args.compile_mode) if args.compile else net
     if args.data_parallel:  # one process, every GPU: the weights broadcast to each at every step
         model = torch.nn.DataParallel(model)
     trained = [p for p in net.parameters() if p.requires_grad]

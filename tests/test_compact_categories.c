@@ -1092,6 +1092,41 @@ Test(categories, gpu_data_parallel)
     mt_analysis_free(a);
 }
 
+/* torch.compile(mode="max-autotune-no-cudagraphs") compiling a ResNet-18 (H200, train.py --compile
+ * --compile-mode ...; killed by a timeout at 420 s, still choosing convolution kernels: no END
+ * record, no .json). Its peak is inductor's benchmark of candidate kernels for one convolution:
+ * their random inputs (rand_strided) and outputs, and the benchmarker's flush buffer, 390.85 MiB
+ * under select_algorithm.py, which read "activations" (the compile runs inside the first forward).
+ * A compiled run's own kernels stay activations: resnet18_compile_tensors is held to PyTorch's
+ * numbers in gpu_fixtures_match_pytorch, and none of its tensors at the peak is compilation. */
+Test(categories, gpu_max_autotune_is_compilation)
+{
+    char path[1024];
+    fixture_path("resnet18_max_autotune_killed", path, sizeof path);
+    mt_analysis *a = fx_analyze(path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert(d->categories_known);
+    uint64_t choosing = 0; /* the tensors under it (cuDNN's handles there are not) */
+    for (size_t k = 0; k < d->peak_stacks.n; k++) {
+        const mt_stack_stat *st = &d->peak_stacks.v[k];
+        if (st->category == MT_CAT_NONE ||
+            !fx_stack_has(a->frames, st->stack, "torch/_inductor/select_algorithm.py"))
+            continue;
+        cr_expect_eq(st->category, MT_CAT_COMPILATION, "category %u", st->category);
+        choosing += st->bytes;
+    }
+    cr_expect_gt(choosing, 390 * MiB, "%llu", (unsigned long long)choosing);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_COMPILATION], choosing);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
+    cr_expect_eq(d->by_category_at_peak[MT_CAT_OTHER], 0);
+    mt_analysis_free(a);
+    fixture_path("resnet18_compile_tensors", path, sizeof path);
+    a = fx_analyze(path);
+    cr_expect_eq(fx_dev(a, 0)->by_category_at_peak[MT_CAT_COMPILATION], 0);
+    cr_expect_gt(fx_dev(a, 0)->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
+    mt_analysis_free(a);
+}
+
 /* A batch augmented on the GPU (H200, train.py --model resnet18 --gpu-augment: torchvision's v2
  * transforms, which are Modules, crop, flip and normalize 32 uint8 images to the model's float
  * input). What they make outside the model's forward is an input: the normalized batch live at the

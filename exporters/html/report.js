@@ -186,6 +186,7 @@
     'backward temporaries': '#d9a21b',
     inputs: '#9b5de5',
     checkpoint: '#c9184a',
+    compilation: '#6d597a',
     'library workspaces': '#7d7f3a',
     other: '#a5a9b0',
     tensor: '#e15759',

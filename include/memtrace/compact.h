@@ -216,6 +216,7 @@ typedef enum mt_category {
     MT_CAT_BACKWARD_TEMP,  /* backward temporaries */
     MT_CAT_INPUTS,
     MT_CAT_CHECKPOINT,     /* loaded onto the GPU by torch.load (torch/serialization.py) */
+    MT_CAT_COMPILATION,    /* torch.compile's own work: compiling, and autotuning kernels */
     MT_CAT_WORKSPACE,      /* a library's workspace taken from the allocator (cuBLAS's per handle) */
     MT_CAT_OTHER,
     MT_CAT_BUILTIN_,       /* user categories (a rules file) follow */

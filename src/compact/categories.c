@@ -9,6 +9,12 @@
  *                        substring of any frame name; first match wins, before the rules below
  *   library workspaces   a library asked for it (a native frame of cuBLAS, cuDNN or NCCL, or
  *                        PyTorch's cuBLAS handle and workspace functions: mt_owner_of_name)
+ *   compilation          torch.compile's own tensors: inductor compiling a graph (compile_fx.py,
+ *                        its passes in fx_passes/ and pattern_matcher.py) and choosing kernels
+ *                        (mode="max-autotune": select_algorithm.py, autotune_process.py, their
+ *                        benchmarks' random inputs and outputs), and the first call's autotuning
+ *                        of a kernel's configurations (triton_heuristics.py's benchmarks and the
+ *                        arguments it clones, benchmarking.py's buffer that flushes the L2 cache)
  *   optimizer state      a Python frame in torch/optim/ named *._init_group (where most optimizers
  *                        make their per-parameter state), or any optimizer allocation still live
  *                        when the step has ended (SGD's momentum buffers: made in the first step)
@@ -92,6 +98,7 @@ static const char *const builtin_names[MT_CAT_BUILTIN_] = {
     [MT_CAT_BACKWARD_TEMP] = "backward temporaries",
     [MT_CAT_INPUTS] = "inputs",
     [MT_CAT_CHECKPOINT] = "checkpoint",
+    [MT_CAT_COMPILATION] = "compilation",
     [MT_CAT_WORKSPACE] = "library workspaces",
     [MT_CAT_OTHER] = "other",
 };
@@ -361,7 +368,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
             if (has(names[i], c->rules[r].pattern)) return c->rules[r].category;
     int py = 0, optim = 0, init_group = 0, grads = 0, backward = 0, params = 0, forward = 0;
     int factory = 0, workspace = 0, kv = 0, gen = 0, ckpt = 0, augment = 0, model_forward = 0;
-    int functional = 0, unsharded = 0, reducer = 0, replicas = 0, scattered = 0;
+    int functional = 0, unsharded = 0, reducer = 0, replicas = 0, scattered = 0, compiling = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = names[i];
         if (flags[i] & MT_FF_PYTHON) {
@@ -387,6 +394,19 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
                 if (has_within(s, q, "all_gather") || has_within(s, q, "unshard")) unsharded = 1;
                 if (has(path, "_fsdp_param.py") || has(path, "_flat_param.py")) params = 1;
             }
+            /* torch.compile at work (max-autotune on a ResNet-18, H200: its choice among
+             * convolution kernels, 390.85 MiB of benchmark inputs and outputs, was the peak and
+             * read "activations"). The compiled graph's own run goes through output_code.py,
+             * utils.py and the generated module; triton_heuristics.py launches every kernel, and
+             * allocates only to autotune one */
+            if (has(path, "torch/_inductor/") &&
+                (has(path, "/compile_fx.py") || has(path, "/select_algorithm.py") ||
+                 has(path, "/autotune_process.py") || has(path, "/fx_passes/") ||
+                 has(path, "/pattern_matcher.py") || has(path, "/runtime/benchmarking.py") ||
+                 (has(path, "/runtime/triton_heuristics.py") &&
+                  (has_within(s, q, "bench") || has_within(s, q, "autotune") ||
+                   has_within(s, q, "clone_args")))))
+                compiling = 1;
             /* DataParallel (train.py --data-parallel on 2 x H200): its replicas of a ResNet-18
              * on the second GPU (45.22 MB) and the batch's half scattered there read
              * "activations" (under DataParallel.forward) */
@@ -474,6 +494,7 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
     }
     if (reducer) c->saw_parallel |= MT_SAW_DDP;
     if (workspace) return MT_CAT_WORKSPACE;
+    if (compiling) return MT_CAT_COMPILATION; /* in a forward, a backward or a step alike */
     if (optim) return init_group ? MT_CAT_OPTIMIZER_STATE : MT_CAT_OPTIMIZER_TEMP;
     if (grads) {
         *no_phase = reducer && !backward;
