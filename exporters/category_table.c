@@ -200,6 +200,38 @@ static mt_category_fit less_frozen(mt_category_fit f, uint64_t copies, uint64_t 
     return f;
 }
 
+/* What each category outside the textbook holds, for its line's "why" (after "not in the
+ * textbook: "); the textbook's own categories explain their difference in mt_category_table. */
+static const char *const outside_why[MT_CAT_BUILTIN_] = {
+    /* FSDP2 keeps the root module's all-gathered weights from its forward to its backward pass
+     * (a GPT-2-like model's tied embedding: 98 MiB of 110 at the peak) */
+    [MT_CAT_UNSHARDED] = "FSDP's all-gathered weights of the modules it is running, whole (freed "
+                         "after each module's forward and backward pass, unless it reshards later: "
+                         "the root module, reshard_after_forward=False)",
+    [MT_CAT_REPLICAS] = "DataParallel's copies of the weights and buffers on this GPU, broadcast "
+                        "from the first at every forward pass (DistributedDataParallel, one "
+                        "process per GPU, keeps one copy instead)",
+    [MT_CAT_GENERATION] = "the decoding loop's own tensors outside the model (scores and their "
+                          "processors, beam search's bookkeeping, the growing token ids)",
+    [MT_CAT_OPTIMIZER_TEMP] = "the optimizer step's own temporaries (a foreach step makes "
+                              "whole-model copies)",
+    [MT_CAT_BACKWARD_TEMP] = "the backward pass's temporaries (gradients of activations)",
+    [MT_CAT_INPUTS] = "tensors made or copied to the GPU outside any module (the batch)",
+    [MT_CAT_CHECKPOINT] = "a checkpoint loaded onto the GPU (torch.load with map_location=\"cuda\", "
+                          "or saved from a GPU and loaded without one; safetensors' load_file(..., "
+                          "device=\"cuda\")), still referenced; once load_state_dict has copied it "
+                          "into the model (the optimizer keeps loaded state as its own, without a "
+                          "copy), the loaded dict holds a second copy: loading to the CPU "
+                          "(map_location=\"cpu\", device=\"cpu\"), or del the dict, frees it",
+    [MT_CAT_COMPILATION] = "torch.compile's own tensors, made while it compiles and autotunes "
+                           "(candidate kernels' benchmark inputs and outputs, mode=\"max-autotune\" "
+                           "most of all; a flush buffer for the L2 cache): the first steps' cost, "
+                           "gone once every kernel is chosen",
+    [MT_CAT_WORKSPACE] = "cuBLAS/cuDNN workspaces taken from PyTorch's allocator (one per stream "
+                         "and thread)",
+    [MT_CAT_OTHER] = "tensors no rule placed (report --frames all shows their stacks)",
+};
+
 int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_table *t)
 {
     memset(t, 0, sizeof *t);
@@ -356,61 +388,10 @@ int mt_category_table(const mt_analysis *a, const mt_device_report *d, mt_cat_ta
                 snprintf(r->why, sizeof r->why, "the keys and values an inference loop keeps per "
                          "sequence (2 x layers x tokens x heads x head size), as measured");
             break;
-        case MT_CAT_UNSHARDED:
-            /* FSDP2 keeps the root module's all-gathered weights from its forward to its
-             * backward pass (a GPT-2-like model's tied embedding: 98 MiB of 110 at the peak) */
-            snprintf(r->why, sizeof r->why, "not in the textbook: FSDP's all-gathered weights of "
-                     "the modules it is running, whole (freed after each module's forward and "
-                     "backward pass, unless it reshards later: the root module, "
-                     "reshard_after_forward=False)");
-            break;
-        case MT_CAT_REPLICAS:
-            snprintf(r->why, sizeof r->why, "not in the textbook: DataParallel's copies of the "
-                     "weights and buffers on this GPU, broadcast from the first at every forward "
-                     "pass (DistributedDataParallel, one process per GPU, keeps one copy instead)");
-            break;
-        case MT_CAT_GENERATION:
-            snprintf(r->why, sizeof r->why, "not in the textbook: the decoding loop's own tensors "
-                     "outside the model (scores and their processors, beam search's bookkeeping, "
-                     "the growing token ids)");
-            break;
-        case MT_CAT_OPTIMIZER_TEMP:
-            snprintf(r->why, sizeof r->why, "not in the textbook: the optimizer step's own "
-                     "temporaries (a foreach step makes whole-model copies)");
-            break;
-        case MT_CAT_BACKWARD_TEMP:
-            snprintf(r->why, sizeof r->why, "not in the textbook: the backward pass's temporaries "
-                     "(gradients of activations)");
-            break;
-        case MT_CAT_INPUTS:
-            snprintf(r->why, sizeof r->why, "not in the textbook: tensors made or copied to the GPU "
-                     "outside any module (the batch)");
-            break;
-        case MT_CAT_CHECKPOINT:
-            snprintf(r->why, sizeof r->why, "not in the textbook: a checkpoint loaded onto the "
-                     "GPU (torch.load with map_location=\"cuda\", or saved from a GPU and loaded "
-                     "without one; safetensors' load_file(..., device=\"cuda\")), still "
-                     "referenced; once load_state_dict has copied it into the model (the "
-                     "optimizer keeps loaded state as its own, without a copy), the loaded dict "
-                     "holds a second copy: loading to the CPU (map_location=\"cpu\", "
-                     "device=\"cpu\"), or del the dict, frees it");
-            break;
-        case MT_CAT_COMPILATION:
-            snprintf(r->why, sizeof r->why, "not in the textbook: torch.compile's own tensors, "
-                     "made while it compiles and autotunes (candidate kernels' benchmark inputs "
-                     "and outputs, mode=\"max-autotune\" most of all; a flush buffer for the L2 "
-                     "cache): the first steps' cost, gone once every kernel is chosen");
-            break;
-        case MT_CAT_WORKSPACE:
-            snprintf(r->why, sizeof r->why, "not in the textbook: cuBLAS/cuDNN workspaces taken "
-                     "from PyTorch's allocator (one per stream and thread)");
-            break;
-        case MT_CAT_OTHER:
-            snprintf(r->why, sizeof r->why, "not in the textbook: tensors no rule placed "
-                     "(report --frames all shows their stacks)");
-            break;
-        default:
-            snprintf(r->why, sizeof r->why, "not in the textbook: your rules file's category");
+        default: /* a line outside the textbook, said once (categories above say more) */
+            snprintf(r->why, sizeof r->why, "not in the textbook: %s",
+                     cat < MT_CAT_BUILTIN_ && outside_why[cat] ? outside_why[cat]
+                                                               : "your rules file's category");
         }
     }
     const mt_breakdown *bd = &d->at_peak;

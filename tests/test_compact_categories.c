@@ -524,6 +524,14 @@ static void fixture_path(const char *name, char *path, size_t len)
     if (stat(path, &st) != 0) cr_skip_test("%s is not there", path);
 }
 
+/* The analysis of tests/data/NAME.mtrace (skipped when it is not there). */
+static mt_analysis *fixture_analysis(const char *name)
+{
+    char path[1024];
+    fixture_path(name, path, sizeof path);
+    return fx_analyze(path);
+}
+
 static double stat_of(const char *name, const char *key)
 {
     char path[1024], buf[4096];
@@ -1101,9 +1109,7 @@ Test(categories, gpu_data_parallel)
  * numbers in gpu_fixtures_match_pytorch, and none of its tensors at the peak is compilation. */
 Test(categories, gpu_max_autotune_is_compilation)
 {
-    char path[1024];
-    fixture_path("resnet18_max_autotune_killed", path, sizeof path);
-    mt_analysis *a = fx_analyze(path);
+    mt_analysis *a = fixture_analysis("resnet18_max_autotune_killed");
     const mt_device_report *d = fx_dev(a, 0);
     cr_assert(d->categories_known);
     uint64_t choosing = 0; /* the tensors under it (cuDNN's handles there are not) */
@@ -1120,8 +1126,7 @@ Test(categories, gpu_max_autotune_is_compilation)
     cr_expect_eq(d->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
     cr_expect_eq(d->by_category_at_peak[MT_CAT_OTHER], 0);
     mt_analysis_free(a);
-    fixture_path("resnet18_compile_tensors", path, sizeof path);
-    a = fx_analyze(path);
+    a = fixture_analysis("resnet18_compile_tensors");
     cr_expect_eq(fx_dev(a, 0)->by_category_at_peak[MT_CAT_COMPILATION], 0);
     cr_expect_gt(fx_dev(a, 0)->by_category_at_peak[MT_CAT_ACTIVATIONS], 0);
     mt_analysis_free(a);
@@ -1146,9 +1151,7 @@ Test(categories, gpu_augmented_batch_is_an_input)
  * to None), activations are most of the peak. AdamW's state in bf16 autocast is exactly 2W. */
 Test(categories, gpt2_peak_in_forward)
 {
-    char path[1024];
-    fixture_path("gpt2_amp_tensors", path, sizeof path);
-    mt_analysis *a = fx_analyze(path);
+    mt_analysis *a = fixture_analysis("gpt2_amp_tensors");
     const mt_device_report *d = fx_dev(a, 0);
     const uint64_t *c = d->by_category_at_peak;
     cr_expect_eq(c[MT_CAT_GRADIENTS], 0);
@@ -1161,9 +1164,7 @@ Test(categories, gpt2_peak_in_forward)
 /* DDP: the reducer's buckets are gradients (they mirror no single parameter). */
 Test(categories, ddp_buckets_are_gradients)
 {
-    char path[1024];
-    fixture_path("ddp_rank0", path, sizeof path);
-    mt_analysis *a = fx_analyze(path);
+    mt_analysis *a = fixture_analysis("ddp_rank0");
     const mt_device_report *d = fx_dev(a, 0);
     const uint64_t w = d->by_category_at_peak[MT_CAT_PARAMETERS];
     cr_assert_gt(w, 0);
@@ -1293,9 +1294,7 @@ Test(categories, training_kv_cache_is_the_whole_forward_cache)
         uint64_t elem;
     } runs[] = {{"gpt2_tensors", 4}, {"gpt2_amp_tensors", 2}};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
-        char path[1024];
-        fixture_path(runs[i].name, path, sizeof path);
-        mt_analysis *a = fx_analyze(path);
+        mt_analysis *a = fixture_analysis(runs[i].name);
         const mt_device_report *d = fx_dev(a, 0);
         cr_expect_eq(d->by_category_at_peak[MT_CAT_KV_CACHE],
                      2ull * 4 * 8 * 8 * 256 * 64 * runs[i].elem, "%s", runs[i].name);
@@ -1479,9 +1478,7 @@ Test(categories, fine_tuning_trains_w_t)
     static const char *const full[] = {"resnet18_tensors", "gpt2_tensors", "hf_trainer_tensors",
                                        "ddp_rank0", "ddp_stray_rank1", "gan_tensors"};
     for (size_t i = 0; i < sizeof full / sizeof *full; i++) {
-        char path[1024];
-        fixture_path(full[i], path, sizeof path);
-        mt_analysis *a = fx_analyze(path);
+        mt_analysis *a = fixture_analysis(full[i]);
         mt_cat_table t;
         cr_assert_eq(mt_category_table(a, fx_dev(a, 0), &t), 0);
         cr_expect_eq(t.w_trained, t.w, "%s", full[i]);
