@@ -610,7 +610,8 @@ static void join_backward(mt_categorizer *c, uint32_t tid, int seed)
     if (seed) {
         if (!c->n_backward_tids) c->seed_tid = tid;
     } else if (!c->n_backward_tids || !of_backward(c, tid)) {
-        /* beyond 16 devices' threads, the oldest is forgotten (its next free ends the pass) */
+        /* beyond 16 devices' threads, one of those known is forgotten (its next free ends
+         * the pass) */
         c->backward_tids[c->n_backward_tids < cap ? c->n_backward_tids++ : tid % cap] = tid;
     }
 }
