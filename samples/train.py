@@ -50,6 +50,10 @@ needs them.
 --distill (resnet18) distills from a frozen teacher, torchvision's ResNet-50 in eval mode run
 under torch.no_grad(): the loss is cross-entropy plus the KL divergence from the teacher's
 softened outputs. The teacher's weights are on the GPU too, never trained.
+--split (gpt2 --pretrained) loads the model with a device_map over two GPUs: the embedding, the
+head and the first half of the blocks on cuda:0, the rest on cuda:1, run one after the other
+(naive model parallelism; autograd runs each GPU's part of the backward pass on a thread of its
+own).
 --data-parallel wraps the model in torch.nn.DataParallel over every GPU of the machine: the batch
 split between them, the weights, gradients and optimizer state on cuda:0, a replica of the
 weights broadcast to every other GPU at each forward pass and their gradients summed back.
@@ -79,7 +83,7 @@ import mt_stats
 from cifar import ab_fields, ab_plan  # the A/B's schedule and comparison, shared with cifar.py
 
 
-def pretrained(net, dev):
+def pretrained(net, dev, split=False):
     """The model as fine-tuning starts from one: saved with save_pretrained (its random weights,
     no download) and loaded back with from_pretrained(device_map=...), which puts the weights
     straight onto the GPU through safetensors and Accelerate."""
@@ -90,11 +94,18 @@ def pretrained(net, dev):
     logging.disable_progress_bar()  # stderr stays the same in every run (their rates vary)
     d = tempfile.mkdtemp()
     net.save_pretrained(d)
+    if split:  # the blocks over two GPUs (naive model parallelism, as device_map="auto" does for
+        # a model too large for one); the tied embedding and head, and the batch, on the first
+        n = net.config.n_layer
+        where = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0, "lm_head": 0,
+                 "transformer.ln_f": 1}
+        where.update({f"transformer.h.{i}": int(i >= n // 2) for i in range(n)})
+        return type(net).from_pretrained(d, device_map=where)
     return type(net).from_pretrained(d, device_map={"": dev.index or 0})
 
 
 def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=False, teacher=None,
-          loss_outside=False):
+          loss_outside=False, split=False):
     if model in ("resnet18", "vit_b_16"):
         import torchvision
         net = torchvision.models.get_model(model, num_classes=1000).to(dev)
@@ -125,7 +136,7 @@ def build(model, batch, dev, use_cache=True, from_pretrained=False, augment=Fals
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=256, vocab_size=50257)
-        net = pretrained(GPT2LMHeadModel(cfg), dev) if from_pretrained else GPT2LMHeadModel(cfg).to(dev)
+        net = pretrained(GPT2LMHeadModel(cfg), dev, split) if from_pretrained else GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=dev)
         if loss_outside:  # the loss in the loop, outside any module
             return net, lambda m: torch.nn.functional.cross_entropy(
@@ -274,6 +285,7 @@ def main():
     ap.add_argument("--loss-outside", action="store_true")
     ap.add_argument("--offload", action="store_true")
     ap.add_argument("--data-parallel", action="store_true")
+    ap.add_argument("--split", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -281,6 +293,7 @@ def main():
     teacher = [] if args.distill else None
     net, loss_of = build(args.model, batch, dev, from_pretrained=args.pretrained,
                          augment=args.gpu_augment, teacher=teacher, loss_outside=args.loss_outside,
+                         split=args.split,
                          use_cache=not (args.no_cache or args.checkpointing))
     if args.checkpointing:  # transformers' own switch: each block's activations recomputed
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": args.reentrant})

@@ -64,6 +64,10 @@ tensor) and the line must say so where some are unpaired. Every other GPU holds 
 (W 0 there), its "parameter replicas" above 0, and its categories add up to its own
 max_memory_allocated().
 
+--split (samples/train.py --model gpt2 --pretrained --split: the layers over every GPU): each GPU's
+categories add up to its own max_memory_allocated(), and the checks above hold for their sums over
+the GPUs (W, the gradients and the state of one model, wherever each layer is).
+
 The stats' device is the report's first device with categories (a rank's trace: its own GPU).
 
 --other N: up to N bytes in "other" (samples/gan.py: its two losses' sum, made in the training loop
@@ -71,6 +75,33 @@ outside any module, 512 bytes). Where PyTorch's optimizer holds no state (SGD wi
 the table's state line must be 0 with a textbook of 0."""
 import json
 import sys
+
+
+def summed(cats):
+    """Several GPUs' categories_at_peak as one: bytes, textbooks and fits added row by row (a
+    model split over the GPUs: W, its gradients and state are the sums); "tensors_bytes" is then
+    compared per GPU by the caller."""
+    out = dict(cats[0])
+    for key in ("w_bytes", "w_trained_bytes"):
+        out[key] = sum(c.get(key) or 0 for c in cats)
+
+    def add_fit(a, b):
+        return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
+
+    rows = {}
+    for c in cats:
+        for r in c["rows"]:
+            t = rows.setdefault(r["name"], dict(r, bytes=0, textbook_bytes=0, fit={}))
+            t["bytes"] += r["bytes"]
+            t["textbook_bytes"] = (t["textbook_bytes"] or 0) + (r.get("textbook_bytes") or 0)
+            t["fit"] = add_fit(t["fit"], r.get("fit") or {})
+    out["rows"] = list(rows.values())
+    ab = [c.get("after_backward") or {} for c in cats]
+    out["after_backward"] = dict(ab[0], gradients_fit={})
+    for a in ab:
+        out["after_backward"]["gradients_fit"] = add_fit(out["after_backward"]["gradients_fit"],
+                                                         a.get("gradients_fit") or {})
+    return out
 
 
 def main():
@@ -85,13 +116,22 @@ def main():
     optimizer = args[args.index("--optimizer") + 1] if "--optimizer" in args else None
     rep = json.load(open(sys.argv[1]))
     st = json.load(open(sys.argv[2]))
+    split = "--split" in args
     dev = ([d for d in rep["devices"] if d.get("categories_at_peak")] or rep["devices"])[0]
     cat = dev.get("categories_at_peak")
     if not cat:
         print("no categories (record --tensors?)")
         return 1
-    rows = {r["name"]: r["bytes"] for r in cat["rows"]}
     errs = []
+    if split:  # one model over every GPU: each GPU's own sum, then the model's over them all
+        gpus = [d for d in rep["devices"] if d.get("categories_at_peak") and d.get("device", -1) >= 0]
+        for d in gpus:
+            want = st["devices"].get(str(d["device"]), {}).get("max_allocated")
+            if d["categories_at_peak"]["tensors_bytes"] != want:
+                errs.append(f"cuda:{d['device']}: categories add up to "
+                            f"{d['categories_at_peak']['tensors_bytes']}, max_memory_allocated {want}")
+        cat = summed([d["categories_at_peak"] for d in gpus])
+    rows = {r["name"]: r["bytes"] for r in cat["rows"]}
 
     def near(what, got, want, tol):
         if want and abs(got - want) / want > tol:
@@ -231,7 +271,7 @@ def main():
     if rows.get("other", 0) > other_ok:
         errs.append(f"{rows['other']} bytes in 'other'")
     peak = st["devices"][str(dev["device"])]["max_allocated"]
-    if cat["tensors_bytes"] != peak:
+    if not split and cat["tensors_bytes"] != peak:
         errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {peak}")
     print("; ".join(errs) if errs else "ok")
     return 1 if errs else 0
