@@ -326,9 +326,10 @@ async function interact(page, name, d, trace) {
     const said = await page.eval('document.querySelector("#live p.empty")?.textContent || ""');
     check(said.startsWith('Nothing was live on '), `${name}: a moment with nothing live: "${said}"`);
   }
-  // zoom into the largest frame under the root, hover it, search
+  // zoom into the largest frame under the root, hover it, search (the canvas's top row in view: a
+  // graph taller than the window, torch.compile's 70 frames deep, had it above the window)
   const [cx, cy] =
-    await page.eval(`(() => { const c = document.querySelector('#flame canvas'); c.scrollIntoView({block: 'center'});
+    await page.eval(`(() => { const c = document.querySelector('#flame canvas'); c.scrollIntoView({block: 'start'});
     const b = c.getBoundingClientRect(); return [b.left + 3, b.top + 18 + 9]; })()`);
   await click(page, cx, cy);
   await settle(page);
