@@ -50,24 +50,14 @@ def load_checkpoint(nbytes):
     return torch.load(buf)
 
 
-def local(t):
-    """This rank's own tensor: a DTensor's shard (FSDP2's parameters, gradients and state)."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def nbytes(t):
-    t = local(t)
-    return t.numel() * t.element_size()
-
-
 def textbook(model, opt, fsdp):
-    """What this rank holds of W, its gradients and the optimizer's state, by PyTorch's objects."""
+    """What this rank holds of W, its gradients and the optimizer's state, by PyTorch's objects
+    (FSDP2's are DTensors: this rank's shards)."""
     params = list(model.parameters())
-    out = {"param_bytes": sum(nbytes(p) for p in params),
-           "param_block_bytes": mt_stats.block_bytes([local(t) for t in params + list(model.buffers())]),
-           "grad_bytes": sum(nbytes(p) for p in params if p.requires_grad),
-           "optimizer_state_bytes": sum(nbytes(v) for s in opt.state.values() for v in s.values()
-                                        if torch.is_tensor(v) and local(v).is_cuda)}
+    out = {"param_bytes": sum(mt_stats.tensor_bytes(p) for p in params),
+           "param_block_bytes": mt_stats.block_bytes(params + list(model.buffers())),
+           "grad_bytes": sum(mt_stats.tensor_bytes(p) for p in params if p.requires_grad),
+           "optimizer_state_bytes": mt_stats.state_bytes(opt)}
     if not fsdp:  # the reducer's buckets, as DDP's own logging reports them
         data = model._get_ddp_logging_data()
         out["ddp_logging"] = {k: v for k, v in data.items() if "bucket" in k or "grad" in k}

@@ -69,13 +69,10 @@ def main():
         step()
     torch.cuda.synchronize()
     params = list(g.parameters()) + list(d.parameters())
-    size = lambda t: t.numel() * t.element_size()
-    state = sum(size(v) for opt in (opt_g, opt_d) for s in opt.state.values() for v in s.values()
-                if torch.is_tensor(v) and v.is_cuda)
     print(f"gan batch={args.batch} steps={args.steps}")
-    mt_stats.write(param_bytes=sum(size(p) for p in params),
-                   grad_bytes=sum(size(p) for p in params if p.requires_grad),
-                   optimizer_state_bytes=state)
+    mt_stats.write(param_bytes=sum(mt_stats.tensor_bytes(p) for p in params),
+                   grad_bytes=sum(mt_stats.tensor_bytes(p) for p in params if p.requires_grad),
+                   optimizer_state_bytes=sum(mt_stats.state_bytes(o) for o in (opt_g, opt_d)))
 
 
 if __name__ == "__main__":

@@ -45,15 +45,9 @@ def main():
     trainer.train()
     torch.cuda.synchronize()
     params = list(model.parameters())
-
-    def nbytes(t):
-        return t.numel() * t.element_size()
-
-    state = trainer.optimizer.state
-    mt_stats.write(param_bytes=sum(nbytes(p) for p in params),
-                   grad_bytes=sum(nbytes(p) for p in params if p.requires_grad),
-                   optimizer_state_bytes=sum(nbytes(v) for s in state.values() for v in s.values()
-                                             if torch.is_tensor(v) and v.is_cuda),
+    mt_stats.write(param_bytes=sum(mt_stats.tensor_bytes(p) for p in params),
+                   grad_bytes=sum(mt_stats.tensor_bytes(p) for p in params if p.requires_grad),
+                   optimizer_state_bytes=mt_stats.state_bytes(trainer.optimizer),
                    optimizer=type(trainer.optimizer.optimizer
                                   if hasattr(trainer.optimizer, "optimizer")
                                   else trainer.optimizer).__name__)

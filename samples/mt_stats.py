@@ -12,11 +12,30 @@ import os
 import torch
 
 
+def local(t):
+    """This process's own part of t: a DTensor's local shard (FSDP2's parameters, gradients and
+    optimizer state), else t itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def tensor_bytes(t):
+    """numel * element_size of this process's own part of t."""
+    t = local(t)
+    return t.numel() * t.element_size()
+
+
+def state_bytes(opt):
+    """The optimizer's state tensors on a GPU, numel * element_size each (this process's part)."""
+    return sum(tensor_bytes(v) for s in opt.state.values() for v in s.values()
+               if torch.is_tensor(v) and local(v).is_cuda)
+
+
 def block_bytes(tensors):
     """The caching allocator's blocks under these tensors' storages, each counted once (tied
     weights share one), from torch.cuda.memory_snapshot(): what a trace counts for them, a multiple
     of 512 bytes and sometimes more than numel * element_size (a whole block rather than a small
-    remainder). Tensors not in a block of the snapshot (not on a GPU) count nothing."""
+    remainder). Tensors not in a block of the snapshot (not on a GPU) count nothing; a DTensor counts
+    its local shard."""
     sizes = {}
     for seg in torch.cuda.memory_snapshot():
         at = seg["address"]
@@ -24,7 +43,7 @@ def block_bytes(tensors):
             if b["state"] == "active_allocated":
                 sizes[b.get("address", at)] = b["size"]
             at += b["size"]
-    seen = {t.untyped_storage().data_ptr() for t in tensors if t.is_cuda}
+    seen = {t.untyped_storage().data_ptr() for t in map(local, tensors) if t.is_cuda}
     return sum(sizes.get(p, 0) for p in seen)
 
 

@@ -250,10 +250,6 @@ class Optimizers:
         return {p: s for o in self.opts for p, s in o.state.items()}
 
 
-def tensor_bytes(t):
-    return t.numel() * t.element_size()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet18")
@@ -322,7 +318,7 @@ def main():
     sparse_grad = [0, 0]
     if args.model == "recsys":  # the sparse gradient's values and indices, after each backward
         def sizes(p):
-            sparse_grad[:] = tensor_bytes(p.grad._values()), tensor_bytes(p.grad._indices())
+            sparse_grad[:] = mt_stats.tensor_bytes(p.grad._values()), mt_stats.tensor_bytes(p.grad._indices())
         net.emb.weight.register_post_accumulate_grad_hook(sizes)
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
     ema = None
@@ -380,7 +376,7 @@ def main():
     if ckpt is not None:  # the checkpoint's tensors still held on the GPU
         held = [t for t in ckpt["model"].values() if torch.is_tensor(t)]
         held += [v for st in ckpt["opt"]["state"].values() for v in st.values() if torch.is_tensor(v)]
-        extra["checkpoint_bytes"] = sum(tensor_bytes(t) for t in held if t.is_cuda)
+        extra["checkpoint_bytes"] = sum(mt_stats.tensor_bytes(t) for t in held if t.is_cuda)
         extra["checkpoint_block_bytes"] = mt_stats.block_bytes(held)
     if args.ab:
         if args.ab_what == "none":  # the A/A control: the method's own noise and bias
@@ -426,19 +422,17 @@ def main():
     # the textbook quantities, measured on the live objects (issue 18's oracles)
     params = list(net.parameters())
     others = [t for m in teacher or [] for t in list(m.parameters()) + list(m.buffers())]
-    extra["param_bytes"] = sum(tensor_bytes(p) for p in params + others)
+    extra["param_bytes"] = sum(mt_stats.tensor_bytes(p) for p in params + others)
     # the allocator's blocks of the parameters and the modules' buffers (a teacher's too): the
     # report's parameters row (W, "module buffers such as BatchNorm's statistics included")
     extra["param_block_bytes"] = mt_stats.block_bytes(params + list(net.buffers()) + others)
     # .grad: same shape/dtype, but for a sparse gradient (below)
-    extra["grad_bytes"] = sum(tensor_bytes(p) for p in params if p.requires_grad and
+    extra["grad_bytes"] = sum(mt_stats.tensor_bytes(p) for p in params if p.requires_grad and
                               not (args.model == "recsys" and p is net.emb.weight))
     if args.model == "recsys":  # the sparse gradient's own tensors, as the backward pass left them
         # (the indices may be the batch's own ids, reshaped: not a tensor of the backward pass)
         extra["sparse_grad_bytes"], extra["sparse_grad_index_bytes"] = sparse_grad
-    extra["optimizer_state_bytes"] = sum(tensor_bytes(v) for s in opt.state.values()
-                                         for v in s.values()
-                                         if torch.is_tensor(v) and v.is_cuda)
+    extra["optimizer_state_bytes"] = mt_stats.state_bytes(opt)
     print(f"train model={args.model} batch={batch} steps={args.steps} optim={args.optim} "
           f"amp={int(args.amp)} compile={int(args.compile)}")
     mt_stats.write(**extra)

@@ -123,13 +123,17 @@ def main():
         print("no categories (record --tensors?)")
         return 1
     errs = []
+    gpus = [d for d in rep["devices"] if d.get("categories_at_peak") and d.get("device", -1) >= 0]
+
+    def adds_up(d):  # a GPU's categories against its own max_memory_allocated()
+        want = st["devices"].get(str(d["device"]), {}).get("max_allocated")
+        if d["categories_at_peak"]["tensors_bytes"] != want:
+            errs.append(f"cuda:{d['device']}: categories add up to "
+                        f"{d['categories_at_peak']['tensors_bytes']}, max_memory_allocated {want}")
+
     if split:  # one model over every GPU: each GPU's own sum, then the model's over them all
-        gpus = [d for d in rep["devices"] if d.get("categories_at_peak") and d.get("device", -1) >= 0]
         for d in gpus:
-            want = st["devices"].get(str(d["device"]), {}).get("max_allocated")
-            if d["categories_at_peak"]["tensors_bytes"] != want:
-                errs.append(f"cuda:{d['device']}: categories add up to "
-                            f"{d['categories_at_peak']['tensors_bytes']}, max_memory_allocated {want}")
+            adds_up(d)
         cat = summed([d["categories_at_peak"] for d in gpus])
     rows = {r["name"]: r["bytes"] for r in cat["rows"]}
 
@@ -173,18 +177,14 @@ def main():
                         f"more than the slack {slack}")
         if grads.get("unpaired_count") and "DataParallel's gradients" not in row("gradients")["why"]:
             errs.append("the gradients' line does not say DataParallel's buffers: " + row("gradients")["why"])
-        for other in rep["devices"]:
-            oc = other.get("categories_at_peak")
-            if other is dev or not oc or other.get("device", -1) < 0:
+        for other in gpus:
+            if other is dev:
                 continue
-            orow = {r["name"]: r["bytes"] for r in oc["rows"]}
+            orow = {r["name"]: r["bytes"] for r in other["categories_at_peak"]["rows"]}
             if orow.get("parameters") or not orow.get("parameter replicas"):
                 errs.append(f"cuda:{other['device']}: parameters {orow.get('parameters')}, replicas "
                             f"{orow.get('parameter replicas')}")
-            want = st["devices"].get(str(other["device"]), {}).get("max_allocated")
-            if oc["tensors_bytes"] != want:
-                errs.append(f"cuda:{other['device']}: categories add up to {oc['tensors_bytes']}, "
-                            f"max_memory_allocated {want}")
+            adds_up(other)
     else:  # the gradients after the backward pass, paired with parameters, are PyTorch's
         within_slack("gradients after backward (paired)", grads.get("paired_bytes", 0),
                      st["grad_bytes"], grads)
@@ -270,9 +270,8 @@ def main():
                         f"textbook of {srow['textbook_bytes']}")
     if rows.get("other", 0) > other_ok:
         errs.append(f"{rows['other']} bytes in 'other'")
-    peak = st["devices"][str(dev["device"])]["max_allocated"]
-    if not split and cat["tensors_bytes"] != peak:
-        errs.append(f"categories add up to {cat['tensors_bytes']}, max_memory_allocated {peak}")
+    if not split:
+        adds_up(dev)
     print("; ".join(errs) if errs else "ok")
     return 1 if errs else 0
 

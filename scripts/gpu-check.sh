@@ -1046,9 +1046,9 @@ if [ "$NGPU" -ge 2 ]; then
   torch_match resnet_dp_t tensors --devices "$NGPU"
   [ -f "$W/resnet_dp_t/t.json" ] && check "resnet_dp_t: categories = PyTorch's sums (--dp)" ok \
     "$($PY scripts/categories_vs_torch.py "$W/resnet_dp_t/t.json" "$W/resnet_dp_t/traced.json" --dp 2>&1 | tee -a "$LOG" | tail -1)"
-  # naive model parallelism: a GPT-2-like model loaded with device_map="balanced", its layers
-  # over every GPU; autograd's thread per GPU in one backward pass; the model's W, gradients and
-  # state are its GPUs' sums
+  # naive model parallelism: a GPT-2-like model loaded with a device_map that puts half its
+  # blocks on each of two GPUs; autograd's thread per GPU in one backward pass; the model's W,
+  # gradients and state are its GPUs' sums
   same_run gpt2_split_t "" "--tensors" $PY "$S/train.py" --model gpt2 --pretrained --split --steps 4
   torch_match gpt2_split_t tensors --devices "$NGPU"
   [ -f "$W/gpt2_split_t/t.json" ] && check "gpt2_split_t: categories = PyTorch's sums over the GPUs (--split)" ok \

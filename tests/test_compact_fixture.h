@@ -178,7 +178,6 @@ static inline int fx_folded_fn(mt_out *o, mt_analysis *a, void *ctx)
     return mt_export_folded(o, &a, 1, (const mt_folded_options *)ctx);
 }
 
-/* The device selector of device report d. */
 /* 1 when a frame of stack, named in the short style with every frame, contains needle. */
 static inline int fx_stack_has(mt_frames *f, uint32_t stack, const char *needle)
 {
@@ -190,6 +189,7 @@ static inline int fx_stack_has(mt_frames *f, uint32_t stack, const char *needle)
     return 0;
 }
 
+/* The device selector of device report d. */
 static inline int fx_device_of(const mt_device_report *d)
 {
     return d->u.is_host ? MT_DEVICE_HOST : d->u.device;
