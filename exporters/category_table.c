@@ -207,7 +207,8 @@ static const char *const outside_why[MT_CAT_BUILTIN_] = {
      * (a GPT-2-like model's tied embedding: 98 MiB of 110 at the peak) */
     [MT_CAT_UNSHARDED] = "FSDP's all-gathered weights of the modules it is running, whole (freed "
                          "after each module's forward and backward pass, unless it reshards later: "
-                         "the root module, reshard_after_forward=False)",
+                         "the root module, reshard_after_forward=False; reshard_after_forward=N "
+                         "keeps a copy sharded over N ranks until the backward pass)",
     [MT_CAT_REPLICAS] = "DataParallel's copies of the weights and buffers on this GPU, broadcast "
                         "from the first at every forward pass (DistributedDataParallel, one "
                         "process per GPU, keeps one copy instead)",

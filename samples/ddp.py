@@ -1,15 +1,22 @@
 """DDP on every GPU of the machine (torchrun), with uneven work per rank: rank r trains on a batch
 (1 + r) times as large, so the last rank's peak is the largest — the rank table must say so.
 
-    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp [--bf16] [--checkpointing] | --fsdp1]
-                                       [--stray MIB] [--stray-context]
+    torchrun --nproc_per_node=N ddp.py [--steps S] [--fsdp [--bf16] [--checkpointing] [--hsdp]
+                                       [--post-forward] | --fsdp1] [--stray MIB] [--stray-context]
 
 --fsdp shards a small transformer with FSDP2 (torch.distributed.fsdp.fully_shard) instead: the
 GPT-2-like model of train.py, AdamW, every rank the same batch. --fsdp1 shards the same model with
 FSDP1 (FullyShardedDataParallel, each GPT2Block a unit of its own: one flat parameter per unit).
 With --fsdp, --bf16 all-gathers the weights in bfloat16 (MixedPrecisionPolicy: compute in bf16,
 gradients reduced in float32) and --checkpointing turns on transformers' gradient checkpointing
-(non-reentrant): the usual recipe for a large model.
+(non-reentrant): the usual recipe for a large model. --hsdp shards over a 2-D mesh instead
+(HSDP: init_device_mesh("cuda", (N, 1), ("replicate", "shard")), each rank a replica of whole
+weights, its gradients all-reduced). --post-forward gives fully_shard reshard_after_forward=1 and
+makes PyTorch take that int as it takes any int that is not the shard group's size (N=2 of 8
+GPUs, say): each module keeps a copy of its gathered weights for a group of 1 from its forward to
+its backward pass (FSDPParam._sharded_post_forward_param_data). PyTorch 2.11 turns 1 into False
+and any int equal to the shard group's size into True, so on 2 GPUs no int takes that path
+unasked; --post-forward wraps its _get_post_forward_mesh_info to do what its own int case does.
 
 --stray MIB makes the classic mistake of a torchrun script: every rank loads a checkpoint (MIB of
 weights, saved from cuda:0) with torch.load and no map_location before torch.cuda.set_device, and
@@ -21,9 +28,10 @@ GPU 0 and allocates nothing there.
 stdout: one line per rank (ranks print in any order). PyTorch's numbers per rank go to
 $SAMPLE_STATS with "{rank}" in the path (mt_stats.py), with the textbook quantities of this rank
 (scripts/categories_vs_torch.py): its parameters (FSDP: its shards), their allocator blocks, their
-gradients and the optimizer's state, and under DDP what DDP's own logging says of the reducer's
-buckets (ddp_logging: bucket_sizes, rebuilt_bucket_sizes, ...: the flat tensors each bucket's
-gradients are copied into for the all-reduce).
+gradients and the optimizer's state, under FSDP2 the most it kept from a forward to its backward
+pass (post_forward_bytes: nonzero with --post-forward), and under DDP what DDP's own logging says
+of the reducer's buckets (ddp_logging: bucket_sizes, rebuilt_bucket_sizes, ...: the flat tensors
+each bucket's gradients are copied into for the all-reduce).
 """
 import argparse
 import io
@@ -50,6 +58,41 @@ def load_checkpoint(nbytes):
     return torch.load(buf)
 
 
+def take_int_path_of_reshard_after_forward(n):
+    """fully_shard(..., reshard_after_forward=n) as PyTorch takes an int that is neither 1 nor the
+    shard group's size: the post-forward mesh is the shard mesh viewed (-1, n) (PyTorch 2.11's
+    _get_post_forward_mesh_info, int case), one mesh for every call."""
+    import importlib
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp._fully_shard._fsdp_common import HSDPMeshInfo
+    mods = [importlib.import_module("torch.distributed.fsdp._fully_shard." + m)
+            for m in ("_fsdp_init", "_fully_shard")]
+    orig, made = mods[0]._get_post_forward_mesh_info, {}
+
+    def post_forward_mesh_info(reshard_after_forward, mesh_info):
+        if isinstance(reshard_after_forward, bool) or reshard_after_forward != n:
+            return orig(reshard_after_forward, mesh_info)
+        if id(mesh_info.mesh) not in made:
+            mesh = DeviceMesh(mesh_info.mesh.device_type, mesh_info.mesh.mesh.view(-1, n))
+            made[id(mesh_info.mesh)] = HSDPMeshInfo(mesh, shard_mesh_dim=1, replicate_mesh_dim=0)
+        return made[id(mesh_info.mesh)]
+    for mod in mods:  # fully_shard's module binds the name on import
+        if hasattr(mod, "_get_post_forward_mesh_info"):
+            mod._get_post_forward_mesh_info = post_forward_mesh_info
+
+
+def post_forward_bytes(model):
+    """What FSDP2 keeps between a forward and its backward pass for reshard_after_forward=int."""
+    out = 0
+    for m in model.modules():
+        state = m._get_fsdp_state() if hasattr(m, "_get_fsdp_state") else None
+        group = getattr(state, "_fsdp_param_group", None)
+        for p in group.fsdp_params if group else []:
+            t = getattr(p, "_sharded_post_forward_param_data", None)
+            out += t.untyped_storage().nbytes() if t is not None else 0
+    return out
+
+
 def textbook(model, opt, fsdp):
     """What this rank holds of W, its gradients and the optimizer's state, by PyTorch's objects
     (FSDP2's are DTensors: this rank's shards)."""
@@ -71,6 +114,8 @@ def main():
     ap.add_argument("--fsdp1", action="store_true")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--hsdp", action="store_true")
+    ap.add_argument("--post-forward", action="store_true")
     ap.add_argument("--stray", type=int, default=0, metavar="MIB")
     ap.add_argument("--stray-context", action="store_true")
     args = ap.parse_args()
@@ -98,13 +143,25 @@ def main():
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None,
                                       reduce_dtype=torch.float32 if args.bf16 else None)
+            kw = {}
+            if args.hsdp:
+                from torch.distributed.device_mesh import init_device_mesh
+                kw["mesh"] = init_device_mesh("cuda", (dist.get_world_size(), 1),
+                                              mesh_dim_names=("replicate", "shard"))
+            if args.post_forward:
+                take_int_path_of_reshard_after_forward(1)
+                kw["reshard_after_forward"] = 1
             for block in model.transformer.h:
-                fully_shard(block, mp_policy=mp)
-            fully_shard(model, mp_policy=mp)
+                fully_shard(block, mp_policy=mp, **kw)
+            fully_shard(model, mp_policy=mp, **kw)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         ids = torch.randint(0, cfg.vocab_size, (8, 256), device=dev)
+        kept = 0
         for _ in range(args.steps):
-            model(input_ids=ids, labels=ids, use_cache=not args.checkpointing).loss.backward()
+            loss = model(input_ids=ids, labels=ids, use_cache=not args.checkpointing).loss
+            kept = max(kept, post_forward_bytes(model) if args.fsdp else 0)
+            loss.backward()
+            del loss
             opt.step()
             opt.zero_grad(set_to_none=True)
     else:
@@ -120,7 +177,8 @@ def main():
     dist.barrier()
     kind = "fsdp" if args.fsdp else "fsdp1" if args.fsdp1 else "ddp"
     print(f"rank {rank} of {dist.get_world_size()} done ({kind})")
-    mt_stats.write(world_size=dist.get_world_size(), **textbook(model, opt, kind != "ddp"))
+    extra = {"post_forward_bytes": kept} if args.fsdp else {}
+    mt_stats.write(world_size=dist.get_world_size(), **extra, **textbook(model, opt, kind != "ddp"))
     dist.destroy_process_group()
 
 

@@ -1055,7 +1055,8 @@ if [ "$NGPU" -ge 2 ]; then
     "$($PY scripts/categories_vs_torch.py "$W/gpt2_split_t/t.json" "$W/gpt2_split_t/traced.json" --split 2>&1 | tee -a "$LOG" | tail -1)"
   # torchrun jobs: one trace per rank (%r), each against that rank's own PyTorch numbers
   for job in "ddp::" "ddp_t:--tensors:" "fsdp::--fsdp" "fsdp_t:--tensors:--fsdp" "fsdp1_t:--tensors:--fsdp1" \
-             "fsdp_mp_t:--tensors:--fsdp --bf16 --checkpointing" \
+             "fsdp_mp_t:--tensors:--fsdp --bf16 --checkpointing" "hsdp_t:--tensors:--fsdp --hsdp" \
+             "fsdp_pf_t:--tensors:--fsdp --post-forward" \
              "ddp_stray::--stray 256" "ddp_stray_t:--tensors:--stray 256" \
              "ddp_strayctx_t:--tensors:--stray-context" "ddp_ipc:::NCCL_CUMEM_ENABLE=0"; do
     IFS=: read -r name opts jargs envs <<< "$job"
@@ -1076,9 +1077,13 @@ if [ "$NGPU" -ge 2 ]; then
       check "$name rank $r: trace == that rank's PyTorch ($mode), no anomaly" ok "$($PY scripts/trace_vs_torch.py "$mode" "$d/rank$r.json" "$d/traced.$r.json" 2>&1 | tail -1)"
       # each rank's categories against its own PyTorch: DDP's buckets beside the .grad tensors
       # (DDP's logging sizes them), FSDP's shards as W and its all-gathers apart from them
-      case $name in ddp_t) how=--ddp ;; fsdp_t | fsdp1_t | fsdp_mp_t) how=--fsdp ;; *) how= ;; esac
+      case $name in ddp_t) how=--ddp ;; fsdp_t | fsdp1_t | fsdp_mp_t | hsdp_t | fsdp_pf_t) how=--fsdp ;; *) how= ;; esac
       [ -n "$how" ] && check "$name rank $r: categories = that rank's PyTorch sums ($how)" ok \
         "$($PY scripts/categories_vs_torch.py "$d/rank$r.json" "$d/traced.$r.json" $how 2>&1 | tee -a "$LOG" | tail -1)"
+      # reshard_after_forward=int: the copies FSDP keeps from a forward to its backward pass were
+      # made (else the categories check above proves nothing about them)
+      [ "$name" = fsdp_pf_t ] && check "$name rank $r: FSDP kept post-forward copies (reshard_after_forward=int)" yes \
+        "$($PY -c 'import json,sys; print("yes" if json.load(open(sys.argv[1])).get("post_forward_bytes", 0) > 0 else "no")' "$d/traced.$r.json" 2>&1)"
       # NCCL tries cuMem host memory with a 2 MiB cuMemCreate on a host NUMA node
       # (ncclCuMemHostEnable): the host's, on no GPU
       if [ "$name" = ddp ]; then

@@ -1014,6 +1014,31 @@ Test(categories, gpu_fsdp_shards_are_w)
     }
 }
 
+/* FSDP2 with reshard_after_forward=1 taken as PyTorch takes an int below the shard group's size
+ * (ddp.py --fsdp --post-forward, 2 x H200): each block keeps a copy of its gathered weights from
+ * its forward to its backward pass (FSDPParam.to_sharded_post_forward). Those copies are unsharded
+ * parameters; before, _fsdp_param.py made them parameters, and W read 133 427 200 B where the
+ * rank's shards' blocks are 78 794 752 B. */
+Test(categories, gpu_fsdp_post_forward_copies_are_unsharded)
+{
+    const char *name = "fsdp2_post_forward_rank0_tensors";
+    double blocks = stat_of(name, "param_block_bytes"), kept = stat_of(name, "post_forward_bytes");
+    cr_assert(blocks > 0 && kept > 0, "its .json");
+    const mt_device_report *d;
+    mt_analysis *a = gpu_fixture(name, &d);
+    uint64_t copies = peak_bytes_under(a, d, "sharded_post_forward", MT_CAT_UNSHARDED);
+    cr_expect(copies > 50 * MiB && (double)copies <= kept, "copies at the peak %llu, kept at most %.0f",
+              (unsigned long long)copies, kept);
+    cr_expect_geq(d->by_category_at_peak[MT_CAT_UNSHARDED], copies);
+    cr_expect_eq((double)d->by_category_at_peak[MT_CAT_PARAMETERS], blocks);
+    mt_cat_table t;
+    mt_category_table(a, d, &t);
+    cr_expect_eq(t.w, (uint64_t)blocks);
+    cr_expect(strstr(table_row(&t, MT_CAT_UNSHARDED)->why, "reshard_after_forward=N"), "%s",
+              table_row(&t, MT_CAT_UNSHARDED)->why);
+    mt_analysis_free(a);
+}
+
 /* The sum of a list of numbers in a string value of a fixture's .json ("key": "1, 2, 3"), or -1. */
 static double stat_list_sum(const char *name, const char *key)
 {

@@ -38,10 +38,11 @@
  *                        reordering, StaticCache's buffers), or a Python function whose name says
  *                        kv_cache, KVCache or KVPool (vLLM's and SGLang's cache makers)
  *   unsharded parameters FSDP's all-gathered weights (a Python frame in torch/distributed/fsdp/
- *                        whose name says all_gather or unshard: FSDP2's all-gather outputs and
- *                        buffer, FSDP1's padded unsharded flat parameter). They come and go with
- *                        the modules FSDP runs, in the forward pass and in the backward pass alike,
- *                        so they say no phase
+ *                        whose name says all_gather, unshard or sharded_post_forward: FSDP2's
+ *                        all-gather outputs and buffer, and what reshard_after_forward=N keeps of
+ *                        them until the backward pass; FSDP1's padded unsharded flat parameter).
+ *                        They come and go with the modules FSDP runs, in the forward pass and in
+ *                        the backward pass alike, so they say no phase
  *   parameter replicas   torch.nn.DataParallel's copies of the module's weights and buffers on
  *                        its other GPUs (a Python frame in torch/nn/parallel/replicate.py), made at
  *                        every forward pass and dropped after the backward pass; what it scatters
@@ -391,7 +392,12 @@ static unsigned from_stack(mt_categorizer *c, uint32_t stack, int *seed, int *no
             if (has(path, "torch/distributed/fsdp/")) {
                 c->saw_parallel |= MT_SAW_FSDP;
                 if (has_within(s, q, "reduce")) backward = 1;
-                if (has_within(s, q, "all_gather") || has_within(s, q, "unshard")) unsharded = 1;
+                /* reshard_after_forward=N (an int) keeps a slice of the gathered weights from
+                 * the forward pass to the backward pass (to_sharded_post_forward's clone, in
+                 * _fsdp_param.py): whole weights of a smaller world, not this rank's shards */
+                if (has_within(s, q, "all_gather") || has_within(s, q, "unshard") ||
+                    has_within(s, q, "sharded_post_forward"))
+                    unsharded = 1;
                 if (has(path, "_fsdp_param.py") || has(path, "_flat_param.py")) params = 1;
             }
             /* torch.compile at work (max-autotune on a ResNet-18, H200: its choice among
