@@ -9,7 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "memtrace/trace.h"
 #include "testutil.h"
@@ -160,14 +159,9 @@ Test(trace_corrupt, bad_magic_and_newer_version_refused)
 /* A chunk with a correct CRC around a raw payload of our choosing. */
 static size_t make_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
 {
-    uLongf clen = compressBound(rawlen);
-    cr_assert_eq(compress(out + 16, &clen, raw, rawlen), Z_OK);
-    memcpy(out, "MTCK", 4);
-    mt_put_le32(out + 4, (uint32_t)clen);
-    mt_put_le32(out + 8, (uint32_t)rawlen);
-    uLong crc = crc32(crc32(0, out + 4, 8), out + 16, (uInt)clen);
-    mt_put_le32(out + 12, (uint32_t)crc);
-    return 16 + clen;
+    size_t n = mt_test_chunk(out, raw, rawlen);
+    cr_assert_gt(n, 0);
+    return n;
 }
 
 /* raw is a chunk payload in the layout of format `version` (its lane directory has 6 lengths in

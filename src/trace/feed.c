@@ -18,34 +18,22 @@
  * plus 16 MiB; once it is spent, the rest of the file counts as damaged (a file built of false
  * chunk headers cannot make the feed quadratic).
  *
- * Inflating: libdeflate reads the chunks' zlib streams (the writer's zlib makes them) whole,
- * about twice as fast as zlib's streaming inflate; its CRC32 is also faster than zlib's.
+ * Loading a chunk (read, CRC, inflate) is chunk_load.c's; on two threads the next chunk may have
+ * been loaded already by a thread that had nothing else to do (ahead.h).
  */
 #include <errno.h>
-#include <libdeflate.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "ahead.h"
 #include "feed.h"
 #include "layout.h"
 
 #define RESYNC_SLACK (16u << 20) /* budget for false chunk starts on top of 2x the file size */
 #define SCAN_BLOCK 65536
-
-/* The chunk's zlib stream (RFC 1950, Adler-32 checked) must inflate to exactly rlen bytes and
- * end exactly where the payload does. 0, or -1 when it does not. */
-static int inflate_zlib(struct libdeflate_decompressor *d, const uint8_t *in, size_t n,
-                        uint8_t *out, size_t rlen)
-{
-    size_t used = 0, got = 0;
-    if (libdeflate_zlib_decompress_ex(d, in, n, out, rlen, &used, &got) != LIBDEFLATE_SUCCESS)
-        return -1;
-    return used == n && got == rlen ? 0 : -1;
-}
 
 /* Reads up to n bytes at off; returns how many (short only at end of file), or -1. */
 ssize_t mt_pread_full(int fd, uint8_t *p, size_t n, uint64_t off)
@@ -83,107 +71,43 @@ static void note_damage(mt_feed *f, uint64_t off, uint64_t end, const char *what
     f->damaged_bytes += end > off ? end - off : 0;
 }
 
-static int reserve(uint8_t **buf, size_t *cap, size_t need)
+/* Loads the chunk at off into the next chunk buffer (a candidate of a resync is charged to the
+ * budget). On MT_CH_IO the feed has failed.
+ *
+ * With a helper (ahead.h), the chunk may be loaded already; if not, the chunk after it is offered
+ * as soon as this one's header is read, so that a helper inflates that one while the feed inflates
+ * this. A resync's candidates offer nothing: most are not chunks. */
+static mt_chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why, size_t wlen)
 {
-    if (need <= *cap) return 0;
-    uint8_t *n = realloc(*buf, need);
-    if (!n) return -1;
-    *buf = n;
-    *cap = need;
-    return 0;
-}
-
-typedef enum chunk_status {
-    CH_OK,    /* loaded: the lanes hold its records */
-    CH_END,   /* off is the end of the file */
-    CH_SHORT, /* a plausible chunk that the file ends inside */
-    CH_BAD,   /* fails a check */
-    CH_IO,    /* read(2) failed or out of memory (f->failed is set) */
-} chunk_status;
-
-/* Loads, checks and inflates the chunk at off. A candidate (resync) is charged to the budget. */
-static chunk_status try_chunk(mt_feed *f, uint64_t off, int candidate, char *why, size_t wlen)
-{
-    uint8_t h[MT_CHUNK_HEADER_SIZE];
-    ssize_t got = mt_pread_full(f->fd, h, sizeof h, off);
-    if (got < 0) {
-        mt_feed_fail(f, MT_READ_IO, off, strerror(errno));
-        return CH_IO;
-    }
-    if (got == 0) return CH_END;
-    size_t cmp = (size_t)got < 4 ? (size_t)got : 4;
-    if (memcmp(h, MT_CHUNK_MAGIC, cmp) != 0) {
-        snprintf(why, wlen, "bad chunk magic");
-        return CH_BAD;
-    }
-    if ((size_t)got < sizeof h) {
-        snprintf(why, wlen, "truncated chunk header");
-        return CH_SHORT;
-    }
-    uint32_t clen = mt_get_le32(h + 4), rlen = mt_get_le32(h + 8), crc = mt_get_le32(h + 12);
-    if (rlen == 0 || rlen > MT_CHUNK_RAW_MAX || clen == 0 || clen > compressBound(rlen)) {
-        snprintf(why, wlen, "impossible chunk lengths");
-        return CH_BAD;
-    }
-    uint64_t payload = off + MT_CHUNK_HEADER_SIZE;
-    if (payload + clen > f->file_size) { /* the file may have grown since we looked */
-        struct stat st;
-        if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size > f->file_size)
-            f->file_size = (uint64_t)st.st_size;
-    }
-    if (payload + clen > f->file_size) {
-        uint64_t have = f->file_size > payload ? f->file_size - payload : 0;
-        snprintf(why, wlen, "truncated chunk (%llu of %u payload bytes)", (unsigned long long)have,
-                 clen);
-        return CH_SHORT;
-    }
-    if (candidate) {
-        uint64_t cost = (uint64_t)clen + rlen;
-        if (cost > f->budget) {
-            f->budget = 0;
-            snprintf(why, wlen, "too many false chunk starts to look further");
-            return CH_BAD;
+    mt_chunk ch;
+    mt_chunk_status st;
+    uint8_t **raw = &f->raws[f->cur_raw];
+    size_t *cap = &f->raw_caps[f->cur_raw];
+    mt_ahead *ahead = candidate ? NULL : f->ahead;
+    if (ahead && mt_ahead_take(ahead, off, raw, cap, &ch, &f->io.file_size)) {
+        mt_ahead_offer(ahead, ch.end);
+        st = MT_CH_OK; /* every check passed, on the helper's thread */
+    } else {
+        st = mt_chunk_head(&f->io, off, &ch, why, wlen);
+        if (st == MT_CH_OK) {
+            if (ahead) mt_ahead_offer(ahead, ch.end);
+            st = mt_chunk_body(&f->io, &ch, candidate ? &f->budget : NULL, raw, cap, why, wlen);
         }
-        f->budget -= cost;
     }
-    if (reserve(&f->comp, &f->comp_cap, clen)) {
-        mt_feed_fail(f, MT_READ_IO, off, "out of memory");
-        return CH_IO;
-    }
-    got = mt_pread_full(f->fd, f->comp, clen, payload);
-    if (got < 0) {
-        mt_feed_fail(f, MT_READ_IO, off, strerror(errno));
-        return CH_IO;
-    }
-    if ((size_t)got < clen) {
-        snprintf(why, wlen, "truncated chunk (%zd of %u payload bytes)", got, clen);
-        return CH_SHORT;
-    }
-    uint32_t sum = libdeflate_crc32(0, h + 4, 8);
-    sum = libdeflate_crc32(sum, f->comp, clen);
-    if (sum != crc) {
-        snprintf(why, wlen, "chunk CRC mismatch");
-        return CH_BAD;
-    }
-    if (reserve(&f->raws[f->cur_raw], &f->raw_caps[f->cur_raw], rlen)) {
-        mt_feed_fail(f, MT_READ_IO, off, "out of memory");
-        return CH_IO;
-    }
-    f->raw = f->raws[f->cur_raw];
-    if (inflate_zlib(f->inflater, f->comp, clen, f->raw, rlen) != 0) {
-        snprintf(why, wlen, "chunk payload does not inflate to its size");
-        return CH_BAD;
-    }
-    if (mt_lanes_split(f->raw, rlen, f->lane, f->version) != 0) {
+    if (st == MT_CH_IO) mt_feed_fail(f, MT_READ_IO, off, why);
+    if (st != MT_CH_OK) return st;
+    f->raw = *raw;
+    if (mt_lanes_split(f->raw, ch.rlen, f->lane, f->version) != 0) {
         snprintf(why, wlen, "bad lane directory");
-        return CH_BAD;
+        return MT_CH_BAD;
     }
-    if (candidate) f->budget += (uint64_t)clen + rlen; /* a real chunk costs nothing */
+    if (candidate) f->budget += (uint64_t)ch.clen + ch.rlen; /* a real chunk costs nothing */
+    if (f->ahead) mt_ahead_earn(f->ahead, ch.clen, ch.rlen);
     f->chunks_loaded++;
     f->chunk_off = off;
-    f->chunk_end = f->pos = payload + clen;
+    f->chunk_end = f->pos = ch.end;
     mt_codec_reset(&f->codec, f->version);
-    return CH_OK;
+    return MT_CH_OK;
 }
 
 /* The next offset >= from where "MTCK" starts, or UINT64_MAX when the file has none. Reads each
@@ -210,14 +134,14 @@ static int find_magic(mt_feed *f, uint64_t from, uint64_t *out)
     return 0;
 }
 
-/* The chunk at off failed with `first` (CH_SHORT or CH_BAD, reason why): find the next good one.
+/* The chunk at off failed with `first` (MT_CH_SHORT or MT_CH_BAD, reason why): find the next good one.
  * Returns MT_READ_RECORD with it loaded, MT_READ_END, TRUNCATED or IO. */
-static mt_read_status resync(mt_feed *f, uint64_t off, chunk_status first, const char *why)
+static mt_read_status resync(mt_feed *f, uint64_t off, mt_chunk_status first, const char *why)
 {
     char first_why[200], cand_why[128], trunc_why[128] = "";
     snprintf(first_why, sizeof first_why, "%s", why);
     uint64_t trunc_at = UINT64_MAX;
-    if (first == CH_SHORT) {
+    if (first == MT_CH_SHORT) {
         trunc_at = off;
         snprintf(trunc_why, sizeof trunc_why, "%s", why);
     }
@@ -226,13 +150,13 @@ static mt_read_status resync(mt_feed *f, uint64_t off, chunk_status first, const
             return mt_feed_fail(f, MT_READ_IO, q, "reading stopped"); /* the reader is closing */
         if (find_magic(f, q, &q) != 0) return f->failed;
         if (q == UINT64_MAX) break;
-        chunk_status st = try_chunk(f, q, 1, cand_why, sizeof cand_why);
-        if (st == CH_IO) return f->failed;
-        if (st == CH_OK) {
+        mt_chunk_status st = try_chunk(f, q, 1, cand_why, sizeof cand_why);
+        if (st == MT_CH_IO) return f->failed;
+        if (st == MT_CH_OK) {
             note_damage(f, off, q, first_why);
             return MT_READ_RECORD;
         }
-        if (st == CH_SHORT && trunc_at == UINT64_MAX) {
+        if (st == MT_CH_SHORT && trunc_at == UINT64_MAX) {
             trunc_at = q;
             snprintf(trunc_why, sizeof trunc_why, "%s", cand_why);
         }
@@ -246,9 +170,9 @@ static mt_read_status resync(mt_feed *f, uint64_t off, chunk_status first, const
         return mt_feed_fail(f, MT_READ_TRUNCATED, trunc_at, trunc_why);
     }
     struct stat st;
-    if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size > f->file_size)
-        f->file_size = (uint64_t)st.st_size;
-    note_damage(f, off, f->file_size, first_why);
+    if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size > f->io.file_size)
+        f->io.file_size = (uint64_t)st.st_size;
+    note_damage(f, off, f->io.file_size, first_why);
     f->at_end = 1;
     return MT_READ_END;
 }
@@ -260,15 +184,15 @@ static mt_read_status load_chunk(mt_feed *f)
     uint64_t off = f->pos;
     char why[128];
     f->cur_raw = (f->cur_raw + 1) % f->n_raws; /* the last n_raws - 1 chunks stay readable */
-    chunk_status st = try_chunk(f, off, 0, why, sizeof why);
+    mt_chunk_status st = try_chunk(f, off, 0, why, sizeof why);
     switch (st) {
-    case CH_OK: return MT_READ_RECORD;
-    case CH_END: f->at_end = 1; return MT_READ_END;
-    case CH_IO: return f->failed;
+    case MT_CH_OK: return MT_READ_RECORD;
+    case MT_CH_END: f->at_end = 1; return MT_READ_END;
+    case MT_CH_IO: return f->failed;
     default: break;
     }
     if (f->strict)
-        return mt_feed_fail(f, st == CH_SHORT ? MT_READ_TRUNCATED : MT_READ_CORRUPT, off, why);
+        return mt_feed_fail(f, st == MT_CH_SHORT ? MT_READ_TRUNCATED : MT_READ_CORRUPT, off, why);
     return resync(f, off, st, why);
 }
 
@@ -334,26 +258,36 @@ size_t mt_feed_events(mt_feed *f, mt_record *out, size_t max)
 }
 
 int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
-                 uint64_t start, unsigned n_raws)
+                 uint64_t start, unsigned n_raws, int ahead)
 {
     memset(f, 0, sizeof *f);
     f->version = version;
     f->n_raws = n_raws < 1 ? 1 : n_raws > MT_FEED_MAX_RAWS ? MT_FEED_MAX_RAWS : n_raws;
     f->fd = fd;
     f->path = path;
-    f->file_size = file_size;
     f->pos = f->chunk_off = f->chunk_end = start;
     f->budget = 2 * file_size + RESYNC_SLACK;
     mt_ctxless_init(&f->ctxless);
-    f->inflater = libdeflate_alloc_decompressor();
-    return f->inflater ? 0 : -1;
+    if (mt_chunk_io_init(&f->io, fd, file_size) != 0) return -1;
+    if (ahead) {
+        if (!(f->ahead = malloc(sizeof *f->ahead))) return -1;
+        if (mt_ahead_init(f->ahead, fd, file_size) != 0) {
+            free(f->ahead);
+            f->ahead = NULL;
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void mt_feed_free(mt_feed *f)
 {
-    if (f->inflater) libdeflate_free_decompressor(f->inflater);
+    if (f->ahead) {
+        mt_ahead_free(f->ahead);
+        free(f->ahead);
+    }
+    mt_chunk_io_free(&f->io);
     mt_ctxless_free(&f->ctxless);
-    free(f->comp);
     for (unsigned i = 0; i < MT_FEED_MAX_RAWS; i++) free(f->raws[i]);
     memset(f, 0, sizeof *f);
 }

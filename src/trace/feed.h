@@ -13,11 +13,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chunk_load.h"
 #include "contextless.h"
 #include "encode.h"
 #include "memtrace/trace.h"
 
-struct libdeflate_decompressor;
+struct mt_ahead;
 
 #define MT_FEED_MAX_RAWS 8
 
@@ -25,12 +26,12 @@ typedef struct mt_feed {
     int fd;             /* the reader's descriptor, read with pread */
     unsigned version;   /* the file header's format version: lanes and event layout */
     const char *path;   /* the reader's, for messages */
-    uint64_t file_size; /* at open, refreshed when a chunk seems to run past it */
     uint64_t pos;       /* file offset of the next chunk to load */
     uint64_t chunk_off; /* file offset of the chunk whose records we are returning */
     uint64_t chunk_end; /* ... and of the byte after it */
-    uint8_t *comp;      /* compressed payload of the current chunk */
-    size_t comp_cap;
+    mt_chunk_io io;     /* the file (its size: at open, refreshed when a chunk seems to run past
+                         * it), the inflater, the compressed payload of the current chunk */
+    struct mt_ahead *ahead; /* the next chunk loaded by an idle thread (ahead.h), or NULL */
     /* Its records: raws[cur_raw]. Each chunk goes into the next of n_raws buffers, so the records
      * (and strings) of the n_raws - 1 chunks before stay valid while it is read (reader.c's
      * second thread hands whole batches of them over). */
@@ -41,7 +42,6 @@ typedef struct mt_feed {
     uint64_t chunks_loaded;   /* good chunks so far: a record of a new chunk follows a change */
     mt_cursor lane[MT_LANES]; /* positions in raw's lanes */
     mt_codec codec;
-    struct libdeflate_decompressor *inflater;
     int strict, at_end;
     mt_read_status failed; /* 0 = healthy, else the sticky status */
     uint64_t err_off;
@@ -54,9 +54,10 @@ typedef struct mt_feed {
 } mt_feed;
 
 /* Starts reading chunks of format `version` at offset `start` of fd (whose size is file_size),
- * into n_raws (1..MT_FEED_MAX_RAWS) chunk buffers in turn. -1 when out of memory. */
+ * into n_raws (1..MT_FEED_MAX_RAWS) chunk buffers in turn; with `ahead`, offers each next chunk to
+ * idle threads (f->ahead, mt_ahead_help). -1 when out of memory (mt_feed_free cleans up). */
 int mt_feed_init(mt_feed *f, int fd, const char *path, unsigned version, uint64_t file_size,
-                 uint64_t start, unsigned n_raws);
+                 uint64_t start, unsigned n_raws, int ahead);
 void mt_feed_free(mt_feed *f);
 /* The next record (strings point into the feed's chunk buffer until the next call), or the end
  * of the file, or a failure; failures are sticky. */

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ahead.h"
 #include "feed.h"
 #include "layout.h"
 #include "memtrace/trace.h"
@@ -81,13 +82,28 @@ struct mt_reader {
 
 /* ---- the second thread ---------------------------------------------------------------------- */
 
+/* Whether this thread, about to wait on the ring (r->mu held), went to load the next chunk
+ * instead (ahead.h). Then r->mu was let go meanwhile, whether it loaded the chunk or found it
+ * taken, and what the wait is for must be looked at again before waiting: the other thread may
+ * have signalled while nobody waited (a test's reader hung here when only a load counted). */
+static int help_instead_of_waiting(mt_reader *r)
+{
+    mt_ahead *a = r->feed.ahead;
+    if (!a || !mt_ahead_wanted(a)) return 0;
+    pthread_mutex_unlock(&r->mu);
+    mt_ahead_help(a);
+    pthread_mutex_lock(&r->mu);
+    return 1;
+}
+
 /* Hands b over (the next slot of the ring); waits while the ring is full. 0, or -1 on stop. */
 static int hand_over(mt_reader *r)
 {
     pthread_mutex_lock(&r->mu);
     r->count++;
     pthread_cond_signal(&r->filled);
-    while (r->count == N_BATCHES && !atomic_load(&r->stop)) pthread_cond_wait(&r->emptied, &r->mu);
+    while (r->count == N_BATCHES && !atomic_load(&r->stop))
+        if (!help_instead_of_waiting(r)) pthread_cond_wait(&r->emptied, &r->mu);
     int stop = atomic_load(&r->stop);
     pthread_mutex_unlock(&r->mu);
     return stop ? -1 : 0;
@@ -98,7 +114,7 @@ static int hand_over(mt_reader *r)
 static void batch_begin(batch *b, const mt_feed *f)
 {
     b->chunk_off = f->chunk_off;
-    b->file_size = f->file_size;
+    b->file_size = f->io.file_size;
     b->dmg_chunks = f->damaged_chunks;
     b->dmg_bytes = f->damaged_bytes;
     b->dmg_off = f->damage_off;
@@ -145,7 +161,7 @@ static void *feed_thread(void *arg)
         }
         if (!b->n) { /* the end, with nothing before it: position and damage as they are now */
             b->chunk_off = f->chunk_off;
-            b->file_size = f->file_size;
+            b->file_size = f->io.file_size;
             b->dmg_chunks = f->damaged_chunks;
             b->dmg_bytes = f->damaged_bytes;
             b->dmg_off = f->damage_off;
@@ -192,7 +208,8 @@ static mt_read_status next_threaded(mt_reader *r, const mt_record **out)
                 return end;
             }
         }
-        while (!r->count) pthread_cond_wait(&r->filled, &r->mu);
+        while (!r->count)
+            if (!help_instead_of_waiting(r)) pthread_cond_wait(&r->filled, &r->mu);
         r->cur = &r->ring[r->head];
         r->next = 0;
         r->chunk_off = r->cur->chunk_off;
@@ -210,6 +227,14 @@ static int want_thread(uint64_t file_size)
     if (env && (env[0] == '0' || env[0] == '1') && !env[1]) return env[0] == '1';
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     return cpus > 1 && file_size > 4u * MT_CHUNK_RAW_DEFAULT;
+}
+
+/* With the second thread, idle time on either thread loads the next chunk ahead (ahead.h);
+ * MEMTRACE_READ_AHEAD=0 turns that off (to time it, and to read as before it). */
+static int want_ahead(void)
+{
+    const char *env = getenv("MEMTRACE_READ_AHEAD");
+    return !(env && env[0] == '0' && !env[1]);
 }
 
 static void open_error(char *err, size_t errlen, const char *fmt, ...)
@@ -317,7 +342,7 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
     }
     int threaded = want_thread((uint64_t)st.st_size);
     if (mt_feed_init(&r->feed, r->fd, r->path, version, (uint64_t)st.st_size, hsize,
-                     threaded ? N_BATCHES + 1 : 1) != 0) {
+                     threaded ? N_BATCHES + 1 : 1, threaded && want_ahead()) != 0) {
         open_error(err, errlen, "%s: offset 0: out of memory", path);
         mt_feed_free(&r->feed);
         mt_reader_close(r);
@@ -435,7 +460,7 @@ uint64_t mt_reader_offset(const mt_reader *r)
 }
 uint64_t mt_reader_file_size(const mt_reader *r)
 {
-    return r->started ? r->file_size : r->feed.file_size;
+    return r->started ? r->file_size : r->feed.io.file_size;
 }
 void mt_reader_damage(const mt_reader *r, mt_read_damage *out)
 {

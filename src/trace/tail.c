@@ -72,7 +72,7 @@ static int symbols_only(int fd, const char *path, unsigned version, uint64_t off
                         uint64_t file_size)
 {
     mt_feed f;
-    if (mt_feed_init(&f, fd, path, version, file_size, off, 1) != 0) {
+    if (mt_feed_init(&f, fd, path, version, file_size, off, 1, 0) != 0) {
         mt_feed_free(&f);
         return -1;
     }
@@ -108,7 +108,7 @@ int mt_tail_symbols(int fd, const char *path, unsigned version, uint64_t first, 
     if (from == file_size) return 0;
     /* forwards, in file order (each chunk was checked above) */
     mt_feed f;
-    int rc = mt_feed_init(&f, fd, path, version, file_size, from, 1);
+    int rc = mt_feed_init(&f, fd, path, version, file_size, from, 1, 0);
     f.strict = 1;
     mt_record rec;
     mt_read_status st = MT_READ_IO;

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#include "trace/bytes.h"
 
 /* What this process named, removed when it exits (a run of the suite made ~200 files and
  * directories in /tmp, and a developer's machine kept every run's). Only by the process that made
@@ -122,4 +125,15 @@ int mt_test_each_gpu_fixture(void (*fn)(const char *path, void *ctx), void *ctx)
     }
     closedir(d);
     return n;
+}
+
+size_t mt_test_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
+{
+    uLongf clen = compressBound(rawlen);
+    if (compress(out + 16, &clen, raw, rawlen) != Z_OK) return 0;
+    memcpy(out, "MTCK", 4);
+    mt_put_le32(out + 4, (uint32_t)clen);
+    mt_put_le32(out + 8, (uint32_t)rawlen);
+    mt_put_le32(out + 12, (uint32_t)crc32(crc32(0, out + 4, 8), out + 16, (uInt)clen));
+    return 16 + clen;
 }

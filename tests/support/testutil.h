@@ -11,6 +11,10 @@ void mt_test_tmpname(char *buf, size_t len, const char *stem);
 uint8_t *mt_test_slurp(const char *path, size_t *len);
 /* Writes len bytes to path (truncating). Returns 0 on success. */
 int mt_test_spit(const char *path, const void *data, size_t len);
+/* rawlen bytes of chunk payload framed as a trace chunk at out: header, CRC32 and zlib stream, as
+ * the writer frames them (out has room for 16 + compressBound(rawlen) bytes). Returns the chunk's
+ * length, or 0 when zlib fails. */
+size_t mt_test_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen);
 /* Calls fn with the path of every trace recorded on a GPU for the tests (the .mtrace files in
  * tests/data). Returns how many, or -1 when the directory cannot be opened. */
 int mt_test_each_gpu_fixture(void (*fn)(const char *path, void *ctx), void *ctx);
