@@ -2,16 +2,17 @@
  * otherwise wait (private to src/trace).
  *
  * Why: reading a trace on two threads (reader.c), the feed's thread reads, checks, inflates and
- * decodes every chunk while the caller's thread analyses the records. On the synthetic 10 M-event
- * trace the feed's share is ~0.72 s and the analysis' ~0.4 s (this project's 2-core VM,
- * 2026-11-29), so the analysis waited for a third of the time: `report` ran at the feed's speed.
- * Decoding must stay in order on the feed's thread (a record's context may come from the chunks
- * before), but loading a chunk (read, CRC, inflate: about two fifths of the feed's work) needs
- * only its offset, known as soon as the chunk before it is loaded. So the feed offers that offset
- * here, and a thread with nothing to do (the caller, waiting for a batch; or the feed itself,
- * waiting for room in the ring) loads the chunk into a buffer of this slot; the feed, coming to
- * that offset, takes the buffer in exchange for the one it would have overwritten. Whichever
- * thread is idle does the loading, so the work balances itself chunk by chunk.
+ * decodes every chunk while the caller's thread analyses the records, and either waits whenever
+ * the other falls behind. On a 2-core VM whose two vCPUs were far apart (records crossing between
+ * them cost both sides), the reader alone ran at 13-14 M events/s where it had run at 24 on
+ * another day, and `report` at its speed (docs/performance.md, "Twelfth round"). Decoding must
+ * stay in order on the feed's thread (a record's context may come from the chunks before), but
+ * loading a chunk (read, CRC, inflate: about two fifths of the feed's work) needs only its offset,
+ * which the header of the chunk before gives. So the feed offers that offset here, and a thread
+ * with nothing to do (the caller, waiting for a batch; or the feed itself, waiting for room in the
+ * ring) loads the chunk into a buffer of this slot; the feed, coming to that offset, takes the
+ * buffer in exchange for the one it would have overwritten. Whichever thread is idle does the
+ * loading, so the work balances itself chunk by chunk.
  *
  * What the feed sees is unchanged: a chunk loaded ahead passed the very checks the feed makes
  * (chunk_load.c); one that failed any is left for the feed to load again, whose resync and damage

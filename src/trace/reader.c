@@ -14,8 +14,9 @@
  * them there (mt_reader_next_ref, mt_reader_next_group) or copies them out (mt_reader_next). The
  * feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the batches not
  * yet read back (at most N_BATCHES) are never overwritten. The records, statuses and damage are
- * the feed's, in its order: the same as one thread gives. Memory: N_BATCHES + 1 chunk buffers
- * (each at most MT_CHUNK_RAW_MAX) instead of one.
+ * the feed's, in its order: the same as one thread gives. A thread that would wait on the ring
+ * loads the next chunk instead (ahead.h: help_instead_of_waiting). Memory: N_BATCHES + 1 chunk
+ * buffers (each at most MT_CHUNK_RAW_MAX) instead of one, and the helpers' one.
  *
  * Either way the plain events of a chunk are decoded in runs (mt_feed_events: no bound check per
  * field); on one thread a run of up to RUN_RECORDS is kept here and handed out before the feed is
