@@ -105,44 +105,36 @@ Test(trace_corrupt, strict_flipped_payload_byte_is_corrupt_at_its_chunk)
     unlink(path);
 }
 
-static void write_header(uint8_t *h, uint16_t version, uint16_t size)
-{
-    memset(h, 0, MT_FILE_HEADER_SIZE);
-    memcpy(h, MT_TRACE_MAGIC, 8);
-    mt_put_le16(h + 8, version);
-    mt_put_le16(h + 10, size);
-}
-
 Test(trace_corrupt, bad_magic_and_newer_version_refused)
 {
     char path[256], err[512];
     mt_test_tmpname(path, sizeof path, "hdr.mtrace");
     uint8_t h[MT_FILE_HEADER_SIZE + 8];
 
-    write_header(h, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    mt_test_file_header(h, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
     h[1] = 'X';
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
     cr_assert_null(mt_reader_open(path, err, sizeof err));
     cr_assert(strstr(err, path) && strstr(err, "offset 0") && strstr(err, "magic"), "%s", err);
     cr_assert_null(strchr(err, '\n'), "one line");
 
-    write_header(h, MT_TRACE_VERSION + 1, MT_FILE_HEADER_SIZE);
+    mt_test_file_header(h, MT_TRACE_VERSION + 1, MT_FILE_HEADER_SIZE);
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
     cr_assert_null(mt_reader_open(path, err, sizeof err));
     char want[32];
     snprintf(want, sizeof want, "version %d", MT_TRACE_VERSION + 1);
     cr_assert(strstr(err, path) && strstr(err, want), "%s", err);
 
-    write_header(h, 0, MT_FILE_HEADER_SIZE);
+    mt_test_file_header(h, 0, MT_FILE_HEADER_SIZE);
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
     cr_assert_null(mt_reader_open(path, err, sizeof err));
 
-    write_header(h, MT_TRACE_VERSION, 32); /* header size below 64 */
+    mt_test_file_header(h, MT_TRACE_VERSION, 32); /* header size below 64 */
     cr_assert_eq(mt_test_spit(path, h, MT_FILE_HEADER_SIZE), 0);
     cr_assert_null(mt_reader_open(path, err, sizeof err));
 
     /* a larger header (a future minor addition) is skipped */
-    write_header(h, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE + 8);
+    mt_test_file_header(h, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE + 8);
     memset(h + MT_FILE_HEADER_SIZE, 0xAB, 8);
     cr_assert_eq(mt_test_spit(path, h, sizeof h), 0);
     mt_reader *r = mt_reader_open(path, err, sizeof err);
@@ -168,10 +160,7 @@ static size_t make_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
  * version 1, 7 from version 2) */
 static void write_crafted(const char *path, uint16_t version, const uint8_t *raw, size_t rawlen)
 {
-    uint8_t file[4096];
-    write_header(file, version, MT_FILE_HEADER_SIZE);
-    size_t len = MT_FILE_HEADER_SIZE + make_chunk(file + MT_FILE_HEADER_SIZE, raw, rawlen);
-    cr_assert_eq(mt_test_spit(path, file, len), 0);
+    cr_assert_gt(mt_test_chunk_file(path, version, raw, rawlen), 0);
 }
 
 static mt_read_status read_crafted_v(const char *path, uint16_t version, const uint8_t *raw,
@@ -444,7 +433,7 @@ Test(trace_corrupt, a_bad_record_drops_the_rest_of_its_chunk_only)
     char path[256];
     mt_test_tmpname(path, sizeof path, "badrec.mtrace");
     uint8_t file[4096];
-    write_header(file, 1, MT_FILE_HEADER_SIZE); /* payloads in version 1's layout: 6 lanes */
+    mt_test_file_header(file, 1, MT_FILE_HEADER_SIZE); /* payloads in version 1's layout: 6 lanes */
     size_t len = MT_FILE_HEADER_SIZE;
     const uint8_t bad[] = {3, 0, 0, 0, 0, 0, MT_REC_DROPPED, 5, 0xEE}; /* then an unknown type */
     const uint8_t good[] = {2, 0, 0, 0, 0, 0, MT_REC_DROPPED, 7};
@@ -478,7 +467,7 @@ Test(trace_corrupt, false_chunk_starts_cannot_make_the_reader_slow, .timeout = 2
     mt_test_tmpname(path, sizeof path, "falsestarts.mtrace");
     size_t len = 4u << 20;
     uint8_t *file = calloc(1, len);
-    write_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
+    mt_test_file_header(file, MT_TRACE_VERSION, MT_FILE_HEADER_SIZE);
     for (size_t at = MT_FILE_HEADER_SIZE; at + 16 <= len; at += 16) {
         memcpy(file + at, "MTCK", 4);
         mt_put_le32(file + at + 4, 1u << 20);

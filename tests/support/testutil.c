@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "memtrace/trace.h"
 #include "trace/bytes.h"
 
 /* What this process named, removed when it exits (a run of the suite made ~200 files and
@@ -136,4 +137,24 @@ size_t mt_test_chunk(uint8_t *out, const uint8_t *raw, size_t rawlen)
     mt_put_le32(out + 8, (uint32_t)rawlen);
     mt_put_le32(out + 12, (uint32_t)crc32(crc32(0, out + 4, 8), out + 16, (uInt)clen));
     return 16 + clen;
+}
+
+void mt_test_file_header(uint8_t *h, uint16_t version, uint16_t size)
+{
+    memset(h, 0, MT_FILE_HEADER_SIZE);
+    memcpy(h, MT_TRACE_MAGIC, 8);
+    mt_put_le16(h + 8, version);
+    mt_put_le16(h + 10, size);
+}
+
+size_t mt_test_chunk_file(const char *path, uint16_t version, const uint8_t *raw, size_t rawlen)
+{
+    uint8_t *file = malloc(MT_FILE_HEADER_SIZE + 16 + compressBound(rawlen));
+    if (!file) return 0;
+    mt_test_file_header(file, version, MT_FILE_HEADER_SIZE);
+    size_t chunk = mt_test_chunk(file + MT_FILE_HEADER_SIZE, raw, rawlen);
+    size_t len = chunk ? MT_FILE_HEADER_SIZE + chunk : 0;
+    if (len && mt_test_spit(path, file, len) != 0) len = 0;
+    free(file);
+    return len;
 }
