@@ -15,8 +15,9 @@
  * feed puts each chunk into the next of N_BATCHES + 1 buffers, so the chunks of the batches not
  * yet read back (at most N_BATCHES) are never overwritten. The records, statuses and damage are
  * the feed's, in its order: the same as one thread gives. A thread that would wait on the ring
- * loads the next chunk instead (ahead.h: help_instead_of_waiting). Memory: N_BATCHES + 1 chunk
- * buffers (each at most MT_CHUNK_RAW_MAX) instead of one, and the helpers' one.
+ * loads the next chunk instead (ahead.h: help_instead_of_waiting). The feed decodes into a block of
+ * its own and copies each block into the batch whole (STAGE_RECORDS says why). Memory: N_BATCHES +
+ * 1 chunk buffers (each at most MT_CHUNK_RAW_MAX) instead of one, and the helpers' one.
  *
  * Either way the plain events of a chunk are decoded in runs (mt_feed_events: no bound check per
  * field); on one thread a run of up to RUN_RECORDS is kept here and handed out before the feed is
@@ -45,7 +46,7 @@
 #define N_BATCHES 4
 
 typedef struct batch {
-    mt_record rec[BATCH_RECORDS];
+    _Alignas(64) mt_record rec[BATCH_RECORDS]; /* on whole lines (STAGE_RECORDS) */
     size_t n;
     uint64_t chunk_off, file_size; /* the feed's at the batch's first record */
     uint64_t dmg_chunks, dmg_bytes, dmg_off; /* and its damage so far */
@@ -121,6 +122,26 @@ static void batch_begin(batch *b, const mt_feed *f)
     b->dmg_off = f->damage_off;
 }
 
+/* The feed decodes into a block of STAGE_RECORDS on its own thread (20 KiB: in its L1) and copies
+ * each block into the batch whole. Decoded straight into the batch, every record was written into
+ * lines the other thread had read last: on this project's 2-core VM, when its vCPUs sat far apart
+ * (a line's round trip ~480 ns, tests/bench/bench_crosscore.c), the decoder's perf samples were
+ * 1.7x those of the same run with both threads on one CPU, and the analysis' unchanged. A copy of
+ * whole lines (memcpy's string copy) does not first fetch the lines it overwrites; 256 records are
+ * 320 lines, so each block fills whole lines of the batch (docs/performance.md, "Thirteenth
+ * round"). */
+#define STAGE_RECORDS 256
+_Static_assert(BATCH_RECORDS % STAGE_RECORDS == 0, "a batch is whole blocks");
+_Static_assert(STAGE_RECORDS * sizeof(mt_record) % 64 == 0, "a block is whole lines");
+
+/* Copies the block into b once it is full; returns where the next block's records begin in b. */
+static size_t copy_if_full(batch *b, const mt_record *stage, size_t out)
+{
+    if (b->n - out < STAGE_RECORDS) return out;
+    memcpy(&b->rec[out], stage, STAGE_RECORDS * sizeof *stage);
+    return b->n;
+}
+
 static void *feed_thread(void *arg)
 {
     mt_reader *r = arg;
@@ -128,23 +149,28 @@ static void *feed_thread(void *arg)
     size_t slot = 0; /* the ring's slot being filled: never one handed over and not read back */
     mt_record carry;
     int carried = 0; /* carry: the first record of a chunk, read while a batch of the last was open */
+    _Alignas(64) mt_record stage[STAGE_RECORDS];
     for (;;) {
         batch *b = &r->ring[slot];
         b->n = 0;
         b->end = MT_READ_RECORD;
+        size_t out = 0; /* b->rec[0, out) are copied; stage holds b->rec[out, b->n) */
         uint64_t chunk = f->chunks_loaded;
         if (carried) {
             batch_begin(b, f);
-            b->rec[b->n++] = carry;
+            stage[b->n++] = carry;
         }
         carried = 0;
-        /* records are decoded straight into the batch: no copy on the way */
         while (b->n < BATCH_RECORDS) {
             if (b->n) { /* the plain events that follow in this chunk, in one run */
-                b->n += mt_feed_events(f, &b->rec[b->n], BATCH_RECORDS - b->n);
+                size_t want = STAGE_RECORDS - (b->n - out);
+                size_t k = mt_feed_events(f, &stage[b->n - out], want);
+                b->n += k;
+                out = copy_if_full(b, stage, out);
                 if (b->n == BATCH_RECORDS) break;
+                if (k == want) continue; /* the block filled up: the run may go on */
             }
-            mt_record *rec = &b->rec[b->n];
+            mt_record *rec = &stage[b->n - out];
             mt_read_status st = mt_feed_next(f, rec);
             if (st != MT_READ_RECORD) {
                 b->end = st;
@@ -159,7 +185,9 @@ static void *feed_thread(void *arg)
                 break;
             }
             b->n++;
+            out = copy_if_full(b, stage, out);
         }
+        memcpy(&b->rec[out], stage, (b->n - out) * sizeof *stage);
         if (!b->n) { /* the end, with nothing before it: position and damage as they are now */
             b->chunk_off = f->chunk_off;
             b->file_size = f->io.file_size;
@@ -350,7 +378,7 @@ mt_reader *mt_reader_open_fd(int fd, const char *name, char *err, size_t errlen)
         return NULL;
     }
     r->feed_ready = 1;
-    if (threaded && (r->ring = malloc(N_BATCHES * sizeof *r->ring))) {
+    if (threaded && (r->ring = aligned_alloc(64, N_BATCHES * sizeof *r->ring))) {
         pthread_mutex_init(&r->mu, NULL);
         pthread_cond_init(&r->filled, NULL);
         pthread_cond_init(&r->emptied, NULL);
