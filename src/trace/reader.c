@@ -127,9 +127,9 @@ static void batch_begin(batch *b, const mt_feed *f)
  * lines the other thread had read last: on this project's 2-core VM, when its vCPUs sat far apart
  * (a line's round trip ~480 ns, tests/bench/bench_crosscore.c), the decoder's perf samples were
  * 1.7x those of the same run with both threads on one CPU, and the analysis' unchanged. A copy of
- * whole lines (memcpy's string copy) does not first fetch the lines it overwrites; 256 records are
- * 320 lines, so each block fills whole lines of the batch (docs/performance.md, "Thirteenth
- * round"). */
+ * whole lines need not fetch the lines it overwrites (the likely reason it costs less: streaming
+ * stores, which never fetch them, did the same); 256 records are 320 lines, so each block fills
+ * whole lines of the batch (docs/performance.md, "Thirteenth round"). */
 #define STAGE_RECORDS 256
 _Static_assert(BATCH_RECORDS % STAGE_RECORDS == 0, "a batch is whole blocks");
 _Static_assert(STAGE_RECORDS * sizeof(mt_record) % 64 == 0, "a block is whole lines");
