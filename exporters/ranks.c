@@ -38,13 +38,23 @@ static const char *tail_of(const char *joined, char *buf, size_t len)
         }
     }
     wide[o] = 0;
+    static const char more[] = "... > ";
+    const size_t more_n = sizeof more - 1;
     const char *p = wide;
     if (o + 1 > len) {
-        p = wide + o - (len - 6);
+        /* room for "... > ", the tail and the NUL (len - 6 chars of tail cut the tail's last
+         * character when no " > " followed the cut) */
+        p = wide + o - (len - 1 - more_n);
         const char *cut = strstr(p, " > ");
         if (cut) p = cut + 3;
     }
-    snprintf(buf, len, "%s%s", p == wide ? "" : "... > ", p);
+    /* copied by length: the bound is the one above, which a compiler inlining this into a caller
+     * with a larger buffer could not see (-Wformat-truncation on snprintf("%s%s")) */
+    size_t head = p == wide ? 0 : more_n, n = strlen(p);
+    if (head + n + 1 > len) n = len - 1 - head;
+    memcpy(buf, more, head);
+    memcpy(buf + head, p, n);
+    buf[head + n] = 0;
     return buf;
 }
 

@@ -11,10 +11,10 @@
 #define LIB 0x10000000ull
 
 /* One rank's trace in dir: a common stack (main > step > common) with `common` bytes, and rank 2
- * alone has an extra 64 MiB from main > step > extra. With a note (INFO) from its recorder when
- * note is not NULL. */
-static void rank_trace_noted(const char *dir, int rank, uint64_t common, int extra,
-                             uint64_t start_ms, const char *note)
+ * alone has an extra 64 MiB from main > step > extra (the function extra_fn, "extra" when NULL).
+ * With a note (INFO) from its recorder when note is not NULL. */
+static void rank_trace_named(const char *dir, int rank, uint64_t common, int extra,
+                             uint64_t start_ms, const char *note, const char *extra_fn)
 {
     char path[500];
     snprintf(path, sizeof path, "%.400s/memtrace.python.r%d.mtrace", dir, rank);
@@ -44,12 +44,18 @@ static void rank_trace_noted(const char *dir, int rank, uint64_t common, int ext
     fx_symbol(&f, LIB + 0x100, 0, "main", "train.c", 1);
     fx_symbol(&f, LIB + 0x200, 0, "step", "train.c", 2);
     fx_symbol(&f, LIB + 0x300, 0, "common", "train.c", 3);
-    fx_symbol(&f, LIB + 0x400, 0, "extra", "train.c", 4);
+    fx_symbol(&f, LIB + 0x400, 0, extra_fn ? extra_fn : "extra", "train.c", 4);
     fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, rank, A, common, 1, 3);
     if (extra) fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, rank, A + (1ull << 32), 64ull << 20, 2, 4);
     fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, rank, A, 0, 3, 0);
     fx_end(&f, 10, extra ? 3 : 2, 0);
     fx_close(&f);
+}
+
+static void rank_trace_noted(const char *dir, int rank, uint64_t common, int extra,
+                             uint64_t start_ms, const char *note)
+{
+    rank_trace_named(dir, rank, common, extra, start_ms, note, NULL);
 }
 
 static void rank_trace(const char *dir, int rank, uint64_t common, int extra, uint64_t start_ms)
@@ -113,6 +119,31 @@ Test(report_ranks, a_directory_gives_the_rank_table_in_rank_order)
     snprintf(cmd, sizeof cmd, MEMTRACE " report --rank 7 %s > /dev/null 2>&1", dir);
     int st = system(cmd);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "no such rank: status 2");
+}
+
+/* A stack too long for the imbalance line keeps its innermost frames whole: here one frame longer
+ * than the line, whose end must still be there (the line kept one character too many, and lost
+ * the last one, when no " > " followed the cut). */
+Test(report_ranks, a_long_stack_keeps_its_innermost_end)
+{
+    char dir[400], cmd[1024], fn[320];
+    memset(fn, 'x', 300);
+    memcpy(fn + 300, "_END", 5);
+    mt_test_tmpname(dir, sizeof dir, "job");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    rank_trace_named(dir, 2, 100ull << 20, 1, 5, NULL, fn);
+    rank_trace(dir, 0, 100ull << 20, 0, 0);
+    rank_trace(dir, 1, 90ull << 20, 0, 3);
+    snprintf(cmd, sizeof cmd, MEMTRACE " report --frames all %s", dir);
+    char *text = capture(cmd);
+    const char *line = strstr(text, "+64.00 MiB");
+    cr_assert(line, "%s", text);
+    const char *eol = strchr(line, '\n');
+    cr_assert(eol);
+    cr_expect(strstr(line, "... > xxx"), "the root frames give way:\n%.*s", (int)(eol - line), line);
+    cr_expect(eol - line > 16 && memcmp(eol - 16, "_END (train.c:4)", 16) == 0,
+              "the innermost frame's end, whole:\n%.*s", (int)(eol - line), line);
+    free(text);
 }
 
 Test(report_ranks, json_carries_the_same)
