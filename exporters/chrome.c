@@ -188,15 +188,15 @@ static int one_trace(chrome *c, mt_chrome_survey *sv, char *err, size_t errlen)
         return -1;
     }
     if (a->categories) mt_tracker_set_categorizer(c->t, a->categories);
-    mt_record rec;
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
     uint64_t n = 0, last = a->header.start_monotonic_ns;
-    while (!c->oom && mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type == MT_REC_SAMPLE && rec.u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
-            mt_chrome_on_nvml(c, rec.u.sample.device, rec.u.sample.time_ns, rec.u.sample.value);
+    while (!c->oom && mt_reader_next_ref(r, &rec) == MT_READ_RECORD) {
+        if (rec->type == MT_REC_SAMPLE && rec->u.sample.counter == MT_COUNTER_NVML_PROCESS_BYTES) {
+            mt_chrome_on_nvml(c, rec->u.sample.device, rec->u.sample.time_ns, rec->u.sample.value);
             continue;
         }
-        if (rec.type != MT_REC_EVENT) continue;
-        const mt_event *e = &rec.u.event;
+        if (rec->type != MT_REC_EVENT) continue;
+        const mt_event *e = &rec->u.event;
         /* counted before the tracker applies it: its usage hook must see the new segment */
         if (e->op == MT_OP_ALLOC && !is_host_kind(e->kind) &&
             is_caching_segment(c, e->kind, e->stack)) {

@@ -232,10 +232,15 @@ void mt_chrome_on_usage(void *ctx, const mt_usage *u, uint64_t time_ns)
     }
     counter_state *s = &c->cs[i];
     if (time_ns > s->clock) s->clock = time_ns;
-    uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
-    if (b != s->bucket) {
-        flush_bucket(c, s);
-        set_bucket(c, s, b);
+    /* the clock never steps back, so its bucket changes only once it reaches the bucket's end (a
+     * 64-bit division at every event, before); an end that saturated (set_bucket) says nothing,
+     * and the bucket is worked out */
+    if (s->clock >= s->bucket_end || s->bucket_end == UINT64_MAX) {
+        uint64_t b = bucket_of(c, s->clock); /* never smaller than the last one */
+        if (b != s->bucket) {
+            flush_bucket(c, s);
+            set_bucket(c, s, b);
+        }
     }
     int cats = c->a->categories != NULL;
     if (!s->have_max || u->in_use > s->max.in_use) {

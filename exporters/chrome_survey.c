@@ -136,9 +136,9 @@ int mt_chrome_survey_read(mt_chrome_survey *sv, const mt_analysis *a, char *err,
 {
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen);
     if (!r) return -1;
-    mt_record rec;
-    while (!sv->oom && mt_reader_next(r, &rec) == MT_READ_RECORD)
-        if (rec.type == MT_REC_EVENT) mt_chrome_survey_event(sv, &rec.u.event);
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
+    while (!sv->oom && mt_reader_next_ref(r, &rec) == MT_READ_RECORD)
+        if (rec->type == MT_REC_EVENT) mt_chrome_survey_event(sv, &rec->u.event);
     mt_reader_close(r);
     return 0;
 }

@@ -96,11 +96,11 @@ int mt_failure_replay(mt_analysis *a, char *err, size_t errlen)
     mt_tracker *t = w.categorize ? mt_tracker_new(&none) : NULL;
     if (t) mt_tracker_set_categorizer(t, a->categories);
     int rc = w.categorize && !t ? -1 : 0;
-    mt_record rec;
-    while (rc == 0 && mt_failure_watch_wants(&w) && mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type != MT_REC_EVENT) continue;
-        if (mt_failure_watch_event(a, &w, &rec.u.event, t) < 0) rc = -1;
-        if (t && mt_tracker_event(t, &rec.u.event) < 0) rc = -1;
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
+    while (rc == 0 && mt_failure_watch_wants(&w) && mt_reader_next_ref(r, &rec) == MT_READ_RECORD) {
+        if (rec->type != MT_REC_EVENT) continue;
+        if (mt_failure_watch_event(a, &w, &rec->u.event, t) < 0) rc = -1;
+        if (t && mt_tracker_event(t, &rec->u.event) < 0) rc = -1;
     }
     if (rc < 0) mt_err_text(err, errlen, "%s: out of memory", a->path);
     mt_tracker_free(t);

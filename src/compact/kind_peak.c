@@ -60,9 +60,9 @@ int mt_kind_peak_stacks(const mt_analysis *a, const mt_device_report *d, unsigne
     mt_tracker *t = mt_tracker_new(&hooks);
     r.t = t;
     int rc = t ? 0 : -1;
-    mt_record rec;
-    while (rc == 0 && !r.done && mt_reader_next(rd, &rec) == MT_READ_RECORD)
-        if (rec.type == MT_REC_EVENT && mt_tracker_event(t, &rec.u.event) < 0) rc = -1;
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
+    while (rc == 0 && !r.done && mt_reader_next_ref(rd, &rec) == MT_READ_RECORD)
+        if (rec->type == MT_REC_EVENT && mt_tracker_event(t, &rec->u.event) < 0) rc = -1;
     if (rc == 0 && !r.oom && r.done) rc = mt_stack_list_from_map(&r.map, ~0ull, out);
     if (rc < 0 || r.oom) {
         rc = -1;

@@ -272,13 +272,13 @@ static int replay(const mt_analysis *a, mt_tracker *t, uint64_t until, const mt_
 {
     mt_reader *r = mt_reader_open_fd(a->fd, a->path, err, errlen); /* a spooled pipe too */
     if (!r) return -1;
-    mt_record rec;
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
     uint64_t n = 0;
     int rc = 0;
     while (rc == 0 && (!until || mt_tracker_seq(t) < until) &&
-           mt_reader_next(r, &rec) == MT_READ_RECORD) {
-        if (rec.type != MT_REC_EVENT) continue;
-        if (mt_tracker_event(t, &rec.u.event) < 0) rc = -1;
+           mt_reader_next_ref(r, &rec) == MT_READ_RECORD) {
+        if (rec->type != MT_REC_EVENT) continue;
+        if (mt_tracker_event(t, &rec->u.event) < 0) rc = -1;
         else if (after) rc = after(ctx);
         if (opt && opt->progress && ++n % PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, read,

@@ -322,7 +322,7 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
     p->t = mt_tracker_new(&hooks);
     rc = p->t ? 0 : -1;
     if (p->t && a->categories) mt_tracker_set_categorizer(p->t, a->categories);
-    mt_record rec;
+    const mt_record *rec; /* in the reader's batch, not copied: valid until the next read */
     uint64_t n = 0;
     while (rc == 0 && !p->oom) {
         if (!p->done && !pass2_wants(p, last_seq)) {
@@ -331,10 +331,10 @@ int mt_peaks_replay(mt_analysis *a, const mt_analyze_options *opt, char *err, si
             mt_tracker_foreach_live(p->t, pass2_still_live, p);
             p->done = 1;
         }
-        if ((p->done && !mt_failure_watch_wants(&w)) || mt_reader_next(r, &rec) != MT_READ_RECORD)
+        if ((p->done && !mt_failure_watch_wants(&w)) || mt_reader_next_ref(r, &rec) != MT_READ_RECORD)
             break;
-        if (rec.type == MT_REC_EVENT && (mt_failure_watch_event(a, &w, &rec.u.event, p->t) < 0 ||
-                                         mt_tracker_event(p->t, &rec.u.event) < 0))
+        if (rec->type == MT_REC_EVENT && (mt_failure_watch_event(a, &w, &rec->u.event, p->t) < 0 ||
+                                          mt_tracker_event(p->t, &rec->u.event) < 0))
             rc = -1;
         if (opt && opt->progress && ++n % MT_PROGRESS_EVERY == 0)
             opt->progress(opt->progress_ctx, 2,
