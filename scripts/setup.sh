@@ -25,5 +25,5 @@ npm ci --prefix tests/js --no-audit --no-fund --loglevel=error > /dev/null
 $SUDO apt-get install -y -qq --no-install-recommends curl xz-utils > /dev/null
 bash scripts/newer-pythons.sh build/newer-pythons > /dev/null ||
     echo "setup: no CPython 3.13-3.15 from Debian sid: their frame reader tests are left out" >&2
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-cmake --build build -j"$(nproc)"
+# the build, with the analysis optimized by a profile of its own runs (scripts/pgo-build.sh)
+bash scripts/pgo-build.sh build

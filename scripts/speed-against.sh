@@ -26,11 +26,19 @@ REF=$ROOT/build-ref/$SHA
 TMP=${TMPDIR:-/tmp}
 
 cmake --build build -j"$(nproc)" --target memtrace bench_compact > /dev/null
+# Each build as its own scripts/setup.sh makes it: with a profile of its own runs where the tree has
+# scripts/pgo-build.sh (from the fourteenth round on: 15-20% faster), else plain. Said in the first
+# line of the output, since two builds made differently differ by more than most changes.
+how() { grep -q '^MEMTRACE_PGO:STRING=use' "$1/CMakeCache.txt" 2> /dev/null && echo profile || echo plain; }
 if [ ! -x "$REF/build/src/cli/memtrace" ]; then
     rm -rf "$REF"
     git worktree add -f --detach "$REF" "$SHA" > /dev/null 2>&1
-    cmake -S "$REF" -B "$REF/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-    cmake --build "$REF/build" -j"$(nproc)" --target memtrace > /dev/null
+    if [ -f "$REF/scripts/pgo-build.sh" ]; then
+        bash "$REF/scripts/pgo-build.sh" build > /dev/null
+    else
+        cmake -S "$REF" -B "$REF/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+        cmake --build "$REF/build" -j"$(nproc)" --target memtrace > /dev/null
+    fi
 fi
 
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -42,7 +50,7 @@ seconds() { # BIN TRACE: wall seconds of one `report`
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.4f\n", b - a}'
 }
 
-echo "this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src exporters include || echo ', changed')) against $SHA; $EVENTS events, $ROUNDS rounds"
+echo "this tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src exporters include || echo ', changed'), built $(how build)) against $SHA (built $(how "$REF/build")); $EVENTS events, $ROUNDS rounds"
 for kind in plain tensors; do
     trace=$TMP/speed-against.$kind.$EVENTS.mtrace
     if [ ! -s "$trace" ]; then
