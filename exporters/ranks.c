@@ -24,7 +24,8 @@ static const char *rank_name(const mt_rank_summary *r, char *buf, size_t len)
     return buf;
 }
 
-/* The stack's names joined by " > " (root first), the innermost kept when it is too long. */
+/* The stack's names joined by " > " (root first), the innermost kept when it is too long. len is
+ * the caller's line (200 bytes): it must leave room for "... > " and a character or more. */
 static const char *tail_of(const char *joined, char *buf, size_t len)
 {
     char wide[4096];

@@ -42,7 +42,8 @@ for t in "$TRAIN/plain.mtrace" "$TRAIN/tensors.mtrace"; do
     one "$t" "$M" > /dev/null 2>&1
     MEMTRACE_READ_THREAD=0 "$M" report "$t" > /dev/null 2>&1
 done
-# the fixtures, two at a time (libgcov merges each process's counts into the profile under a lock)
+# the fixtures, one process a CPU (libgcov merges each process's counts into the profile under a
+# lock)
 ls tests/data/*.mtrace | xargs -P "$(nproc)" -I{} bash -c 'one "$1" "$2" > /dev/null 2>&1' _ {} "$M"
 # several traces at once: a job's ranks, and two runs compared
 "$M" report tests/data/ddp_oom_rank0.mtrace tests/data/ddp_oom_rank1.mtrace > /dev/null

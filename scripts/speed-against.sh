@@ -27,7 +27,7 @@ TMP=${TMPDIR:-/tmp}
 
 cmake --build build -j"$(nproc)" --target memtrace bench_compact > /dev/null
 # Each build as its own scripts/setup.sh makes it: with a profile of its own runs where the tree has
-# scripts/pgo-build.sh (from the fourteenth round on: 15-20% faster), else plain. Said in the first
+# scripts/pgo-build.sh (from the fourteenth round on: 8-18% faster), else plain. Said in the first
 # line of the output, since two builds made differently differ by more than most changes.
 how() { grep -q '^MEMTRACE_PGO:STRING=use' "$1/CMakeCache.txt" 2> /dev/null && echo profile || echo plain; }
 if [ ! -x "$REF/build/src/cli/memtrace" ]; then
