@@ -79,14 +79,20 @@ static char *capture(const char *cmd)
     return buf;
 }
 
-static void make_job(char *dir, size_t len)
+/* Three ranks, rank 2 the largest by its extra stack (its function extra_fn: NULL for "extra"). */
+static void make_job_named(char *dir, size_t len, const char *extra_fn)
 {
     mt_test_tmpname(dir, len, "job");
     cr_assert_eq(mkdir(dir, 0755), 0);
     /* written out of order: the report orders by rank */
-    rank_trace(dir, 2, 100ull << 20, 1, 5);
+    rank_trace_named(dir, 2, 100ull << 20, 1, 5, NULL, extra_fn);
     rank_trace(dir, 0, 100ull << 20, 0, 0);
     rank_trace(dir, 1, 90ull << 20, 0, 3);
+}
+
+static void make_job(char *dir, size_t len)
+{
+    make_job_named(dir, len, NULL);
 }
 
 Test(report_ranks, a_directory_gives_the_rank_table_in_rank_order)
@@ -129,18 +135,15 @@ Test(report_ranks, a_long_stack_keeps_its_innermost_end)
     char dir[400], cmd[1024], fn[320];
     memset(fn, 'x', 300);
     memcpy(fn + 300, "_END", 5);
-    mt_test_tmpname(dir, sizeof dir, "job");
-    cr_assert_eq(mkdir(dir, 0755), 0);
-    rank_trace_named(dir, 2, 100ull << 20, 1, 5, NULL, fn);
-    rank_trace(dir, 0, 100ull << 20, 0, 0);
-    rank_trace(dir, 1, 90ull << 20, 0, 3);
+    make_job_named(dir, sizeof dir, fn);
     snprintf(cmd, sizeof cmd, MEMTRACE " report --frames all %s", dir);
     char *text = capture(cmd);
     const char *line = strstr(text, "+64.00 MiB");
     cr_assert(line, "%s", text);
     const char *eol = strchr(line, '\n');
     cr_assert(eol);
-    cr_expect(strstr(line, "... > xxx"), "the root frames give way:\n%.*s", (int)(eol - line), line);
+    const char *more = strstr(line, "... > xxx");
+    cr_expect(more && more < eol, "the root frames give way:\n%.*s", (int)(eol - line), line);
     cr_expect(eol - line > 16 && memcmp(eol - 16, "_END (train.c:4)", 16) == 0,
               "the innermost frame's end, whole:\n%.*s", (int)(eol - line), line);
     free(text);
