@@ -225,7 +225,6 @@ void mt_write_cost_notes(mt_recorder *r)
                       whole, per(ca + cn, wa + wn) * ns_per_cycle, split,
                       per(cf, wf) * ns_per_cycle, whole_timed);
     rare_note();
-    mt_exp_gap_note();
     cost_note("events", "recorded", "to put one into its thread's buffer",
               "part of the times above; ", atomic_load(&r->costs.sink_calls),
               atomic_load(&r->costs.sink_ns), &r->costs.sink_spread, "");

@@ -409,12 +409,6 @@ static inline int mt_capture_any(mt_recorder *r)
 int mt_capture_this_thread(mt_recorder *r, uint32_t tid); /* 1: tid is capturing a graph */
 
 /* tensor_hooks.c */
-/* exp_gap.c: EXPERIMENT MEMTRACE_EXP_GAP=1 (to be reverted) */
-extern int mt_exp_gap;
-void mt_exp_gap_init(void);
-void mt_exp_gap_enter(uint64_t entry, int paused, int is_free);
-void mt_exp_gap_exit(uint64_t entry, int paused, int is_free);
-void mt_exp_gap_note(void);
 int mt_tensor_hooks_install(mt_recorder *r); /* 1: in place (--tensors: both; else the OOM one) */
 void mt_tensor_hooks_tick(mt_recorder *r);   /* writer thread: libraries loaded since */
 /* 1 when the calling thread's stack passes through PyTorch's caching allocator (libc10_cuda):

@@ -77,13 +77,6 @@ static inline void add_whole(mt_recorder *r, uint8_t op, uint64_t cycles)
 MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, size_t reserved,
                                    uint32_t device)
 {
-    uint64_t gap_entry = 0;
-    int gap_paused = 0, gap_on = mt_exp_gap && (device & 0xff) == C10_DEVICE_CUDA;
-    if (gap_on) {
-        gap_entry = mt_clock_cycles();
-        gap_paused = atomic_load_explicit(&mt_rec.paused, memory_order_relaxed);
-        mt_exp_gap_enter(gap_entry, gap_paused, size < 0);
-    }
     mt_recorder *r = &mt_rec;
     usage_fn orig = (usage_fn)r->tensors.table[MT_TENSOR_HOOK_USAGE].original;
     int32_t dev;
@@ -119,7 +112,6 @@ MT_HOT_PATH static void hook_usage(void *ptr, int64_t size, size_t allocated, si
         mt_hook_leave(r);
     }
     if (orig) orig(ptr, size, allocated, reserved, device);
-    if (gap_on) mt_exp_gap_exit(gap_entry, gap_paused, size < 0);
 }
 
 static void hook_oom(int64_t size, size_t allocated, size_t reserved, uint32_t device)
@@ -221,7 +213,6 @@ static void activate(mt_recorder *r, int slots, int late)
 
 int mt_tensor_hooks_install(mt_recorder *r)
 {
-    mt_exp_gap_init();
     r->tensors.table[MT_TENSOR_HOOK_USAGE] = (mt_got_hook){.name = USAGE_SYMBOL,
                                                            .hook = (void *)hook_usage};
     r->tensors.table[MT_TENSOR_HOOK_OOM] = (mt_got_hook){.name = OOM_SYMBOL,
