@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decode_runs.h"
+#include "trace/bytes.h"
 #include "trace/record_mix.h"
 #include "trace/synthetic.h"
 
@@ -151,4 +152,27 @@ Test(trace_decode_runs, changed_bytes_fail_or_read_alike)
                 free(p.raw);
             }
         }
+}
+
+/* The PEXT varint against the plain one, byte for byte: every length from 1 to 8 (and no stop in
+ * 8 bytes: length 0), each byte's payload bits random, the bytes after the varint random too. */
+Test(trace_decode_runs, pext_varints_read_as_the_plain_ones)
+{
+    if (mt_decode_variant() != MT_DECODE_PEXT) cr_skip_test("this CPU reads varints without PEXT");
+    mt_mix rng;
+    mt_mix_init(&rng, 5);
+    for (int round = 0; round < 200000; round++) {
+        uint8_t buf[16];
+        for (int i = 0; i < 16; i++) buf[i] = (uint8_t)mt_mix_rand(&rng);
+        unsigned want = (unsigned)(round % 9); /* 0: every byte says more follows */
+        for (unsigned i = 0; i < 8; i++)
+            buf[i] = (uint8_t)(i + 1 < want || want == 0 ? buf[i] | 0x80
+                                                           : i + 1 == want ? buf[i] & 0x7f : buf[i]);
+        unsigned la = 99, lb = 99;
+        uint64_t a = mt_varint8(buf, &la), b = mt_varint8_pext(buf, &lb);
+        cr_assert_eq(la, want, "round %d: plain length %u, not %u", round, la, want);
+        cr_assert_eq(lb, la, "round %d: length %u against %u", round, lb, la);
+        cr_assert_eq(b, a, "round %d: %llx against %llx", round, (unsigned long long)b,
+                     (unsigned long long)a);
+    }
 }

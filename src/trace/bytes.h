@@ -183,6 +183,43 @@ static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *
     return v;
 }
 
+/* mt_varint8 with BMI2's BZHI (the bytes past the varint cleared) and PEXT (the 7-bit groups
+ * gathered in one instruction) in place of the length's mask and the three gathering steps, ~14
+ * instructions of each multi-byte varint; there are ~4 an event (time, address and bytes deltas):
+ * 55 of the decoder's 232 instructions an event, by callgrind (docs/performance.md, "Fifteenth
+ * round"). Written in inline assembly, so that this header needs no target attribute or -mbmi2
+ * for its callers: it must only run where the CPU has BMI2 and a fast PEXT, which
+ * mt_decode_variant (encode.c) decides. Same value and same *len as mt_varint8 on every input
+ * (tests/test_trace_decode_runs.c; the payload fuzzer). */
+static inline __attribute__((always_inline)) uint64_t mt_varint8_pext(const uint8_t *p,
+                                                                     unsigned *len)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (__builtin_expect(*p < 0x80, 1)) {
+        *len = 1;
+        return *p;
+    }
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t stops = ~x & 0x8080808080808080ull;
+    if (!stops) {
+        *len = 0;
+        return 0;
+    }
+    uint64_t bits = (uint64_t)__builtin_ctzll(stops) + 1; /* 8 * length, 8..64 */
+    uint64_t kept, v;
+    /* bzhi index, src, dst: src's bits from `index` up cleared (none when index is 64) */
+    __asm__("bzhi %2, %1, %0" : "=r"(kept) : "rm"(x), "r"(bits) : "cc");
+    /* pext mask, src, dst: the bits of src under the mask, packed from bit 0 */
+    __asm__("pext %2, %1, %0" : "=r"(v) : "r"(kept), "r"(0x7f7f7f7f7f7f7f7full));
+    *len = (unsigned)(bits / 8);
+    return v;
+#else
+    return mt_varint8(p, len);
+#endif
+}
+
 /* A one-byte varint (most fields) is one compare. With 8 bytes left in the lane, a varint of up
  * to 8 bytes (any value below 2^56) is mt_varint8's; longer ones, and lanes near their end, take
  * the byte loop. Same result, and the same bad inputs, as the byte loop. */

@@ -11,7 +11,11 @@
 #include "hash.h"
 #include "encode.h"
 
+#include <stdatomic.h>
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
 /* ---- MT_REC_EVENT ------------------------------------------------------------------------------
  *
@@ -311,9 +315,12 @@ static inline void optional_lane(const mt_cursor *c, const uint8_t *p, size_t pe
         *room = r;
 }
 
+/* A varint of the run: with BZHI and PEXT where the CPU has them fast (mt_decode_variant). */
+#define RUN_VARINT(p, len) (pext ? mt_varint8_pext((p), (len)) : mt_varint8((p), (len)))
+
 static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c, mt_cursor *lane,
                                                                     mt_record *out, size_t max,
-                                                                    const int v2)
+                                                                    const int v2, const int pext)
 {
     const uint8_t *pm = lane[MT_LANE_MAIN].p, *pt = lane[MT_LANE_TIME].p,
                   *pl = lane[MT_LANE_TIME_LO].p, *pa = lane[MT_LANE_ADDR].p,
@@ -350,21 +357,21 @@ static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c,
             unsigned head = pm[1];
             if (head & (EV_RARE | short_lanes) || (head & EV_OP_MASK) == EV_OP_ESCAPE) goto done;
             unsigned op = head & EV_OP_MASK, len;
-            uint64_t dt = mt_varint8(pt, &len);
+            uint64_t dt = RUN_VARINT(pt, &len);
             if (!len) goto done;
             const uint8_t *npt = pt + len, *npa = pa, *npb = pb, *nps = ps, *npc = pc;
             if (v2) dt = dt << 8 | *pl; /* below 2^64: the varint held at most 56 bits */
             uint64_t addr = address;
             if (head & EV_ADDR) {
                 unsigned sh = pa[0];
-                uint64_t m = mt_varint8(pa + 1, &len);
+                uint64_t m = RUN_VARINT(pa + 1, &len);
                 if (!len || sh > 63) goto done;
                 npa = pa + 1 + len;
                 addr = (op == MT_OP_ALLOC ? address : last_alloc) + (mt_unzigzag64(m) << sh);
             }
             uint64_t bytes;
             if (head & EV_BYTES) {
-                bytes = mt_varint8(pb, &len);
+                bytes = RUN_VARINT(pb, &len);
                 if (!len) goto done;
                 npb = pb + len;
             } else {
@@ -372,14 +379,14 @@ static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c,
             }
             uint32_t st = stack;
             if (head & EV_STACK) {
-                uint64_t z = mt_varint8(ps, &len);
+                uint64_t z = RUN_VARINT(ps, &len);
                 if (!len || z > UINT32_MAX) goto done;
                 nps = ps + len;
                 st = c->stack_by_op[op] + (uint32_t)mt_unzigzag64(z);
             }
             uint32_t co = corr;
             if (head & EV_CORR) {
-                uint64_t z = mt_varint8(pc, &len);
+                uint64_t z = RUN_VARINT(pc, &len);
                 if (!len || z > UINT32_MAX) goto done;
                 npc = pc + len;
                 co += (uint32_t)mt_unzigzag64(z);
@@ -441,10 +448,53 @@ done:
     return n;
 }
 
+#undef RUN_VARINT
+
+/* Whether this CPU reads varints with PEXT: it has BMI2, and is not an AMD (or Hygon) processor
+ * before Zen 3 (CPUID family 0x19), whose PEXT is microcode taking tens to hundreds of cycles by
+ * the mask's bits. Asked once, then kept (any thread may be first: all find the same). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static int detect_variant(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || a < 7) return MT_DECODE_PLAIN; /* no leaf 7 */
+    int amd_like = (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u) || /* AuthenticAMD */
+                   (b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u);   /* HygonGenuine */
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(b & (1u << 8))) return MT_DECODE_PLAIN; /* BMI2 */
+    if (amd_like) {
+        __cpuid(1, a, b, c, d);
+        unsigned family = (a >> 8) & 0xf;
+        if (family == 0xf) family += (a >> 20) & 0xff;
+        if (family < 0x19) return MT_DECODE_PLAIN;
+    }
+    return MT_DECODE_PEXT;
+}
+#else
+static int detect_variant(void) { return MT_DECODE_PLAIN; }
+#endif
+
+int mt_decode_variant(void)
+{
+    static _Atomic int variant = -1; /* not asked yet */
+    int v = atomic_load_explicit(&variant, memory_order_relaxed);
+    if (v < 0) atomic_store_explicit(&variant, v = detect_variant(), memory_order_relaxed);
+    return v;
+}
+
+size_t mt_decode_events_as(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max,
+                           int variant)
+{
+    if (variant == MT_DECODE_PEXT && mt_decode_variant() == MT_DECODE_PEXT) /* never elsewhere */
+        return c->version >= 2 ? decode_events_v(c, lane, out, max, 1, 1)
+                               : decode_events_v(c, lane, out, max, 0, 1);
+    return c->version >= 2 ? decode_events_v(c, lane, out, max, 1, 0)
+                           : decode_events_v(c, lane, out, max, 0, 0);
+}
+
 size_t mt_decode_events(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max)
 {
-    return c->version >= 2 ? decode_events_v(c, lane, out, max, 1)
-                           : decode_events_v(c, lane, out, max, 0);
+    return mt_decode_events_as(c, lane, out, max, mt_decode_variant());
 }
 
 /* ---- MT_REC_STACK_NODE

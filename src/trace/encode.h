@@ -96,5 +96,12 @@ int mt_decode_record(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out);
  * same place and state: the records, lanes and codec are what mt_decode_record gives. Returns how
  * many were decoded into out. */
 size_t mt_decode_events(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max);
+/* The same, with the varint decoder named: MT_DECODE_PLAIN (any CPU) or MT_DECODE_PEXT (BMI2's
+ * BZHI and PEXT; asked for on a CPU where mt_decode_variant does not give it, the plain one runs).
+ * Both give the same results on every input; mt_decode_events takes mt_decode_variant()'s. */
+enum { MT_DECODE_PLAIN = 0, MT_DECODE_PEXT = 1 };
+int mt_decode_variant(void);
+size_t mt_decode_events_as(mt_codec *c, mt_cursor lane[MT_LANES], mt_record *out, size_t max,
+                           int variant);
 
 #endif

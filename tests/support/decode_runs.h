@@ -13,10 +13,12 @@
 #include "trace/record_eq.h"
 
 /* The chunk payload raw[0..n) of format `version`, read record by record (A) and with runs of at
- * most max_run events wherever mt_decode_events takes them (B). 0 when both agree to the end (or
- * to the same failure), else -1 with why. *events: the events B took in runs (may be NULL). */
-static inline int mt_check_decode_runs(const uint8_t *raw, size_t n, unsigned version,
-                                       size_t max_run, size_t *events, char *why, size_t len)
+ * most max_run events wherever mt_decode_events_as(variant) takes them (B). 0 when both agree to
+ * the end (or to the same failure), else -1 with why. *events: the events B took in runs (may be
+ * NULL). */
+static inline int mt_check_decode_runs_as(const uint8_t *raw, size_t n, unsigned version,
+                                          size_t max_run, int variant, size_t *events, char *why,
+                                          size_t len)
 {
     static mt_codec ca, cb; /* 32 KiB each */
     static mt_record run[256];
@@ -29,7 +31,7 @@ static inline int mt_check_decode_runs(const uint8_t *raw, size_t n, unsigned ve
     mt_codec_reset(&cb, version);
     for (size_t rec = 0;; rec++) {
         if (a[MT_LANE_MAIN].p >= a[MT_LANE_MAIN].end) break;
-        size_t k = mt_decode_events(&cb, b, run, max_run);
+        size_t k = mt_decode_events_as(&cb, b, run, max_run, variant);
         if (events) *events += k;
         for (size_t i = 0; i < k; i++, rec++) {
             mt_record ra;
@@ -56,6 +58,25 @@ static inline int mt_check_decode_runs(const uint8_t *raw, size_t n, unsigned ve
             return -1;
         }
         if (sa != 0) break; /* the same failure: the feed drops the rest of the chunk */
+    }
+    return 0;
+}
+
+/* Both varint decoders of the runs where this CPU has the second (mt_decode_variant), else the
+ * first: 0 when each agrees with the checked decoder. */
+static inline int mt_check_decode_runs(const uint8_t *raw, size_t n, unsigned version,
+                                       size_t max_run, size_t *events, char *why, size_t len)
+{
+    if (mt_check_decode_runs_as(raw, n, version, max_run, MT_DECODE_PLAIN, events, why, len) != 0)
+        return -1;
+    if (mt_decode_variant() != MT_DECODE_PEXT) return 0;
+    size_t pext_events;
+    if (mt_check_decode_runs_as(raw, n, version, max_run, MT_DECODE_PEXT, &pext_events, why, len) != 0)
+        return -1;
+    if (events && pext_events != *events) {
+        snprintf(why, len, "PEXT's runs took %zu events, the plain decoder's %zu", pext_events,
+                 *events);
+        return -1;
     }
     return 0;
 }
