@@ -165,9 +165,10 @@ Test(trace_decode_runs, pext_varints_read_as_the_plain_ones)
         uint8_t buf[16];
         for (int i = 0; i < 16; i++) buf[i] = (uint8_t)mt_mix_rand(&rng);
         unsigned want = (unsigned)(round % 9); /* 0: every byte says more follows */
-        for (unsigned i = 0; i < 8; i++)
-            buf[i] = (uint8_t)(i + 1 < want || want == 0 ? buf[i] | 0x80
-                                                           : i + 1 == want ? buf[i] & 0x7f : buf[i]);
+        for (unsigned i = 0; i < 8; i++) {
+            if (want == 0 || i + 1 < want) buf[i] |= 0x80; /* more bytes follow */
+            else if (i + 1 == want) buf[i] &= 0x7f;        /* the last byte */
+        }
         unsigned la = 99, lb = 99;
         uint64_t a = mt_varint8(buf, &la), b = mt_varint8_pext(buf, &lb);
         cr_assert_eq(la, want, "round %d: plain length %u, not %u", round, la, want);

@@ -71,7 +71,8 @@ static inline int mt_check_decode_runs(const uint8_t *raw, size_t n, unsigned ve
         return -1;
     if (mt_decode_variant() != MT_DECODE_PEXT) return 0;
     size_t pext_events;
-    if (mt_check_decode_runs_as(raw, n, version, max_run, MT_DECODE_PEXT, &pext_events, why, len) != 0)
+    if (mt_check_decode_runs_as(raw, n, version, max_run, MT_DECODE_PEXT, &pext_events, why,
+                                len) != 0)
         return -1;
     if (events && pext_events != *events) {
         snprintf(why, len, "PEXT's runs took %zu events, the plain decoder's %zu", pext_events,
