@@ -152,11 +152,46 @@ static inline uint64_t mt_get_varint_long(mt_cursor *c)
     return 0;
 }
 
+/* The 7-bit groups of the varint in x's low `bits` bits (bits = 8 * its length, 8..64), packed:
+ * with BMI2's BZHI (the bytes past the varint cleared) and PEXT (the groups gathered in one
+ * instruction) when `pext`, else by masks and three gathering steps. PEXT replaces ~14
+ * instructions of each multi-byte varint; there are ~4 an event (time, address and bytes
+ * deltas): 55 of the decoder's 232 instructions an event, by callgrind (docs/performance.md,
+ * "Fifteenth round"). It is inline assembly, so that no target attribute or -mbmi2 reaches this
+ * header's callers: `pext` must only be set where the CPU has BMI2 and a fast PEXT, which
+ * mt_decode_variant (encode.c) decides. Both give the same value on every input
+ * (tests/test_trace_decode_runs.c; the payload fuzzer). */
+static inline __attribute__((always_inline)) uint64_t mt_varint_gather(uint64_t x, unsigned bits,
+                                                                      const int pext)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (pext) {
+        uint64_t kept, v, index = bits;
+        /* bzhi index, src, dst: src's bits from `index` up cleared (none when index is 64) */
+        __asm__("bzhi %2, %1, %0" : "=r"(kept) : "rm"(x), "r"(index) : "cc");
+        /* pext mask, src, dst: the bits of src under the mask, packed from bit 0 */
+        __asm__("pext %2, %1, %0" : "=r"(v) : "r"(kept), "r"(0x7f7f7f7f7f7f7f7full));
+        return v;
+    }
+#else
+    (void)pext;
+#endif
+    uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
+    if (bits < 64) v &= (1ull << bits) - 1;
+    /* gather the 7-bit groups: 8 x 7 -> 4 x 14 -> 2 x 28 -> 56 bits */
+    v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
+    v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
+    v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
+    return v;
+}
+
 /* A varint of at most 8 bytes at p, which has 8 bytes after it (the caller knows): its value and,
  * in *len, its length; *len = 0 when it runs longer (for the checked decoder to read). Decoded
  * without a branch on its length: the lengths of time and address deltas vary from one event to
- * the next, and a mispredicted branch per byte was most of the decoder's time. */
-static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *p, unsigned *len)
+ * the next, and a mispredicted branch per byte was most of the decoder's time. `pext`: gathered
+ * with PEXT (mt_varint_gather). */
+static inline __attribute__((always_inline)) uint64_t mt_varint8_as(const uint8_t *p, unsigned *len,
+                                                                   const int pext)
 {
     if (__builtin_expect(*p < 0x80, 1)) {
         *len = 1;
@@ -173,51 +208,13 @@ static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *
         return 0;
     }
     unsigned bits = (unsigned)__builtin_ctzll(stops) + 1; /* 8 * length */
-    uint64_t v = x & 0x7f7f7f7f7f7f7f7full;
-    if (bits < 64) v &= (1ull << bits) - 1;
-    /* gather the 7-bit groups: 8 x 7 -> 4 x 14 -> 2 x 28 -> 56 bits */
-    v = ((v & 0x7f007f007f007f00ull) >> 1) | (v & 0x007f007f007f007full);
-    v = ((v & 0x3fff00003fff0000ull) >> 2) | (v & 0x00003fff00003fffull);
-    v = ((v & 0x0fffffff00000000ull) >> 4) | (v & 0x000000000fffffffull);
     *len = bits / 8;
-    return v;
+    return mt_varint_gather(x, bits, pext);
 }
 
-/* mt_varint8 with BMI2's BZHI (the bytes past the varint cleared) and PEXT (the 7-bit groups
- * gathered in one instruction) in place of the length's mask and the three gathering steps, ~14
- * instructions of each multi-byte varint; there are ~4 an event (time, address and bytes deltas):
- * 55 of the decoder's 232 instructions an event, by callgrind (docs/performance.md, "Fifteenth
- * round"). Written in inline assembly, so that this header needs no target attribute or -mbmi2
- * for its callers: it must only run where the CPU has BMI2 and a fast PEXT, which
- * mt_decode_variant (encode.c) decides. Same value and same *len as mt_varint8 on every input
- * (tests/test_trace_decode_runs.c; the payload fuzzer). */
-static inline __attribute__((always_inline)) uint64_t mt_varint8_pext(const uint8_t *p,
-                                                                     unsigned *len)
+static inline __attribute__((always_inline)) uint64_t mt_varint8(const uint8_t *p, unsigned *len)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (__builtin_expect(*p < 0x80, 1)) {
-        *len = 1;
-        return *p;
-    }
-    uint64_t x;
-    memcpy(&x, p, 8);
-    uint64_t stops = ~x & 0x8080808080808080ull;
-    if (!stops) {
-        *len = 0;
-        return 0;
-    }
-    uint64_t bits = (uint64_t)__builtin_ctzll(stops) + 1; /* 8 * length, 8..64 */
-    uint64_t kept, v;
-    /* bzhi index, src, dst: src's bits from `index` up cleared (none when index is 64) */
-    __asm__("bzhi %2, %1, %0" : "=r"(kept) : "rm"(x), "r"(bits) : "cc");
-    /* pext mask, src, dst: the bits of src under the mask, packed from bit 0 */
-    __asm__("pext %2, %1, %0" : "=r"(v) : "r"(kept), "r"(0x7f7f7f7f7f7f7f7full));
-    *len = (unsigned)(bits / 8);
-    return v;
-#else
-    return mt_varint8(p, len);
-#endif
+    return mt_varint8_as(p, len, 0);
 }
 
 /* A one-byte varint (most fields) is one compare. With 8 bytes left in the lane, a varint of up

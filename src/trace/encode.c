@@ -315,9 +315,6 @@ static inline void optional_lane(const mt_cursor *c, const uint8_t *p, size_t pe
         *room = r;
 }
 
-/* A varint of the run: with BZHI and PEXT where the CPU has them fast (mt_decode_variant). */
-#define RUN_VARINT(p, len) (pext ? mt_varint8_pext((p), (len)) : mt_varint8((p), (len)))
-
 static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c, mt_cursor *lane,
                                                                     mt_record *out, size_t max,
                                                                     const int v2, const int pext)
@@ -357,21 +354,21 @@ static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c,
             unsigned head = pm[1];
             if (head & (EV_RARE | short_lanes) || (head & EV_OP_MASK) == EV_OP_ESCAPE) goto done;
             unsigned op = head & EV_OP_MASK, len;
-            uint64_t dt = RUN_VARINT(pt, &len);
+            uint64_t dt = mt_varint8_as(pt, &len, pext);
             if (!len) goto done;
             const uint8_t *npt = pt + len, *npa = pa, *npb = pb, *nps = ps, *npc = pc;
             if (v2) dt = dt << 8 | *pl; /* below 2^64: the varint held at most 56 bits */
             uint64_t addr = address;
             if (head & EV_ADDR) {
                 unsigned sh = pa[0];
-                uint64_t m = RUN_VARINT(pa + 1, &len);
+                uint64_t m = mt_varint8_as(pa + 1, &len, pext);
                 if (!len || sh > 63) goto done;
                 npa = pa + 1 + len;
                 addr = (op == MT_OP_ALLOC ? address : last_alloc) + (mt_unzigzag64(m) << sh);
             }
             uint64_t bytes;
             if (head & EV_BYTES) {
-                bytes = RUN_VARINT(pb, &len);
+                bytes = mt_varint8_as(pb, &len, pext);
                 if (!len) goto done;
                 npb = pb + len;
             } else {
@@ -379,14 +376,14 @@ static inline __attribute__((always_inline)) size_t decode_events_v(mt_codec *c,
             }
             uint32_t st = stack;
             if (head & EV_STACK) {
-                uint64_t z = RUN_VARINT(ps, &len);
+                uint64_t z = mt_varint8_as(ps, &len, pext);
                 if (!len || z > UINT32_MAX) goto done;
                 nps = ps + len;
                 st = c->stack_by_op[op] + (uint32_t)mt_unzigzag64(z);
             }
             uint32_t co = corr;
             if (head & EV_CORR) {
-                uint64_t z = RUN_VARINT(pc, &len);
+                uint64_t z = mt_varint8_as(pc, &len, pext);
                 if (!len || z > UINT32_MAX) goto done;
                 npc = pc + len;
                 co += (uint32_t)mt_unzigzag64(z);
@@ -447,8 +444,6 @@ done:
     c->aux = aux;
     return n;
 }
-
-#undef RUN_VARINT
 
 /* Whether this CPU reads varints with PEXT: it has BMI2, and is not an AMD (or Hygon) processor
  * before Zen 3 (CPUID family 0x19), whose PEXT is microcode taking tens to hundreds of cycles by
