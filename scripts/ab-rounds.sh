@@ -15,7 +15,8 @@
 # default (launch-bound, the harder case), 8 is issue 17's own GPT-2-like workload (8x256).
 # SETTINGS: overhead.sh's A/B settings each run measures (ab_history: torch's own recorder).
 # Output: $OUT/ab-rounds.txt (and stdout), each run's overhead.sh output beside it.
-# Measured with it: docs/performance.md, "Pinned and not, two calls on one machine".
+# Measured with it: docs/performance.md, "Pinned and not, two calls on one machine", "Torch's
+# recorder in every run".
 set -u
 BUILD=${1:-build-gpu}; ROUNDS=${2:-5}; STEPS=${3:-400}
 OUT=${OUT:-$PWD/ab-rounds-out}; mkdir -p "$OUT"
