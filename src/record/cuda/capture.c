@@ -39,9 +39,8 @@ void mt_capture_end(mt_recorder *r, uint64_t stream)
         }
 }
 
-MT_HOT_PATH int mt_capture_this_thread(mt_recorder *r, uint32_t tid)
+int mt_capture_find_thread(mt_recorder *r, uint32_t tid)
 {
-    if (!mt_capture_any(r)) return 0;
     for (int i = 0; i < MT_CAPTURE_SLOTS; i++)
         if (atomic_load_explicit(&r->capture.who[i].tid, memory_order_relaxed) == tid &&
             atomic_load_explicit(&r->capture.who[i].stream, memory_order_relaxed))

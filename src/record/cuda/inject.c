@@ -53,11 +53,12 @@ mt_recorder mt_rec; /* zero until InitializeInjection (cupti_mux.c may run befor
 /* CUPTI stamps activity records with this when registered, so they share our clock. */
 static uint64_t CUPTIAPI monotonic_timestamp(void) { return mt_now_ns(); }
 
-MT_HOT_PATH uint32_t mt_gettid(void)
+__thread uint32_t mt_tid_tls;
+
+uint32_t mt_gettid_first(void)
 {
-    static __thread uint32_t tid;
-    if (!tid) tid = (uint32_t)syscall(SYS_gettid);
-    return tid;
+    mt_tid_tls = (uint32_t)syscall(SYS_gettid);
+    return mt_tid_tls;
 }
 
 static void read_file_line(const char *path, char *buf, size_t len)
@@ -112,7 +113,7 @@ static void writer_tick(void *ctx, mt_sink *s)
     mt_activity_tick(r); /* last: its flush right before the drain (activity.c) */
 }
 
-MT_HOT_PATH int mt_trace_open(mt_recorder *r)
+int mt_trace_open_first(mt_recorder *r)
 {
     if (mt_sink_is_open(r->sink)) return 0;
     if (!r->sink || getpid() != r->pid) return -1;

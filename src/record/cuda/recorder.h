@@ -31,6 +31,7 @@
  *   async_hooks.c   per-thread cache (__thread): the last context's id
  *   inflight.c      mt_inflight_tls: this thread's count of calls in progress (its slot in
  *                   mt_rec.inflight_slots, or the shared counter)
+ *   inject.c        mt_tid_tls: this thread's id, asked of the kernel once (mt_gettid)
  * The recorder core (src/record/, outside cuda/) has its own per-thread state: sink.c's tls_ring (this
  * thread's ring) and next_generation, unwind.c's tls_stack (stack bounds), unwind_stats and
  * stop_range (mt_unwind_stop_at, set once by mt_stacks_init_python),
@@ -336,7 +337,17 @@ static inline int mt_time_this_call(void)
 /* The trace file is created when the process makes its first CUDA context (or records its first
  * event): a process that initializes CUDA and never uses it (a launcher such as torchrun) leaves
  * no trace. 0 when the file is open; -1 when it cannot be (recording then stops, said once). */
-int mt_trace_open(mt_recorder *r);
+/* Inline, with its first call out of line (so mt_gettid and mt_capture_this_thread below): every
+ * report runs these checks, and as calls (mt_trace_open's prologue saved five registers for a path
+ * taken once a process) a tensor free ran 522 instructions on 47 lines of code; inline, 479 on 45
+ * (single-stepped on the GPU machine, ~85 instructions of the clock's slow path that stepping
+ * causes included: docs/performance.md, "The lines of code a report runs through"). */
+int mt_trace_open_first(mt_recorder *r) __attribute__((cold, noinline));
+static inline int mt_trace_open(mt_recorder *r)
+{
+    if (__builtin_expect(mt_sink_is_open(r->sink), 1)) return 0;
+    return mt_trace_open_first(r);
+}
 /* The recorder's time stamps: CLOCK_MONOTONIC ns, through the TSC where it may be (clock.h). */
 static inline uint64_t mt_now_ns(void) { return mt_clock_now(); }
 /* A sampled measurement: ns of our own work since t0 (an mt_cost_clock reading) into *ns, one call
@@ -367,7 +378,13 @@ static inline void mt_cost_longest(_Atomic uint64_t *longest, uint64_t dt, uint3
     mt_atomic_max_u64(longest, dt << 16 | (what & 0xffff));
 }
 
-uint32_t mt_gettid(void);
+extern __thread uint32_t mt_tid_tls;
+uint32_t mt_gettid_first(void) __attribute__((cold, noinline)); /* asks the kernel */
+static inline uint32_t mt_gettid(void)
+{
+    uint32_t tid = mt_tid_tls;
+    return __builtin_expect(tid != 0, 1) ? tid : mt_gettid_first();
+}
 /* notes.c: 1 when it printed (and noted) the warning, 0 when `key` had been warned about already */
 int mt_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_trace_note(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -406,7 +423,12 @@ static inline int mt_capture_any(mt_recorder *r)
 {
     return atomic_load_explicit(&r->capture.active, memory_order_relaxed) > 0;
 }
-int mt_capture_this_thread(mt_recorder *r, uint32_t tid); /* 1: tid is capturing a graph */
+int mt_capture_find_thread(mt_recorder *r, uint32_t tid); /* the slots, while any capture runs */
+/* 1: tid is capturing a graph */
+static inline int mt_capture_this_thread(mt_recorder *r, uint32_t tid)
+{
+    return mt_capture_any(r) && mt_capture_find_thread(r, tid);
+}
 
 /* tensor_hooks.c */
 int mt_tensor_hooks_install(mt_recorder *r); /* 1: in place (--tensors: both; else the OOM one) */
