@@ -21,7 +21,7 @@
  *    stay in use on the GPU until the stream reaches it, so peaks may read slightly low).
  *  - The peak is the first moment in_use reached its maximum (event time and event number).
  *  - Anomalies are counted, never fatal: a FREE without a live ALLOC is a double free if the same
- *    key was freed recently (a 64 Ki-entry direct-mapped cache of freed keys, so memory stays
+ *    key was freed recently (a 32 Ki-entry direct-mapped cache of freed keys, so memory stays
  *    bounded), else an unmatched free; an ALLOC at a live key closes the old lifetime as
  *    "replaced"; an UNMAP that leaves part of a range mapped splits the range.
  *  - CTX_DESTROY ends every live lifetime (and mapping) of that context id. The driver's own
