@@ -461,6 +461,37 @@ Test(analysis, nvml_sample_sees_the_changes_of_its_own_moment)
     mt_analysis_free(a);
 }
 
+/* Changes written after three samples, with earlier times than some of them (threads whose rings
+ * drained late): each goes to the samples at or after its own time, found where the search for the
+ * change before it ended when that is still the place (mt_pairing_change's hint), else searched
+ * for. The second change, from further back, must reach the two earlier samples too: a hint taken
+ * without checking the sample before it would give it to the last one alone. */
+Test(analysis, nvml_late_changes_reach_every_sample_after_their_time)
+{
+    fx f;
+    fx_open(&f, "late_changes.mtrace");
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A, 100 * MiB, 1, 0);
+    fx_sample(&f, 0, 2, 500 * MiB);
+    fx_sample(&f, 0, 4, 500 * MiB);
+    fx_sample(&f, 0, 6, 500 * MiB);
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x10000000, 10 * MiB, 5, 0); /* the last sample's */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x20000000, 20 * MiB, 1, 0); /* all three's */
+    fx_ev(&f, MT_OP_ALLOC, MT_KIND_DEVICE, 0, A + 0x30000000, 40 * MiB, 3, 0); /* the two later */
+    fx_ev(&f, MT_OP_FREE, MT_KIND_DEVICE, 0, A, 0, 8, 0);                       /* after all */
+    fx_end(&f, 12, 4, 0);
+    fx_close(&f);
+    mt_analysis *a = fx_analyze(f.path);
+    const mt_device_report *d = fx_dev(a, 0);
+    cr_assert_eq(d->n_nvml, 3);
+    cr_expect_eq(d->nvml[0].api_visible, 120 * MiB, "at 2 ms: %llu MiB",
+                 (unsigned long long)(d->nvml[0].api_visible / MiB));
+    cr_expect_eq(d->nvml[1].api_visible, 160 * MiB, "at 4 ms: %llu MiB",
+                 (unsigned long long)(d->nvml[1].api_visible / MiB));
+    cr_expect_eq(d->nvml[2].api_visible, 170 * MiB, "at 6 ms: %llu MiB",
+                 (unsigned long long)(d->nvml[2].api_visible / MiB));
+    mt_analysis_free(a);
+}
+
 /* What the trace had live when a trace's one NVML sample (of cuda:0) was read. */
 static uint64_t lone_sample_seen(const char *path)
 {
