@@ -140,6 +140,32 @@ static inline void mt_pairing_push(mt_nvml_pairing *q, uint64_t t, int32_t devic
     x->pushed++;
 }
 
+/* The first of ring's samples at or after `from`, which the caller knows exists (the last one is):
+ * steps down from the latest doubling in length, then a binary search in the last step (usually
+ * one or two samples are reached; when the trace's threads have drifted apart, a change from a
+ * thread behind the others reaches all ~40 samples of the last 2 s: a walk down to the first was
+ * 26 instructions per event on 100 M synthetic events). Out of line and cold: the hint in
+ * mt_pairing_change answers most changes. */
+static __attribute__((noinline, cold, unused)) uint32_t
+mt_pairing_first_at(const mt_pending_ring *ring, uint64_t from)
+{
+    uint32_t hi = ring->n - 1; /* time[hi] >= from */
+    uint32_t lo = 0;
+    for (uint32_t step = 1; hi >= step; step *= 2) {
+        if (ring->time[hi - step] < from) {
+            lo = hi - step + 1;
+            break;
+        }
+        hi -= step;
+    }
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ring->time[mid] < from) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* The visible bytes (less driver-internal) of GPU device `device` (slot key k) changed by delta
  * (not 0) at t (since trace start): into the history, and to the samples whose window it falls
  * in. -1: out of memory. Inlined in pass 1's usage hook, as it was when it was written there (a
@@ -170,34 +196,15 @@ mt_pairing_change(mt_nvml_pairing *q, size_t k, uint64_t t, int32_t device, int6
     if (!ring->n || ring->time[ring->n - 1] < from) return 0; /* none */
     /* the first at or after `from` (times are sorted): where the last search ended, when it is
      * that one still (one at or after `from` with none before it that is), which two compares
-     * tell; else the search below, whose branches no predictor learns. The changes of one
+     * tell; else mt_pairing_first_at's search, whose branches no predictor learns. The changes of one
      * thread's late batch mostly find the same sample: `report` of the synthetic 10 M events on
      * one thread 5% faster (docs/performance.md, "A sixth processor") */
     uint32_t lo = ring->hint;
-    if (__builtin_expect(lo < ring->n && ring->time[lo] >= from &&
-                         (lo == 0 || ring->time[lo - 1] < from), 1)) {
-        ring->add[lo] += (uint64_t)delta;
-        return 0;
+    if (__builtin_expect(!(lo < ring->n && ring->time[lo] >= from &&
+                           (lo == 0 || ring->time[lo - 1] < from)), 0)) {
+        lo = mt_pairing_first_at(ring, from);
+        ring->hint = lo;
     }
-    /* steps down from the latest doubling in length, then a binary search in the last step
-     * (usually one or two samples are reached; when the trace's threads have drifted apart, a
-     * change from a thread behind the others reaches all ~40 samples of the last 2 s: a walk down
-     * to the first was 26 instructions per event on 100 M synthetic events) */
-    uint32_t hi = ring->n - 1; /* time[hi] >= from */
-    lo = 0;
-    for (uint32_t step = 1; hi >= step; step *= 2) {
-        if (ring->time[hi - step] < from) {
-            lo = hi - step + 1;
-            break;
-        }
-        hi -= step;
-    }
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (ring->time[mid] < from) lo = mid + 1;
-        else hi = mid;
-    }
-    ring->hint = lo;
     ring->add[lo] += (uint64_t)delta;
     return 0;
 }
