@@ -196,7 +196,7 @@ mt_pairing_change(mt_nvml_pairing *q, size_t k, uint64_t t, int32_t device, int6
     if (!ring->n || ring->time[ring->n - 1] < from) return 0; /* none */
     /* the first at or after `from` (times are sorted): where the last search ended, when it is
      * that one still (one at or after `from` with none before it that is), which two compares
-     * tell; else mt_pairing_first_at's search, whose branches no predictor learns. The changes of one
+     * tell; else mt_pairing_first_at, whose branches no predictor learns. The changes of one
      * thread's late batch mostly find the same sample: `report` of the synthetic 10 M events on
      * one thread 5% faster (docs/performance.md, "A sixth processor") */
     uint32_t lo = ring->hint;
