@@ -255,7 +255,13 @@ void mt_write_cost_notes(mt_recorder *r)
     uint64_t calls = atomic_load(&r->costs.stack_calls);
     uint64_t built = atomic_load(&r->costs.stack_built);
     uint64_t nopy = atomic_load(&r->costs.nopy_calls);
-    char sp[160], nopy_text[200] = "";
+    char sp[160], nopy_text[200] = "", py_text[120] = "";
+    if (r->py && (r->cfg.stacks & MT_STACKS_PYTHON) && nopy < calls) { /* with Python frames */
+        uint64_t with = calls - nopy;
+        uint64_t py_ns = atomic_load(&r->costs.python_ns) - atomic_load(&r->costs.nopy_python_ns);
+        snprintf(py_text, sizeof py_text, "; in a stack with them %.0f ns, the innermost found in "
+                 "%.0f ns", per(py_ns, with), per(atomic_load(&r->costs.python_top_ns), with));
+    }
     if (nopy && nopy < calls) /* a Python process whose allocations are on both kinds of thread */
         snprintf(nopy_text, sizeof nopy_text, "; with no Python frame (autograd's threads, "
                  "%.0f%%): %.0f ns, of which finding none %.0f ns, native unwinding %.0f ns",
@@ -265,13 +271,13 @@ void mt_write_cost_notes(mt_recorder *r)
     if (calls)
         mt_trace_note(MT_NOTE_INFO,
                       "stack capture: about %" PRIu64 " stacks, %.0f ns each on average (of which "
-                      "Python frames %.0f ns, native unwinding %.0f ns%s); %.1f%% the same as the "
+                      "Python frames %.0f ns%s; native unwinding %.0f ns%s); %.1f%% the same as the "
                       "call site's last stack (leaf memo; %.1f%% found in its table), the "
                       "others %.1f frames long (%.1f%% of them after a walk the unwinder did not "
                       "hold whole); 1 in %d timed%s; %u trie nodes",
                       calls, per(atomic_load(&r->costs.stack_ns), calls),
-                      per(atomic_load(&r->costs.python_ns), calls), per(atomic_load(&r->costs.unwind_ns), calls),
-                      nopy_text,
+                      per(atomic_load(&r->costs.python_ns), calls), py_text,
+                      per(atomic_load(&r->costs.unwind_ns), calls), nopy_text,
                       100.0 * (1.0 - per(built, calls)),
                       100.0 * per(atomic_load(&r->costs.stack_from_table), calls),
                       per(atomic_load(&r->costs.stack_frames), built),

@@ -305,6 +305,8 @@ typedef struct mt_recorder {
         _Atomic uint64_t stack_from_table;   /* ... found in the leaf memo's table, not the slot */
         _Atomic uint64_t unwind_ns;   /* ... of which native unwinding */
         _Atomic uint64_t python_ns;   /* ... of which Python frames */
+        _Atomic uint64_t python_top_ns; /* ... ... up to the innermost one found, in the stacks
+                                           that have one (the rest is their chain's signature) */
         _Atomic uint64_t nopy_calls, nopy_ns, nopy_python_ns, nopy_unwind_ns; /* the same for
                                          the stacks with no Python frame in a Python process
                                          (autograd's workers) */

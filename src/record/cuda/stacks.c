@@ -313,6 +313,12 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
          * under the line alone they all crowd one set of the unwinder's memo (unwind_memo.h). */
         uint64_t depth = (uint64_t)(uintptr_t)__builtin_frame_address(0);
         if (c->inner) c->inner = (c->inner ^ depth * MT_GOLDEN64) | 1;
+        /* A stack with Python frames: the clock between finding the innermost one and walking
+         * their chain splits the two in the cost note (one more clock read in a timed call). */
+        if (timed && c->inner)
+            atomic_fetch_add_explicit(&r->costs.python_top_ns,
+                                      (mt_cost_clock() - t0) * MT_TIME_SAMPLE,
+                                      memory_order_relaxed);
         c->py_sig = mt_pyframes_signature(r->py, top);
     }
     tls_had_no_python = !c->inner;
