@@ -315,10 +315,7 @@ static inline void find_site(capture *c, int timed, uint64_t t0)
         if (c->inner) c->inner = (c->inner ^ depth * MT_GOLDEN64) | 1;
         /* A stack with Python frames: the clock between finding the innermost one and walking
          * their chain splits the two in the cost note (one more clock read in a timed call). */
-        if (timed && c->inner)
-            atomic_fetch_add_explicit(&r->costs.python_top_ns,
-                                      (mt_cost_clock() - t0) * MT_TIME_SAMPLE,
-                                      memory_order_relaxed);
+        if (timed && c->inner) add_part(&r->costs.python_top_ns, NULL, 0, mt_cost_clock() - t0);
         c->py_sig = mt_pyframes_signature(r->py, top);
     }
     tls_had_no_python = !c->inner;
